@@ -1,0 +1,5 @@
+"""``python -m awsflock`` runs the CLI."""
+
+from awsflock.cli import main
+
+main()

@@ -1,0 +1,237 @@
+"""The ``awsflock`` command line: parse, call the library, print, map errors to exit codes.
+
+stdout carries results only (a LEASE_ID, JSON); everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from typing import Any
+
+import click
+
+from awsflock import errors
+from awsflock.options import (
+    STATE,
+    Common,
+    DurationType,
+    common_options,
+    json_option,
+    lease_option,
+    owner_option,
+    wait_options,
+)
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _emit(data: dict[str, Any]) -> None:
+    click.echo(json.dumps(data, sort_keys=True))
+
+
+@click.group(context_settings=CONTEXT, no_args_is_help=True)
+@click.version_option(None, "--version", package_name="awsflock", prog_name="awsflock")
+def cli() -> None:
+    """flock(1) for machines that share nothing but an AWS account.
+
+    Locks are lease records in one DynamoDB table, taken and given back with
+    conditional writes. `acquire` prints a LEASE_ID; `renew` and `release` take it.
+
+    \b
+    Exit codes: 0 done, 1 AWS/network/configuration error, 2 usage error,
+    3 lock held by another / lease not held.
+
+    \b
+    Durations: '300', '300s', '15m', '3 minutes', '100hrs', '1 day', '2h30m'.
+    """
+
+
+@cli.command("table-create", context_settings=CONTEXT)
+@common_options
+@click.option(
+    "--billing-mode",
+    type=click.Choice(["on-demand", "provisioned", "PAY_PER_REQUEST", "PROVISIONED"],
+                      case_sensitive=False),
+    default="on-demand",
+    show_default=True,
+    help="On-demand costs nothing while idle; provisioned uses --read/--write-capacity.",
+)
+@click.option("--read-capacity", type=click.IntRange(1, 40000), default=5, show_default=True)
+@click.option("--write-capacity", type=click.IntRange(1, 40000), default=5, show_default=True)
+def table_create(common: Common, billing_mode: str, read_capacity: int, write_capacity: int) -> None:
+    """Create the lock table (idempotent), wait until it is active, enable TTL.
+
+    \b
+    IAM: dynamodb:CreateTable, DescribeTable, DescribeTimeToLive, UpdateTimeToLive.
+    """
+    mode = "PROVISIONED" if billing_mode.lower() == "provisioned" else "PAY_PER_REQUEST"
+    table = common.table()
+
+    def progress(message: str) -> None:
+        if not common.quiet:
+            click.echo(f"awsflock: {message}", err=True)
+
+    created = table.store.create_table(
+        billing_mode=mode, capacity=(read_capacity, write_capacity), progress=progress
+    )
+    progress(
+        f"table {common.tablename!r} is ready" + ("" if created else " (it already existed)")
+    )
+
+
+# 0.2.0's code named the command create-table while its README said table-create: keep both.
+_create_table_alias = copy.copy(table_create)
+_create_table_alias.hidden = True
+cli.add_command(_create_table_alias, "create-table")
+
+
+@cli.command("acquire", context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@common_options
+@lease_option("2 hours", "How long the lease lasts unless renewed.")
+@wait_options
+@owner_option
+@json_option
+@click.option(
+    "--conflict-exit-code",
+    type=click.IntRange(0, 255),
+    default=3,
+    show_default=True,
+    help="Exit status when the lock stays held by another.",
+)
+def acquire(
+    common: Common,
+    lock_id: str,
+    lease_duration: float,
+    wait_time: float | None,
+    no_wait: bool,
+    owner: str | None,
+    as_json: bool,
+    conflict_exit_code: int,
+) -> None:
+    """Take LOCK_ID and print the LEASE_ID (exit 3 if another holds it).
+
+    Waits up to --wait-time (default 60s), checking about once a second.
+
+    \b
+    IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
+    the holder with a failed conditional write).
+    """
+    table = common.table(owner)
+    wait = 0.0 if no_wait else wait_time
+    try:
+        lease = table.acquire(lock_id, lease=lease_duration, wait=wait)
+    except errors.LockBusy as exc:
+        if not common.quiet:
+            click.echo(f"awsflock: {exc.one_line()}", err=True)
+        sys.exit(conflict_exit_code)
+    if as_json:
+        _emit(lease.as_dict())
+    else:
+        click.echo(lease.lease_id)
+
+
+@cli.command("renew", context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@click.argument("lease_id", metavar="LEASE_ID")
+@common_options
+@lease_option("2 hours", "New lease length, counted from now.")
+@owner_option
+@json_option
+def renew(
+    common: Common,
+    lock_id: str,
+    lease_id: str,
+    lease_duration: float,
+    owner: str | None,
+    as_json: bool,
+) -> None:
+    """Extend the lease LEASE_ID on LOCK_ID and print the LEASE_ID (exit 3 if not held).
+
+    The LEASE_ID stays the same, so scripts that capture the output as awsflock
+    0.2.0 taught them keep working, and so do scripts that do not.
+
+    \b
+    IAM: dynamodb:UpdateItem.
+    """
+    table = common.table(owner)
+    lease = table.renew_lease(lock_id, lease_id, lease=lease_duration)
+    if as_json:
+        _emit(lease.as_dict())
+    else:
+        click.echo(lease.lease_id)
+
+
+@cli.command("release", context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@click.argument("lease_id", metavar="LEASE_ID")
+@common_options
+@json_option
+def release(common: Common, lock_id: str, lease_id: str, as_json: bool) -> None:
+    """Release LOCK_ID held by LEASE_ID (exit 3 if that lease does not hold it).
+
+    \b
+    IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
+    the item with a failed conditional write).
+    """
+    table = common.table()
+    table.release_lease(lock_id, lease_id)
+    if as_json:
+        _emit({"lock_id": lock_id, "released": True})
+
+
+def _exit_code_for(exc: errors.AwsflockError) -> int:
+    return exc.exit_code
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the CLI and turn every failure into one line and an exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    STATE["debug"] = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="awsflock", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("awsflock: aborted", err=True)
+        sys.exit(130)
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `awsflock`
+            click.echo(exc.format_message(), err=True)
+            sys.exit(exc.exit_code)
+        # One line, naming the problem and where the fix is documented.
+        where = exc.ctx.command_path if exc.ctx is not None else "awsflock"
+        message = " ".join(exc.format_message().split())
+        click.echo(f"awsflock: usage error: {message} (see '{where} --help')", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"awsflock: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except errors.AwsflockError as exc:
+        if STATE["debug"]:
+            import traceback
+
+            traceback.print_exc()
+        label = {2: "usage error", 3: "not held" if isinstance(exc, errors.NotHeld) else "busy"}
+        click.echo(f"awsflock: {label.get(exc.exit_code, 'error')}: {exc.one_line()}", err=True)
+        sys.exit(_exit_code_for(exc))
+    except KeyboardInterrupt:
+        click.echo("awsflock: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(1)
+    except Exception as exc:
+        if STATE["debug"]:
+            raise
+        click.echo(
+            f"awsflock: internal error: {type(exc).__name__}: {exc} "
+            "(run again with --debug for details, and please report it)",
+            err=True,
+        )
+        sys.exit(1)
+    sys.exit(0)
+
+
+__all__ = ["DurationType", "cli", "main"]

@@ -1,0 +1,104 @@
+"""Durations as people write them: '15m', '3 minutes', '100hrs', '1 day', '300', '300s'.
+
+Everything awsflock 0.2.0 accepted still parses to the same number of seconds (a test checks
+this); on top of that pytimeparse's richer forms ('2h30m', '1:30', '1.5s') are accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from awsflock.errors import UsageError
+
+_PLAIN_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?)\s*")
+
+#: Longest lease we accept: a lease is a promise to come back; a year is already generous.
+MAX_LEASE = 366 * 24 * 3600.0
+#: Longest finite wait. Longer waits are almost always a unit mistake; 0 means forever.
+MAX_WAIT = 7 * 24 * 3600.0
+#: Largest clock-skew window: beyond this NTP is not working and leases mean little.
+MAX_SKEW = 300.0
+
+
+def parse_seconds(text: str | float | int) -> float:
+    """Parse a duration into seconds (may be zero or negative); raise UsageError if unreadable."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        raw = str(text)
+        match = _PLAIN_NUMBER.fullmatch(raw)
+        if match:
+            value = float(match.group(1))
+        else:
+            from pytimeparse import parse  # small, but only needed on this path
+
+            parsed = parse(raw.strip()) if raw.strip() else None
+            if parsed is None:
+                raise UsageError(
+                    f"{raw!r} is not a duration",
+                    hint="write it like '90', '90s', '15m', '2 hours' or '1 day'",
+                )
+            value = float(parsed)
+    if not math.isfinite(value):
+        raise UsageError(f"{text!r} is not a finite duration", hint="write it like '15m'")
+    return value
+
+
+def lease_seconds(text: str | float | int, what: str = "lease duration") -> float:
+    """A lease length: strictly positive and at most MAX_LEASE."""
+    value = parse_seconds(text)
+    if value <= 0:
+        raise UsageError(
+            f"{what} must be positive, got {text!r}", hint="give e.g. '15m' or '2 hours'"
+        )
+    if value > MAX_LEASE:
+        raise UsageError(
+            f"{what} {text!r} is longer than {format_seconds(MAX_LEASE)}",
+            hint="use a shorter lease and renew it",
+        )
+    if value < 1:
+        raise UsageError(f"{what} {text!r} is under one second", hint="give at least '1s'")
+    return value
+
+
+def wait_seconds(text: str | float | int) -> float | None:
+    """A wait: 0 means forever (returned as None, as in 0.2.0); negative is refused."""
+    value = parse_seconds(text)
+    if value < 0:
+        raise UsageError(
+            f"wait time must not be negative, got {text!r}",
+            hint="give seconds or a duration, '0' to wait forever, or --no-wait",
+        )
+    if value > MAX_WAIT:
+        raise UsageError(
+            f"wait time {text!r} is longer than {format_seconds(MAX_WAIT)}",
+            hint="use '0' to wait forever",
+        )
+    return None if value == 0 else value
+
+
+def skew_seconds(text: str | float | int) -> float:
+    """The clock-skew window: 0 to MAX_SKEW seconds."""
+    value = parse_seconds(text)
+    if value < 0 or value > MAX_SKEW:
+        raise UsageError(
+            f"clock skew {text!r} is out of range",
+            hint=f"give between 0 and {int(MAX_SKEW)} seconds (default 5s)",
+        )
+    return value
+
+
+def format_seconds(seconds: float) -> str:
+    """Short human form: '4m12s', '2h', '1d3h', '0.4s'."""
+    if seconds < 0:
+        return "-" + format_seconds(-seconds)
+    if seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.1f}s"
+    total = int(round(seconds))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if total >= size or (unit == "s" and not parts):
+            parts.append(f"{total // size}{unit}")
+            total %= size
+    return "".join(parts[:2])

@@ -1,0 +1,103 @@
+"""The one exception tree of awsflock. Every class knows the CLI exit code it maps to.
+
+::
+
+    AwsflockError (exit 1)
+    ├── UsageError (exit 2)                 bad durations, lock names, lease ids, options
+    ├── LockBusy (exit 3)                   held by someone else; carries the holder
+    ├── NotHeld (exit 3)                    renew/release of a lease that is no longer ours
+    │   └── LeaseLost                       a held lease was lost while in use
+    ├── ConfigurationError (exit 1)         no region, bad profile, slot-count disagreement
+    └── StoreError (exit 1)                 DynamoDB said no or could not be reached
+        ├── TableMissing
+        ├── TableIncompatible
+        ├── CredentialsError
+        ├── AccessDenied
+        ├── EndpointUnreachable
+        └── Throttled
+
+botocore's exceptions are translated into these in exactly one place,
+``awsflock.store.translate_errors``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from awsflock.records import LockRecord
+
+
+class AwsflockError(Exception):
+    """Root of every error awsflock raises."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        """The message and the fix, on one line, as the CLI prints it."""
+        return f"{self.message}: {self.hint}" if self.hint else self.message
+
+
+class UsageError(AwsflockError):
+    """The caller asked for something that cannot be done as asked."""
+
+    exit_code = 2
+
+
+class LockBusy(AwsflockError):
+    """The lock is held by another lease; ``holder`` describes it when known."""
+
+    exit_code = 3
+
+    def __init__(
+        self, message: str, *, holder: LockRecord | None = None, hint: str = ""
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.holder = holder
+
+
+class NotHeld(AwsflockError):
+    """The lease given is not the current holder (released, expired and taken, or unknown)."""
+
+    exit_code = 3
+
+
+class LeaseLost(NotHeld):
+    """A lease held by this process was lost (renewal refused or impossible in time)."""
+
+
+class ConfigurationError(AwsflockError):
+    """Region, profile, credentials set-up or pool size is wrong."""
+
+
+class StoreError(AwsflockError):
+    """DynamoDB refused the request or could not be reached."""
+
+
+class TableMissing(StoreError):
+    """The lock table does not exist."""
+
+
+class TableIncompatible(StoreError):
+    """A table of that name exists but does not have awsflock's key schema."""
+
+
+class CredentialsError(StoreError):
+    """No usable AWS credentials were found."""
+
+
+class AccessDenied(StoreError):
+    """IAM refused the request; the message names the action."""
+
+
+class EndpointUnreachable(StoreError):
+    """The DynamoDB endpoint could not be reached or did not answer in time."""
+
+
+class Throttled(StoreError):
+    """DynamoDB kept throttling after botocore's retries."""

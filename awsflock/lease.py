@@ -1,0 +1,373 @@
+"""The lease logic: acquire with prompt, cheap waiting; renew; release. Speaks to a ``Store``."""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import secrets
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from awsflock import errors
+from awsflock.clock import Clock, SystemClock
+from awsflock.durations import format_seconds, lease_seconds, skew_seconds, wait_seconds
+from awsflock.records import Identity, LockRecord
+from awsflock.store import Store
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+log = logging.getLogger("awsflock.lease")
+
+#: DynamoDB allows partition keys of up to 2048 bytes (UTF-8).
+MAX_LOCK_ID_BYTES = 2048
+#: A waiter polls about once a second (jittered), so it sees a release within about a second.
+POLL_INTERVAL = 1.0
+POLL_JITTER = 0.25
+DEFAULT_SKEW = 5.0
+DEFAULT_LEASE = 2 * 3600.0  # awsflock 0.2.0's default for acquire and renew
+DEFAULT_WAIT = 60.0
+
+# LEASE_IDs are UUID4 strings, the form awsflock 0.2.0 printed, so its leases stay usable.
+_LEASE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def new_lease_id() -> str:
+    """An unguessable LEASE_ID (122 random bits from the OS, in UUID4 form)."""
+    return str(uuid.UUID(bytes=secrets.token_bytes(16), version=4))
+
+
+def check_lease_id(lease_id: str) -> str:
+    text = lease_id.strip().lower()
+    if not _LEASE_ID.fullmatch(text):
+        raise errors.UsageError(
+            f"{lease_id!r} is not a LEASE_ID",
+            hint="pass the value `awsflock acquire` printed (a UUID like 1b4e28ba-2fa1-...)",
+        )
+    return text
+
+
+def check_lock_id(lock_id: str) -> str:
+    if not lock_id or not lock_id.strip():
+        raise errors.UsageError("LOCK_ID is empty", hint="name the lock, e.g. 'deploy-prod'")
+    size = len(lock_id.encode("utf-8", "surrogatepass"))
+    if size > MAX_LOCK_ID_BYTES:
+        raise errors.UsageError(
+            f"LOCK_ID is {size} bytes long; DynamoDB allows at most {MAX_LOCK_ID_BYTES}",
+            hint="use a shorter name",
+        )
+    try:
+        lock_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise errors.UsageError("LOCK_ID is not valid text", hint="use plain UTF-8") from exc
+    return lock_id
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+@dataclass
+class Lease:
+    """A lease we hold (or held) on one lock. ``fencing_token`` only ever goes up per lock."""
+
+    table: LockTable
+    lock_id: str
+    lease_id: str
+    fencing_token: int | None
+    expires_at: float
+    lease_duration: float
+    owner: str
+    acquired_at: float
+    waited: float = 0.0
+    reclaimed: LockRecord | None = field(default=None, repr=False)
+    released: bool = False
+
+    def renew(self, lease: float | str | None = None) -> Lease:
+        """Extend the lease by ``lease`` (default: its current duration) from now."""
+        return self.table.renew(self, lease=lease)
+
+    def release(self) -> None:
+        """End the lease. Raises NotHeld if it was lost in the meantime."""
+        self.table.release(self)
+
+    def remaining(self) -> float:
+        return self.expires_at - self.table.clock.time()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The public fields, as ``acquire --json`` prints them (lease id included)."""
+        return {
+            "lock_id": self.lock_id,
+            "lease_id": self.lease_id,
+            "fencing_token": self.fencing_token,
+            "owner": self.owner,
+            "acquired_at": round(self.acquired_at, 3),
+            "expires_at": round(self.expires_at, 3),
+            "lease_duration": self.lease_duration,
+        }
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Never swallow the caller's exception; a failed release is logged, not raised over it.
+        if self.released:
+            return
+        try:
+            self.release()
+        except errors.AwsflockError as err:
+            if exc[0] is None:
+                raise
+            log.warning("release of %r failed: %s", self.lock_id, err.one_line())
+
+
+class LockTable:
+    """A DynamoDB lock table. Cheap to make: no AWS client until the first request."""
+
+    def __init__(
+        self,
+        table_name: str = "awsflock",
+        *,
+        client: DynamoDBClient | None = None,
+        region: str | None = None,
+        profile: str | None = None,
+        endpoint_url: str | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        skew: float | str = DEFAULT_SKEW,
+        owner: str | None = None,
+        identity: Identity | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.store = store or Store(
+            table_name, client, region=region, profile=profile, endpoint_url=endpoint_url
+        )
+        self.table_name = self.store.table_name
+        self.clock: Clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self.skew = skew_seconds(skew)
+        self.identity = identity or Identity.of_this_process(owner)
+
+    def _now_ms(self) -> int:
+        return _ms(self.clock.time())
+
+    # -- acquire ---------------------------------------------------------------------------
+
+    def acquire(
+        self,
+        lock_id: str,
+        *,
+        lease: float | str = DEFAULT_LEASE,
+        wait: float | str | None = DEFAULT_WAIT,
+        identity: Identity | None = None,
+    ) -> Lease:
+        """Take the lock, waiting up to ``wait`` seconds (0: don't wait; None: forever).
+
+        Raises LockBusy (with ``.holder``) when the lock stayed held.
+        """
+        check_lock_id(lock_id)
+        lease_s = lease_seconds(lease)
+        if wait is None:
+            wait_s: float | None = None
+        elif isinstance(wait, (int, float)) and wait == 0:
+            wait_s = 0.0
+        else:
+            wait_s = wait_seconds(wait)
+            if wait_s is None:  # "0" as text means forever, as on the command line
+                wait_s = None
+        who = identity or self.identity
+        lease_id = new_lease_id()
+        start = self.clock.monotonic()
+        deadline = None if wait_s is None else start + wait_s
+        attempts = 0
+        unknown_outcome = False  # an attempt may have been granted without us hearing of it
+        last_error: errors.AwsflockError | None = None
+        holder: LockRecord | None = None
+        try:
+            while True:
+                attempts += 1
+                now_ms = self._now_ms()
+                try:
+                    unknown_outcome = True
+                    result = self.store.try_acquire(
+                        lock_id,
+                        lease_id=lease_id,
+                        identity=who,
+                        now_ms=now_ms,
+                        lease_ms=_ms(lease_s),
+                        skew_ms=_ms(self.skew),
+                    )
+                    unknown_outcome = False
+                    last_error = None
+                except (errors.Throttled, errors.EndpointUnreachable) as err:
+                    # Transient: keep trying within the caller's wait; the outcome is unknown.
+                    last_error = err
+                    log.warning("acquire of %r: %s; retrying", lock_id, err.one_line(),
+                                extra={"event": "acquire_error", "lock_id": lock_id})
+                    result = None
+                if result is not None:
+                    record = result.record
+                    if result.granted or (record is not None and record.lease_id == lease_id):
+                        # Granted now, or granted by an earlier try whose answer was lost.
+                        assert record is not None
+                        return self._granted(lock_id, lease_id, record, start, attempts)
+                    holder = record
+                    if attempts == 1:
+                        log.info(
+                            "lock %r is held by %s",
+                            lock_id,
+                            holder.describe(self.clock.time()) if holder else "someone",
+                            extra=self._event("contended", lock_id, holder),
+                        )
+                pause = self._next_pause(holder, deadline)
+                if pause is None:
+                    break
+                self.clock.sleep(pause)
+        except BaseException:
+            if unknown_outcome:
+                self._abandon(lock_id, lease_id)
+            raise
+        if last_error is not None:
+            self._abandon(lock_id, lease_id)
+            raise last_error
+        waited = self.clock.monotonic() - start
+        now = self.clock.time()
+        desc = holder.describe(now) if holder else "another lease"
+        raise errors.LockBusy(
+            f"lock {lock_id!r} is held by {desc}"
+            + (f"; gave up after {format_seconds(waited)}" if waited >= 1 else ""),
+            holder=holder,
+        )
+
+    def _next_pause(self, holder: LockRecord | None, deadline: float | None) -> float | None:
+        """How long to sleep before the next try, or None to give up now."""
+        pause = POLL_INTERVAL * (1 + self.rng.uniform(-POLL_JITTER, POLL_JITTER))
+        if holder is not None and not holder.released:
+            # Wake no later than the moment the holder's lease can be reclaimed.
+            reclaim_in = holder.expires_at + self.skew - self.clock.time() + 0.05
+            if reclaim_in > 0:
+                pause = min(pause, reclaim_in)
+        if deadline is not None:
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                return None
+            # The last try happens at the deadline, never before it.
+            pause = min(pause, left)
+        return max(pause, 0.0)
+
+    def _granted(
+        self, lock_id: str, lease_id: str, record: LockRecord, start: float, attempts: int
+    ) -> Lease:
+        waited = self.clock.monotonic() - start
+        reclaimed = None
+        prev = record.extra.get("prev_lease_id")
+        if prev and not record.prev_released:
+            reclaimed = record
+        lease = Lease(
+            table=self,
+            lock_id=lock_id,
+            lease_id=lease_id,
+            fencing_token=record.fencing_token,
+            expires_at=record.expires_at,
+            lease_duration=record.lease_duration,
+            owner=record.owner,
+            acquired_at=record.acquired_at or self.clock.time(),
+            waited=waited,
+            reclaimed=reclaimed,
+        )
+        if reclaimed is not None:
+            log.info(
+                "reclaimed %r from an expired lease", lock_id,
+                extra=self._event("reclaimed_expired", lock_id, record),
+            )
+        log.info(
+            "acquired %r (fencing token %s) after %s and %d request(s)",
+            lock_id,
+            lease.fencing_token,
+            format_seconds(waited),
+            attempts,
+            extra={**self._event("acquired", lock_id, record), "waited_s": round(waited, 3),
+                   "attempts": attempts},
+        )
+        return lease
+
+    def _abandon(self, lock_id: str, lease_id: str) -> None:
+        """Best effort: release a lease that may have been granted without our knowing."""
+        try:
+            self.store.release(
+                lock_id, lease_id, now_ms=self._now_ms(), skew_ms=_ms(self.skew)
+            )
+        except errors.AwsflockError as err:
+            log.debug("clean-up release of %r failed: %s", lock_id, err.one_line())
+
+    def _event(self, name: str, lock_id: str, record: LockRecord | None) -> dict[str, Any]:
+        data: dict[str, Any] = {"event": name, "lock_id": lock_id}
+        if record is not None:
+            data["owner"] = record.owner
+            data["fencing_token"] = record.fencing_token
+        return data
+
+    # -- renew and release -----------------------------------------------------------------
+
+    def renew(self, held: Lease, *, lease: float | str | None = None) -> Lease:
+        """Extend ``held`` from now (by its own duration unless ``lease`` is given), in place."""
+        fresh = self.renew_lease(
+            held.lock_id, held.lease_id, lease=held.lease_duration if lease is None else lease
+        )
+        held.expires_at = fresh.expires_at
+        held.lease_duration = fresh.lease_duration
+        return held
+
+    def release(self, held: Lease) -> None:
+        """End ``held``."""
+        self.release_lease(held.lock_id, held.lease_id)
+        held.released = True
+
+    def renew_lease(
+        self, lock_id: str, lease_id: str, *, lease: float | str = DEFAULT_LEASE
+    ) -> Lease:
+        """Extend the lease ``lease_id`` on ``lock_id`` from now. Raises NotHeld if not ours."""
+        check_lock_id(lock_id)
+        lease_id = check_lease_id(lease_id)
+        lease_s = lease_seconds(lease)
+        record = self.store.renew(
+            lock_id, lease_id, now_ms=self._now_ms(), lease_ms=_ms(lease_s)
+        )
+        if record is None:
+            raise errors.NotHeld(
+                f"lease {lease_id} does not hold lock {lock_id!r} (released, or expired and "
+                "taken by another)",
+                hint="acquire the lock again",
+            )
+        log.info(
+            "renewed %r for %s", lock_id, format_seconds(lease_s),
+            extra=self._event("renewed", lock_id, record),
+        )
+        return Lease(
+            table=self,
+            lock_id=lock_id,
+            lease_id=lease_id,
+            fencing_token=record.fencing_token,
+            expires_at=record.expires_at,
+            lease_duration=record.lease_duration,
+            owner=record.owner,
+            acquired_at=record.acquired_at or self.clock.time(),
+        )
+
+    def release_lease(self, lock_id: str, lease_id: str) -> None:
+        """End the lease ``lease_id`` on ``lock_id``. Raises NotHeld if it is not ours."""
+        check_lock_id(lock_id)
+        lease_id = check_lease_id(lease_id)
+        done, record = self.store.release(
+            lock_id, lease_id, now_ms=self._now_ms(), skew_ms=_ms(self.skew)
+        )
+        if not done:
+            raise errors.NotHeld(
+                f"lease {lease_id} does not hold lock {lock_id!r}"
+                + (f" (now held by {record.describe(self.clock.time())})"
+                   if record is not None and record.lease_id and not record.released else ""),
+                hint="nothing to release",
+            )
+        log.info("released %r", lock_id, extra=self._event("released", lock_id, record))

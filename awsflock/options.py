@@ -1,0 +1,188 @@
+"""Options every command shares, and the click types for durations."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import click
+
+from awsflock import durations, errors
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_TABLE = "awsflock"
+ENDPOINT_ENV = (
+    "AWSFLOCK_ENDPOINT_URL",
+    "DYNAMO_ENDPOINT_URL",  # awsflock 0.2.0's variable
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ENDPOINT_URL",
+)
+
+
+class DurationType(click.ParamType):
+    """A duration as text ('15m', '300', '2 hours'); checked by the given function."""
+
+    name = "duration"
+
+    def __init__(self, check: Callable[[str], Any]) -> None:
+        self.check = check
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self.check(value)
+        except errors.UsageError as exc:
+            self.fail(exc.one_line(), param, ctx)
+
+
+@dataclass
+class Common:
+    """What the shared options said."""
+
+    tablename: str
+    region: str | None
+    profile: str | None
+    endpoint_url: str | None
+    verbose: int
+    quiet: bool
+    log_format: str
+    debug: bool
+    skew: float
+
+    def table(self, owner: str | None = None) -> Any:
+        """The LockTable these options name (the import of the library happens here)."""
+        from awsflock.lease import LockTable
+
+        return LockTable(
+            self.tablename,
+            region=self.region,
+            profile=self.profile,
+            endpoint_url=self.endpoint_url,
+            skew=self.skew,
+            owner=owner,
+        )
+
+
+#: Set by the --debug option so the top-level error handler knows whether to show tracebacks.
+STATE = {"debug": False}
+
+
+def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        STATE["debug"] = True
+    return value
+
+
+def common_options(func: F) -> F:
+    """--tablename, --region, --profile, --endpoint-url, -v, -q, --log-format, --debug, --skew."""
+
+    @click.option(
+        "--tablename",
+        envvar="AWSFLOCK_TABLE",
+        default=DEFAULT_TABLE,
+        show_default=True,
+        help="Lock table name [env AWSFLOCK_TABLE].",
+    )
+    @click.option("--region", envvar="AWS_REGION", help="AWS region [env AWS_REGION].")
+    @click.option("--profile", help="AWS profile from ~/.aws/config [env AWS_PROFILE].")
+    @click.option(
+        "--endpoint-url",
+        envvar=list(ENDPOINT_ENV),
+        help="DynamoDB endpoint, e.g. a local server "
+        "[env AWSFLOCK_ENDPOINT_URL, DYNAMO_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB].",
+    )
+    @click.option(
+        "--skew",
+        type=DurationType(durations.skew_seconds),
+        default="5s",
+        show_default=True,
+        help="Clock-skew window: an expired lease is reclaimed only this long after expiry.",
+    )
+    @click.option("-v", "--verbose", count=True, help="More detail on stderr (-vv: debug).")
+    @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+    @click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="stderr format: short text, or one JSON object per event.",
+    )
+    @click.option(
+        "--debug",
+        is_flag=True,
+        expose_value=True,
+        is_eager=True,
+        callback=_set_debug,
+        help="Show tracebacks and debug logs.",
+    )
+    @functools.wraps(func)
+    def wrapper(
+        *args: Any,
+        tablename: str,
+        region: str | None,
+        profile: str | None,
+        endpoint_url: str | None,
+        skew: float,
+        verbose: int,
+        quiet: bool,
+        log_format: str,
+        debug: bool,
+        **kwargs: Any,
+    ) -> Any:
+        from awsflock import logs
+
+        common = Common(
+            tablename=tablename,
+            region=region or None,
+            profile=profile or None,
+            endpoint_url=endpoint_url or None,
+            verbose=max(verbose, 2) if debug else verbose,
+            quiet=quiet,
+            log_format=log_format,
+            debug=debug,
+            skew=skew,
+        )
+        logs.setup(common.verbose, common.quiet, common.log_format)
+        return func(*args, common=common, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def lease_option(default: str, help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--lease-duration",
+        "lease_duration",
+        type=DurationType(durations.lease_seconds),
+        default=default,
+        show_default=True,
+        help=help_text,
+    )
+
+
+def wait_options(func: F) -> F:
+    """--wait-time and --no-wait, as in awsflock 0.2.0 (0 means wait forever)."""
+    func = click.option(
+        "--no-wait", is_flag=True, help="Try once; do not wait if the lock is held."
+    )(func)
+    func = click.option(
+        "--wait-time",
+        type=DurationType(durations.wait_seconds),
+        default="60",
+        show_default=True,
+        help="How long to wait for the lock, in seconds or as a duration; 0 waits forever.",
+    )(func)
+    return func
+
+
+def owner_option(func: F) -> F:
+    return click.option(
+        "--owner",
+        help="Who holds the lock, shown to waiters (default: this host's name).",
+    )(func)
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(func)

@@ -1,0 +1,127 @@
+"""What a lock item says, as plain Python: who holds it, until when, with which fencing token.
+
+The item layout (one item per lock name, partition key ``lock_id``) is shared with awsflock 0.2.0:
+``lease_id``, ``owner``, ``lease_duration`` and ``expiration_time`` (epoch seconds, the TTL
+attribute) mean the same to both. The other attributes are ours; a 0.2.0 client that overwrites
+the item drops them, and the protocol copes with that (see ``awsflock.store``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import platform
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from awsflock.durations import format_seconds
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is asking: written into the item so that a waiter can name the holder."""
+
+    owner: str
+    host: str = ""
+    pid: int = 0
+    user: str = ""
+    ci_url: str = ""
+    command: str = ""
+
+    @classmethod
+    def of_this_process(cls, owner: str | None = None, command: str = "") -> Identity:
+        host = socket.gethostname() or platform.node()
+        return cls(
+            # 0.2.0's default owner is the host name, with "NULL" when even that is unknown.
+            owner=owner or platform.node() or "NULL",
+            host=host,
+            pid=os.getpid(),
+            user=_user(),
+            ci_url=ci_run_url(os.environ),
+            command=command,
+        )
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers) and no USER variable
+        return ""
+
+
+def ci_run_url(env: Any) -> str:
+    """The URL of the CI run this process belongs to, for the usual CI systems; '' if none."""
+    if env.get("GITHUB_ACTIONS") == "true" and env.get("GITHUB_RUN_ID"):
+        server = env.get("GITHUB_SERVER_URL", "https://github.com")
+        url = f"{server}/{env.get('GITHUB_REPOSITORY', '')}/actions/runs/{env['GITHUB_RUN_ID']}"
+        attempt = env.get("GITHUB_RUN_ATTEMPT")
+        return f"{url}/attempts/{attempt}" if attempt else url
+    for name in ("CI_JOB_URL", "BUILDKITE_BUILD_URL", "CIRCLE_BUILD_URL", "BUILD_URL"):
+        if env.get(name):
+            return str(env[name])
+    return ""
+
+
+@dataclass(frozen=True)
+class LockRecord:
+    """One lock item as read from the table. Times are epoch seconds (floats)."""
+
+    lock_id: str
+    lease_id: str = ""
+    owner: str = ""
+    host: str = ""
+    pid: int = 0
+    user: str = ""
+    ci_url: str = ""
+    command: str = ""
+    acquired_at: float | None = None
+    expires_at: float = 0.0
+    lease_duration: float = 0.0
+    fencing_token: int | None = None
+    released: bool = False
+    prev_lease_id: str = ""
+    prev_released: bool = False
+    slots: int | None = None
+    #: True when the item was written by awsflock 0.2.0 (it lacks our attributes).
+    legacy: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def is_free(self, now: float, skew: float) -> bool:
+        """Whether an acquire at ``now`` may take this item (mirror of the store's condition)."""
+        return self.released or self.expires_at < now - skew
+
+    def is_expired(self, now: float) -> bool:
+        return not self.released and self.expires_at <= now
+
+    def describe(self, now: float) -> str:
+        """One line naming the holder, for a waiter's stderr."""
+        who = self.owner or "unknown owner"
+        details = []
+        if self.host and self.host != self.owner:
+            details.append(f"host {self.host}")
+        if self.pid:
+            details.append(f"pid {self.pid}")
+        if self.user:
+            details.append(f"user {self.user}")
+        if self.legacy:
+            details.append("awsflock 0.2.0 client")
+        if self.ci_url:
+            details.append(self.ci_url)
+        text = who + (f" ({', '.join(details)})" if details else "")
+        if self.acquired_at is not None:
+            text += f" since {iso_utc(self.acquired_at)} ({format_seconds(now - self.acquired_at)} ago)"
+        left = self.expires_at - now
+        if left >= 0:
+            text += f", expires in {format_seconds(left)}"
+        else:
+            text += f", expired {format_seconds(-left)} ago"
+        return text
+
+
+def iso_utc(epoch: float) -> str:
+    """ISO-8601 in UTC to the second, e.g. 2026-11-22T06:10:00Z."""
+    import datetime as _dt
+
+    stamp = _dt.datetime.fromtimestamp(epoch, tz=_dt.timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")

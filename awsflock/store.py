@@ -1,0 +1,648 @@
+"""The only code that speaks DynamoDB: one conditional request per lock operation.
+
+Protocol (all times are the caller's wall clock, in milliseconds, written into the item):
+
+- **acquire** is one ``UpdateItem`` guarded by ``COND_FREE``: the item is absent, released, or
+  its lease ended more than the skew window ago. It sets a fresh lease and bumps the fencing
+  counter with ``if_not_exists(fence, floor) + 1``, where ``floor`` is ``now_ms * 1000``. The
+  counter only goes up while the item lives; when the item is recreated (deleted by TTL or by
+  hand, or overwritten by awsflock 0.2.0, which drops our attributes) it restarts from a floor
+  derived from the clock, which exceeds every earlier token because recreation only happens after
+  the old lease ended plus the skew window (the NTP assumption; see the README). A failed acquire
+  learns the holder from the same request (``ReturnValuesOnConditionCheckFailure=ALL_OLD``), or
+  from one consistent read where the endpoint ignores that parameter.
+- **renew** is one ``UpdateItem`` guarded by ``COND_RENEW``: still our lease, not released.
+- **release** is one ``UpdateItem`` guarded by ``COND_RELEASE`` that marks the item released and
+  keeps it (so the fencing counter survives); the TTL attribute is set ``skew`` seconds ahead
+  so DynamoDB's TTL cleanup cannot recreate the item too early for the clock floor.
+- Every acquisition remembers the lease it replaced (``prev_lease_id``/``prev_released``), so a
+  release whose response was lost and that is retried after someone else acquired is still
+  recognised as done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from awsflock import errors
+from awsflock.records import Identity, LockRecord
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+# Attribute names. The first four are shared with awsflock 0.2.0 and must keep their meaning.
+A_LOCK_ID = "lock_id"
+A_LEASE_ID = "lease_id"
+A_OWNER = "owner"
+A_LEASE_DURATION = "lease_duration"
+A_EXPIRATION_TIME = "expiration_time"  # epoch seconds (integer); the table's TTL attribute
+A_EXPIRES_MS = "expires_ms"
+A_ACQUIRED_MS = "acquired_ms"
+A_FENCE = "fence"
+A_RELEASED = "released"
+A_PREV_LEASE_ID = "prev_lease_id"
+A_PREV_RELEASED = "prev_released"
+A_HOST = "host"
+A_PID = "pid"
+A_USER = "user"
+A_CI_URL = "ci_url"
+A_COMMAND = "command"
+A_SLOTS = "slots"
+
+#: An acquire may take the item: it is absent, released, or expired by more than the skew window.
+#: Items written by awsflock 0.2.0 have no ``expires_ms``; their ``expiration_time`` decides.
+COND_FREE = (
+    "attribute_not_exists(#lock_id) OR #released = :true"
+    " OR (attribute_exists(#expires_ms) AND #expires_ms < :cutoff_ms)"
+    " OR (attribute_not_exists(#expires_ms) AND #expiration_time < :cutoff_s)"
+)
+#: A renew may extend the lease: it is still ours and was not released (or force-released).
+COND_RENEW = "#lease_id = :lease_id AND (attribute_not_exists(#released) OR #released = :false)"
+#: A release may end the lease: it is still ours. Releasing twice is harmless, hence no flag test.
+COND_RELEASE = "#lease_id = :lease_id"
+
+#: Fields that describe the holder; absent ones are removed so a stale value never lingers.
+_HOLDER_FIELDS = (A_HOST, A_PID, A_USER, A_CI_URL, A_COMMAND)
+
+UPD_ACQUIRE = (
+    "SET #lease_id = :lease_id, #owner = :owner, #lease_duration = :lease_duration,"
+    " #expiration_time = :expiration_time, #expires_ms = :expires_ms, #acquired_ms = :now_ms,"
+    " #fence = if_not_exists(#fence, :floor) + :one, #released = :false,"
+    " #prev_lease_id = if_not_exists(#lease_id, :null),"
+    " #prev_released = if_not_exists(#released, :false)"
+)
+UPD_RENEW = (
+    "SET #lease_duration = :lease_duration, #expiration_time = :expiration_time,"
+    " #expires_ms = :expires_ms"
+)
+UPD_RELEASE = "SET #released = :true, #expires_ms = :now_ms, #expiration_time = :expiration_time"
+
+_NAME = re.compile(r"#(\w+)")
+_VALUE = re.compile(r":(\w+)")
+
+#: The IAM action each store call needs, for "access denied" messages and ``iam-policy``.
+ACTIONS = {
+    "acquire": "UpdateItem",
+    "renew": "UpdateItem",
+    "release": "UpdateItem",
+    "get": "GetItem",
+    "scan": "Scan",
+    "create_table": "CreateTable",
+    "describe_table": "DescribeTable",
+    "ttl": "UpdateTimeToLive",
+    "describe_ttl": "DescribeTimeToLive",
+}
+
+_THROTTLE_CODES = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+}
+_CREDENTIAL_CODES = {
+    "UnrecognizedClientException",
+    "InvalidSignatureException",
+    "ExpiredTokenException",
+    "ExpiredToken",
+    "MissingAuthenticationToken",
+    "MissingAuthenticationTokenException",
+    "IncompleteSignature",
+    "InvalidClientTokenId",
+}
+_UNAVAILABLE_CODES = {"InternalServerError", "ServiceUnavailable", "InternalFailure"}
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def to_attr(value: Any) -> dict[str, Any]:
+    """A Python value as a DynamoDB attribute value."""
+    if value is None:
+        return {"NULL": True}
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, (int, float)):
+        return {"N": str(value)}
+    return {"S": str(value)}
+
+
+def from_attr(attr: dict[str, Any]) -> Any:
+    """A DynamoDB attribute value as a Python value (numbers as int when integral)."""
+    if "S" in attr:
+        return attr["S"]
+    if "N" in attr:
+        text = attr["N"]
+        number = float(text)
+        if re.fullmatch(r"-?\d+", text):
+            return int(text)
+        return number
+    if "BOOL" in attr:
+        return bool(attr["BOOL"])
+    if "NULL" in attr:
+        return None
+    return attr  # types we never write; kept as is
+
+
+def record_from_item(item: dict[str, Any]) -> LockRecord:
+    """Read a lock item, ours or awsflock 0.2.0's."""
+    v = {k: from_attr(a) for k, a in item.items()}
+    expires_ms = v.get(A_EXPIRES_MS)
+    if isinstance(expires_ms, (int, float)):
+        expires_at = expires_ms / 1000.0
+    else:
+        exp = v.get(A_EXPIRATION_TIME)
+        expires_at = float(exp) if isinstance(exp, (int, float)) else 0.0
+    acquired_ms = v.get(A_ACQUIRED_MS)
+    fence = v.get(A_FENCE)
+    pid = v.get(A_PID)
+    slots = v.get(A_SLOTS)
+    return LockRecord(
+        lock_id=str(v.get(A_LOCK_ID, "")),
+        lease_id=str(v.get(A_LEASE_ID) or ""),
+        owner=str(v.get(A_OWNER) or ""),
+        host=str(v.get(A_HOST) or ""),
+        pid=int(pid) if isinstance(pid, (int, float)) else 0,
+        user=str(v.get(A_USER) or ""),
+        ci_url=str(v.get(A_CI_URL) or ""),
+        command=str(v.get(A_COMMAND) or ""),
+        acquired_at=acquired_ms / 1000.0 if isinstance(acquired_ms, (int, float)) else None,
+        expires_at=expires_at,
+        lease_duration=float(v.get(A_LEASE_DURATION) or 0),
+        fencing_token=int(fence) if isinstance(fence, (int, float)) else None,
+        released=bool(v.get(A_RELEASED, False)),
+        prev_lease_id=str(v.get(A_PREV_LEASE_ID) or ""),
+        prev_released=bool(v.get(A_PREV_RELEASED, False)),
+        slots=int(slots) if isinstance(slots, (int, float)) else None,
+        legacy=A_FENCE not in v and A_EXPIRES_MS not in v,
+        extra=v,
+    )
+
+
+def _request(
+    *expressions: str, names: dict[str, str] | None = None, values: dict[str, Any]
+) -> dict[str, Any]:
+    """ExpressionAttributeNames/Values holding exactly what the expressions use.
+
+    DynamoDB rejects unused names or values, so they are derived from the expressions.
+    """
+    text = " ".join(expressions)
+    used_names = sorted(set(_NAME.findall(text)))
+    used_values = sorted(set(_VALUE.findall(text)))
+    names = names or {}
+    return {
+        "ExpressionAttributeNames": {f"#{n}": names.get(n, n) for n in used_names},
+        "ExpressionAttributeValues": {f":{k}": to_attr(values[k]) for k in used_values},
+    }
+
+
+def expiration_seconds(expires_ms: int) -> int:
+    """The integer TTL/0.2.0 expiry for a lease ending at ``expires_ms`` (rounded up)."""
+    return math.ceil(expires_ms / 1000)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one acquire request found: granted (``record`` is the new state) or not (the holder)."""
+
+    granted: bool
+    record: LockRecord | None
+
+
+def is_loopback(endpoint_url: str | None) -> bool:
+    if not endpoint_url:
+        return False
+    from urllib.parse import urlsplit
+
+    host = urlsplit(endpoint_url).hostname or ""
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+class Store:
+    """A lock table in DynamoDB. Builds its botocore client on first use, once."""
+
+    def __init__(
+        self,
+        table_name: str,
+        client: DynamoDBClient | None = None,
+        *,
+        region: str | None = None,
+        profile: str | None = None,
+        endpoint_url: str | None = None,
+        max_attempts: int = 4,
+    ) -> None:
+        if not table_name:
+            raise errors.UsageError("table name is empty", hint="pass --tablename NAME")
+        self.table_name = table_name
+        self.region = region
+        self.profile = profile
+        self.endpoint_url = endpoint_url
+        self.max_attempts = max_attempts
+        self._client = client
+        # None until we learn whether a failed conditional write returns the old item.
+        self._ccf_returns_item: bool | None = None
+
+    # -- client -------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> DynamoDBClient:
+        if self._client is None:
+            self._client = self._make_client()
+        return self._client
+
+    def _make_client(self) -> DynamoDBClient:
+        # botocore directly: importing boto3 on top of it only adds start-up time.
+        import botocore.session
+        from botocore.config import Config
+        from botocore.exceptions import ProfileNotFound
+
+        try:
+            session = botocore.session.Session(profile=self.profile)
+            region = self.region or session.get_config_variable("region")
+        except ProfileNotFound as exc:
+            raise errors.ConfigurationError(
+                f"AWS profile {self.profile!r} not found",
+                hint="check --profile/AWS_PROFILE against ~/.aws/config",
+            ) from exc
+        kwargs: dict[str, Any] = {}
+        if is_loopback(self.endpoint_url):
+            # A local server (dev-server, moto, dynalite) needs no real account: harmless
+            # defaults, used only when the user set nothing and the endpoint is this machine.
+            region = region or "us-east-1"
+            if not self.profile and not self._has_env_creds():
+                kwargs["aws_access_key_id"] = "awsflock-local"
+                kwargs["aws_secret_access_key"] = "awsflock-local"
+        if not region:
+            raise errors.ConfigurationError(
+                "no AWS region configured",
+                hint="pass --region, or set AWS_REGION (or AWS_DEFAULT_REGION)",
+            )
+        config = Config(
+            retries={"mode": "standard", "max_attempts": self.max_attempts},
+            connect_timeout=3,
+            read_timeout=5,
+        )
+        client: DynamoDBClient = session.create_client(
+            "dynamodb", region_name=region, endpoint_url=self.endpoint_url, config=config, **kwargs
+        )
+        return client
+
+    @staticmethod
+    def _has_env_creds() -> bool:
+        import os
+
+        return bool(os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"))
+
+    # -- errors -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def translate_errors(self, operation: str) -> Iterator[None]:
+        """Turn botocore's exceptions into awsflock's, naming the fix. The one place that does."""
+        from botocore import exceptions as bx
+
+        action = "dynamodb:" + ACTIONS.get(operation, operation)
+        table = self.table_name
+        try:
+            yield
+        except bx.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            message = exc.response.get("Error", {}).get("Message", "") or str(exc)
+            if code == "ResourceNotFoundException":
+                raise errors.TableMissing(
+                    f"table {table!r} does not exist",
+                    hint=f"run `awsflock table-create --tablename {table}`",
+                ) from exc
+            if code == "AccessDeniedException":
+                raise errors.AccessDenied(
+                    f"access denied for {action} on table {table!r}",
+                    hint="grant it to this identity (see `awsflock iam-policy`)",
+                ) from exc
+            if code in _CREDENTIAL_CODES:
+                raise errors.CredentialsError(
+                    f"AWS rejected the credentials ({code})",
+                    hint="check AWS_PROFILE / AWS_ACCESS_KEY_ID or refresh your session",
+                ) from exc
+            if code in _THROTTLE_CODES:
+                raise errors.Throttled(
+                    f"DynamoDB kept throttling {action} on {table!r} after retries",
+                    hint="retry later, or raise the table's capacity",
+                ) from exc
+            if code in _UNAVAILABLE_CODES:
+                raise errors.EndpointUnreachable(
+                    f"DynamoDB is unavailable ({code})", hint="retry later"
+                ) from exc
+            raise errors.StoreError(f"DynamoDB refused {action}: {code}: {message}") from exc
+        except bx.NoCredentialsError as exc:
+            raise errors.CredentialsError(
+                "no AWS credentials found",
+                hint="set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws sso login`",
+            ) from exc
+        except bx.PartialCredentialsError as exc:
+            raise errors.CredentialsError(
+                f"incomplete AWS credentials: {exc}", hint="set both key id and secret"
+            ) from exc
+        except bx.NoRegionError as exc:
+            raise errors.ConfigurationError(
+                "no AWS region configured", hint="pass --region, or set AWS_REGION"
+            ) from exc
+        except (bx.EndpointConnectionError, bx.ConnectionClosedError) as exc:
+            raise errors.EndpointUnreachable(
+                f"cannot reach DynamoDB at {self._where()}",
+                hint="check --endpoint-url/--region and the network",
+            ) from exc
+        except (bx.ConnectTimeoutError, bx.ReadTimeoutError) as exc:
+            raise errors.EndpointUnreachable(
+                f"DynamoDB at {self._where()} did not answer in time",
+                hint="check the network and retry",
+            ) from exc
+        except bx.HTTPClientError as exc:
+            raise errors.EndpointUnreachable(
+                f"connection to DynamoDB at {self._where()} failed: {exc}",
+                hint="check the network and retry",
+            ) from exc
+        except bx.ParamValidationError as exc:
+            raise errors.UsageError(f"invalid request: {exc}") from exc
+
+    def _where(self) -> str:
+        if self.endpoint_url:
+            return self.endpoint_url
+        return f"region {self.region}" if self.region else "the default endpoint"
+
+    # -- lock operations ----------------------------------------------------------------------
+
+    def try_acquire(
+        self,
+        lock_id: str,
+        *,
+        lease_id: str,
+        identity: Identity,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        extra: dict[str, Any] | None = None,
+    ) -> Attempt:
+        """One conditional write that takes the lock if it is free."""
+        expires_ms = now_ms + lease_ms
+        values: dict[str, Any] = {
+            "lease_id": lease_id,
+            "owner": identity.owner,
+            "lease_duration": _seconds_number(lease_ms),
+            "expiration_time": expiration_seconds(expires_ms),
+            "expires_ms": expires_ms,
+            "now_ms": now_ms,
+            "floor": now_ms * 1000,
+            "one": 1,
+            "true": True,
+            "false": False,
+            "null": None,
+            "cutoff_ms": now_ms - skew_ms,
+            "cutoff_s": (now_ms - skew_ms) // 1000,
+        }
+        holder = {
+            A_HOST: identity.host,
+            A_PID: identity.pid,
+            A_USER: identity.user,
+            A_CI_URL: identity.ci_url,
+            A_COMMAND: identity.command,
+            **(extra or {}),
+        }
+        sets, removes = [], []
+        for name, value in holder.items():
+            if value in ("", 0, None):
+                removes.append(f"#{name}")
+            else:
+                sets.append(f"#{name} = :{name}")
+                values[name] = value
+        update = UPD_ACQUIRE + "".join(", " + s for s in sets)
+        if removes:
+            update += " REMOVE " + ", ".join(removes)
+        request = _request(update, COND_FREE, values=values)
+        applied, record = self._conditional_update("acquire", lock_id, update, COND_FREE, request)
+        return Attempt(applied, record)
+
+    def renew(self, lock_id: str, lease_id: str, *, now_ms: int, lease_ms: int) -> LockRecord | None:
+        """Extend our lease. The new state, or None if the lease is not ours any more."""
+        expires_ms = now_ms + lease_ms
+        values = {
+            "lease_id": lease_id,
+            "lease_duration": _seconds_number(lease_ms),
+            "expiration_time": expiration_seconds(expires_ms),
+            "expires_ms": expires_ms,
+            "false": False,
+        }
+        request = _request(UPD_RENEW, COND_RENEW, values=values)
+        applied, record = self._conditional_update("renew", lock_id, UPD_RENEW, COND_RENEW, request)
+        return record if applied else None
+
+    def release(
+        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int
+    ) -> tuple[bool, LockRecord | None]:
+        """End our lease, keeping the item. (released, what the item said if we did not)."""
+        values = {
+            "lease_id": lease_id,
+            "true": True,
+            "now_ms": now_ms,
+            "expiration_time": expiration_seconds(now_ms + skew_ms),
+        }
+        request = _request(UPD_RELEASE, COND_RELEASE, values=values)
+        applied, record = self._conditional_update(
+            "release", lock_id, UPD_RELEASE, COND_RELEASE, request
+        )
+        # A retried release whose first try went through, then someone else acquired:
+        # the item remembers the lease it replaced and whether that one was released.
+        if not applied and record is not None:
+            if record.prev_lease_id == lease_id and record.prev_released:
+                return True, record
+        return applied, record
+
+    def get(self, lock_id: str) -> LockRecord | None:
+        """One strongly consistent read of the item."""
+        with self.translate_errors("get"):
+            response = self.client.get_item(
+                TableName=self.table_name,
+                Key={A_LOCK_ID: {"S": lock_id}},
+                ConsistentRead=True,
+            )
+        item = response.get("Item")
+        return record_from_item(item) if item else None
+
+    def _conditional_update(
+        self, operation: str, lock_id: str, update: str, condition: str, request: dict[str, Any]
+    ) -> tuple[bool, LockRecord | None]:
+        """Run one conditional UpdateItem: (True, the new item) if it applied, else
+        (False, the item that failed the condition, or None if there is no item)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            with self.translate_errors(operation):
+                try:
+                    response = self.client.update_item(
+                        TableName=self.table_name,
+                        Key={A_LOCK_ID: {"S": lock_id}},
+                        UpdateExpression=update,
+                        ConditionExpression=condition,
+                        ReturnValues="ALL_NEW",
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                        **request,
+                    )
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                        raise
+                    item = exc.response.get("Item")
+                    if item:
+                        self._ccf_returns_item = True
+                        return False, record_from_item(item)
+                    raise _ConditionFailed() from None
+        except _ConditionFailed:
+            # No old item in the answer: either there is no item, or the endpoint ignores
+            # ReturnValuesOnConditionCheckFailure (dynalite 4 does). Only then read it.
+            if self._ccf_returns_item and operation != "acquire":
+                return False, None
+            if operation == "acquire":
+                # COND_FREE passes on a missing item, so the item exists: the endpoint
+                # does not return it on failure, and every later failure needs the read.
+                self._ccf_returns_item = False
+            return False, self.get(lock_id)
+        return True, record_from_item(response.get("Attributes", {}))
+
+    # -- table ---------------------------------------------------------------------------------
+
+    def scan(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord]:
+        """Every item, page by page (never the whole table in memory)."""
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": page_size}
+        if prefix:
+            kwargs["FilterExpression"] = "begins_with(#lock_id, :prefix)"
+            kwargs["ExpressionAttributeNames"] = {"#lock_id": A_LOCK_ID}
+            kwargs["ExpressionAttributeValues"] = {":prefix": {"S": prefix}}
+        while True:
+            with self.translate_errors("scan"):
+                page = self.client.scan(**kwargs)
+            for item in page.get("Items", []):
+                yield record_from_item(item)
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return
+            kwargs["ExclusiveStartKey"] = last
+
+    def create_table(
+        self,
+        *,
+        billing_mode: str = "PAY_PER_REQUEST",
+        capacity: tuple[int, int] = (5, 5),
+        progress: Callable[[str], None] = lambda _msg: None,
+        sleep: Callable[[float], None] | None = None,
+        timeout: float = 300.0,
+    ) -> bool:
+        """Create the table (or accept a compatible one), wait for ACTIVE, enable TTL.
+
+        Returns True if it was created now, False if it already existed.
+        """
+        import time as _time
+
+        sleep = sleep or _time.sleep
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeySchema": [{"AttributeName": A_LOCK_ID, "KeyType": "HASH"}],
+            "AttributeDefinitions": [{"AttributeName": A_LOCK_ID, "AttributeType": "S"}],
+            "BillingMode": billing_mode,
+        }
+        if billing_mode == "PROVISIONED":
+            kwargs["ProvisionedThroughput"] = {
+                "ReadCapacityUnits": capacity[0],
+                "WriteCapacityUnits": capacity[1],
+            }
+        from botocore.exceptions import ClientError
+
+        created = True
+        try:
+            with self.translate_errors("create_table"):
+                try:
+                    self.client.create_table(**kwargs)
+                    progress(f"creating table {self.table_name!r}")
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
+                        raise
+                    raise _TableExists() from None
+        except _TableExists:
+            created = False
+            progress(f"table {self.table_name!r} already exists; checking it")
+        self._wait_active(progress, sleep, timeout)
+        self._ensure_ttl(progress)
+        return created
+
+    def _wait_active(
+        self, progress: Callable[[str], None], sleep: Callable[[float], None], timeout: float
+    ) -> None:
+        waited = 0.0
+        while True:
+            with self.translate_errors("describe_table"):
+                table = self.client.describe_table(TableName=self.table_name)["Table"]
+            keys = [(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])]
+            types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
+            if keys != [(A_LOCK_ID, "HASH")] or types.get(A_LOCK_ID) != "S":
+                raise errors.TableIncompatible(
+                    f"table {self.table_name!r} exists with key schema {keys}, not awsflock's "
+                    f"(partition key {A_LOCK_ID!r} of type string, no sort key)",
+                    hint="pick another --tablename",
+                )
+            status = table.get("TableStatus", "")
+            if status == "ACTIVE":
+                progress(f"table {self.table_name!r} is ACTIVE")
+                return
+            if waited >= timeout:
+                raise errors.StoreError(
+                    f"table {self.table_name!r} still {status} after {int(timeout)}s",
+                    hint="check it in the AWS console and run table-create again",
+                )
+            progress(f"table {self.table_name!r} is {status}; waiting")
+            sleep(0.5)
+            waited += 0.5
+
+    def _ensure_ttl(self, progress: Callable[[str], None]) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            with self.translate_errors("describe_ttl"):
+                try:
+                    desc = self.client.describe_time_to_live(TableName=self.table_name)
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") in ("UnknownOperationException",):
+                        desc = {}
+                    else:
+                        raise
+            ttl = desc.get("TimeToLiveDescription", {})
+            if ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING"):
+                if ttl.get("AttributeName") != A_EXPIRATION_TIME:
+                    progress(
+                        f"warning: TTL is on attribute {ttl.get('AttributeName')!r}, not "
+                        f"{A_EXPIRATION_TIME!r}; old lock items will not be cleaned up"
+                    )
+                else:
+                    progress(f"TTL on {A_EXPIRATION_TIME!r} is enabled")
+                return
+            with self.translate_errors("ttl"):
+                self.client.update_time_to_live(
+                    TableName=self.table_name,
+                    TimeToLiveSpecification={"Enabled": True, "AttributeName": A_EXPIRATION_TIME},
+                )
+            progress(f"TTL enabled on {A_EXPIRATION_TIME!r}")
+        except errors.StoreError as exc:
+            if isinstance(exc, (errors.EndpointUnreachable, errors.CredentialsError)):
+                raise
+            # TTL is cleanup only; the table works without it (dynalite has no TTL at all).
+            progress(f"warning: could not enable TTL ({exc.message}); the table works without it")
+
+
+class _ConditionFailed(Exception):
+    pass
+
+
+class _TableExists(Exception):
+    pass
+
+
+def _seconds_number(ms: int) -> int | float:
+    """Lease duration in seconds as 0.2.0 wrote it (an integer when whole)."""
+    return ms // 1000 if ms % 1000 == 0 else ms / 1000
