@@ -31,7 +31,63 @@ def _emit(data: dict[str, Any]) -> None:
     click.echo(json.dumps(data, sort_keys=True))
 
 
-@click.group(context_settings=CONTEXT, no_args_is_help=True)
+class _Cli(click.Group):
+    """The top-level group: every failure becomes one stderr line and an exit code, here."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        argv = kwargs.get("args")
+        argv = list(sys.argv[1:] if argv is None else argv)
+        STATE["debug"] = "--debug" in argv
+        sys.exit(_run(lambda: super(_Cli, self).main(*args, **kwargs)))
+
+
+def _run(call: Any) -> int:
+    try:
+        result = call()
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("awsflock: aborted", err=True)
+        return 130
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `awsflock`
+            click.echo(exc.format_message(), err=True)
+            return exc.exit_code
+        # One line, naming the problem and where the fix is documented.
+        where = exc.ctx.command_path if exc.ctx is not None else "awsflock"
+        message = " ".join(exc.format_message().split())
+        click.echo(f"awsflock: usage error: {message} (see '{where} --help')", err=True)
+        return exc.exit_code
+    except click.ClickException as exc:
+        click.echo(f"awsflock: error: {exc.format_message()}", err=True)
+        return exc.exit_code
+    except errors.AwsflockError as exc:
+        if STATE["debug"]:
+            import traceback
+
+            traceback.print_exc()
+        label = {2: "usage error", 3: "not held" if isinstance(exc, errors.NotHeld) else "busy"}
+        click.echo(f"awsflock: {label.get(exc.exit_code, 'error')}: {exc.one_line()}", err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("awsflock: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as exc:
+        if STATE["debug"]:
+            raise
+        click.echo(
+            f"awsflock: internal error: {type(exc).__name__}: {exc} "
+            "(run again with --debug for details, and please report it)",
+            err=True,
+        )
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+@click.group(cls=_Cli, context_settings=CONTEXT, no_args_is_help=True)
 @click.version_option(None, "--version", package_name="awsflock", prog_name="awsflock")
 def cli() -> None:
     """flock(1) for machines that share nothing but an AWS account.
@@ -126,7 +182,7 @@ def acquire(
     except errors.LockBusy as exc:
         if not common.quiet:
             click.echo(f"awsflock: {exc.one_line()}", err=True)
-        sys.exit(conflict_exit_code)
+        raise click.exceptions.Exit(conflict_exit_code)
     if as_json:
         _emit(lease.as_dict())
     else:
@@ -182,56 +238,9 @@ def release(common: Common, lock_id: str, lease_id: str, as_json: bool) -> None:
         _emit({"lock_id": lock_id, "released": True})
 
 
-def _exit_code_for(exc: errors.AwsflockError) -> int:
-    return exc.exit_code
-
-
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the CLI and turn every failure into one line and an exit code."""
-    args = sys.argv[1:] if argv is None else argv
-    STATE["debug"] = "--debug" in args
-    try:
-        cli.main(args=args, prog_name="awsflock", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("awsflock: aborted", err=True)
-        sys.exit(130)
-    except click.UsageError as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `awsflock`
-            click.echo(exc.format_message(), err=True)
-            sys.exit(exc.exit_code)
-        # One line, naming the problem and where the fix is documented.
-        where = exc.ctx.command_path if exc.ctx is not None else "awsflock"
-        message = " ".join(exc.format_message().split())
-        click.echo(f"awsflock: usage error: {message} (see '{where} --help')", err=True)
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        click.echo(f"awsflock: error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
-    except errors.AwsflockError as exc:
-        if STATE["debug"]:
-            import traceback
-
-            traceback.print_exc()
-        label = {2: "usage error", 3: "not held" if isinstance(exc, errors.NotHeld) else "busy"}
-        click.echo(f"awsflock: {label.get(exc.exit_code, 'error')}: {exc.one_line()}", err=True)
-        sys.exit(_exit_code_for(exc))
-    except KeyboardInterrupt:
-        click.echo("awsflock: interrupted", err=True)
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(1)
-    except Exception as exc:
-        if STATE["debug"]:
-            raise
-        click.echo(
-            f"awsflock: internal error: {type(exc).__name__}: {exc} "
-            "(run again with --debug for details, and please report it)",
-            err=True,
-        )
-        sys.exit(1)
-    sys.exit(0)
+    """Console entry point."""
+    cli.main(args=argv, prog_name="awsflock")
 
 
 __all__ = ["DurationType", "cli", "main"]

@@ -1,0 +1,61 @@
+"""Shared fixtures: fake AWS credentials, in-process moto, a fake clock."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+# Never let a test reach real AWS: fake credentials and a fixed region for every test.
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+)
+for _name in ("AWS_PROFILE", "AWSFLOCK_TABLE", "AWSFLOCK_ENDPOINT_URL", "DYNAMO_ENDPOINT_URL",
+              "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_REGION"):
+    os.environ.pop(_name, None)
+
+
+@pytest.fixture
+def clock():
+    from awsflock.clock import FakeClock
+
+    return FakeClock()
+
+
+@pytest.fixture
+def moto() -> Iterator[object]:
+    """In-process moto with an awsflock table; yields a raw DynamoDB client."""
+    from moto import mock_aws
+
+    with mock_aws():
+        import botocore.session
+
+        client = botocore.session.get_session().create_client("dynamodb", region_name="us-east-1")
+        from awsflock.store import Store
+
+        Store("awsflock", client).create_table()
+        yield client
+
+
+@pytest.fixture
+def make_table(moto, clock):
+    """Build LockTables sharing the moto table and the fake clock, one per simulated host."""
+    from awsflock.lease import LockTable
+    from awsflock.records import Identity
+
+    def make(owner: str = "host-a", **kwargs):
+        return LockTable(
+            "awsflock",
+            client=kwargs.pop("client", moto),
+            clock=kwargs.pop("clock", clock),
+            identity=Identity(owner=owner, host=owner, pid=100),
+            **kwargs,
+        )
+
+    return make

@@ -1,0 +1,95 @@
+"""Small test helpers shared by unit tests."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+from awsflock.clock import FakeClock
+
+
+class ScheduledClock(FakeClock):
+    """A fake clock that runs scheduled actions when a sleep carries it past their time."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        super().__init__(start)
+        self._events: list[tuple[float, Callable[[], None]]] = []
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        """Run ``action`` once wall time reaches ``when`` (absolute epoch seconds)."""
+        self._events.append((when, action))
+        self._events.sort(key=lambda e: e[0])
+
+    def sleep(self, seconds: float) -> None:
+        target = self.time() + max(0.0, seconds)
+        self.sleeps.append(seconds)
+        while self._events and self._events[0][0] <= target:
+            when, action = self._events.pop(0)
+            self.advance(max(0.0, when - self.time()))
+            action()
+        self.advance(max(0.0, target - self.time()))
+
+
+class CountingClient:
+    """Wraps a DynamoDB client and counts calls per operation."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr) or name.startswith("_") or name in ("exceptions", "meta"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return attr(*args, **kwargs)
+
+        return call
+
+
+class LosingClient(CountingClient):
+    """Lets chosen requests through to the server, then loses their answer (raises)."""
+
+    def __init__(self, client: Any, lose: Callable[[str, int], bool]) -> None:
+        super().__init__(client)
+        self.lose = lose
+
+    def __getattr__(self, name: str) -> Any:
+        inner = super().__getattr__(name)
+        if not callable(inner) or name in ("exceptions", "meta"):
+            return inner
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = inner(*args, **kwargs)
+            if self.lose(name, self.calls[name]):
+                from botocore.exceptions import ReadTimeoutError
+
+                raise ReadTimeoutError(endpoint_url="http://lost")
+            return result
+
+        return call
+
+
+class FlakyClient(CountingClient):
+    """Fails the first ``failures`` UpdateItem calls as if the endpoint were unreachable."""
+
+    def __init__(self, client: Any, failures: int) -> None:
+        super().__init__(client)
+        self.failures = failures
+
+    def __getattr__(self, name: str) -> Any:
+        inner = super().__getattr__(name)
+        if name != "update_item":
+            return inner
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.failures > 0:
+                self.failures -= 1
+                from botocore.exceptions import EndpointConnectionError
+
+                raise EndpointConnectionError(endpoint_url="http://down")
+            return inner(*args, **kwargs)
+
+        return call

@@ -1,0 +1,367 @@
+"""The lease protocol against in-process moto with a fake clock: no real sleeping."""
+
+from __future__ import annotations
+
+import pytest
+
+from awsflock import errors
+from awsflock.lease import LockTable
+from awsflock.records import Identity
+from awsflock.store import Store
+from tests.helpers import CountingClient, FlakyClient, LosingClient, ScheduledClock
+
+
+def test_acquire_free_lock_grants_a_lease_with_a_fencing_token(make_table, clock):
+    lease = make_table().acquire("deploy", lease=60, wait=0)
+    assert lease.fencing_token is not None and lease.fencing_token > 0
+    assert lease.expires_at == pytest.approx(clock.time() + 60)
+    assert len(lease.lease_id) == 36
+
+
+def test_second_acquirer_is_told_who_holds_the_lock(make_table):
+    make_table("host-a").acquire("deploy", lease=60, wait=0)
+    with pytest.raises(errors.LockBusy) as caught:
+        make_table("host-b").acquire("deploy", lease=60, wait=0)
+    assert caught.value.holder is not None
+    assert caught.value.holder.owner == "host-a"
+    assert "host-a" in str(caught.value) and "expires in 1m" in str(caught.value)
+    assert caught.value.exit_code == 3
+
+
+def test_release_frees_the_lock_and_the_next_token_is_higher(make_table):
+    a, b = make_table("a"), make_table("b")
+    first = a.acquire("deploy", lease=60, wait=0)
+    first.release()
+    second = b.acquire("deploy", lease=60, wait=0)
+    assert second.fencing_token > first.fencing_token
+
+
+def test_tokens_strictly_increase_over_many_acquisitions(make_table, clock):
+    table = make_table()
+    tokens = []
+    for _ in range(20):
+        lease = table.acquire("counter", lease=5, wait=0)
+        tokens.append(lease.fencing_token)
+        lease.release()
+        clock.advance(0.001)
+    assert tokens == sorted(set(tokens))
+
+
+def test_released_item_is_kept_so_the_counter_survives(make_table, moto):
+    lease = make_table().acquire("keep", lease=60, wait=0)
+    lease.release()
+    item = moto.get_item(TableName="awsflock", Key={"lock_id": {"S": "keep"}})["Item"]
+    assert item["released"] == {"BOOL": True}
+    assert int(item["fence"]["N"]) == lease.fencing_token
+
+
+def test_expired_lease_is_reclaimed_only_after_the_skew_window(make_table, clock):
+    make_table("a").acquire("job", lease=10, wait=0)
+    clock.advance(10 + 4.9)  # expired, but inside the 5 s skew window
+    with pytest.raises(errors.LockBusy):
+        make_table("b").acquire("job", lease=10, wait=0)
+    clock.advance(0.2)
+    lease = make_table("b").acquire("job", lease=10, wait=0)
+    assert lease.reclaimed is not None and lease.reclaimed.prev_released is False
+
+
+def test_skew_window_is_configurable(make_table, clock):
+    make_table("a").acquire("job", lease=10, wait=0)
+    clock.advance(10 + 6)
+    with pytest.raises(errors.LockBusy):
+        make_table("b", skew=30).acquire("job", lease=10, wait=0)
+    make_table("c", skew=5).acquire("job", lease=10, wait=0)
+
+
+def test_token_increases_across_deletion_of_the_item(make_table, moto, clock):
+    first = make_table().acquire("gone", lease=10, wait=0)
+    clock.advance(10 + 5 + 1)
+    # What TTL (or an operator) does: the item and its counter disappear.
+    moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": "gone"}})
+    second = make_table().acquire("gone", lease=10, wait=0)
+    assert second.fencing_token > first.fencing_token
+
+
+def _put_like_020(client, lock_id: str, lease_id: str, expiration: int, owner: str = "old") -> None:
+    """Write the item exactly as awsflock 0.2.0's acquire/reclaim does (a full PutItem)."""
+    client.put_item(
+        TableName="awsflock",
+        Item={
+            "lock_id": {"S": lock_id},
+            "lease_id": {"S": lease_id},
+            "lease_duration": {"N": "60"},
+            "owner": {"S": owner},
+            "expiration_time": {"N": str(expiration)},
+        },
+    )
+
+
+def test_token_increases_across_an_overwrite_by_a_020_client(make_table, moto, clock):
+    first = make_table().acquire("mixed", lease=10, wait=0)
+    first.release()
+    clock.advance(11)  # 0.2.0 waits until expiration_time is 5 s past before reclaiming
+    _put_like_020(moto, "mixed", "0" * 8 + "-0000-4000-8000-" + "0" * 12, int(clock.time()) + 60)
+    with pytest.raises(errors.LockBusy) as caught:
+        make_table().acquire("mixed", lease=10, wait=0)
+    assert caught.value.holder.legacy
+    clock.advance(60 + 6)
+    second = make_table().acquire("mixed", lease=10, wait=0)
+    assert second.fencing_token > first.fencing_token
+
+
+def test_a_020_holder_is_respected_until_its_expiration_plus_skew(make_table, moto, clock):
+    _put_like_020(moto, "legacy", "1" * 8 + "-1111-4111-8111-" + "1" * 12, int(clock.time()) + 30)
+    with pytest.raises(errors.LockBusy):
+        make_table().acquire("legacy", lease=10, wait=0)
+    clock.advance(30 + 5.5)
+    with pytest.raises(errors.LockBusy):  # whole seconds: 0.2.0 items are judged conservatively
+        make_table().acquire("legacy", lease=10, wait=0)
+    clock.advance(1.0)
+    assert make_table().acquire("legacy", lease=10, wait=0).fencing_token
+
+
+def test_released_item_reads_as_free_to_a_020_client_after_its_skew(make_table, moto, clock):
+    # 0.2.0 reclaims when time.time() - expiration_time > 5; our release sets it `skew` ahead.
+    lease = make_table().acquire("r", lease=600, wait=0)
+    lease.release()
+    item = moto.get_item(TableName="awsflock", Key={"lock_id": {"S": "r"}})["Item"]
+    expiration = int(item["expiration_time"]["N"])
+    assert clock.time() < expiration <= clock.time() + 5 + 1
+
+
+def test_waiter_longer_than_its_lease_gets_a_full_lease_from_the_grant(make_table):
+    """awsflock 0.2.0 counted the lease from before waiting: a waiter that waited longer than its
+    lease got an already-expired lock and a third process took it at once (lost updates).
+    Here the lease counts from the grant, so the third process is refused."""
+    clock = ScheduledClock()
+    holder = make_table("holder", clock=clock).acquire("lock", lease=3600, wait=0)
+    clock.at(clock.time() + 100, holder.release)
+    waiter = make_table("waiter", clock=clock).acquire("lock", lease=20, wait=300)
+    assert waiter.waited >= 100
+    assert waiter.expires_at == pytest.approx(clock.time() + 20, abs=0.01)
+    with pytest.raises(errors.LockBusy):
+        make_table("third", clock=clock).acquire("lock", lease=20, wait=0)
+
+
+@pytest.mark.parametrize("waited_before_release", [1, 10, 35, 600])
+def test_waiter_notices_a_release_within_about_a_second_however_long_it_waited(
+    make_table, waited_before_release
+):
+    clock = ScheduledClock()
+    client = CountingClient(make_table().store.client)
+    holder = make_table("holder", clock=clock).acquire("h", lease=7200, wait=0)
+    released_at = clock.time() + waited_before_release
+    clock.at(released_at, holder.release)
+    waiter = make_table("waiter", clock=clock, client=client).acquire("h", lease=60, wait=None)
+    assert clock.time() - released_at <= 1.25 + 1e-6
+    # About one request a second while waiting, never a burst.
+    requests = client.calls["update_item"]
+    assert requests <= waited_before_release / 0.75 + 2
+    assert all(0 < s <= 1.25 + 1e-9 for s in clock.sleeps)
+    assert waiter.fencing_token > holder.fencing_token
+
+
+def test_poll_intervals_are_jittered(make_table):
+    clock = ScheduledClock()
+    holder = make_table("holder", clock=clock).acquire("j", lease=7200, wait=0)
+    clock.at(clock.time() + 30, holder.release)
+    make_table("waiter", clock=clock).acquire("j", lease=60, wait=None)
+    assert len({round(s, 3) for s in clock.sleeps}) > 5
+
+
+def test_waiter_never_sleeps_past_the_holders_expiry_plus_skew(make_table):
+    clock = ScheduledClock()
+    make_table("dead", clock=clock).acquire("e", lease=10.3, wait=0)
+    reclaim_at = clock.time() + 10.3 + 5
+    lease = make_table("waiter", clock=clock).acquire("e", lease=60, wait=120)
+    assert reclaim_at < clock.time() <= reclaim_at + 0.1
+    assert lease.reclaimed is not None
+
+
+def test_wait_time_makes_a_last_attempt_at_its_deadline(make_table):
+    clock = ScheduledClock()
+    holder = make_table("holder", clock=clock).acquire("d", lease=7200, wait=0)
+    start = clock.time()
+    clock.at(start + 9.999, holder.release)
+    lease = make_table("waiter", clock=clock).acquire("d", lease=60, wait=10)
+    assert clock.time() == pytest.approx(start + 10, abs=1e-6)
+    assert lease.fencing_token > holder.fencing_token
+
+
+def test_wait_time_never_gives_up_early(make_table):
+    clock = ScheduledClock()
+    make_table("holder", clock=clock).acquire("d2", lease=7200, wait=0)
+    start = clock.monotonic()
+    with pytest.raises(errors.LockBusy) as caught:
+        make_table("waiter", clock=clock).acquire("d2", lease=60, wait=7)
+    assert clock.monotonic() - start == pytest.approx(7, abs=1e-6)
+    assert "gave up after 7s" in str(caught.value)
+
+
+def test_uncontended_operations_are_one_request_each(make_table, moto):
+    client = CountingClient(moto)
+    table = make_table(client=client)
+    lease = table.acquire("one", lease=60, wait=0)
+    assert dict(client.calls) == {"update_item": 1}
+    lease.renew()
+    assert dict(client.calls) == {"update_item": 2}
+    lease.release()
+    assert dict(client.calls) == {"update_item": 3}
+
+
+def test_busy_acquire_learns_the_holder_from_the_same_request(make_table, moto):
+    make_table("a").acquire("busy", lease=60, wait=0)
+    client = CountingClient(moto)
+    with pytest.raises(errors.LockBusy) as caught:
+        make_table("b", client=client).acquire("busy", lease=60, wait=0)
+    assert dict(client.calls) == {"update_item": 1}
+    assert caught.value.holder.owner == "a"
+
+
+def test_renew_keeps_the_lease_id_and_counts_from_now(make_table, clock):
+    table = make_table()
+    lease = table.acquire("r", lease=60, wait=0)
+    clock.advance(50)
+    renewed = table.renew_lease("r", lease.lease_id, lease=300)
+    assert renewed.lease_id == lease.lease_id
+    assert renewed.expires_at == pytest.approx(clock.time() + 300)
+    assert renewed.fencing_token == lease.fencing_token
+
+
+def test_renew_by_another_lease_is_refused(make_table):
+    table = make_table()
+    table.acquire("r", lease=60, wait=0)
+    with pytest.raises(errors.NotHeld):
+        table.renew_lease("r", "2" * 8 + "-2222-4222-8222-" + "2" * 12, lease=60)
+
+
+def test_renew_after_release_is_refused(make_table):
+    lease = make_table().acquire("r", lease=60, wait=0)
+    lease.release()
+    with pytest.raises(errors.NotHeld):
+        lease.renew()
+
+
+def test_renew_after_reclaim_by_another_is_refused(make_table, clock):
+    lease = make_table("a").acquire("r", lease=10, wait=0)
+    clock.advance(16)
+    make_table("b").acquire("r", lease=10, wait=0)
+    with pytest.raises(errors.NotHeld):
+        lease.renew()
+
+
+def test_release_by_wrong_lease_is_refused_and_the_lock_stays_held(make_table):
+    table = make_table()
+    table.acquire("rel", lease=60, wait=0)
+    with pytest.raises(errors.NotHeld):
+        table.release_lease("rel", "3" * 8 + "-3333-4333-8333-" + "3" * 12)
+    with pytest.raises(errors.LockBusy):
+        make_table("b").acquire("rel", lease=60, wait=0)
+
+
+def test_release_after_reclaim_by_another_is_refused(make_table, clock):
+    lease = make_table("a").acquire("rel", lease=10, wait=0)
+    clock.advance(16)
+    make_table("b").acquire("rel", lease=10, wait=0)
+    with pytest.raises(errors.NotHeld) as caught:
+        lease.release()
+    assert "now held by b" in str(caught.value)
+
+
+def test_release_of_a_missing_lock_is_refused(make_table):
+    with pytest.raises(errors.NotHeld):
+        make_table().release_lease("never", "4" * 8 + "-4444-4444-8444-" + "4" * 12)
+
+
+def test_malformed_ids_are_usage_errors(make_table):
+    table = make_table()
+    with pytest.raises(errors.UsageError):
+        table.release_lease("x", "not-a-lease")
+    with pytest.raises(errors.UsageError):
+        table.acquire("", lease=60, wait=0)
+    with pytest.raises(errors.UsageError):
+        table.acquire("x" * 2049, lease=60, wait=0)
+    with pytest.raises(errors.UsageError):
+        table.acquire("x", lease=0, wait=0)
+    with pytest.raises(errors.UsageError):
+        table.acquire("x", lease=60, wait=-1)
+
+
+# -- retries: a request that went through but whose answer was lost ---------------------------
+
+
+def test_lost_acquire_answer_then_retry_is_not_reported_busy(make_table, moto):
+    # The first UpdateItem is applied by the server, then its answer is lost; the next try sees
+    # our own lease in the item and knows the lock is ours.
+    client = LosingClient(moto, lambda op, n: op == "update_item" and n == 1)
+    clock = ScheduledClock()
+    lease = make_table("a", client=client, clock=clock).acquire("lost", lease=60, wait=30)
+    with pytest.raises(errors.LockBusy) as caught:
+        make_table("b", clock=clock).acquire("lost", lease=60, wait=0)
+    assert caught.value.holder.lease_id == lease.lease_id
+    assert client.calls["update_item"] == 2
+
+
+def test_lost_acquire_answer_with_no_time_left_leaves_no_phantom_lock(make_table, moto):
+    client = LosingClient(moto, lambda op, n: op == "update_item" and n == 1)
+    with pytest.raises(errors.EndpointUnreachable):
+        make_table("a", client=client).acquire("phantom", lease=3600, wait=0)
+    # The grant we never heard of was released, so the lock is free right away.
+    assert make_table("b").acquire("phantom", lease=60, wait=0).fencing_token
+
+
+def test_lost_release_answer_then_someone_else_acquires_is_still_a_success(make_table, moto):
+    table = make_table("a")
+    lease = table.acquire("rr", lease=60, wait=0)
+    store = Store("awsflock", moto)
+    done, _ = store.release("rr", lease.lease_id, now_ms=int(table.clock.time() * 1000), skew_ms=5000)
+    assert done
+    make_table("b").acquire("rr", lease=60, wait=0)
+    table.release_lease("rr", lease.lease_id)  # the retry: no NotHeld
+
+
+def test_lost_release_answer_retried_at_once_is_a_success(make_table, moto):
+    client = LosingClient(moto, lambda op, n: op == "update_item" and n == 2)
+    table = make_table("a", client=client)
+    lease = table.acquire("rr2", lease=60, wait=0)
+    with pytest.raises(errors.EndpointUnreachable):
+        lease.release()
+    table.release_lease("rr2", lease.lease_id)
+
+
+def test_release_of_an_expired_lease_that_was_reclaimed_is_not_confused_with_a_retry(
+    make_table, clock
+):
+    lease = make_table("a").acquire("x", lease=10, wait=0)
+    clock.advance(16)
+    make_table("b").acquire("x", lease=10, wait=0)
+    with pytest.raises(errors.NotHeld):
+        make_table("a").release_lease("x", lease.lease_id)
+
+
+def test_context_manager_releases_and_never_swallows_the_callers_exception(make_table):
+    with pytest.raises(RuntimeError, match="boom"), make_table().acquire("cm", lease=60, wait=0):
+        raise RuntimeError("boom")
+    assert make_table("b").acquire("cm", lease=60, wait=0)
+
+
+def test_table_missing_is_a_clear_error(moto, clock):
+    table = LockTable("nope", client=moto, clock=clock, identity=Identity(owner="x"))
+    with pytest.raises(errors.TableMissing) as caught:
+        table.acquire("x", lease=60, wait=0)
+    assert "awsflock table-create --tablename nope" in caught.value.one_line()
+
+
+def test_transient_errors_while_waiting_are_retried_within_the_wait(make_table, moto):
+    client = FlakyClient(moto, failures=3)
+    clock = ScheduledClock()
+    lease = make_table("a", client=client, clock=clock).acquire("t", lease=60, wait=10)
+    assert lease.fencing_token and len(clock.sleeps) == 3
+
+
+def test_transient_errors_past_the_wait_are_reported(make_table, moto):
+    client = FlakyClient(moto, failures=1000)
+    clock = ScheduledClock()
+    with pytest.raises(errors.EndpointUnreachable):
+        make_table("a", client=client, clock=clock).acquire("t", lease=60, wait=5)
+    assert clock.time() - 1_800_000_000.0 == pytest.approx(5, abs=1e-6)
