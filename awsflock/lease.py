@@ -181,7 +181,7 @@ class LockTable:
         lease_id = new_lease_id()
         start = self.clock.monotonic()
         deadline = None if wait_s is None else start + wait_s
-        attempts = 0
+        attempts = errors_seen = 0
         unknown_outcome = False  # an attempt may have been granted without us hearing of it
         last_error: errors.AwsflockError | None = None
         holder: LockRecord | None = None
@@ -204,8 +204,6 @@ class LockTable:
                 except (errors.Throttled, errors.EndpointUnreachable) as err:
                     # Transient: keep trying within the caller's wait; the outcome is unknown.
                     last_error = err
-                    log.warning("acquire of %r: %s; retrying", lock_id, err.one_line(),
-                                extra={"event": "acquire_error", "lock_id": lock_id})
                     result = None
                 if result is not None:
                     record = result.record
@@ -215,15 +213,26 @@ class LockTable:
                         return self._granted(lock_id, lease_id, record, start, attempts)
                     holder = record
                     if attempts == 1:
+                        plan = (
+                            "waiting forever" if wait_s is None
+                            else f"waiting up to {format_seconds(wait_s)}" if wait_s > 0
+                            else "not waiting"
+                        )
                         log.info(
-                            "lock %r is held by %s",
-                            lock_id,
-                            holder.describe(self.clock.time()) if holder else "someone",
+                            "lock %r is busy; %s", lock_id, plan,
                             extra=self._event("contended", lock_id, holder),
                         )
                 pause = self._next_pause(holder, deadline)
                 if pause is None:
                     break
+                if last_error is not None:
+                    errors_seen += 1
+                    log.log(
+                        logging.WARNING if errors_seen == 1 else logging.DEBUG,
+                        "acquire of %r: %s; still trying", lock_id, last_error.one_line(),
+                        extra={"event": "acquire_error", "lock_id": lock_id,
+                               "error": type(last_error).__name__},
+                    )
                 self.clock.sleep(pause)
         except BaseException:
             if unknown_outcome:

@@ -256,16 +256,9 @@ class Store:
         # botocore directly: importing boto3 on top of it only adds start-up time.
         import botocore.session
         from botocore.config import Config
-        from botocore.exceptions import ProfileNotFound
 
-        try:
-            session = botocore.session.Session(profile=self.profile)
-            region = self.region or session.get_config_variable("region")
-        except ProfileNotFound as exc:
-            raise errors.ConfigurationError(
-                f"AWS profile {self.profile!r} not found",
-                hint="check --profile/AWS_PROFILE against ~/.aws/config",
-            ) from exc
+        session = botocore.session.Session(profile=self.profile)
+        region = self.region or session.get_config_variable("region")
         kwargs: dict[str, Any] = {}
         if is_loopback(self.endpoint_url):
             # A local server (dev-server, moto, dynalite) needs no real account: harmless
@@ -308,7 +301,7 @@ class Store:
             yield
         except bx.ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
-            message = exc.response.get("Error", {}).get("Message", "") or str(exc)
+            message = exc.response.get("Error", {}).get("Message", "")
             if code == "ResourceNotFoundException":
                 raise errors.TableMissing(
                     f"table {table!r} does not exist",
@@ -333,7 +326,8 @@ class Store:
                 raise errors.EndpointUnreachable(
                     f"DynamoDB is unavailable ({code})", hint="retry later"
                 ) from exc
-            raise errors.StoreError(f"DynamoDB refused {action}: {code}: {message}") from exc
+            detail = f"{code}: {message}" if message else code
+            raise errors.StoreError(f"DynamoDB refused {action} ({detail})") from exc
         except bx.NoCredentialsError as exc:
             raise errors.CredentialsError(
                 "no AWS credentials found",
@@ -361,6 +355,11 @@ class Store:
             raise errors.EndpointUnreachable(
                 f"connection to DynamoDB at {self._where()} failed: {exc}",
                 hint="check the network and retry",
+            ) from exc
+        except bx.ProfileNotFound as exc:
+            raise errors.ConfigurationError(
+                f"AWS profile {self.profile or exc.kwargs.get('profile')!r} not found",
+                hint="check --profile/AWS_PROFILE against ~/.aws/config",
             ) from exc
         except bx.ParamValidationError as exc:
             raise errors.UsageError(f"invalid request: {exc}") from exc

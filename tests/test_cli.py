@@ -1,0 +1,266 @@
+"""The CLI in-process (click's runner) against in-process moto: exit code, stdout, stderr."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from awsflock.cli import cli
+
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+@pytest.fixture
+def run(moto):
+    runner = CliRunner()
+
+    def invoke(*args: str, env: dict[str, str | None] | None = None):
+        return runner.invoke(cli, list(args), env=env, catch_exceptions=False)
+
+    return invoke
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+def test_acquire_prints_exactly_the_lease_id(run):
+    result = run("acquire", "LockFoo", "--lease-duration", "15 minutes")
+    assert result.exit_code == 0
+    assert UUID.match(result.stdout.strip()) and result.stdout.count("\n") == 1
+    assert result.stderr == ""
+
+
+def test_busy_no_wait_exits_3_and_names_the_holder_on_stderr(run):
+    run("acquire", "LockBar", "--owner", "deployer-1")
+    result = run("acquire", "LockBar", "--no-wait")
+    assert result.exit_code == 3
+    assert result.stdout == ""
+    line = one_line(result.stderr)
+    assert "deployer-1" in line and "pid" in line and "expires in" in line
+
+
+def test_conflict_exit_code_overrides_3(run):
+    run("acquire", "L")
+    assert run("acquire", "L", "--no-wait", "--conflict-exit-code", "0").exit_code == 0
+    assert run("acquire", "L", "--no-wait", "--conflict-exit-code", "256").exit_code == 2
+
+
+def test_quiet_busy_prints_nothing(run):
+    run("acquire", "L")
+    result = run("acquire", "L", "--no-wait", "-q")
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "", "")
+
+
+def test_acquire_json_has_stable_fields(run):
+    result = run("acquire", "J", "--json", "--lease-duration", "90")
+    data = json.loads(result.stdout)
+    assert set(data) == {
+        "lock_id", "lease_id", "fencing_token", "owner", "acquired_at", "expires_at",
+        "lease_duration",
+    }
+    assert data["lease_duration"] == 90 and isinstance(data["fencing_token"], int)
+
+
+def test_renew_prints_the_same_lease_id_and_release_frees(run):
+    lease = run("acquire", "LockFoo", "--lease-duration", "15 minutes").stdout.strip()
+    renewed = run("renew", "LockFoo", lease, "--lease-duration", "300s")
+    assert (renewed.exit_code, renewed.stdout.strip(), renewed.stderr) == (0, lease, "")
+    released = run("release", "LockFoo", lease)
+    assert (released.exit_code, released.stdout, released.stderr) == (0, "", "")
+    assert run("acquire", "LockFoo", "--no-wait").exit_code == 0
+
+
+def test_renew_and_release_of_a_lease_not_held_exit_3(run):
+    run("acquire", "N")
+    other = "5" * 8 + "-5555-4555-8555-" + "5" * 12
+    for command in ("renew", "release"):
+        result = run(command, "N", other)
+        assert result.exit_code == 3, command
+        assert result.stdout == ""
+        assert "not held" in one_line(result.stderr)
+
+
+def test_fencing_tokens_go_up_across_cli_cycles(run):
+    tokens = []
+    for _ in range(3):
+        data = json.loads(run("acquire", "F", "--json").stdout)
+        tokens.append(data["fencing_token"])
+        assert run("release", "F", data["lease_id"]).exit_code == 0
+    assert tokens == sorted(set(tokens))
+
+
+def test_missing_table_is_one_line_naming_table_create(run):
+    result = run("acquire", "x", "--tablename", "absent")
+    assert result.exit_code == 1
+    assert "awsflock table-create --tablename absent" in one_line(result.stderr)
+
+
+@pytest.mark.parametrize("name", ["table-create", "create-table"])
+def test_table_create_on_an_existing_table_succeeds(run, name):
+    result = run(name)
+    assert result.exit_code == 0, result.stderr
+    assert "already exist" in result.stderr and result.stdout == ""
+
+
+def test_table_create_makes_an_on_demand_table_with_ttl(run, moto):
+    result = run("table-create", "--tablename", "fresh")
+    assert result.exit_code == 0
+    table = moto.describe_table(TableName="fresh")["Table"]
+    assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    ttl = moto.describe_time_to_live(TableName="fresh")["TimeToLiveDescription"]
+    assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expiration_time"}
+
+
+def test_table_create_provisioned(run, moto):
+    result = run("table-create", "--tablename", "prov", "--billing-mode", "provisioned")
+    assert result.exit_code == 0
+    table = moto.describe_table(TableName="prov")["Table"]
+    assert table["ProvisionedThroughput"]["ReadCapacityUnits"] == 5
+
+
+def test_table_create_refuses_an_incompatible_table(run, moto):
+    moto.create_table(
+        TableName="other",
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    result = run("table-create", "--tablename", "other")
+    assert result.exit_code == 1
+    assert "not awsflock's" in result.stderr.strip().splitlines()[-1]
+
+
+def test_create_table_alias_is_hidden_from_help(run):
+    result = run("--help")
+    assert "table-create" in result.stdout and "create-table" not in result.stdout
+
+
+def test_tablename_comes_from_the_environment(run):
+    result = run("acquire", "x", env={"AWSFLOCK_TABLE": "absent2"})
+    assert "absent2" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["acquire", "x", "--lease-duration", "0"],
+        ["acquire", "x", "--lease-duration", "-5s"],
+        ["acquire", "x", "--lease-duration", "soon"],
+        ["acquire", "x", "--lease-duration", "400 days"],
+        ["acquire", "x", "--wait-time", "-1s"],
+        ["acquire", "x", "--wait-time", "30 days"],
+        ["acquire", "x", "--wait-time", "later"],
+        ["acquire", "x", "--skew", "1 hour"],
+        ["acquire", ""],
+        ["acquire", "x" * 2049],
+        ["acquire"],
+        ["renew", "x", "not-a-lease"],
+        ["release", "x", "12345"],
+        ["release", "x"],
+        ["renew", "x", "6" * 8 + "-6666-4666-8666-" + "6" * 12, "--lease-duration", "0s"],
+        ["bogus-command"],
+        ["acquire", "x", "--no-such-option"],
+    ],
+)
+def test_bad_input_is_a_one_line_usage_error(run, args):
+    result = run(*args)
+    assert result.exit_code == 2, result.stderr
+    assert result.stdout == ""
+    line = one_line(result.stderr)
+    assert line.startswith("awsflock: usage error:")
+
+
+def test_0_2_0_durations_are_accepted(run):
+    for text in ("15m", "3 minutes", "100hrs", "1 day", "1s", "300", "300s"):
+        result = run("acquire", f"d-{text}", "--lease-duration", text)
+        assert result.exit_code == 0, (text, result.stderr)
+
+
+def test_json_log_format_emits_events_without_lease_ids(run):
+    result = run("acquire", "logme", "--log-format", "json")
+    lease_id = result.stdout.strip()
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    acquired = [e for e in events if e["event"] == "acquired"]
+    assert acquired and acquired[0]["lock_id"] == "logme" and acquired[0]["fencing_token"]
+    assert lease_id not in result.stderr
+    run("acquire", "logme", "--no-wait", "--log-format", "json")
+    busy = run("acquire", "logme", "--no-wait", "--log-format", "json")
+    assert any(json.loads(line).get("event") == "contended" for line in busy.stderr.splitlines()[:-1])
+
+
+def test_verbose_text_log_says_what_happened(run):
+    result = run("acquire", "v", "-v")
+    assert "acquired 'v'" in result.stderr
+
+
+def test_unreachable_endpoint_is_one_line_exit_1():
+    result = CliRunner().invoke(
+        cli, ["acquire", "x", "--no-wait", "--endpoint-url", "http://127.0.0.1:9"]
+    )
+    assert result.exit_code == 1
+    assert "cannot reach DynamoDB at http://127.0.0.1:9" in one_line(result.stderr)
+
+
+def _run_isolated(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
+            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"}
+    return subprocess.run(
+        [sys.executable, "-m", "awsflock", *args], capture_output=True, text=True,
+        env={**base, **env}, timeout=60,
+    )
+
+
+def test_no_region_is_one_line_exit_1():
+    result = _run_isolated(["acquire", "x", "--no-wait"])
+    assert result.returncode == 1
+    assert "no AWS region" in one_line(result.stderr) and "--region" in result.stderr
+
+
+def test_no_credentials_is_one_line_exit_1():
+    result = _run_isolated(["acquire", "x", "--no-wait", "--region", "eu-west-1"])
+    assert result.returncode == 1
+    assert "no AWS credentials" in one_line(result.stderr)
+
+
+def test_unknown_profile_is_one_line_exit_1():
+    result = _run_isolated(["acquire", "x", "--profile", "ghost", "--region", "eu-west-1"])
+    assert result.returncode == 1
+    assert "profile 'ghost'" in one_line(result.stderr)
+
+
+def test_help_does_not_import_botocore():
+    code = (
+        "import sys\n"
+        "from awsflock.cli import main\n"
+        "try:\n    main(['acquire', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('botocore' in sys.modules, 'boto3' in sys.modules, file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stderr.strip() == "False False"
+    assert "--lease-duration" in result.stdout
+
+
+def test_importing_the_library_creates_no_client_and_no_botocore():
+    code = "import sys, awsflock; t = awsflock.LockTable('x'); print('botocore' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False"
+
+
+def test_python_dash_m_runs_the_cli():
+    result = subprocess.run([sys.executable, "-m", "awsflock", "--version"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.startswith("awsflock, version")
+
+
+def test_debug_shows_the_traceback():
+    result = _run_isolated(["acquire", "x", "--no-wait", "--debug"])
+    assert result.returncode == 1 and "Traceback" in result.stderr
