@@ -34,7 +34,7 @@ def _emit(data: dict[str, Any]) -> None:
 class _Cli(click.Group):
     """The top-level group: every failure becomes one stderr line and an exit code, here."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
         argv = kwargs.get("args")
         argv = list(sys.argv[1:] if argv is None else argv)
@@ -108,15 +108,18 @@ def cli() -> None:
 @common_options
 @click.option(
     "--billing-mode",
-    type=click.Choice(["on-demand", "provisioned", "PAY_PER_REQUEST", "PROVISIONED"],
-                      case_sensitive=False),
+    type=click.Choice(
+        ["on-demand", "provisioned", "PAY_PER_REQUEST", "PROVISIONED"], case_sensitive=False
+    ),
     default="on-demand",
     show_default=True,
     help="On-demand costs nothing while idle; provisioned uses --read/--write-capacity.",
 )
 @click.option("--read-capacity", type=click.IntRange(1, 40000), default=5, show_default=True)
 @click.option("--write-capacity", type=click.IntRange(1, 40000), default=5, show_default=True)
-def table_create(common: Common, billing_mode: str, read_capacity: int, write_capacity: int) -> None:
+def table_create(
+    common: Common, billing_mode: str, read_capacity: int, write_capacity: int
+) -> None:
     """Create the lock table (idempotent), wait until it is active, enable TTL.
 
     \b
@@ -132,9 +135,7 @@ def table_create(common: Common, billing_mode: str, read_capacity: int, write_ca
     created = table.store.create_table(
         billing_mode=mode, capacity=(read_capacity, write_capacity), progress=progress
     )
-    progress(
-        f"table {common.tablename!r} is ready" + ("" if created else " (it already existed)")
-    )
+    progress(f"table {common.tablename!r} is ready" + ("" if created else " (it already existed)"))
 
 
 # 0.2.0's code named the command create-table while its README said table-create: keep both.
@@ -182,7 +183,7 @@ def acquire(
     except errors.LockBusy as exc:
         if not common.quiet:
             click.echo(f"awsflock: {exc.one_line()}", err=True)
-        raise click.exceptions.Exit(conflict_exit_code)
+        raise click.exceptions.Exit(conflict_exit_code) from None
     if as_json:
         _emit(lease.as_dict())
     else:

@@ -31,7 +31,7 @@ def parse_seconds(text: str | float | int) -> float:
         if match:
             value = float(match.group(1))
         else:
-            from pytimeparse import parse  # small, but only needed on this path
+            from pytimeparse.timeparse import timeparse as parse  # only needed on this path
 
             parsed = parse(raw.strip()) if raw.strip() else None
             if parsed is None:
@@ -95,8 +95,8 @@ def format_seconds(seconds: float) -> str:
         return "-" + format_seconds(-seconds)
     if seconds < 10 and seconds != int(seconds):
         return f"{seconds:.1f}s"
-    total = int(round(seconds))
-    parts = []
+    total = round(seconds)
+    parts: list[str] = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if total >= size or (unit == "s" and not parts):
             parts.append(f"{total // size}{unit}")

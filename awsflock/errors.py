@@ -54,9 +54,7 @@ class LockBusy(AwsflockError):
 
     exit_code = 3
 
-    def __init__(
-        self, message: str, *, holder: LockRecord | None = None, hint: str = ""
-    ) -> None:
+    def __init__(self, message: str, *, holder: LockRecord | None = None, hint: str = "") -> None:
         super().__init__(message, hint=hint)
         self.holder = holder
 

@@ -66,7 +66,7 @@ def check_lock_id(lock_id: str) -> str:
 
 
 def _ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
+    return round(seconds * 1000)
 
 
 @dataclass
@@ -214,12 +214,16 @@ class LockTable:
                     holder = record
                     if attempts == 1:
                         plan = (
-                            "waiting forever" if wait_s is None
-                            else f"waiting up to {format_seconds(wait_s)}" if wait_s > 0
+                            "waiting forever"
+                            if wait_s is None
+                            else f"waiting up to {format_seconds(wait_s)}"
+                            if wait_s > 0
                             else "not waiting"
                         )
                         log.info(
-                            "lock %r is busy; %s", lock_id, plan,
+                            "lock %r is busy; %s",
+                            lock_id,
+                            plan,
                             extra=self._event("contended", lock_id, holder),
                         )
                 pause = self._next_pause(holder, deadline)
@@ -229,9 +233,14 @@ class LockTable:
                     errors_seen += 1
                     log.log(
                         logging.WARNING if errors_seen == 1 else logging.DEBUG,
-                        "acquire of %r: %s; still trying", lock_id, last_error.one_line(),
-                        extra={"event": "acquire_error", "lock_id": lock_id,
-                               "error": type(last_error).__name__},
+                        "acquire of %r: %s; still trying",
+                        lock_id,
+                        last_error.one_line(),
+                        extra={
+                            "event": "acquire_error",
+                            "lock_id": lock_id,
+                            "error": type(last_error).__name__,
+                        },
                     )
                 self.clock.sleep(pause)
         except BaseException:
@@ -288,7 +297,8 @@ class LockTable:
         )
         if reclaimed is not None:
             log.info(
-                "reclaimed %r from an expired lease", lock_id,
+                "reclaimed %r from an expired lease",
+                lock_id,
                 extra=self._event("reclaimed_expired", lock_id, record),
             )
         log.info(
@@ -297,17 +307,18 @@ class LockTable:
             lease.fencing_token,
             format_seconds(waited),
             attempts,
-            extra={**self._event("acquired", lock_id, record), "waited_s": round(waited, 3),
-                   "attempts": attempts},
+            extra={
+                **self._event("acquired", lock_id, record),
+                "waited_s": round(waited, 3),
+                "attempts": attempts,
+            },
         )
         return lease
 
     def _abandon(self, lock_id: str, lease_id: str) -> None:
         """Best effort: release a lease that may have been granted without our knowing."""
         try:
-            self.store.release(
-                lock_id, lease_id, now_ms=self._now_ms(), skew_ms=_ms(self.skew)
-            )
+            self.store.release(lock_id, lease_id, now_ms=self._now_ms(), skew_ms=_ms(self.skew))
         except errors.AwsflockError as err:
             log.debug("clean-up release of %r failed: %s", lock_id, err.one_line())
 
@@ -341,9 +352,7 @@ class LockTable:
         check_lock_id(lock_id)
         lease_id = check_lease_id(lease_id)
         lease_s = lease_seconds(lease)
-        record = self.store.renew(
-            lock_id, lease_id, now_ms=self._now_ms(), lease_ms=_ms(lease_s)
-        )
+        record = self.store.renew(lock_id, lease_id, now_ms=self._now_ms(), lease_ms=_ms(lease_s))
         if record is None:
             raise errors.NotHeld(
                 f"lease {lease_id} does not hold lock {lock_id!r} (released, or expired and "
@@ -351,7 +360,9 @@ class LockTable:
                 hint="acquire the lock again",
             )
         log.info(
-            "renewed %r for %s", lock_id, format_seconds(lease_s),
+            "renewed %r for %s",
+            lock_id,
+            format_seconds(lease_s),
             extra=self._event("renewed", lock_id, record),
         )
         return Lease(
@@ -375,8 +386,11 @@ class LockTable:
         if not done:
             raise errors.NotHeld(
                 f"lease {lease_id} does not hold lock {lock_id!r}"
-                + (f" (now held by {record.describe(self.clock.time())})"
-                   if record is not None and record.lease_id and not record.released else ""),
+                + (
+                    f" (now held by {record.describe(self.clock.time())})"
+                    if record is not None and record.lease_id and not record.released
+                    else ""
+                ),
                 hint="nothing to release",
             )
         log.info("released %r", lock_id, extra=self._event("released", lock_id, record))

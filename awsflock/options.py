@@ -21,7 +21,7 @@ ENDPOINT_ENV = (
 )
 
 
-class DurationType(click.ParamType):
+class DurationType(click.ParamType):  # type: ignore[type-arg]  # generic only in new click
     """A duration as text ('15m', '300', '2 hours'); checked by the given function."""
 
     name = "duration"

@@ -110,7 +110,9 @@ class LockRecord:
             details.append(self.ci_url)
         text = who + (f" ({', '.join(details)})" if details else "")
         if self.acquired_at is not None:
-            text += f" since {iso_utc(self.acquired_at)} ({format_seconds(now - self.acquired_at)} ago)"
+            text += (
+                f" since {iso_utc(self.acquired_at)} ({format_seconds(now - self.acquired_at)} ago)"
+            )
         left = self.expires_at - now
         if left >= 0:
             text += f", expires in {format_seconds(left)}"

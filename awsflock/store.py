@@ -277,8 +277,13 @@ class Store:
             connect_timeout=3,
             read_timeout=5,
         )
-        client: DynamoDBClient = session.create_client(
-            "dynamodb", region_name=region, endpoint_url=self.endpoint_url, config=config, **kwargs
+        client: DynamoDBClient = session.create_client(  # type: ignore[assignment]
+            # botocore types every client as BaseClient; this one is DynamoDB's.
+            "dynamodb",
+            region_name=region,
+            endpoint_url=self.endpoint_url,
+            config=config,
+            **kwargs,
         )
         return client
 
@@ -331,7 +336,7 @@ class Store:
         except bx.NoCredentialsError as exc:
             raise errors.CredentialsError(
                 "no AWS credentials found",
-                hint="set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws sso login`",
+                hint="set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
             ) from exc
         except bx.PartialCredentialsError as exc:
             raise errors.CredentialsError(
@@ -421,7 +426,9 @@ class Store:
         applied, record = self._conditional_update("acquire", lock_id, update, COND_FREE, request)
         return Attempt(applied, record)
 
-    def renew(self, lock_id: str, lease_id: str, *, now_ms: int, lease_ms: int) -> LockRecord | None:
+    def renew(
+        self, lock_id: str, lease_id: str, *, now_ms: int, lease_ms: int
+    ) -> LockRecord | None:
         """Extend our lease. The new state, or None if the lease is not ours any more."""
         expires_ms = now_ms + lease_ms
         values = {
@@ -451,9 +458,13 @@ class Store:
         )
         # A retried release whose first try went through, then someone else acquired:
         # the item remembers the lease it replaced and whether that one was released.
-        if not applied and record is not None:
-            if record.prev_lease_id == lease_id and record.prev_released:
-                return True, record
+        if (
+            not applied
+            and record is not None
+            and record.prev_lease_id == lease_id
+            and record.prev_released
+        ):
+            return True, record
         return applied, record
 
     def get(self, lock_id: str) -> LockRecord | None:
@@ -487,9 +498,12 @@ class Store:
                         **request,
                     )
                 except ClientError as exc:
-                    if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    if (
+                        exc.response.get("Error", {}).get("Code")
+                        != "ConditionalCheckFailedException"
+                    ):
                         raise
-                    item = exc.response.get("Item")
+                    item: Any = exc.response.get("Item")
                     if item:
                         self._ccf_returns_item = True
                         return False, record_from_item(item)
@@ -579,7 +593,10 @@ class Store:
             with self.translate_errors("describe_table"):
                 table = self.client.describe_table(TableName=self.table_name)["Table"]
             keys = [(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])]
-            types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
+            types = {
+                a["AttributeName"]: a["AttributeType"]
+                for a in table.get("AttributeDefinitions", [])
+            }
             if keys != [(A_LOCK_ID, "HASH")] or types.get(A_LOCK_ID) != "S":
                 raise errors.TableIncompatible(
                     f"table {self.table_name!r} exists with key schema {keys}, not awsflock's "
@@ -604,6 +621,7 @@ class Store:
 
         try:
             with self.translate_errors("describe_ttl"):
+                desc: Any
                 try:
                     desc = self.client.describe_time_to_live(TableName=self.table_name)
                 except ClientError as exc:

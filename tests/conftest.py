@@ -16,8 +16,15 @@ os.environ.update(
         "AWS_EC2_METADATA_DISABLED": "true",
     }
 )
-for _name in ("AWS_PROFILE", "AWSFLOCK_TABLE", "AWSFLOCK_ENDPOINT_URL", "DYNAMO_ENDPOINT_URL",
-              "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_REGION"):
+for _name in (
+    "AWS_PROFILE",
+    "AWSFLOCK_TABLE",
+    "AWSFLOCK_ENDPOINT_URL",
+    "DYNAMO_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_REGION",
+):
     os.environ.pop(_name, None)
 
 

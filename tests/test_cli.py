@@ -64,7 +64,12 @@ def test_acquire_json_has_stable_fields(run):
     result = run("acquire", "J", "--json", "--lease-duration", "90")
     data = json.loads(result.stdout)
     assert set(data) == {
-        "lock_id", "lease_id", "fencing_token", "owner", "acquired_at", "expires_at",
+        "lock_id",
+        "lease_id",
+        "fencing_token",
+        "owner",
+        "acquired_at",
+        "expires_at",
         "lease_duration",
     }
     assert data["lease_duration"] == 90 and isinstance(data["fencing_token"], int)
@@ -194,7 +199,9 @@ def test_json_log_format_emits_events_without_lease_ids(run):
     assert lease_id not in result.stderr
     run("acquire", "logme", "--no-wait", "--log-format", "json")
     busy = run("acquire", "logme", "--no-wait", "--log-format", "json")
-    assert any(json.loads(line).get("event") == "contended" for line in busy.stderr.splitlines()[:-1])
+    assert any(
+        json.loads(line).get("event") == "contended" for line in busy.stderr.splitlines()[:-1]
+    )
 
 
 def test_verbose_text_log_says_what_happened(run):
@@ -211,11 +218,19 @@ def test_unreachable_endpoint_is_one_line_exit_1():
 
 
 def _run_isolated(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
-            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"}
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/nonexistent",
+        "AWS_CONFIG_FILE": "/nonexistent",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     return subprocess.run(
-        [sys.executable, "-m", "awsflock", *args], capture_output=True, text=True,
-        env={**base, **env}, timeout=60,
+        [sys.executable, "-m", "awsflock", *args],
+        capture_output=True,
+        text=True,
+        env={**base, **env},
+        timeout=60,
     )
 
 
@@ -244,20 +259,25 @@ def test_help_does_not_import_botocore():
         "try:\n    main(['acquire', '--help'])\nexcept SystemExit:\n    pass\n"
         "print('botocore' in sys.modules, 'boto3' in sys.modules, file=sys.stderr)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
     assert result.stderr.strip() == "False False"
     assert "--lease-duration" in result.stdout
 
 
 def test_importing_the_library_creates_no_client_and_no_botocore():
     code = "import sys, awsflock; t = awsflock.LockTable('x'); print('botocore' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
     assert result.stdout.strip() == "False"
 
 
 def test_python_dash_m_runs_the_cli():
-    result = subprocess.run([sys.executable, "-m", "awsflock", "--version"], capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "awsflock", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and result.stdout.startswith("awsflock, version")
 
 

@@ -314,7 +314,9 @@ def test_lost_release_answer_then_someone_else_acquires_is_still_a_success(make_
     table = make_table("a")
     lease = table.acquire("rr", lease=60, wait=0)
     store = Store("awsflock", moto)
-    done, _ = store.release("rr", lease.lease_id, now_ms=int(table.clock.time() * 1000), skew_ms=5000)
+    done, _ = store.release(
+        "rr", lease.lease_id, now_ms=int(table.clock.time() * 1000), skew_ms=5000
+    )
     assert done
     make_table("b").acquire("rr", lease=60, wait=0)
     table.release_lease("rr", lease.lease_id)  # the retry: no NotHeld

@@ -1,0 +1,192 @@
+"""A fault-injecting HTTP/1.1 proxy on loopback, for DynamoDB-compatible servers.
+
+It reads each request from the client, decides what to do with it by its ``X-Amz-Target``
+(e.g. ``DynamoDB_20120810.UpdateItem``) and its number, and then:
+
+- ``pass``: forwards it and returns the answer;
+- ``drop``: forwards it, lets the server apply it, then closes the client's connection without
+  an answer (the request went through; the response was lost);
+- ``reset``: forwards it, then resets the client's connection (RST) instead of answering;
+- ``reset_before``: resets the client's connection without forwarding;
+- ``delay:S``: forwards it and answers after S seconds;
+- ``throttle``: answers 400 ThrottlingException without forwarding;
+- ``busy``: answers 400 ProvisionedThroughputExceededException without forwarding.
+
+It also counts requests per target, which the benchmark uses to count requests per operation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from typing import Callable
+
+Plan = Callable[[str, int], str]
+
+_THROTTLE_BODIES = {
+    "throttle": ("ThrottlingException", "Rate of requests exceeds the allowed throughput."),
+    "busy": (
+        "ProvisionedThroughputExceededException",
+        "The level of configured provisioned throughput for the table was exceeded.",
+    ),
+}
+
+
+def _read_message(sock: socket.socket, buffer: bytearray) -> bytes | None:
+    """One HTTP message (head plus Content-Length or chunked body) from ``sock``; None on EOF."""
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buffer += chunk
+    head_end = buffer.index(b"\r\n\r\n") + 4
+    head = bytes(buffer[:head_end]).decode("latin-1").lower()
+    length = 0
+    chunked = False
+    for line in head.split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.strip() == "content-length":
+            length = int(value.strip())
+        elif name.strip() == "transfer-encoding" and "chunked" in value:
+            chunked = True
+    if chunked:
+        while not buffer.endswith(b"0\r\n\r\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                return None
+            buffer += chunk
+        message = bytes(buffer)
+        del buffer[:]
+        return message
+    while len(buffer) < head_end + length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buffer += chunk
+    message = bytes(buffer[: head_end + length])
+    del buffer[: head_end + length]
+    return message
+
+
+def _target(request: bytes) -> str:
+    head = request.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    for line in head.split("\r\n"):
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "x-amz-target":
+            return value.strip().rsplit(".", 1)[-1]
+    return "?"
+
+
+def _reset(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def _error_response(kind: str) -> bytes:
+    code, message = _THROTTLE_BODIES[kind]
+    body = json.dumps({"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": message})
+    data = body.encode()
+    return (
+        b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/x-amz-json-1.0\r\n"
+        + f"Content-Length: {len(data)}\r\nx-amzn-RequestId: fault\r\n\r\n".encode()
+        + data
+    )
+
+
+class FaultProxy:
+    """Listens on 127.0.0.1 (a free port) and forwards to ``upstream`` ("host", port)."""
+
+    def __init__(self, upstream: tuple[str, int], plan: Plan | None = None) -> None:
+        self.upstream = upstream
+        self.plan: Plan = plan or (lambda target, n: "pass")
+        self.counts: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+        self.on_fault: Callable[[str, str], None] | None = None
+        self._lock = threading.Lock()
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(128)
+        self.port = self._server.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="faultproxy", daemon=True)
+        self._thread.start()
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.counts.clear()
+            self.faults.clear()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._server.close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        self._server.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream: socket.socket | None = None
+        inbox, outbox = bytearray(), bytearray()
+        client.settimeout(60)
+        try:
+            while not self._stop.is_set():
+                request = _read_message(client, inbox)
+                if request is None:
+                    return
+                target = _target(request)
+                with self._lock:
+                    self.counts[target] += 1
+                    action = self.plan(target, self.counts[target])
+                    if action != "pass":
+                        self.faults[action.split(":")[0]] += 1
+                if action in _THROTTLE_BODIES:
+                    client.sendall(_error_response(action))
+                    continue
+                if action == "reset_before":
+                    _reset(client)
+                    return
+                if upstream is None:
+                    upstream = socket.create_connection(self.upstream, timeout=60)
+                upstream.sendall(request)
+                response = _read_message(upstream, outbox)
+                if response is None:
+                    return
+                if self.on_fault is not None and action != "pass":
+                    self.on_fault(target, action)
+                if action == "drop":
+                    client.close()
+                    return
+                if action == "reset":
+                    _reset(client)
+                    return
+                if action.startswith("delay:"):
+                    time.sleep(float(action.split(":", 1)[1]))
+                client.sendall(response)
+        except OSError:
+            return
+        finally:
+            for sock in (client, upstream):
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.close()

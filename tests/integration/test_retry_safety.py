@@ -1,0 +1,102 @@
+"""Requests that went through but whose answer was lost, over a real TCP proxy, real servers.
+
+botocore retries such requests; the protocol must make those retries harmless: no phantom lock,
+no "busy" for a lock we hold, no "not held" for a release that happened.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tests.faultproxy import FaultProxy
+from tests.integration.conftest import Cli
+
+UPDATE = "UpdateItem"
+
+
+def holder_of(raw_client, table: str, lock: str) -> dict:
+    item = raw_client.get_item(TableName=table, Key={"lock_id": {"S": lock}}, ConsistentRead=True)
+    return item.get("Item", {})
+
+
+def test_acquire_whose_answer_was_dropped_still_succeeds(
+    proxy: FaultProxy, awsflock: Cli, raw_client, lock_name
+):
+    proxy.plan = lambda target, n: "drop" if target == UPDATE and n == 1 else "pass"
+    via = Cli(proxy.url, awsflock.table)
+    result = via("acquire", lock_name, "--no-wait")
+    assert result.returncode == 0, result.stderr
+    lease = result.stdout.strip()
+    assert holder_of(raw_client, awsflock.table, lock_name)["lease_id"]["S"] == lease
+    assert proxy.faults["drop"] == 1 and proxy.counts[UPDATE] == 2
+    assert awsflock("acquire", lock_name, "--no-wait").returncode == 3
+
+
+def test_acquire_reset_after_the_request_went_through_still_succeeds(
+    proxy: FaultProxy, awsflock: Cli, raw_client, lock_name
+):
+    proxy.plan = lambda target, n: "reset" if target == UPDATE and n == 1 else "pass"
+    result = Cli(proxy.url, awsflock.table)("acquire", lock_name, "--no-wait")
+    assert result.returncode == 0, result.stderr
+    assert (
+        holder_of(raw_client, awsflock.table, lock_name)["lease_id"]["S"] == result.stdout.strip()
+    )
+
+
+def test_renew_and_release_whose_answers_were_dropped_succeed(
+    proxy: FaultProxy, awsflock: Cli, raw_client, lock_name
+):
+    lease = awsflock("acquire", lock_name).stdout.strip()
+    proxy.plan = lambda target, n: "drop" if target == UPDATE and n in (1, 3) else "pass"
+    via = Cli(proxy.url, awsflock.table)
+    renewed = via("renew", lock_name, lease, "--lease-duration", "10m")
+    assert (renewed.returncode, renewed.stdout.strip()) == (0, lease), renewed.stderr
+    released = via("release", lock_name, lease)
+    assert released.returncode == 0, released.stderr
+    assert proxy.faults["drop"] == 2
+    assert holder_of(raw_client, awsflock.table, lock_name)["released"] == {"BOOL": True}
+
+
+def test_release_retried_after_another_acquired_is_not_reported_not_held(
+    proxy: FaultProxy, awsflock: Cli, lock_name
+):
+    lease = awsflock("acquire", lock_name).stdout.strip()
+    proxy.plan = lambda target, n: "drop" if target == UPDATE and n == 1 else "pass"
+    taken = {}
+
+    def someone_else_acquires(target: str, action: str) -> None:
+        # Between our release (applied, answer lost) and botocore's retry of it.
+        taken["result"] = awsflock("acquire", lock_name, "--no-wait", "--owner", "other")
+
+    proxy.on_fault = someone_else_acquires
+    released = Cli(proxy.url, awsflock.table)("release", lock_name, lease)
+    assert taken["result"].returncode == 0
+    assert released.returncode == 0, released.stderr
+
+
+def test_no_phantom_lock_when_every_answer_is_lost(
+    proxy: FaultProxy, awsflock: Cli, raw_client, lock_name
+):
+    # Every UpdateItem reaches the server and every answer is lost. The CLI gives up with an
+    # error; the grant it never heard of must not stay behind as a lock held by nobody.
+    proxy.plan = lambda target, n: "drop" if target == UPDATE else "pass"
+    result = Cli(proxy.url, awsflock.table)(
+        "acquire", lock_name, "--no-wait", "--lease-duration", "1h"
+    )
+    assert result.returncode == 1
+    assert re.search(r"cannot reach|did not answer|failed", result.stderr)
+    assert "Traceback" not in result.stderr
+    assert holder_of(raw_client, awsflock.table, lock_name).get("released") == {"BOOL": True}
+    assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
+
+
+def test_throttling_is_retried_then_reported_clearly(proxy: FaultProxy, awsflock: Cli, lock_name):
+    proxy.plan = lambda target, n: "throttle" if target == UPDATE and n <= 2 else "pass"
+    ok = Cli(proxy.url, awsflock.table)("acquire", lock_name, "--no-wait")
+    assert ok.returncode == 0, ok.stderr
+    proxy.reset_counts()
+    proxy.plan = lambda target, n: "busy" if target == UPDATE else "pass"
+    result = Cli(proxy.url, awsflock.table)("acquire", lock_name + "x", "--no-wait")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "throttling" in lines[0]

@@ -1,0 +1,103 @@
+"""DynamoDB-compatible servers for the integration tests: moto's server mode and dynalite.
+
+Each starts on a free loopback port, is waited for until it answers, and is stopped afterwards.
+A server that cannot start fails the tests that need it; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Where scripts/test installs dynalite (git-ignored).
+NODE_PREFIX = Path(os.environ.get("AWSFLOCK_NODE_PREFIX", ROOT / ".cache" / "node"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """A server process on 127.0.0.1:port."""
+
+    name = "server"
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = ROOT / ".cache" / f"{self.name}-{self.port}.log"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError("each server names its command")
+
+    def start(self, timeout: float = 30.0) -> Server:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited at start: {self.log.read_text()[-2000:]}")
+            if self._answers():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{self.name} did not answer on {self.url} within {timeout}s")
+
+    def _answers(self) -> bool:
+        import urllib.error
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(self.url, timeout=1)
+        except urllib.error.HTTPError:
+            return True  # an HTTP answer of any status means it is up
+        except OSError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+class MotoServer(Server):
+    name = "moto"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+
+
+class Dynalite(Server):
+    name = "dynalite"
+
+    def command(self) -> list[str]:
+        cli = NODE_PREFIX / "node_modules" / "dynalite" / "cli.js"
+        node = shutil.which("node")
+        if not cli.exists() or node is None:
+            raise RuntimeError(
+                f"dynalite is not installed at {cli} (run scripts/test, which installs it)"
+            )
+        # In memory (no --path); new tables stay CREATING for dynalite's default 500 ms.
+        return [node, str(cli), "--port", str(self.port)]
+
+
+SERVERS = {"moto": MotoServer, "dynalite": Dynalite}
