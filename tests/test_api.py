@@ -1,0 +1,26 @@
+"""The public API is deliberate: sorted __all__, one error root, an exit code per error."""
+
+from __future__ import annotations
+
+import awsflock
+from awsflock import errors
+
+
+def test_all_is_sorted_and_every_name_exists():
+    assert awsflock.__all__ == sorted(awsflock.__all__)
+    for name in awsflock.__all__:
+        assert hasattr(awsflock, name), name
+
+
+def test_every_error_descends_from_one_root_and_has_an_exit_code():
+    classes = [
+        getattr(errors, n)
+        for n in dir(errors)
+        if isinstance(getattr(errors, n), type) and issubclass(getattr(errors, n), Exception)
+    ]
+    assert len(classes) > 10
+    for cls in classes:
+        assert issubclass(cls, errors.AwsflockError), cls
+        assert cls.exit_code in (1, 2, 3), cls
+    assert errors.LockBusy.exit_code == 3 and errors.NotHeld.exit_code == 3
+    assert errors.UsageError.exit_code == 2 and errors.TableMissing.exit_code == 1
