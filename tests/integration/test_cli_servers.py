@@ -1,0 +1,266 @@
+"""The real ``awsflock`` executable against moto's server and dynalite over HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.integration.checks import assert_never_two_holders
+from tests.integration.conftest import Cli
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in text, text
+    return lines[0]
+
+
+def test_table_create_fresh_then_existing(server, raw_client):
+    cli = Cli(server.url, "fresh-" + uuid.uuid4().hex[:6])
+    first = cli("table-create")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "" and "ACTIVE" in first.stderr
+    if server.name == "dynalite":
+        # dynalite 4 has no TTL (UnknownOperationException): a warning, not a failure.
+        assert "could not enable TTL" in first.stderr
+        # ...and keeps a new table CREATING for about half a second, which we waited out.
+        assert "CREATING" in first.stderr
+    else:
+        assert "TTL enabled on 'expiration_time'" in first.stderr
+    again = cli("table-create")
+    assert again.returncode == 0 and "already existed" in again.stderr
+    alias = cli("create-table", "-q")
+    assert (alias.returncode, alias.stdout, alias.stderr) == (0, "", "")
+    table = raw_client.describe_table(TableName=cli.table)["Table"]
+    assert table["KeySchema"] == [{"AttributeName": "lock_id", "KeyType": "HASH"}]
+
+
+def test_acquire_renew_release_round_trip(awsflock: Cli, lock_name):
+    got = awsflock("acquire", lock_name, "--lease-duration", "15 minutes", "--json")
+    assert got.returncode == 0, got.stderr
+    lease = json.loads(got.stdout)
+    renewed = awsflock("renew", lock_name, lease["lease_id"], "--lease-duration", "300s", "--json")
+    assert renewed.returncode == 0, renewed.stderr
+    after = json.loads(renewed.stdout)
+    assert after["lease_id"] == lease["lease_id"]
+    assert after["fencing_token"] == lease["fencing_token"]
+    assert after["expires_at"] < lease["expires_at"]  # 300 s from now is sooner than 15 min
+    released = awsflock("release", lock_name, lease["lease_id"])
+    assert (released.returncode, released.stdout, released.stderr) == (0, "", "")
+    assert awsflock("renew", lock_name, lease["lease_id"]).returncode == 3
+
+
+def test_no_wait_exit_codes(awsflock: Cli, lock_name):
+    assert awsflock("acquire", lock_name, "--no-wait", "--owner", "first").returncode == 0
+    busy = awsflock("acquire", lock_name, "--no-wait")
+    assert busy.returncode == 3 and busy.stdout == ""
+    assert "first" in one_line(busy.stderr)
+    assert awsflock("acquire", lock_name, "--no-wait", "--conflict-exit-code", "0").returncode == 0
+
+
+def test_waiter_gets_the_lock_about_a_second_after_release(awsflock: Cli, lock_name):
+    lease = awsflock("acquire", lock_name).stdout.strip()
+    waiter = awsflock.popen("acquire", lock_name, "--wait-time", "30")
+    time.sleep(2.5)
+    assert waiter.poll() is None, "the waiter must still be waiting"
+    released_at = time.monotonic()
+    assert awsflock("release", lock_name, lease).returncode == 0
+    out, err = waiter.communicate(timeout=30)
+    handoff = time.monotonic() - released_at
+    assert waiter.returncode == 0, err
+    assert out.strip() != lease
+    assert handoff < 5, f"hand-off took {handoff:.1f}s"
+
+
+def test_wait_time_runs_out_with_exit_3(awsflock: Cli, lock_name):
+    awsflock("acquire", lock_name)
+    start = time.monotonic()
+    result = awsflock("acquire", lock_name, "--wait-time", "2s")
+    assert result.returncode == 3
+    assert time.monotonic() - start >= 2
+    assert "gave up after 2" in one_line(result.stderr)
+
+
+def test_expired_lease_is_reclaimed_after_lease_plus_skew(awsflock: Cli, lock_name):
+    start = time.monotonic()
+    assert awsflock("acquire", lock_name, "--lease-duration", "2s").returncode == 0
+    got = awsflock("acquire", lock_name, "--skew", "1s", "--wait-time", "20", "-v")
+    elapsed = time.monotonic() - start
+    assert got.returncode == 0, got.stderr
+    assert elapsed >= 3, "reclaimed before lease + skew"
+    assert "reclaimed" in got.stderr
+
+
+def test_fencing_tokens_rise_across_release_reclaim_and_deletion(
+    awsflock: Cli, raw_client, lock_name
+):
+    def token(*extra: str) -> dict:
+        result = awsflock("acquire", lock_name, "--json", *extra)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    first = token()
+    awsflock("release", lock_name, first["lease_id"])
+    second = token("--lease-duration", "1s")
+    time.sleep(1.2)
+    third = token("--skew", "0s")  # reclaims the expired second lease
+    awsflock("release", lock_name, third["lease_id"])
+    time.sleep(0.01)
+    raw_client.delete_item(TableName=awsflock.table, Key={"lock_id": {"S": lock_name}})
+    fourth = token()
+    tokens = [
+        first["fencing_token"],
+        second["fencing_token"],
+        third["fencing_token"],
+        fourth["fencing_token"],
+    ]
+    assert tokens == sorted(set(tokens)), tokens
+    assert all(0 < t < 2**63 for t in tokens)
+
+
+def test_processes_contending_never_hold_at_once(awsflock: Cli, lock_name, tmp_path):
+    counter, log = tmp_path / "counter", tmp_path / "holds.jsonl"
+    counter.write_text("0")
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                str(Path(sys.executable).parent / "awsflock"),
+                lock_name,
+                str(counter),
+                str(log),
+                "3",
+                "--wait-time",
+                "60",
+                "--lease-duration",
+                "30s",
+            ],
+            env=awsflock.env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    for worker in workers:
+        _, err = worker.communicate(timeout=200)
+        assert worker.returncode == 0, err
+    assert_never_two_holders(log, counter, expected=9)
+
+
+def test_missing_table_is_one_line_exit_1(server, lock_name):
+    result = Cli(server.url, "no-such-table")("acquire", lock_name)
+    assert result.returncode == 1
+    assert "awsflock table-create --tablename no-such-table" in one_line(result.stderr)
+
+
+def test_unreachable_endpoint_is_one_line_exit_1(lock_name):
+    from tests.servers import free_port
+
+    result = Cli(f"http://127.0.0.1:{free_port()}", "t")("acquire", lock_name, "--no-wait")
+    assert result.returncode == 1
+    assert "cannot reach DynamoDB" in one_line(result.stderr)
+
+
+def test_wrong_lease_is_refused_with_exit_3(awsflock: Cli, lock_name):
+    awsflock("acquire", lock_name)
+    wrong = "7" * 8 + "-7777-4777-8777-" + "7" * 12
+    for command in ("renew", "release"):
+        result = awsflock(command, lock_name, wrong)
+        assert result.returncode == 3
+        assert "does not hold" in one_line(result.stderr)
+
+
+def test_loopback_endpoint_needs_no_credentials_or_region(server, shared_table, lock_name):
+    # No AWS_* variables at all: harmless local defaults are used because the endpoint is local.
+    result = Cli(server.url, shared_table)("acquire", lock_name, "--no-wait")
+    assert result.returncode == 0, result.stderr
+
+
+# -- where the two servers differ from each other or from DynamoDB -----------------------------
+
+
+def _failed_update(raw_client, table: str, key: str):
+    from botocore.exceptions import ClientError
+
+    raw_client.put_item(TableName=table, Item={"lock_id": {"S": key}, "x": {"N": "1"}})
+    with pytest.raises(ClientError) as caught:
+        raw_client.update_item(
+            TableName=table,
+            Key={"lock_id": {"S": key}},
+            UpdateExpression="SET x = :two",
+            ConditionExpression="attribute_not_exists(lock_id)",
+            ExpressionAttributeValues={":two": {"N": "2"}},
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    return caught.value.response
+
+
+def test_pinned_return_values_on_condition_check_failure(
+    server, raw_client, shared_table, lock_name
+):
+    response = _failed_update(raw_client, shared_table, lock_name)
+    assert response["Error"]["Code"] == "ConditionalCheckFailedException"
+    if server.name == "dynalite":
+        # dynalite 4.0.0 ignores the parameter: no old item. awsflock then reads it once.
+        assert "Item" not in response
+    else:
+        # moto returns the old item, as DynamoDB documents.
+        assert response["Item"]["x"] == {"N": "1"}
+
+
+def test_pinned_update_expressions_read_the_old_item(server, raw_client, shared_table, lock_name):
+    # Both servers, like DynamoDB, evaluate every operand of a SET against the item as it was
+    # before the update; prev_lease_id relies on this.
+    raw_client.put_item(
+        TableName=shared_table, Item={"lock_id": {"S": lock_name}, "a": {"S": "old"}}
+    )
+    new = raw_client.update_item(
+        TableName=shared_table,
+        Key={"lock_id": {"S": lock_name}},
+        UpdateExpression="SET a = :new, b = if_not_exists(a, :none)",
+        ExpressionAttributeValues={":new": {"S": "new"}, ":none": {"NULL": True}},
+        ReturnValues="ALL_NEW",
+    )["Attributes"]
+    assert new["a"] == {"S": "new"} and new["b"] == {"S": "old"}
+
+
+def test_pinned_numbers_over_38_digits(server, raw_client, shared_table, lock_name):
+    from botocore.exceptions import ClientError
+
+    big = "1" * 40
+    item = {"lock_id": {"S": lock_name}, "n": {"N": big}}
+    if server.name == "moto":
+        # moto accepts what DynamoDB refuses; awsflock's tokens stay far below (about 1.8e15).
+        raw_client.put_item(TableName=shared_table, Item=item)
+    else:
+        with pytest.raises(ClientError):
+            raw_client.put_item(TableName=shared_table, Item=item)
+
+
+def test_pinned_ttl_never_deletes_and_expired_items_are_reclaimed(
+    awsflock: Cli, raw_client, lock_name
+):
+    # Neither server deletes TTL-expired items (moto never does; dynalite has no TTL). The lock
+    # does not depend on deletion: an expired item is simply taken over.
+    raw_client.put_item(
+        TableName=awsflock.table,
+        Item={
+            "lock_id": {"S": lock_name},
+            "lease_id": {"S": "8" * 8 + "-8888-4888-8888-" + "8" * 12},
+            "owner": {"S": "long-gone"},
+            "lease_duration": {"N": "10"},
+            "expiration_time": {"N": str(int(time.time()) - 3600)},
+        },
+    )
+    time.sleep(0.5)
+    assert raw_client.get_item(TableName=awsflock.table, Key={"lock_id": {"S": lock_name}})["Item"]
+    assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
