@@ -239,6 +239,40 @@ def release(common: Common, lock_id: str, lease_id: str, as_json: bool) -> None:
         _emit({"lock_id": lock_id, "released": True})
 
 
+@cli.command("dev-server", context_settings=CONTEXT)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8000,
+    show_default=True,
+    help="Port on 127.0.0.1 (0 picks a free one).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print only the export line.")
+def dev_server(port: int, quiet: bool) -> None:
+    """Run a local DynamoDB-compatible endpoint (in memory) until Ctrl-C.
+
+    Prints the line to export so that awsflock in other shells uses it; commands
+    pointed at a loopback endpoint need no AWS credentials or region. Needs the
+    'local' extra: pip install 'awsflock[local]'.
+    """
+    from awsflock.devserver import serve
+
+    def ready(url: str) -> None:
+        click.echo(f"export AWSFLOCK_ENDPOINT_URL={url}")
+        sys.stdout.flush()
+        if not quiet:
+            click.echo(
+                f"awsflock: DynamoDB-compatible dev server listening on {url} (in memory; "
+                "Ctrl-C stops it). In another shell: export AWSFLOCK_ENDPOINT_URL="
+                f"{url}; awsflock table-create",
+                err=True,
+            )
+
+    serve(port, ready)
+    if not quiet:
+        click.echo("awsflock: dev server stopped", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
     cli.main(args=argv, prog_name="awsflock")
