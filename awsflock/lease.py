@@ -221,8 +221,9 @@ class LockTable:
                             else "not waiting"
                         )
                         log.info(
-                            "lock %r is busy; %s",
+                            "lock %r is held by %s; %s",
                             lock_id,
+                            holder.describe(self.clock.time()) if holder else "another lease",
                             plan,
                             extra=self._event("contended", lock_id, holder),
                         )
