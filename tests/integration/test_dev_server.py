@@ -42,7 +42,7 @@ def test_dev_server_prints_the_export_line_serves_and_stops_cleanly(dev_server, 
     assert got.returncode == 0, got.stderr
     assert cli("acquire", "demo", "--no-wait").returncode == 3
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=20)
+    _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "dev server stopped" in err and "Traceback" not in err
 
