@@ -22,6 +22,7 @@ from awsflock.errors import (
     Throttled,
     UsageError,
 )
+from awsflock.heartbeat import Hold
 from awsflock.lease import Lease, LockTable
 from awsflock.records import Identity, LockRecord
 
@@ -33,6 +34,7 @@ __all__ = [
     "CredentialsError",
     "EndpointUnreachable",
     "FakeClock",
+    "Hold",
     "Identity",
     "Lease",
     "LeaseLost",

@@ -24,6 +24,9 @@ class Clock(Protocol):
     def sleep(self, seconds: float) -> None:
         """Block for ``seconds``."""
 
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Block until ``event`` is set or ``seconds`` pass; True if the event is set."""
+
 
 class SystemClock:
     """The real clocks of this host."""
@@ -38,6 +41,9 @@ class SystemClock:
         if seconds > 0:
             time.sleep(seconds)
 
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(max(0.0, seconds))
+
 
 class FakeClock:
     """A clock that only moves when told to; ``sleep`` advances it instantly.
@@ -48,7 +54,7 @@ class FakeClock:
     def __init__(self, start: float = 1_800_000_000.0) -> None:
         self._now = start
         self._mono = 1000.0
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self.sleeps: list[float] = []
 
     def time(self) -> float:
@@ -64,7 +70,17 @@ class FakeClock:
         self.advance(max(0.0, seconds))
 
     def advance(self, seconds: float) -> None:
-        """Move both clocks forward by ``seconds``."""
+        """Move both clocks forward by ``seconds``, waking threads whose wait ran out."""
         with self._lock:
             self._now += seconds
             self._mono += seconds
+            self._lock.notify_all()
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Wait in fake time: returns once ``event`` is set or another thread advanced the clock
+        by ``seconds``. (Real time passes only in short polls for the event.)"""
+        with self._lock:
+            until = self._mono + max(0.0, seconds)
+            while not event.is_set() and self._mono < until:
+                self._lock.wait(0.01)
+        return event.is_set()

@@ -19,6 +19,8 @@ from awsflock.store import Store
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
+    from awsflock.heartbeat import Hold, LostCallback
+
 log = logging.getLogger("awsflock.lease")
 
 #: DynamoDB allows partition keys of up to 2048 bytes (UTF-8).
@@ -329,6 +331,35 @@ class LockTable:
             data["owner"] = record.owner
             data["fencing_token"] = record.fencing_token
         return data
+
+    def hold(
+        self,
+        lock_id: str,
+        *,
+        lease: float | str = 60.0,
+        wait: float | str | None = DEFAULT_WAIT,
+        renew_every: float | None = None,
+        margin: float | None = None,
+        on_lost: LostCallback | None = None,
+        identity: Identity | None = None,
+    ) -> Hold:
+        """A lock held while you work, renewed every lease/3 in the background.
+
+        ``with table.hold("x", lease=60) as held: ... held.check()``. Acquires on entry
+        (waiting up to ``wait``), releases on exit, raises LeaseLost on exit if it was lost.
+        """
+        from awsflock.heartbeat import Hold
+
+        return Hold(
+            self,
+            lock_id,
+            lease=lease,
+            wait=wait,
+            renew_every=renew_every,
+            margin=margin,
+            on_lost=on_lost,
+            identity=identity,
+        )
 
     # -- renew and release -----------------------------------------------------------------
 

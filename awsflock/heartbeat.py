@@ -1,0 +1,251 @@
+"""Keep a lease alive in the background: ``LockTable.hold()``.
+
+A named daemon thread renews every lease/3, retries failed renewals with backoff, and declares
+the lease lost *before* it expires: at ``expires_at - margin`` if no renewal succeeded by then,
+or at once if a renewal is refused. The thread holds only a weak reference to its ``Hold``, so a
+dropped hold does not stay alive (and stops being renewed); it is joined with a timeout on
+release, never from itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
+
+from awsflock import errors
+from awsflock.clock import Clock
+from awsflock.durations import format_seconds, lease_seconds
+
+if TYPE_CHECKING:
+    from awsflock.lease import Lease, LockTable
+    from awsflock.records import Identity
+
+log = logging.getLogger("awsflock.heartbeat")
+
+LostCallback = Callable[["Hold", errors.LeaseLost], None]
+
+
+def default_margin(lease: float) -> float:
+    """How long before expiry a lease with no successful renewal counts as lost."""
+    return max(1.0, lease / 6)
+
+
+class Hold:
+    """A lock held while the caller works, renewed in the background.
+
+    Use as a context manager (``with table.hold("x") as held:``) or call ``start()`` and
+    ``stop()``. ``fencing_token``, ``lost`` (an Event) and ``check()`` tell the caller whether
+    it still holds the lock.
+    """
+
+    def __init__(
+        self,
+        table: LockTable,
+        lock_id: str,
+        *,
+        lease: float | str = 60.0,
+        wait: float | str | None = 60.0,
+        renew_every: float | None = None,
+        margin: float | None = None,
+        on_lost: LostCallback | None = None,
+        identity: Identity | None = None,
+        join_timeout: float = 10.0,
+    ) -> None:
+        self.table = table
+        self.lock_id = lock_id
+        self.lease_s = lease_seconds(lease)
+        self.wait_s = wait
+        self.interval = renew_every if renew_every is not None else self.lease_s / 3
+        self.margin = default_margin(self.lease_s) if margin is None else margin
+        if self.margin >= self.lease_s - self.interval:
+            raise errors.UsageError(
+                f"safety margin {format_seconds(self.margin)} leaves no time to renew a "
+                f"{format_seconds(self.lease_s)} lease every {format_seconds(self.interval)}",
+                hint="use a longer lease or a shorter margin",
+            )
+        self.on_lost = on_lost
+        self.identity = identity
+        self.join_timeout = join_timeout
+        self.lost = threading.Event()
+        self.renewals = 0
+        self._state = threading.Lock()  # guards _lease, _next_renew, _failures, _lost_error
+        self._lease: Lease | None = None
+        self._next_renew = 0.0
+        self._failures = 0
+        self._lost_error: errors.LeaseLost | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the caller's view ---------------------------------------------------------------------
+
+    @property
+    def lease(self) -> Lease:
+        if self._lease is None:
+            raise errors.UsageError("the hold has not been started", hint="call start() first")
+        return self._lease
+
+    @property
+    def fencing_token(self) -> int | None:
+        return self.lease.fencing_token
+
+    @property
+    def lease_id(self) -> str:
+        return self.lease.lease_id
+
+    @property
+    def clock(self) -> Clock:
+        return self.table.clock
+
+    def deadline(self) -> float:
+        """Wall-clock time after which the lease counts as lost without a renewal."""
+        with self._state:
+            return self.lease.expires_at - self.margin
+
+    def check(self) -> None:
+        """Raise LeaseLost if the lease was lost, or may be about to be (past the deadline)."""
+        if not self.lost.is_set() and self.clock.time() >= self.deadline():
+            self._lose("no successful renewal before the safety deadline")
+        if self.lost.is_set():
+            assert self._lost_error is not None
+            raise self._lost_error
+
+    # -- start and stop ------------------------------------------------------------------------
+
+    def start(self) -> Hold:
+        """Acquire the lock (waiting as asked) and start renewing it."""
+        if self._lease is not None:
+            raise errors.UsageError("the hold was already started")
+        self._lease = self.table.acquire(
+            self.lock_id, lease=self.lease_s, wait=self.wait_s, identity=self.identity
+        )
+        self._next_renew = self.clock.time() + self.interval
+        self._thread = threading.Thread(
+            target=_heartbeat,
+            args=(weakref.ref(self), self._stop, self.clock, self.interval),
+            name=f"awsflock-heartbeat:{self.lock_id}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self, release: bool = True) -> None:
+        """Stop renewing and (by default) release. Raises NotHeld if the lease was lost."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self.join_timeout)
+        if not release or self._lease is None or self._lease.released:
+            return
+        if self.lost.is_set():
+            # The lease may still be ours (lost only by our own deadline): give it back if so.
+            try:
+                self._lease.release()
+            except errors.AwsflockError as exc:
+                log.debug("release after loss of %r: %s", self.lock_id, exc.one_line())
+            self.check()
+        else:
+            held = self.clock.time() - self._lease.acquired_at
+            self._lease.release()
+            log.debug("held %r for %s", self.lock_id, format_seconds(held))
+
+    def __enter__(self) -> Hold:
+        return self.start()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        # Never swallow the caller's exception: release problems are only logged then.
+        if exc_type is None:
+            self.stop()
+            return
+        try:
+            self.stop()
+        except errors.AwsflockError as err:
+            log.warning("release of %r failed: %s", self.lock_id, err.one_line())
+
+    # -- the heartbeat -------------------------------------------------------------------------
+
+    def _tick(self) -> float | None:
+        """One heartbeat step: renew if due. Returns the delay to the next step, None to stop."""
+        if self.lost.is_set():
+            return None
+        now = self.clock.time()
+        if now >= self.deadline():
+            self._lose("no successful renewal before the safety deadline")
+            return None
+        with self._state:
+            due = now >= self._next_renew
+        if due:
+            self._renew_once(now)
+        if self.lost.is_set():
+            return None
+        with self._state:
+            wake = min(self._next_renew, self.lease.expires_at - self.margin)
+        return max(0.0, wake - self.clock.time())
+
+    def _renew_once(self, now: float) -> None:
+        lease = self.lease
+        try:
+            self.table.renew(lease, lease=self.lease_s)
+        except errors.NotHeld as exc:
+            self._lose(f"renewal refused: {exc.message}")
+            return
+        except errors.AwsflockError as exc:
+            with self._state:
+                self._failures += 1
+                backoff = min(self.interval, 0.5 * 2 ** (self._failures - 1))
+                self._next_renew = now + backoff
+            log.warning(
+                "renewal of %r failed (%s); retrying in %s",
+                self.lock_id,
+                exc.one_line(),
+                format_seconds(backoff),
+                extra={"event": "renew_failed", "lock_id": self.lock_id, "error": exc.message},
+            )
+            return
+        with self._state:
+            self._failures = 0
+            self._next_renew = now + self.interval
+            self.renewals += 1
+
+    def _lose(self, why: str) -> None:
+        with self._state:
+            if self.lost.is_set():
+                return
+            lease = self._lease
+            self._lost_error = errors.LeaseLost(
+                f"lease on {self.lock_id!r} was lost: {why}",
+                hint="the work done under it may be unprotected; check it and retry",
+            )
+            self.lost.set()
+        log.error(
+            "lost the lock %r: %s",
+            self.lock_id,
+            why,
+            extra={
+                "event": "lost",
+                "lock_id": self.lock_id,
+                "fencing_token": lease.fencing_token if lease else None,
+            },
+        )
+        if self.on_lost is not None:
+            try:
+                self.on_lost(self, self._lost_error)
+            except Exception:  # a broken callback must not kill the heartbeat silently
+                log.exception("on_lost callback for %r failed", self.lock_id)
+
+
+def _heartbeat(
+    ref: weakref.ReferenceType[Hold], stop: threading.Event, clock: Clock, first: float
+) -> None:
+    delay: float | None = first
+    while delay is not None:
+        if clock.wait(stop, delay):
+            return
+        hold = ref()
+        if hold is None:  # dropped without stop(): let the lease expire
+            return
+        try:
+            delay = hold._tick()
+        finally:
+            del hold

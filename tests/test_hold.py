@@ -1,0 +1,161 @@
+"""LockTable.hold(): background renewal, loss detection before expiry, release on exit."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+
+from awsflock import errors
+from tests.helpers import CountingClient, FlakyClient
+
+
+def eventually(condition, timeout: float = 5.0) -> None:
+    """Bounded real-time poll for the heartbeat thread to catch up with the fake clock."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def test_hold_renews_every_third_of_the_lease(make_table, moto, clock):
+    client = CountingClient(moto)
+    held = make_table(client=client).hold("h", lease=60)
+    with held:
+        assert client.calls["update_item"] == 1
+        for n in range(1, 6):
+            clock.advance(20)
+            eventually(lambda n=n: held.renewals == n)
+        assert held.lease.expires_at == pytest.approx(clock.time() + 60, abs=0.01)
+        assert client.calls["update_item"] == 6
+        held.check()
+    assert client.calls["update_item"] == 7  # the release
+
+
+def test_hold_keeps_the_lock_for_many_lease_periods(make_table, clock):
+    with make_table("a").hold("long", lease=30) as held:
+        for n in range(1, 31):
+            clock.advance(10)
+            eventually(lambda n=n: held.renewals == n)
+        with pytest.raises(errors.LockBusy):
+            make_table("b").acquire("long", lease=10, wait=0)
+        held.check()
+
+
+def test_hold_exposes_a_fencing_token_that_grows(make_table):
+    with make_table().hold("f", lease=60) as first:
+        token = first.fencing_token
+    with make_table().hold("f", lease=60) as second:
+        assert second.fencing_token > token
+
+
+def test_failed_renewals_are_retried_and_loss_is_declared_before_expiry(make_table, moto, clock):
+    lost = []
+    client = FlakyClient(moto, failures=0)
+    held = make_table(client=client).hold(
+        "l", lease=60, on_lost=lambda h, err: lost.append((clock.time(), err))
+    )
+    held.start()
+    expires = held.lease.expires_at
+    client.failures = 10_000  # the endpoint goes away
+    for _ in range(200):
+        if held.lost.is_set():
+            break
+        clock.advance(0.5)
+        time.sleep(0.002)
+    eventually(held.lost.is_set)
+    assert lost, "on_lost was not called"
+    when, err = lost[0]
+    assert isinstance(err, errors.LeaseLost)
+    # Declared lost at the safety margin (lease/6 = 10 s) before expiry, not after.
+    assert expires - 10 - 0.6 <= when <= expires - 10 + 0.6
+    assert 10_000 - client.failures > 3  # it kept retrying before giving up
+    with pytest.raises(errors.LeaseLost):
+        held.check()
+    with pytest.raises(errors.LeaseLost):
+        held.stop()
+
+
+def test_refused_renewal_is_loss_at_once(make_table, moto, clock):
+    held = make_table("a").hold("r", lease=60)
+    held.start()
+    # An operator (or a clock gone wrong) lets someone else take the lock.
+    moto.update_item(
+        TableName="awsflock",
+        Key={"lock_id": {"S": "r"}},
+        UpdateExpression="SET lease_id = :other",
+        ExpressionAttributeValues={":other": {"S": "9" * 8 + "-9999-4999-8999-" + "9" * 12}},
+    )
+    clock.advance(20)
+    eventually(held.lost.is_set)
+    with pytest.raises(errors.LeaseLost, match="renewal refused"):
+        held.check()
+    held.stop(release=False)
+
+
+def test_check_fails_past_the_deadline_even_if_the_thread_is_stuck(make_table, clock):
+    held = make_table().hold("stuck", lease=60, margin=5)
+    held.start()
+    # The heartbeat dies (simulated): check() must still notice the deadline by the clock.
+    held._stop.set()
+    held._thread.join(5)
+    clock.advance(54)
+    held.check()
+    clock.advance(1.5)
+    with pytest.raises(errors.LeaseLost):
+        held.check()
+    held.stop(release=False)
+
+
+def test_exit_releases_and_propagates_the_callers_exception(make_table):
+    with pytest.raises(ValueError, match="inside"), make_table().hold("x", lease=60):
+        raise ValueError("inside")
+    make_table("b").acquire("x", lease=60, wait=0)
+
+
+def test_exit_raises_lease_lost_when_the_lease_was_lost_silently(make_table, moto, clock):
+    with pytest.raises(errors.LeaseLost), make_table().hold("silent", lease=60):
+        moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": "silent"}})
+        clock.advance(20)
+        time.sleep(0.2)
+
+
+def test_thread_is_named_daemon_and_joined_on_stop(make_table):
+    held = make_table().hold("t", lease=60)
+    held.start()
+    thread = held._thread
+    assert thread is not None and thread.daemon and thread.name == "awsflock-heartbeat:t"
+    held.stop()
+    assert not thread.is_alive()
+
+
+def test_a_dropped_hold_does_not_keep_itself_alive(make_table, clock):
+    held = make_table().hold("drop", lease=60)
+    held.start()
+    thread = held._thread
+    del held
+    gc.collect()
+    clock.advance(20)
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_stop_from_the_lost_callback_does_not_join_itself(make_table, moto, clock):
+    done = threading.Event()
+
+    def stop_inside(hold, err):
+        hold.stop(release=False)
+        done.set()
+
+    held = make_table().hold("cb", lease=60, on_lost=stop_inside)
+    held.start()
+    moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": "cb"}})
+    clock.advance(20)
+    assert done.wait(5)
+
+
+def test_margin_that_leaves_no_time_to_renew_is_refused(make_table):
+    with pytest.raises(errors.UsageError):
+        make_table().hold("m", lease=60, margin=45)
