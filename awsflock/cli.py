@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from awsflock import errors
+from awsflock import durations, errors
 from awsflock.options import (
     STATE,
     Common,
@@ -39,10 +39,20 @@ class _Cli(click.Group):
         argv = kwargs.get("args")
         argv = list(sys.argv[1:] if argv is None else argv)
         STATE["debug"] = "--debug" in argv
-        sys.exit(_run(lambda: super(_Cli, self).main(*args, **kwargs)))
+        # `run` keeps 1, 2 and 3 for the command's own statuses: its own failures are 125.
+        words = [a for a in argv if not a.startswith("-")]
+        own = 125 if words[:1] == ["run"] else None
+        sys.exit(_run(lambda: super(_Cli, self).main(*args, **kwargs), own))
 
 
-def _run(call: Any) -> int:
+def _run(call: Any, own_failure: int | None = None) -> int:
+    code = _call(call)
+    if own_failure is not None and code in (1, 2, 3) and not STATE.get("ran"):
+        return own_failure
+    return code
+
+
+def _call(call: Any) -> int:
     try:
         result = call()
     except click.exceptions.Exit as exc:
@@ -271,6 +281,115 @@ def dev_server(port: int, quiet: bool) -> None:
     serve(port, ready)
     if not quiet:
         click.echo("awsflock: dev server stopped", err=True)
+
+
+class _RunCommand(click.Command):
+    """`run LOCK_ID [OPTIONS] [--] CMD [ARGS]...`: awsflock's options may come before or after
+    LOCK_ID; the first word after LOCK_ID that is not an option (or everything after `--`)
+    starts CMD, whose own options are never parsed by awsflock."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        head, tail = self._split(args)
+        ctx.meta["awsflock.command"] = tail
+        return super().parse_args(ctx, head)
+
+    def _split(self, args: list[str]) -> tuple[list[str], list[str]]:
+        takes_value = {
+            name
+            for param in self.params
+            if isinstance(param, click.Option) and not param.is_flag and not param.count
+            for name in param.opts
+        }
+        positional = 0
+        i = 0
+        while i < len(args):
+            word = args[i]
+            if word == "--":
+                return args[:i], args[i + 1 :]
+            if word.startswith("-") and word != "-":
+                if word in takes_value:
+                    i += 1  # its value
+            else:
+                positional += 1
+                if positional == 2:
+                    return args[:i], args[i:]
+            i += 1
+        return args, []
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "LOCK_ID [OPTIONS] [--] CMD [ARGS]...")
+
+
+@cli.command("run", cls=_RunCommand, context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@click.option("-c", "shell", metavar="STRING", help="Run STRING with /bin/sh -c instead of CMD.")
+@common_options
+@lease_option("1 minute", "Lease length; renewed every third of it while CMD runs.")
+@wait_options
+@owner_option
+@click.option(
+    "--kill-after",
+    type=DurationType(durations.parse_seconds),
+    default="10s",
+    show_default=True,
+    help="If the lease is lost: KILL this long after TERM (must fit well inside the lease).",
+)
+@click.option(
+    "-E",
+    "--conflict-exit-code",
+    type=click.IntRange(0, 255),
+    default=75,
+    show_default=True,
+    help="Exit status when the lock was not acquired (--no-wait or wait timed out).",
+)
+def run_command(
+    common: Common,
+    lock_id: str,
+    shell: str | None,
+    lease_duration: float,
+    wait_time: float | None,
+    no_wait: bool,
+    owner: str | None,
+    kill_after: float,
+    conflict_exit_code: int,
+) -> None:
+    """Hold LOCK_ID while CMD runs; exit with CMD's status.
+
+    \b
+      awsflock run deploy-prod -- terraform apply -auto-approve
+      awsflock run --no-wait -E 0 nightly-report -- ./report.sh
+      awsflock run backup -c 'pg_dump db | gzip > /backups/db.gz'
+
+    The lease (default 1 minute) is renewed every third of its length. CMD gets
+    AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN.
+    Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
+
+    \b
+    Exit: CMD's status; 75 lock not acquired (-E overrides); 124 lease lost and
+    CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
+    128+N CMD killed by signal N.
+    """
+    from awsflock.runner import RunOptions, run
+
+    command = click.get_current_context().meta.get("awsflock.command", [])
+    if shell is not None and command:
+        raise errors.UsageError("give either -c STRING or a command, not both")
+    argv = ["/bin/sh", "-c", shell] if shell is not None else list(command)
+    import shlex
+
+    from awsflock.records import Identity
+
+    table = common.table(owner)
+    table.identity = Identity.of_this_process(owner, command=shlex.join(argv)[:300])
+    options = RunOptions(
+        lease=lease_duration,
+        wait=0.0 if no_wait else wait_time,
+        kill_after=kill_after,
+        conflict_exit_code=conflict_exit_code,
+    )
+    code = run(table, lock_id, argv, options)
+    STATE["ran"] = True
+    raise click.exceptions.Exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:

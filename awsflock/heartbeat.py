@@ -115,20 +115,32 @@ class Hold:
 
     def start(self) -> Hold:
         """Acquire the lock (waiting as asked) and start renewing it."""
+        self.acquire()
+        self.start_renewing()
+        return self
+
+    def acquire(self) -> Lease:
+        """The first half of ``start()``: take the lock, without the renewal thread yet."""
         if self._lease is not None:
             raise errors.UsageError("the hold was already started")
         self._lease = self.table.acquire(
             self.lock_id, lease=self.lease_s, wait=self.wait_s, identity=self.identity
         )
-        self._next_renew = self.clock.time() + self.interval
+        self._next_renew = self._lease.acquired_at + self.interval
+        return self._lease
+
+    def start_renewing(self) -> None:
+        """The second half of ``start()``: the renewal thread."""
+        if self._thread is not None:
+            return
+        first = max(0.0, self._next_renew - self.clock.time())
         self._thread = threading.Thread(
             target=_heartbeat,
-            args=(weakref.ref(self), self._stop, self.clock, self.interval),
+            args=(weakref.ref(self), self._stop, self.clock, first),
             name=f"awsflock-heartbeat:{self.lock_id}",
             daemon=True,
         )
         self._thread.start()
-        return self
 
     def stop(self, release: bool = True) -> None:
         """Stop renewing and (by default) release. Raises NotHeld if the lease was lost."""

@@ -67,7 +67,7 @@ class Common:
 
 
 #: Set by the --debug option so the top-level error handler knows whether to show tracebacks.
-STATE = {"debug": False}
+STATE: dict[str, bool] = {"debug": False, "ran": False}
 
 
 def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> bool:

@@ -1,0 +1,296 @@
+"""``awsflock run``: hold a lock while a command runs.
+
+The command runs directly (no shell unless ``-c``) in its own process group, with stdin, stdout
+and stderr passed through. Signals INT, TERM, HUP, QUIT, USR1 and USR2 are forwarded to its group.
+If the lease is lost, the group gets TERM and, after ``kill_after``, KILL — timed so that it is
+dead before the lease could be taken by another. On Linux the child is killed if awsflock itself
+dies (``PR_SET_PDEATHSIG``). ``run`` never exits while the command is still running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from awsflock import errors
+from awsflock.durations import format_seconds
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from awsflock.heartbeat import Hold
+    from awsflock.lease import LockTable
+
+log = logging.getLogger("awsflock.runner")
+
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+EXIT_NOT_ACQUIRED = 75
+EXIT_LOST = 124
+EXIT_OWN_FAILURE = 125
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+POLL = 0.1
+
+
+class Interrupted(BaseException):
+    """A forwarded signal arrived while still waiting for the lock: the command never starts."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@dataclass
+class RunOptions:
+    lease: float = 60.0
+    wait: float | None = 60.0
+    kill_after: float = 10.0
+    conflict_exit_code: int = EXIT_NOT_ACQUIRED
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def check_kill_after(lease: float, kill_after: float) -> float:
+    """The safety margin: loss is declared ``kill_after`` + 1 s before expiry, so the command
+    is dead (KILLed) a second before the lease ends, and the skew window later still before
+    another host may take it. That must leave time to renew every lease/3."""
+    margin = kill_after + 1.0
+    if kill_after < 0 or margin >= lease * 2 / 3:
+        raise errors.UsageError(
+            f"--kill-after {format_seconds(kill_after)} is too long for a "
+            f"{format_seconds(lease)} lease",
+            hint=f"use at most {format_seconds(max(0.0, lease * 2 / 3 - 1.5))}, or a longer "
+            "--lease-duration, so the command is dead before another host can take the lock",
+        )
+    return margin
+
+
+def resolve(argv: list[str]) -> str:
+    """The executable's path, or raise with the exit code flock(1)/env(1) users expect."""
+    name = argv[0]
+    if os.sep in name:
+        if not os.path.exists(name):
+            raise _CommandProblem(EXIT_NOT_FOUND, f"command not found: {name}")
+        if os.path.isdir(name) or not os.access(name, os.X_OK):
+            raise _CommandProblem(EXIT_NOT_EXECUTABLE, f"command not executable: {name}")
+        return name
+    found = shutil.which(name)
+    if found is None:
+        raise _CommandProblem(EXIT_NOT_FOUND, f"command not found: {name}")
+    return found
+
+
+class _CommandProblem(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _prctl() -> Any:
+    """libc's prctl on Linux (looked up before fork: nothing is loaded in the child)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _child_setup(foreground: bool) -> Callable[[], None]:
+    """Runs in the child between fork and exec: own process group, die with the parent.
+
+    It runs before the renewal thread starts, and calls nothing that takes a lock."""
+    parent = os.getpid()
+    prctl = _prctl()
+
+    def setup() -> None:
+        os.setpgid(0, 0)
+        if prctl is not None:
+            # If awsflock is SIGKILLed, the command must not go on unprotected: it is killed too.
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(EXIT_OWN_FAILURE)
+        if foreground:
+            # Take over the terminal so an interactive command (terraform's "yes") can read it.
+            old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+            with contextlib.suppress(OSError):
+                os.tcsetpgrp(0, os.getpgrp())
+            signal.signal(signal.SIGTTOU, old)
+
+    return setup
+
+
+def _has_terminal() -> bool:
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) -> int:
+    """Acquire ``lock_id``, run ``argv`` while renewing, release; return the exit status."""
+    if not argv:
+        raise errors.UsageError(
+            "no command to run", hint="give one after --, e.g. awsflock run LOCK -- make deploy"
+        )
+    margin = check_kill_after(options.lease, options.kill_after)
+    try:
+        executable = resolve(argv)
+    except _CommandProblem as problem:
+        log.error("%s", problem.message)
+        return problem.code
+
+    received: list[int] = []
+    child: subprocess.Popen[bytes] | None = None
+    waiting = True
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if waiting:
+            raise Interrupted(signum)
+        received.append(signum)
+        if child is not None and child.poll() is None:
+            _signal_group(child, signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in FORWARDED}
+    lost = threading.Event()
+    hold = table.hold(
+        lock_id,
+        lease=options.lease,
+        wait=options.wait,
+        margin=margin,
+        on_lost=lambda _hold, _err: lost.set(),
+    )
+    try:
+        try:
+            hold.acquire()
+            waiting = False
+        except Interrupted as stop:
+            log.warning(
+                "interrupted by signal %d while waiting; the command was not started",
+                stop.signum,
+            )
+            if hold._lease is not None:
+                _release_quietly(hold)
+            return 128 + stop.signum
+        except errors.LockBusy as busy:
+            log.log(
+                logging.INFO if options.conflict_exit_code == 0 else logging.WARNING,
+                "%s; not running the command",
+                busy.one_line(),
+            )
+            return options.conflict_exit_code
+        env = dict(os.environ)
+        env.update(options.extra_env)
+        env.update(
+            {
+                "AWSFLOCK_HELD": "1",
+                "AWSFLOCK_LOCK_ID": lock_id,
+                "AWSFLOCK_OWNER": hold.lease.owner,
+                "AWSFLOCK_FENCING_TOKEN": str(hold.fencing_token),
+            }
+        )
+        foreground = _has_terminal()
+        try:
+            child = subprocess.Popen(
+                [executable, *argv[1:]], env=env, preexec_fn=_child_setup(foreground)
+            )
+        except OSError as exc:
+            code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+            log.error("cannot run %s: %s", argv[0], exc.strerror or exc)
+            _release_quietly(hold)
+            return code
+        hold.start_renewing()
+        for signum in received:  # arrived between acquiring and starting: pass them on
+            _signal_group(child, signum)
+        status = _supervise(child, hold, lost, options.kill_after)
+        if foreground:
+            _take_terminal_back()
+        _release_quietly(hold)
+        return status
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _supervise(
+    child: subprocess.Popen[bytes], hold: Hold, lost: threading.Event, kill_after: float
+) -> int:
+    """Wait for the child; on loss of the lease TERM its group, then KILL. Its exit status."""
+    while True:
+        try:
+            code = child.wait(timeout=POLL)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None:
+            return 128 - code if code < 0 else code
+        try:
+            hold.check()  # by the clock, so a stuck renewal cannot delay this
+        except errors.LeaseLost:
+            lost.set()
+        if lost.is_set():
+            _stop_child(child, kill_after)
+            return EXIT_LOST
+
+
+def _stop_child(child: subprocess.Popen[bytes], kill_after: float) -> None:
+    log.error(
+        "the lease was lost: sending TERM to the command, KILL after %s", format_seconds(kill_after)
+    )
+    _signal_group(child, signal.SIGTERM)
+    try:
+        child.wait(timeout=kill_after)
+    except subprocess.TimeoutExpired:
+        _signal_group(child, signal.SIGKILL)
+        child.wait()
+    # Whatever else is left in its group goes too: it ran under the lost lease.
+    _signal_group(child, signal.SIGKILL)
+
+
+def _signal_group(child: subprocess.Popen[Any], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, sig)
+
+
+def _take_terminal_back() -> None:
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(0, os.getpgrp())
+    except OSError:
+        pass
+    finally:
+        signal.signal(signal.SIGTTOU, old)
+
+
+def _release_quietly(hold: Hold) -> None:
+    """Release at the end; a failure is a warning, never a changed exit status."""
+    if hold.lost.is_set():
+        hold.stop(release=False)
+        try:  # lost by our own deadline, the lease may still be ours: give it back
+            hold.lease.release()
+        except errors.AwsflockError as exc:
+            log.debug("release after loss of %r: %s", hold.lock_id, exc.one_line())
+        return
+    try:
+        hold.stop()
+    except errors.AwsflockError as exc:
+        log.warning("could not release %r: %s", hold.lock_id, exc.one_line())
