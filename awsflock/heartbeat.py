@@ -142,12 +142,14 @@ class Hold:
         )
         self._thread.start()
 
-    def stop(self, release: bool = True) -> None:
-        """Stop renewing and (by default) release. Raises NotHeld if the lease was lost."""
+    def stop(self, release: bool = True, join_timeout: float | None = None) -> None:
+        """Stop renewing and (by default) release. Raises LeaseLost if the lease was lost."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(self.join_timeout)
+            # A renewal in flight may be inside botocore's retries; the thread is a daemon and
+            # stops at its next step, so it need not be waited for long.
+            thread.join(self.join_timeout if join_timeout is None else join_timeout)
         if not release or self._lease is None or self._lease.released:
             return
         if self.lost.is_set():

@@ -284,11 +284,9 @@ def _take_terminal_back() -> None:
 def _release_quietly(hold: Hold) -> None:
     """Release at the end; a failure is a warning, never a changed exit status."""
     if hold.lost.is_set():
-        hold.stop(release=False)
-        try:  # lost by our own deadline, the lease may still be ours: give it back
-            hold.lease.release()
-        except errors.AwsflockError as exc:
-            log.debug("release after loss of %r: %s", hold.lock_id, exc.one_line())
+        # No release: it was refused (the lease is someone else's) or DynamoDB is failing, and
+        # retrying would only delay the exit. The lease ends by itself within kill-after + 1 s.
+        hold.stop(release=False, join_timeout=1.0)
         return
     try:
         hold.stop()
