@@ -22,6 +22,7 @@ from awsflock.errors import (
     Throttled,
     UsageError,
 )
+from awsflock.fencing import StaleToken, fenced_update
 from awsflock.heartbeat import Hold
 from awsflock.lease import Lease, LockTable
 from awsflock.records import Identity, LockRecord
@@ -42,10 +43,12 @@ __all__ = [
     "LockRecord",
     "LockTable",
     "NotHeld",
+    "StaleToken",
     "StoreError",
     "SystemClock",
     "TableIncompatible",
     "TableMissing",
     "Throttled",
     "UsageError",
+    "fenced_update",
 ]
