@@ -392,6 +392,157 @@ def run_command(
     raise click.exceptions.Exit(code)
 
 
+@cli.command("status", context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@common_options
+@json_option
+@click.option("--show-lease-id", is_flag=True, help="Also show the holder's LEASE_ID.")
+def status(common: Common, lock_id: str, as_json: bool, show_lease_id: bool) -> None:
+    """Who holds LOCK_ID, since when, until when, with which fencing token.
+
+    Exit 0 if held, 3 if free (released, never taken, or expired and not yet
+    reclaimed), 1 on errors.
+
+    \b
+    IAM: dynamodb:GetItem.
+    """
+    from awsflock.lease import check_lock_id
+    from awsflock.status import HELD, render_status, view
+
+    table = common.table()
+    check_lock_id(lock_id)
+    record = table.store.get(lock_id)
+    data = view(lock_id, record, table.clock.time(), table.skew, show_lease_id)
+    if as_json:
+        _emit(data)
+    else:
+        click.echo(render_status(data))
+    raise click.exceptions.Exit(0 if data["state"] == HELD else 3)
+
+
+@cli.command("list", context_settings=CONTEXT)
+@common_options
+@click.option("--prefix", default="", help="Only locks whose name starts with this.")
+@click.option("--held", "only", flag_value="held", help="Only locks held now.")
+@click.option("--expired", "only", flag_value="expired", help="Only expired, unreclaimed ones.")
+@json_option
+def list_locks(common: Common, prefix: str, only: str | None, as_json: bool) -> None:
+    """Every lock in the table, streamed page by page.
+
+    Rows come in DynamoDB's scan order, which is not sorted (sorting would mean
+    holding the whole table in memory). --json prints one object per line.
+
+    \b
+    IAM: dynamodb:Scan.
+    """
+    from awsflock.status import LIST_HEADER, render_list_row, user_locks, view
+
+    table = common.table()
+    if not as_json:
+        click.echo(LIST_HEADER)
+    for record in user_locks(table.store.scan(prefix)):
+        data = view(record.lock_id, record, table.clock.time(), table.skew)
+        if only and data["state"] != only:
+            continue
+        click.echo(json.dumps(data, sort_keys=True) if as_json else render_list_row(data))
+
+
+@cli.command("force-release", context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@common_options
+@click.option("--reason", required=True, help="Why; kept in the audit record. Required.")
+@click.option("--lease-id", help="The lease to end (as `status --show-lease-id` shows it).")
+@click.option("--yes", is_flag=True, help="Do not ask; end whatever lease holds it now.")
+@click.option("--actor", help="Who is doing this (default: AWS caller identity, or user@host).")
+@json_option
+def force_release_command(
+    common: Common,
+    lock_id: str,
+    reason: str,
+    lease_id: str | None,
+    yes: bool,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """End the current lease on LOCK_ID, whoever holds it, and audit it.
+
+    The lease must be named: --lease-id ID, or an interactive confirmation that
+    shows the holder, or --yes. The write is conditional on exactly that lease,
+    so a holder that acquired in between is never affected; fencing tokens keep
+    going up. The holder's next renewal fails (`awsflock run` stops its command).
+
+    \b
+    IAM: dynamodb:GetItem, UpdateItem, PutItem.
+    """
+    from awsflock.admin import force_release
+
+    table = common.table()
+    confirm = None
+    if lease_id is None:
+        if yes:
+            confirm = _yes
+        elif sys.stdin.isatty():
+            confirm = _ask
+    entry = force_release(
+        table, lock_id, reason=reason, lease_id=lease_id, actor=actor, confirm=confirm
+    )
+    if as_json:
+        _emit(entry)
+    elif not common.quiet:
+        click.echo(
+            f"awsflock: force-released {lock_id!r} (was held by {entry['holder']}); audited",
+            err=True,
+        )
+
+
+def _yes(record: Any) -> bool:
+    return True
+
+
+def _ask(record: Any) -> bool:
+    import time
+
+    click.echo(f"{record.lock_id!r} is held by {record.describe(time.time())}", err=True)
+    return click.confirm("End this lease now?", default=False, err=True)
+
+
+@cli.command("audit", context_settings=CONTEXT)
+@click.argument("lock_id", metavar="[LOCK_ID]", required=False, default="")
+@common_options
+@json_option
+def audit(common: Common, lock_id: str, as_json: bool) -> None:
+    """List audit records (force-releases), oldest first, for one lock or all.
+
+    \b
+    IAM: dynamodb:Scan.
+    """
+    from awsflock.admin import audit_records
+
+    for entry in audit_records(common.table(), lock_id):
+        if as_json:
+            _emit(entry)
+        else:
+            click.echo(
+                f"{entry['at']}  {entry['action']}  {entry['lock_id']}  by {entry['actor']}  "
+                f"(holder {entry['holder']}, token {entry['fencing_token']}): {entry['reason']}"
+            )
+
+
+@cli.command("iam-policy", context_settings=CONTEXT)
+@click.option("--tablename", envvar="AWSFLOCK_TABLE", default="awsflock", show_default=True)
+@click.option("--read-only", is_flag=True, help="Only what status, list and audit need.")
+@click.option("--region", default="*", show_default=True, help="Region in the table ARN.")
+@click.option("--account", default="*", show_default=True, help="Account id in the table ARN.")
+def iam_policy_command(tablename: str, read_only: bool, region: str, account: str) -> None:
+    """Print the least-privilege IAM policy for the lock table.
+
+    The "AwsflockTableSetup" statement is only for whoever runs table-create.
+    """
+    from awsflock.admin import iam_policy
+
+    click.echo(iam_policy(tablename, read_only=read_only, region=region, account=account))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
     cli.main(args=argv, prog_name="awsflock")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.durations import format_seconds, lease_seconds, skew_seconds, wait_seconds
-from awsflock.records import Identity, LockRecord
+from awsflock.records import RESERVED_PREFIX, Identity, LockRecord
 from awsflock.store import Store
 
 if TYPE_CHECKING:
@@ -64,6 +64,10 @@ def check_lock_id(lock_id: str) -> str:
         lock_id.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise errors.UsageError("LOCK_ID is not valid text", hint="use plain UTF-8") from exc
+    if lock_id.startswith(RESERVED_PREFIX):
+        raise errors.UsageError(
+            f"LOCK_ID may not start with {RESERVED_PREFIX!r}", hint="awsflock keeps it for itself"
+        )
     return lock_id
 
 

@@ -17,6 +17,9 @@ from typing import Any
 
 from awsflock.durations import format_seconds
 
+#: Keys of awsflock's own items (audit records, pool slots) start with this; no lock name may.
+RESERVED_PREFIX = "#awsflock#"
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -83,6 +86,8 @@ class LockRecord:
     prev_lease_id: str = ""
     prev_released: bool = False
     slots: int | None = None
+    forced_by: str = ""
+    forced_reason: str = ""
     #: True when the item was written by awsflock 0.2.0 (it lacks our attributes).
     legacy: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

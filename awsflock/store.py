@@ -53,6 +53,10 @@ A_USER = "user"
 A_CI_URL = "ci_url"
 A_COMMAND = "command"
 A_SLOTS = "slots"
+A_FORCED_BY = "forced_by"
+A_FORCED_REASON = "forced_reason"
+A_FORCED_MS = "forced_ms"
+A_KIND = "kind"  # on awsflock's own items: "audit", "slot"
 
 #: An acquire may take the item: it is absent, released, or expired by more than the skew window.
 #: Items written by awsflock 0.2.0 have no ``expires_ms``; their ``expiration_time`` decides.
@@ -81,6 +85,9 @@ UPD_RENEW = (
     " #expires_ms = :expires_ms"
 )
 UPD_RELEASE = "SET #released = :true, #expires_ms = :now_ms, #expiration_time = :expiration_time"
+#: An operator may end exactly the lease they were shown, and only while it is still current.
+COND_FORCE = COND_RENEW
+UPD_FORCE = UPD_RELEASE + ", #forced_by = :actor, #forced_reason = :reason, #forced_ms = :now_ms"
 
 _NAME = re.compile(r"#(\w+)")
 _VALUE = re.compile(r":(\w+)")
@@ -96,6 +103,8 @@ ACTIONS = {
     "describe_table": "DescribeTable",
     "ttl": "UpdateTimeToLive",
     "describe_ttl": "DescribeTimeToLive",
+    "force_release": "UpdateItem",
+    "audit": "PutItem",
 }
 
 _THROTTLE_CODES = {
@@ -176,6 +185,8 @@ def record_from_item(item: dict[str, Any]) -> LockRecord:
         prev_lease_id=str(v.get(A_PREV_LEASE_ID) or ""),
         prev_released=bool(v.get(A_PREV_RELEASED, False)),
         slots=int(slots) if isinstance(slots, (int, float)) else None,
+        forced_by=str(v.get(A_FORCED_BY) or ""),
+        forced_reason=str(v.get(A_FORCED_REASON) or ""),
         legacy=A_FENCE not in v and A_EXPIRES_MS not in v,
         extra=v,
     )
@@ -467,6 +478,57 @@ class Store:
             return True, record
         return applied, record
 
+    def force_release(
+        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, actor: str, reason: str
+    ) -> tuple[bool, LockRecord | None]:
+        """End ``lease_id`` whoever holds it, recording who and why on the item."""
+        values = {
+            "lease_id": lease_id,
+            "true": True,
+            "false": False,
+            "now_ms": now_ms,
+            "expiration_time": expiration_seconds(now_ms + skew_ms),
+            "actor": actor,
+            "reason": reason,
+        }
+        request = _request(UPD_FORCE, COND_FORCE, values=values)
+        return self._conditional_update("force_release", lock_id, UPD_FORCE, COND_FORCE, request)
+
+    def put_audit(self, key: str, fields: dict[str, Any]) -> None:
+        """Write one audit record (never overwriting another)."""
+        item = {A_LOCK_ID: {"S": key}, A_KIND: {"S": "audit"}}
+        item.update({k: to_attr(v) for k, v in fields.items() if v not in (None, "")})
+        with self.translate_errors("audit"):
+            self.client.put_item(
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression="attribute_not_exists(#k)",
+                ExpressionAttributeNames={"#k": A_LOCK_ID},
+            )
+
+    def scan_items(self, prefix: str = "", page_size: int = 500) -> Iterator[dict[str, Any]]:
+        """Every item as plain values, page by page."""
+        for item in self._scan(prefix, page_size):
+            yield {k: from_attr(a) for k, a in item.items()}
+
+    def caller_identity(self) -> str | None:
+        """The AWS caller's ARN, or None where it cannot be learned (local endpoints, errors)."""
+        if is_loopback(self.endpoint_url):
+            return None
+        try:
+            import botocore.session
+            from botocore.config import Config
+
+            session = botocore.session.Session(profile=self.profile)
+            sts = session.create_client(
+                "sts",
+                region_name=self.region or session.get_config_variable("region") or "us-east-1",
+                config=Config(connect_timeout=3, read_timeout=5, retries={"max_attempts": 2}),
+            )
+            return str(sts.get_caller_identity()["Arn"])  # type: ignore[attr-defined]
+        except Exception:  # any failure only means "unknown": the caller falls back to user@host
+            return None
+
     def get(self, lock_id: str) -> LockRecord | None:
         """One strongly consistent read of the item."""
         with self.translate_errors("get"):
@@ -523,7 +585,11 @@ class Store:
     # -- table ---------------------------------------------------------------------------------
 
     def scan(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord]:
-        """Every item, page by page (never the whole table in memory)."""
+        """Every lock item, page by page (never the whole table in memory)."""
+        for item in self._scan(prefix, page_size):
+            yield record_from_item(item)
+
+    def _scan(self, prefix: str, page_size: int) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": page_size}
         if prefix:
             kwargs["FilterExpression"] = "begins_with(#lock_id, :prefix)"
@@ -532,8 +598,7 @@ class Store:
         while True:
             with self.translate_errors("scan"):
                 page = self.client.scan(**kwargs)
-            for item in page.get("Items", []):
-                yield record_from_item(item)
+            yield from page.get("Items", [])
             last = page.get("LastEvaluatedKey")
             if not last:
                 return

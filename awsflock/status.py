@@ -1,0 +1,143 @@
+"""What operators see: the state of a lock (``status``), every lock (``list``), audit records.
+
+The JSON field names here are a stable interface (documented in the README); add fields, never
+rename them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from awsflock.durations import format_seconds
+from awsflock.records import RESERVED_PREFIX, LockRecord, iso_utc
+
+HELD, EXPIRED, FREE = "held", "expired", "free"
+
+#: A lease held longer than this is flagged as long-held in ``status`` and ``list``.
+LONG_HELD = 24 * 3600.0
+
+
+def state_of(record: LockRecord | None, now: float) -> str:
+    """held: an unexpired lease; expired: the lease ended but nobody reclaimed it; free."""
+    if record is None or record.released:
+        return FREE
+    return HELD if record.expires_at > now else EXPIRED
+
+
+def view(
+    lock_id: str, record: LockRecord | None, now: float, skew: float, show_lease_id: bool = False
+) -> dict[str, Any]:
+    """The JSON object of ``status --json`` and ``list --json``."""
+    state = state_of(record, now)
+    data: dict[str, Any] = {"lock_id": lock_id, "state": state}
+    if record is None:
+        return data
+    data["fencing_token"] = record.fencing_token
+    if record.released:
+        if record.forced_by:
+            data["force_released_by"] = record.forced_by
+            data["force_reason"] = record.forced_reason
+        data["released_at"] = iso_utc(record.expires_at)
+        return data
+    data.update(
+        {
+            "owner": record.owner,
+            "host": record.host or None,
+            "pid": record.pid or None,
+            "user": record.user or None,
+            "ci_url": record.ci_url or None,
+            "command": record.command or None,
+            "acquired_at": iso_utc(record.acquired_at) if record.acquired_at else None,
+            "expires_at": iso_utc(record.expires_at),
+            "expires_in_s": round(record.expires_at - now, 3),
+            "held_for_s": round(now - record.acquired_at, 3) if record.acquired_at else None,
+            "lease_duration_s": record.lease_duration,
+            "legacy_client": record.legacy,
+            "long_held": bool(record.acquired_at and now - record.acquired_at > LONG_HELD),
+        }
+    )
+    if state == EXPIRED:
+        data["reclaimable_in_s"] = round(max(0.0, record.expires_at + skew - now), 3)
+    if show_lease_id:
+        data["lease_id"] = record.lease_id
+    return data
+
+
+def render_status(data: dict[str, Any]) -> str:
+    """``status`` for people: a few aligned lines."""
+    lock = data["lock_id"]
+    state = data["state"]
+    if state == FREE and "owner" not in data:
+        line = f"{lock}: free"
+        if data.get("force_released_by"):
+            line += (
+                f" (force-released by {data['force_released_by']} at "
+                f"{data['released_at']}: {data['force_reason']})"
+            )
+        elif data.get("released_at"):
+            line += f" (released at {data['released_at']})"
+        if data.get("fencing_token"):
+            line += f"; last fencing token {data['fencing_token']}"
+        return line
+    rows = [("lock", lock)]
+    if state == HELD:
+        rows.append(("state", "held" + ("  (LONG-HELD)" if data.get("long_held") else "")))
+    else:
+        rows.append(
+            (
+                "state",
+                f"EXPIRED, not yet reclaimed (reclaimable in "
+                f"{format_seconds(data['reclaimable_in_s'])})",
+            )
+        )
+    rows.append(
+        (
+            "owner",
+            data["owner"] + ("  (awsflock 0.2.0 client)" if data.get("legacy_client") else ""),
+        )
+    )
+    for key in ("host", "pid", "user", "ci_url", "command"):
+        if data.get(key):
+            rows.append((key.replace("_", " "), str(data[key])))
+    if data.get("acquired_at"):
+        rows.append(
+            ("acquired", f"{data['acquired_at']} ({format_seconds(data['held_for_s'])} ago)")
+        )
+    left = data["expires_in_s"]
+    when = f"in {format_seconds(left)}" if left >= 0 else f"{format_seconds(-left)} ago"
+    rows.append(("expires", f"{data['expires_at']} ({when})"))
+    if data.get("lease_duration_s"):
+        rows.append(("lease", format_seconds(data["lease_duration_s"])))
+    if data.get("fencing_token") is not None:
+        rows.append(("fencing token", str(data["fencing_token"])))
+    if data.get("lease_id"):
+        rows.append(("lease id", data["lease_id"]))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)
+
+
+def user_locks(records: Iterable[LockRecord]) -> Iterator[LockRecord]:
+    """Skip awsflock's internal items (audit records, pool slots)."""
+    for record in records:
+        if not record.lock_id.startswith(RESERVED_PREFIX):
+            yield record
+
+
+LIST_HEADER = f"{'STATE':<8} {'EXPIRES':<14} {'HELD FOR':<9} {'OWNER':<24} LOCK_ID"
+
+
+def render_list_row(data: dict[str, Any]) -> str:
+    """One aligned row; LOCK_ID is last so rows stay aligned without knowing every width."""
+    state = data["state"]
+    expires = held = owner = "-"
+    if state != FREE:
+        left = data["expires_in_s"]
+        expires = f"in {format_seconds(left)}" if left >= 0 else f"{format_seconds(-left)} ago"
+        held = format_seconds(data["held_for_s"]) if data.get("held_for_s") is not None else "?"
+        owner = data["owner"] or "?"
+        if data.get("long_held"):
+            state = "LONG"
+    if len(owner) > 24:
+        owner = owner[:23] + "…"
+    return f"{state:<8} {expires:<14} {held:<9} {owner:<24} {data['lock_id']}"

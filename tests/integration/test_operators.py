@@ -1,0 +1,305 @@
+"""Operators' commands against real servers: status, list, force-release, audit, iam-policy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tests.integration.conftest import BIN, Cli
+
+STATUS_FIELDS = {
+    "lock_id",
+    "state",
+    "fencing_token",
+    "owner",
+    "host",
+    "pid",
+    "user",
+    "ci_url",
+    "command",
+    "acquired_at",
+    "expires_at",
+    "expires_in_s",
+    "held_for_s",
+    "lease_duration_s",
+    "legacy_client",
+    "long_held",
+}
+
+
+def test_status_of_a_free_lock_exits_3(awsflock: Cli, lock_name):
+    result = awsflock("status", lock_name)
+    assert result.returncode == 3
+    assert result.stdout.strip() == f"{lock_name}: free"
+    assert json.loads(awsflock("status", lock_name, "--json").stdout) == {
+        "lock_id": lock_name,
+        "state": "free",
+    }
+
+
+def test_status_of_a_held_lock_names_everything(awsflock: Cli, lock_name):
+    awsflock(
+        "acquire",
+        lock_name,
+        "--owner",
+        "deployer",
+        "--lease-duration",
+        "10m",
+        GITHUB_ACTIONS="true",
+        GITHUB_RUN_ID="77",
+        GITHUB_REPOSITORY="acme/infra",
+    )
+    result = awsflock("status", lock_name)
+    assert result.returncode == 0
+    text = result.stdout
+    for expected in (
+        "state:         held",
+        "owner:         deployer",
+        "pid:",
+        "https://github.com/acme/infra/actions/runs/77",
+        "expires:",
+        "(in 9m",
+        "fencing token:",
+        "lease:         10m",
+    ):
+        assert expected in text, (expected, text)
+    data = json.loads(awsflock("status", lock_name, "--json").stdout)
+    assert set(data) == STATUS_FIELDS
+    assert data["state"] == "held" and data["owner"] == "deployer"
+    assert "lease_id" not in data
+
+
+def test_status_of_an_expired_unreclaimed_lock(awsflock: Cli, lock_name):
+    awsflock("acquire", lock_name, "--lease-duration", "1s")
+    time.sleep(1.3)
+    result = awsflock("status", lock_name, "--skew", "30s")
+    assert result.returncode == 3
+    assert "EXPIRED, not yet reclaimed (reclaimable in 2" in result.stdout
+    data = json.loads(awsflock("status", lock_name, "--json").stdout)
+    assert data["state"] == "expired" and data["reclaimable_in_s"] >= 0
+
+
+def test_status_shows_the_command_of_run(awsflock: Cli, lock_name, tmp_path):
+    started = tmp_path / "up"
+    proc = awsflock.popen("run", lock_name, "-c", f"touch {started}; sleep 5")
+    deadline = time.monotonic() + 20
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    data = json.loads(awsflock("status", lock_name, "--json").stdout)
+    proc.communicate(timeout=30)
+    assert data["command"].startswith("/bin/sh -c 'touch")
+
+
+@pytest.fixture
+def big_table(server, raw_client):
+    """A fresh table with 1,200 locks: more than two Scan pages of awsflock's 500."""
+    cli = Cli(server.url, "big-" + uuid.uuid4().hex[:6])
+    assert cli("table-create", "-q").returncode == 0
+    now = int(time.time())
+    for start in range(0, 1200, 25):
+        raw_client.batch_write_item(
+            RequestItems={
+                cli.table: [
+                    {
+                        "PutRequest": {
+                            "Item": {
+                                "lock_id": {"S": f"job-{i:05d}"},
+                                "lease_id": {"S": str(uuid.uuid4())},
+                                "owner": {"S": f"host-{i % 7}"},
+                                "lease_duration": {"N": "3600"},
+                                "expiration_time": {"N": str(now + 3600 if i % 3 else now - 3600)},
+                            }
+                        }
+                    }
+                    for i in range(start, start + 25)
+                ]
+            }
+        )
+    return cli
+
+
+def test_list_streams_every_lock_over_several_pages(big_table):
+    result = big_table("list", "--json")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert result.returncode == 0 and len(rows) == 1200
+    assert {r["lock_id"] for r in rows} == {f"job-{i:05d}" for i in range(1200)}
+    assert sum(r["state"] == "expired" for r in rows) == 400
+    held = big_table("list", "--held").stdout.splitlines()
+    assert held[0].split() == ["STATE", "EXPIRES", "HELD", "FOR", "OWNER", "LOCK_ID"]
+    assert len(held) == 1 + 800
+    expired = big_table("list", "--expired", "--json").stdout.splitlines()
+    assert len(expired) == 400
+    prefixed = big_table("list", "--prefix", "job-011", "--json").stdout.splitlines()
+    assert len(prefixed) == 100
+
+
+def test_list_memory_does_not_grow_with_the_table(big_table):
+    def peak_kb(*args: str) -> int:
+        code = (
+            "import resource, subprocess, sys\n"
+            "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)\n"
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(BIN), *args],
+            env=big_table.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    one_item = peak_kb("status", "job-00001")
+    all_items = peak_kb("list")
+    # Streaming page by page: listing 1,200 locks costs about what reading one does.
+    assert all_items - one_item < 15 * 1024, (one_item, all_items)
+
+
+def test_list_hides_awsflocks_own_items(awsflock: Cli, lock_name):
+    awsflock("acquire", lock_name)
+    lease = json.loads(awsflock("status", lock_name, "--json", "--show-lease-id").stdout)
+    awsflock("force-release", lock_name, "--reason", "test", "--lease-id", lease["lease_id"])
+    listed = awsflock("list", "--json").stdout
+    assert "#awsflock#" not in listed and lock_name in listed
+
+
+def test_force_release_is_refused_without_a_reason(awsflock: Cli, lock_name):
+    awsflock("acquire", lock_name)
+    result = awsflock("force-release", lock_name, "--yes")
+    assert result.returncode == 2 and "--reason" in result.stderr
+    assert awsflock("status", lock_name).returncode == 0, "still held"
+
+
+def test_force_release_without_naming_the_lease_is_refused(awsflock: Cli, lock_name):
+    awsflock("acquire", lock_name)
+    result = awsflock("force-release", lock_name, "--reason", "stuck")  # no tty, no --yes
+    assert result.returncode == 2 and "--lease-id" in result.stderr
+    assert awsflock("status", lock_name).returncode == 0
+
+
+def test_force_release_of_a_lease_no_longer_holding_is_refused(awsflock: Cli, lock_name):
+    first = awsflock("acquire", lock_name).stdout.strip()
+    awsflock("release", lock_name, first)
+    awsflock("acquire", lock_name, "--owner", "newcomer")
+    result = awsflock("force-release", lock_name, "--reason", "stale", "--lease-id", first)
+    assert result.returncode == 3 and "no longer holds" in result.stderr
+    assert json.loads(awsflock("status", lock_name, "--json").stdout)["owner"] == "newcomer"
+
+
+def test_force_release_ends_the_lease_audits_it_and_tokens_keep_rising(awsflock: Cli, lock_name):
+    held = json.loads(awsflock("acquire", lock_name, "--json", "--owner", "stuck-job").stdout)
+    result = awsflock(
+        "force-release",
+        lock_name,
+        "--reason",
+        "runner died",
+        "--lease-id",
+        held["lease_id"],
+        "--actor",
+        "oncall@example.com",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    entry = json.loads(result.stdout)
+    assert entry["holder"] == "stuck-job" and entry["actor"] == "oncall@example.com"
+    # The holder's lease is over: renew refused, and the lock is free for the next one.
+    assert awsflock("renew", lock_name, held["lease_id"]).returncode == 3
+    after = json.loads(awsflock("acquire", lock_name, "--json", "--no-wait").stdout)
+    assert after["fencing_token"] > held["fencing_token"]
+    audit = awsflock("audit", lock_name, "--json")
+    records = [json.loads(line) for line in audit.stdout.splitlines()]
+    assert len(records) == 1
+    assert set(records[0]) == {
+        "at",
+        "action",
+        "lock_id",
+        "lease_id",
+        "holder",
+        "holder_host",
+        "fencing_token",
+        "actor",
+        "reason",
+    }
+    assert records[0]["reason"] == "runner died" and records[0]["lock_id"] == lock_name
+    text = awsflock("audit").stdout
+    assert f"force-release  {lock_name}  by oncall@example.com" in text
+
+
+def test_force_release_with_yes_and_default_actor(awsflock: Cli, lock_name):
+    awsflock("acquire", lock_name)
+    result = awsflock("force-release", lock_name, "--reason", "cleanup", "--yes")
+    assert result.returncode == 0
+    assert "force-released" in result.stderr
+    record = json.loads(awsflock("audit", lock_name, "--json").stdout.splitlines()[0])
+    assert "@" in record["actor"]  # user@host on a local endpoint
+
+
+def test_force_release_of_a_free_lock_exits_3(awsflock: Cli, lock_name):
+    result = awsflock("force-release", lock_name, "--reason", "x", "--yes")
+    assert result.returncode == 3 and "not held" in result.stderr
+
+
+def test_force_release_stops_a_running_command_with_124(awsflock: Cli, lock_name, tmp_path):
+    started = tmp_path / "up"
+    proc = awsflock.popen(
+        "run",
+        lock_name,
+        "--lease-duration",
+        "3s",
+        "--kill-after",
+        "0s",
+        "-c",
+        f"touch {started}; sleep 30",
+    )
+    deadline = time.monotonic() + 20
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert awsflock("force-release", lock_name, "--reason", "stop it", "--yes").returncode == 0
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 124, err
+    assert "lost" in err
+
+
+def test_iam_policy_is_valid_json_naming_the_table():
+    result = subprocess.run(
+        [
+            str(BIN),
+            "iam-policy",
+            "--tablename",
+            "locks",
+            "--region",
+            "eu-west-1",
+            "--account",
+            "123456789012",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    policy = json.loads(result.stdout)
+    actions = {a for s in policy["Statement"] for a in s["Action"]}
+    assert {
+        "dynamodb:UpdateItem",
+        "dynamodb:GetItem",
+        "dynamodb:Scan",
+        "dynamodb:PutItem",
+        "dynamodb:CreateTable",
+        "dynamodb:UpdateTimeToLive",
+    } <= actions
+    assert "dynamodb:DeleteItem" not in actions
+    assert all(
+        s["Resource"] == "arn:aws:dynamodb:eu-west-1:123456789012:table/locks"
+        for s in policy["Statement"]
+    )
+    read_only = json.loads(
+        subprocess.run(
+            [str(BIN), "iam-policy", "--read-only"], capture_output=True, text=True
+        ).stdout
+    )
+    assert read_only["Statement"][0]["Action"] == ["dynamodb:GetItem", "dynamodb:Scan"]
