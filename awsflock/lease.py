@@ -195,6 +195,12 @@ class LockTable:
             while True:
                 attempts += 1
                 now_ms = self._now_ms()
+                log.debug(
+                    "acquire attempt %d on %r",
+                    attempts,
+                    lock_id,
+                    extra={"event": "acquire_attempt", "lock_id": lock_id, "attempts": attempts},
+                )
                 try:
                     unknown_outcome = True
                     result = self.store.try_acquire(
@@ -330,10 +336,12 @@ class LockTable:
             log.debug("clean-up release of %r failed: %s", lock_id, err.one_line())
 
     def _event(self, name: str, lock_id: str, record: LockRecord | None) -> dict[str, Any]:
+        """Fields of a log event (the JSON format drops lease_id unless at debug level)."""
         data: dict[str, Any] = {"event": name, "lock_id": lock_id}
         if record is not None:
             data["owner"] = record.owner
             data["fencing_token"] = record.fencing_token
+            data["lease_id"] = record.lease_id
         return data
 
     def hold(
@@ -399,7 +407,10 @@ class LockTable:
             "renewed %r for %s",
             lock_id,
             format_seconds(lease_s),
-            extra=self._event("renewed", lock_id, record),
+            extra={
+                **self._event("renewed", lock_id, record),
+                "expires_in_s": round(record.expires_at - self.clock.time(), 3),
+            },
         )
         return Lease(
             table=self,
@@ -429,4 +440,7 @@ class LockTable:
                 ),
                 hint="nothing to release",
             )
-        log.info("released %r", lock_id, extra=self._event("released", lock_id, record))
+        event = self._event("released", lock_id, record)
+        if record is not None and record.acquired_at is not None:
+            event["held_s"] = round(self.clock.time() - record.acquired_at, 3)
+        log.info("released %r", lock_id, extra=event)

@@ -284,3 +284,41 @@ def test_python_dash_m_runs_the_cli():
 def test_debug_shows_the_traceback():
     result = _run_isolated(["acquire", "x", "--no-wait", "--debug"])
     assert result.returncode == 1 and "Traceback" in result.stderr
+
+
+def test_json_events_cover_the_lease_life_with_stable_fields(run):
+    got = run("acquire", "life", "--log-format", "json", "--json", "--lease-duration", "60")
+    lease = json.loads(got.stdout)
+    run("renew", "life", lease["lease_id"], "--log-format", "json")
+    released = run("release", "life", lease["lease_id"], "--log-format", "json")
+    renewed = run("acquire", "life2", "--log-format", "json")
+    events = {}
+    for result in (got, released, renewed):
+        for line in result.stderr.splitlines():
+            data = json.loads(line)
+            events[data["event"]] = data
+    assert {"acquired", "released"} <= set(events)
+    acquired = events["acquired"]
+    assert {
+        "ts",
+        "level",
+        "logger",
+        "event",
+        "lock_id",
+        "owner",
+        "fencing_token",
+        "waited_s",
+        "attempts",
+        "message",
+    } <= set(acquired)
+    assert events["released"]["held_s"] >= 0
+    assert "lease_id" not in acquired
+
+
+def test_lease_ids_appear_in_json_logs_only_at_debug(run):
+    got = run("acquire", "dbg", "--log-format", "json", "--debug")
+    lease = got.stdout.strip()
+    events = [json.loads(line) for line in got.stderr.splitlines() if line.startswith("{")]
+    assert any(e["event"] == "acquire_attempt" for e in events)
+    assert [e["lease_id"] for e in events if e["event"] == "acquired"] == [lease]
+    assert lease not in run("acquire", "dbg2", "--log-format", "json").stderr
