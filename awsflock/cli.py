@@ -21,6 +21,7 @@ from awsflock.options import (
     json_option,
     lease_option,
     owner_option,
+    slots_option,
     wait_options,
 )
 
@@ -161,6 +162,7 @@ cli.add_command(_create_table_alias, "create-table")
 @wait_options
 @owner_option
 @json_option
+@slots_option
 @click.option(
     "--conflict-exit-code",
     type=click.IntRange(0, 255),
@@ -177,6 +179,7 @@ def acquire(
     owner: str | None,
     as_json: bool,
     conflict_exit_code: int,
+    slots: int | None,
 ) -> None:
     """Take LOCK_ID and print the LEASE_ID (exit 3 if another holds it).
 
@@ -189,7 +192,7 @@ def acquire(
     table = common.table(owner)
     wait = 0.0 if no_wait else wait_time
     try:
-        lease = table.acquire(lock_id, lease=lease_duration, wait=wait)
+        lease = table.acquire(lock_id, lease=lease_duration, wait=wait, slots=slots)
     except errors.LockBusy as exc:
         if not common.quiet:
             click.echo(f"awsflock: {exc.one_line()}", err=True)
@@ -327,6 +330,7 @@ class _RunCommand(click.Command):
 @lease_option("1 minute", "Lease length; renewed every third of it while CMD runs.")
 @wait_options
 @owner_option
+@slots_option
 @click.option(
     "--kill-after",
     type=DurationType(durations.parse_seconds),
@@ -352,6 +356,7 @@ def run_command(
     owner: str | None,
     kill_after: float,
     conflict_exit_code: int,
+    slots: int | None,
 ) -> None:
     """Hold LOCK_ID while CMD runs; exit with CMD's status.
 
@@ -361,7 +366,8 @@ def run_command(
       awsflock run backup -c 'pg_dump db | gzip > /backups/db.gz'
 
     The lease (default 1 minute) is renewed every third of its length. CMD gets
-    AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN.
+    AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN
+    (and AWSFLOCK_SLOT with --slots).
     Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
 
     \b
@@ -386,6 +392,7 @@ def run_command(
         wait=0.0 if no_wait else wait_time,
         kill_after=kill_after,
         conflict_exit_code=conflict_exit_code,
+        slots=slots,
     )
     code = run(table, lock_id, argv, options)
     STATE["ran"] = True
@@ -397,26 +404,43 @@ def run_command(
 @common_options
 @json_option
 @click.option("--show-lease-id", is_flag=True, help="Also show the holder's LEASE_ID.")
-def status(common: Common, lock_id: str, as_json: bool, show_lease_id: bool) -> None:
+@slots_option
+def status(
+    common: Common, lock_id: str, as_json: bool, show_lease_id: bool, slots: int | None
+) -> None:
     """Who holds LOCK_ID, since when, until when, with which fencing token.
 
-    Exit 0 if held, 3 if free (released, never taken, or expired and not yet
-    reclaimed), 1 on errors.
+    For a pool (--slots, or a name only used as a pool) every slot is shown.
+    Exit 0 if held (a pool: any slot), 3 if free (released, never taken, or
+    expired and not yet reclaimed), 1 on errors.
 
     \b
     IAM: dynamodb:GetItem.
     """
-    from awsflock.lease import check_lock_id
-    from awsflock.status import HELD, render_status, view
+    from awsflock.lease import check_lock_id, check_slots
+    from awsflock.status import HELD, pool_view, render_pool, render_status, view
 
     table = common.table()
     check_lock_id(lock_id)
-    record = table.store.get(lock_id)
-    data = view(lock_id, record, table.clock.time(), table.skew, show_lease_id)
+    pool_size = check_slots(lock_id, slots)
+    record = None if pool_size else table.store.get(lock_id)
+    pool = table.store.get_pool(lock_id) if record is None and slots != 1 else None
+    now = table.clock.time()
+    if pool is not None:
+        if pool_size and pool.size and pool.size != pool_size:
+            raise errors.ConfigurationError(
+                f"pool {lock_id!r} has {pool.size} slots, not {pool_size}",
+                hint=f"use --slots {pool.size}",
+            )
+        data = pool_view(pool, now, table.skew, show_lease_id)
+        text = render_pool(data)
+    else:
+        data = view(lock_id, record, now, table.skew, show_lease_id)
+        text = render_status(data)
     if as_json:
         _emit(data)
     else:
-        click.echo(render_status(data))
+        click.echo(text)
     raise click.exceptions.Exit(0 if data["state"] == HELD else 3)
 
 
@@ -435,13 +459,18 @@ def list_locks(common: Common, prefix: str, only: str | None, as_json: bool) -> 
     \b
     IAM: dynamodb:Scan.
     """
-    from awsflock.status import LIST_HEADER, render_list_row, user_locks, view
+    from awsflock.records import LockRecord
+    from awsflock.status import LIST_HEADER, pool_view, render_list_row, view
 
     table = common.table()
     if not as_json:
         click.echo(LIST_HEADER)
-    for record in user_locks(table.store.scan(prefix)):
-        data = view(record.lock_id, record, table.clock.time(), table.skew)
+    for entry in table.store.scan_locks(prefix):
+        now = table.clock.time()
+        if isinstance(entry, LockRecord):
+            data = view(entry.lock_id, entry, now, table.skew)
+        else:
+            data = pool_view(entry, now, table.skew)
         if only and data["state"] != only:
             continue
         click.echo(json.dumps(data, sort_keys=True) if as_json else render_list_row(data))

@@ -52,6 +52,7 @@ class Hold:
         on_lost: LostCallback | None = None,
         identity: Identity | None = None,
         join_timeout: float = 10.0,
+        slots: int | None = None,
     ) -> None:
         self.table = table
         self.lock_id = lock_id
@@ -67,6 +68,7 @@ class Hold:
             )
         self.on_lost = on_lost
         self.identity = identity
+        self.slots = slots
         self.join_timeout = join_timeout
         self.lost = threading.Event()
         self.renewals = 0
@@ -93,6 +95,11 @@ class Hold:
     @property
     def lease_id(self) -> str:
         return self.lease.lease_id
+
+    @property
+    def slot(self) -> int | None:
+        """The pool slot held (None for a plain lock)."""
+        return self.lease.slot
 
     @property
     def clock(self) -> Clock:
@@ -124,7 +131,11 @@ class Hold:
         if self._lease is not None:
             raise errors.UsageError("the hold was already started")
         self._lease = self.table.acquire(
-            self.lock_id, lease=self.lease_s, wait=self.wait_s, identity=self.identity
+            self.lock_id,
+            lease=self.lease_s,
+            wait=self.wait_s,
+            identity=self.identity,
+            slots=self.slots,
         )
         self._next_renew = self._lease.acquired_at + self.interval
         return self._lease

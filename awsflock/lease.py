@@ -14,7 +14,7 @@ from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.durations import format_seconds, lease_seconds, skew_seconds, wait_seconds
 from awsflock.records import RESERVED_PREFIX, Identity, LockRecord
-from awsflock.store import Store
+from awsflock.store import Pool, Store, pool_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -32,8 +32,13 @@ DEFAULT_SKEW = 5.0
 DEFAULT_LEASE = 2 * 3600.0  # awsflock 0.2.0's default for acquire and renew
 DEFAULT_WAIT = 60.0
 
-# LEASE_IDs are UUID4 strings, the form awsflock 0.2.0 printed, so its leases stay usable.
-_LEASE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# LEASE_IDs are UUID4 strings, the form awsflock 0.2.0 printed, so its leases stay usable;
+# a pool slot's LEASE_ID adds ".SLOT", so renew and release need nothing else.
+_LEASE_ID = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?:\.(\d{1,3}))?"
+)
+#: Most slots a pool may have (its item holds every slot; DynamoDB items stop at 400 KB).
+MAX_SLOTS = 100
 
 
 def new_lease_id() -> str:
@@ -49,6 +54,37 @@ def check_lease_id(lease_id: str) -> str:
             hint="pass the value `awsflock acquire` printed (a UUID like 1b4e28ba-2fa1-...)",
         )
     return text
+
+
+def slot_of(lease_id: str) -> int | None:
+    """The pool slot a LEASE_ID belongs to (None for a plain lock)."""
+    match = _LEASE_ID.fullmatch(lease_id)
+    return int(match.group(1)) if match and match.group(1) is not None else None
+
+
+def check_slots(lock_id: str, slots: int | None) -> int | None:
+    """The pool size to use: None for a plain lock (no --slots, or --slots 1)."""
+    if slots is None or slots == 1:
+        return None
+    if not isinstance(slots, int) or slots < 1 or slots > MAX_SLOTS:
+        raise errors.UsageError(
+            f"--slots must be between 1 and {MAX_SLOTS}, got {slots!r}",
+            hint="a pool of N resources takes --slots N",
+        )
+    size = len(pool_key(lock_id).encode("utf-8"))
+    if size > MAX_LOCK_ID_BYTES:
+        raise errors.UsageError(
+            f"pool name is too long ({size} bytes with awsflock's prefix; at most "
+            f"{MAX_LOCK_ID_BYTES})",
+            hint="use a shorter name",
+        )
+    return slots
+
+
+def _soonest(state: Pool) -> LockRecord | None:
+    """The held slot whose lease ends first (the one to wait for)."""
+    held = [r for r in state.slots.values() if not r.released]
+    return min(held, key=lambda r: r.expires_at) if held else None
 
 
 def check_lock_id(lock_id: str) -> str:
@@ -90,6 +126,8 @@ class Lease:
     waited: float = 0.0
     reclaimed: LockRecord | None = field(default=None, repr=False)
     released: bool = False
+    #: The pool slot this lease holds (None for a plain lock).
+    slot: int | None = None
 
     def renew(self, lease: float | str | None = None) -> Lease:
         """Extend the lease by ``lease`` (default: its current duration) from now."""
@@ -112,6 +150,7 @@ class Lease:
             "acquired_at": round(self.acquired_at, 3),
             "expires_at": round(self.expires_at, 3),
             "lease_duration": self.lease_duration,
+            **({} if self.slot is None else {"slot": self.slot}),
         }
 
     def __enter__(self) -> Lease:
@@ -168,77 +207,87 @@ class LockTable:
         lease: float | str = DEFAULT_LEASE,
         wait: float | str | None = DEFAULT_WAIT,
         identity: Identity | None = None,
+        slots: int | None = None,
     ) -> Lease:
         """Take the lock, waiting up to ``wait`` seconds (0: don't wait; None: forever).
 
-        Raises LockBusy (with ``.holder``) when the lock stayed held.
+        With ``slots=N`` (N > 1) the lock is a pool of N slots: up to N holders at once, each
+        told its slot (``Lease.slot``). Raises LockBusy (with ``.holder``) when it stayed held.
         """
         check_lock_id(lock_id)
+        pool = check_slots(lock_id, slots)
         lease_s = lease_seconds(lease)
         if wait is None:
             wait_s: float | None = None
         elif isinstance(wait, (int, float)) and wait == 0:
             wait_s = 0.0
         else:
-            wait_s = wait_seconds(wait)
-            if wait_s is None:  # "0" as text means forever, as on the command line
-                wait_s = None
+            wait_s = wait_seconds(wait)  # "0" as text means forever, as on the command line
         who = identity or self.identity
-        lease_id = new_lease_id()
+        base = new_lease_id()
         start = self.clock.monotonic()
         deadline = None if wait_s is None else start + wait_s
         attempts = errors_seen = 0
-        unknown_outcome = False  # an attempt may have been granted without us hearing of it
+        uncertain: set[int | None] = set()  # tries that may have been granted unheard
         last_error: errors.AwsflockError | None = None
         holder: LockRecord | None = None
+        slot = self.rng.randrange(pool) if pool else None
+        quick_tries = 0  # pool probes in a row without sleeping
         try:
             while True:
                 attempts += 1
-                now_ms = self._now_ms()
+                lease_id = base if slot is None else f"{base}.{slot}"
                 log.debug(
-                    "acquire attempt %d on %r",
+                    "acquire attempt %d on %r%s",
                     attempts,
                     lock_id,
-                    extra={"event": "acquire_attempt", "lock_id": lock_id, "attempts": attempts},
+                    "" if slot is None else f" slot {slot}",
+                    extra={
+                        "event": "acquire_attempt",
+                        "lock_id": lock_id,
+                        "attempts": attempts,
+                        "slot": slot,
+                    },
                 )
+                result = None
                 try:
-                    unknown_outcome = True
+                    uncertain.add(slot)
                     result = self.store.try_acquire(
                         lock_id,
                         lease_id=lease_id,
                         identity=who,
-                        now_ms=now_ms,
+                        now_ms=self._now_ms(),
                         lease_ms=_ms(lease_s),
                         skew_ms=_ms(self.skew),
+                        slot=slot,
+                        slots=pool,
                     )
-                    unknown_outcome = False
+                    uncertain.discard(slot)
                     last_error = None
                 except (errors.Throttled, errors.EndpointUnreachable) as err:
                     # Transient: keep trying within the caller's wait; the outcome is unknown.
                     last_error = err
-                    result = None
                 if result is not None:
                     record = result.record
                     if result.granted or (record is not None and record.lease_id == lease_id):
                         # Granted now, or granted by an earlier try whose answer was lost.
                         assert record is not None
-                        return self._granted(lock_id, lease_id, record, start, attempts)
+                        return self._granted(lock_id, lease_id, record, start, attempts, slot)
                     holder = record
-                    if attempts == 1:
-                        plan = (
-                            "waiting forever"
-                            if wait_s is None
-                            else f"waiting up to {format_seconds(wait_s)}"
-                            if wait_s > 0
-                            else "not waiting"
-                        )
-                        log.info(
-                            "lock %r is held by %s; %s",
-                            lock_id,
-                            holder.describe(self.clock.time()) if holder else "another lease",
-                            plan,
-                            extra=self._event("contended", lock_id, holder),
-                        )
+                    if result.pool is not None:
+                        assert pool is not None
+                        mine = self._pool_check(result.pool, pool, base)
+                        if mine is not None:
+                            got, rec = mine
+                            return self._granted(lock_id, rec.lease_id, rec, start, attempts, got)
+                        holder = _soonest(result.pool)
+                        free = result.pool.free_slots(pool, self.clock.time(), self.skew)
+                        if free and quick_tries < pool:
+                            quick_tries += 1
+                            slot = self.rng.choice(free)
+                            continue
+                    if attempts == 1 or quick_tries:
+                        self._log_contended(lock_id, holder, wait_s, pool)
                 pause = self._next_pause(holder, deadline)
                 if pause is None:
                     break
@@ -256,20 +305,63 @@ class LockTable:
                         },
                     )
                 self.clock.sleep(pause)
+                quick_tries = 0
+                if pool:
+                    slot = self.rng.randrange(pool)
         except BaseException:
-            if unknown_outcome:
-                self._abandon(lock_id, lease_id)
+            self._abandon(lock_id, base, uncertain)
             raise
+        self._abandon(lock_id, base, uncertain)
         if last_error is not None:
-            self._abandon(lock_id, lease_id)
             raise last_error
         waited = self.clock.monotonic() - start
         now = self.clock.time()
         desc = holder.describe(now) if holder else "another lease"
+        what = (
+            f"all {pool} slots of pool {lock_id!r} are held; the next to free up"
+            if pool
+            else (f"lock {lock_id!r}")
+        )
         raise errors.LockBusy(
-            f"lock {lock_id!r} is held by {desc}"
+            f"{what} is held by {desc}"
             + (f"; gave up after {format_seconds(waited)}" if waited >= 1 else ""),
             holder=holder,
+        )
+
+    def _pool_check(self, state: Pool, size: int, base: str) -> tuple[int, LockRecord] | None:
+        """Refuse a pool size mismatch; find a slot granted to us by a try whose answer was
+        lost."""
+        if state.size is not None and state.size != size:
+            raise errors.ConfigurationError(
+                f"pool {state.lock_id!r} has {state.size} slots, but this holder asked for {size}",
+                hint=f"use --slots {state.size}, or resize the pool (awsflock pool-resize)",
+            )
+        for number, record in state.slots.items():
+            if record.lease_id.startswith(base + ".") and not record.released:
+                return number, record
+        return None
+
+    def _log_contended(
+        self, lock_id: str, holder: LockRecord | None, wait_s: float | None, pool: int | None
+    ) -> None:
+        plan = (
+            "waiting forever"
+            if wait_s is None
+            else f"waiting up to {format_seconds(wait_s)}"
+            if wait_s > 0
+            else "not waiting"
+        )
+        what = (
+            f"all {pool} slots of pool {lock_id!r} are held; the next to free up by"
+            if pool
+            else (f"lock {lock_id!r} is held by")
+        )
+        log.info(
+            "%s %s; %s",
+            what,
+            holder.describe(self.clock.time()) if holder else "another lease",
+            plan,
+            extra=self._event("contended", lock_id, holder),
         )
 
     def _next_pause(self, holder: LockRecord | None, deadline: float | None) -> float | None:
@@ -289,7 +381,13 @@ class LockTable:
         return max(pause, 0.0)
 
     def _granted(
-        self, lock_id: str, lease_id: str, record: LockRecord, start: float, attempts: int
+        self,
+        lock_id: str,
+        lease_id: str,
+        record: LockRecord,
+        start: float,
+        attempts: int,
+        slot: int | None = None,
     ) -> Lease:
         waited = self.clock.monotonic() - start
         reclaimed = None
@@ -307,6 +405,7 @@ class LockTable:
             acquired_at=record.acquired_at or self.clock.time(),
             waited=waited,
             reclaimed=reclaimed,
+            slot=slot,
         )
         if reclaimed is not None:
             log.info(
@@ -328,12 +427,16 @@ class LockTable:
         )
         return lease
 
-    def _abandon(self, lock_id: str, lease_id: str) -> None:
-        """Best effort: release a lease that may have been granted without our knowing."""
-        try:
-            self.store.release(lock_id, lease_id, now_ms=self._now_ms(), skew_ms=_ms(self.skew))
-        except errors.AwsflockError as err:
-            log.debug("clean-up release of %r failed: %s", lock_id, err.one_line())
+    def _abandon(self, lock_id: str, base: str, slots: set[int | None]) -> None:
+        """Best effort: release leases that may have been granted without our knowing."""
+        for slot in slots:
+            lease_id = base if slot is None else f"{base}.{slot}"
+            try:
+                self.store.release(
+                    lock_id, lease_id, now_ms=self._now_ms(), skew_ms=_ms(self.skew), slot=slot
+                )
+            except errors.AwsflockError as err:
+                log.debug("clean-up release of %r failed: %s", lock_id, err.one_line())
 
     def _event(self, name: str, lock_id: str, record: LockRecord | None) -> dict[str, Any]:
         """Fields of a log event (the JSON format drops lease_id unless at debug level)."""
@@ -354,6 +457,7 @@ class LockTable:
         margin: float | None = None,
         on_lost: LostCallback | None = None,
         identity: Identity | None = None,
+        slots: int | None = None,
     ) -> Hold:
         """A lock held while you work, renewed every lease/3 in the background.
 
@@ -371,6 +475,7 @@ class LockTable:
             margin=margin,
             on_lost=on_lost,
             identity=identity,
+            slots=slots,
         )
 
     # -- renew and release -----------------------------------------------------------------
@@ -396,7 +501,10 @@ class LockTable:
         check_lock_id(lock_id)
         lease_id = check_lease_id(lease_id)
         lease_s = lease_seconds(lease)
-        record = self.store.renew(lock_id, lease_id, now_ms=self._now_ms(), lease_ms=_ms(lease_s))
+        slot = slot_of(lease_id)
+        record = self.store.renew(
+            lock_id, lease_id, now_ms=self._now_ms(), lease_ms=_ms(lease_s), slot=slot
+        )
         if record is None:
             raise errors.NotHeld(
                 f"lease {lease_id} does not hold lock {lock_id!r} (released, or expired and "
@@ -421,6 +529,7 @@ class LockTable:
             lease_duration=record.lease_duration,
             owner=record.owner,
             acquired_at=record.acquired_at or self.clock.time(),
+            slot=slot,
         )
 
     def release_lease(self, lock_id: str, lease_id: str) -> None:
@@ -428,7 +537,11 @@ class LockTable:
         check_lock_id(lock_id)
         lease_id = check_lease_id(lease_id)
         done, record = self.store.release(
-            lock_id, lease_id, now_ms=self._now_ms(), skew_ms=_ms(self.skew)
+            lock_id,
+            lease_id,
+            now_ms=self._now_ms(),
+            skew_ms=_ms(self.skew),
+            slot=slot_of(lease_id),
         )
         if not done:
             raise errors.NotHeld(

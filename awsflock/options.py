@@ -186,3 +186,12 @@ def owner_option(func: F) -> F:
 
 def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(func)
+
+
+def slots_option(func: F) -> F:
+    return click.option(
+        "--slots",
+        type=click.IntRange(1, 100),
+        default=None,
+        help="Make LOCK_ID a pool of N slots: up to N holders at once, each told its slot.",
+    )(func)

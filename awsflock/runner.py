@@ -61,6 +61,7 @@ class RunOptions:
     wait: float | None = 60.0
     kill_after: float = 10.0
     conflict_exit_code: int = EXIT_NOT_ACQUIRED
+    slots: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -179,6 +180,7 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
         wait=options.wait,
         margin=margin,
         on_lost=lambda _hold, _err: lost.set(),
+        slots=options.slots,
     )
     try:
         try:
@@ -209,6 +211,8 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
                 "AWSFLOCK_FENCING_TOKEN": str(hold.fencing_token),
             }
         )
+        if hold.slot is not None:
+            env["AWSFLOCK_SLOT"] = str(hold.slot)
         foreground = _has_terminal()
         try:
             child = subprocess.Popen(

@@ -6,11 +6,13 @@ rename them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awsflock.durations import format_seconds
-from awsflock.records import RESERVED_PREFIX, LockRecord, iso_utc
+from awsflock.records import LockRecord, iso_utc
+
+if TYPE_CHECKING:
+    from awsflock.store import Pool
 
 HELD, EXPIRED, FREE = "held", "expired", "free"
 
@@ -64,7 +66,7 @@ def view(
     return data
 
 
-def render_status(data: dict[str, Any]) -> str:
+def render_status(data: dict[str, Any], label: str = "lock") -> str:
     """``status`` for people: a few aligned lines."""
     lock = data["lock_id"]
     state = data["state"]
@@ -80,7 +82,7 @@ def render_status(data: dict[str, Any]) -> str:
         if data.get("fencing_token"):
             line += f"; last fencing token {data['fencing_token']}"
         return line
-    rows = [("lock", lock)]
+    rows = [(label, lock)]
     if state == HELD:
         rows.append(("state", "held" + ("  (LONG-HELD)" if data.get("long_held") else "")))
     else:
@@ -117,11 +119,30 @@ def render_status(data: dict[str, Any]) -> str:
     return "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)
 
 
-def user_locks(records: Iterable[LockRecord]) -> Iterator[LockRecord]:
-    """Skip awsflock's internal items (audit records, pool slots)."""
-    for record in records:
-        if not record.lock_id.startswith(RESERVED_PREFIX):
-            yield record
+def pool_view(state: Pool, now: float, skew: float, show_lease_id: bool = False) -> dict[str, Any]:
+    """The JSON object of ``status --json`` and ``list --json`` for a pool."""
+    size = state.size or (max(state.slots) + 1 if state.slots else 0)
+    slots = []
+    for number in range(size):
+        entry = view(state.lock_id, state.slots.get(number), now, skew, show_lease_id)
+        del entry["lock_id"]
+        slots.append({"slot": number, **entry})
+    held = sum(1 for e in slots if e["state"] == HELD)
+    return {
+        "lock_id": state.lock_id,
+        "state": HELD if held else FREE,
+        "slots": size,
+        "held_slots": held,
+        "slot_states": slots,
+    }
+
+
+def render_pool(data: dict[str, Any]) -> str:
+    lines = [f"{data['lock_id']}: pool of {data['slots']} slots, {data['held_slots']} held"]
+    for entry in data["slot_states"]:
+        text = render_status({"lock_id": str(entry["slot"]), **entry}, label="slot")
+        lines.append("  " + text.replace("\n", "\n  "))
+    return "\n".join(lines)
 
 
 LIST_HEADER = f"{'STATE':<8} {'EXPIRES':<14} {'HELD FOR':<9} {'OWNER':<24} LOCK_ID"
@@ -129,6 +150,12 @@ LIST_HEADER = f"{'STATE':<8} {'EXPIRES':<14} {'HELD FOR':<9} {'OWNER':<24} LOCK_
 
 def render_list_row(data: dict[str, Any]) -> str:
     """One aligned row; LOCK_ID is last so rows stay aligned without knowing every width."""
+    if "slot_states" in data:
+        busy = [e for e in data["slot_states"] if e["state"] == HELD]
+        soonest = min((e["expires_in_s"] for e in busy), default=None)
+        until = "-" if soonest is None else f"in {format_seconds(soonest)}"
+        summary = f"pool {len(busy)}/{data['slots']} held"
+        return f"{data['state']:<8} {until:<14} {'-':<9} {summary:<24} {data['lock_id']}"
     state = data["state"]
     expires = held = owner = "-"
     if state != FREE:

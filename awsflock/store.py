@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
-from awsflock.records import Identity, LockRecord
+from awsflock.records import RESERVED_PREFIX, Identity, LockRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -155,6 +155,61 @@ def from_attr(attr: dict[str, Any]) -> Any:
     return attr  # types we never write; kept as is
 
 
+#: A pool of N slots is one item under this key prefix plus the pool's name; slot i's
+#: attributes are the lock attributes prefixed "s{i}_" (``slot_names``), so every slot has its
+#: own lease and fencing counter while one conditional write sees the pool's size.
+POOL_PREFIX = RESERVED_PREFIX + "pool#"
+#: The attributes that exist once per slot in a pool item.
+SLOT_ATTRIBUTES = (
+    # A pool item has no table-level TTL attribute: it is never deleted, so its slots'
+    # counters live on; each slot's expiration_time is just a slot attribute.
+    A_LEASE_ID,
+    A_OWNER,
+    A_LEASE_DURATION,
+    A_EXPIRATION_TIME,
+    A_EXPIRES_MS,
+    A_ACQUIRED_MS,
+    A_FENCE,
+    A_RELEASED,
+    A_PREV_LEASE_ID,
+    A_PREV_RELEASED,
+    A_HOST,
+    A_PID,
+    A_USER,
+    A_CI_URL,
+    A_COMMAND,
+    A_FORCED_BY,
+    A_FORCED_REASON,
+    A_FORCED_MS,
+)
+#: A pool acquire also checks that every holder agrees on the pool's size.
+COND_SLOTS = "attribute_not_exists(#slots) OR #slots = :slots"
+
+
+def pool_key(lock_id: str) -> str:
+    return POOL_PREFIX + lock_id
+
+
+def slot_names(slot: int | None) -> dict[str, str]:
+    """Expression attribute names for a plain lock (None) or for one slot of a pool."""
+    if slot is None:
+        return {}
+    names = {a: f"s{slot}_{a}" for a in SLOT_ATTRIBUTES}
+    # "The slot is unused" plays the part of "the item does not exist" for a plain lock.
+    names[A_LOCK_ID] = f"s{slot}_{A_LEASE_ID}"
+    return names
+
+
+def slot_item(item: dict[str, Any], slot: int, lock_id: str) -> dict[str, Any]:
+    """Slot ``slot`` of a pool item, shaped as a plain lock item."""
+    prefix = f"s{slot}_"
+    sub = {k[len(prefix) :]: v for k, v in item.items() if k.startswith(prefix)}
+    sub[A_LOCK_ID] = {"S": lock_id}
+    if A_SLOTS in item:
+        sub[A_SLOTS] = item[A_SLOTS]
+    return sub
+
+
 def record_from_item(item: dict[str, Any]) -> LockRecord:
     """Read a lock item, ours or awsflock 0.2.0's."""
     v = {k: from_attr(a) for k, a in item.items()}
@@ -216,10 +271,33 @@ def expiration_seconds(expires_ms: int) -> int:
 
 @dataclass(frozen=True)
 class Attempt:
-    """What one acquire request found: granted (``record`` is the new state) or not (the holder)."""
+    """What one acquire request found: granted (``record`` is the new state) or not (the holder).
+
+    For a pool, ``pool`` is every slot's state as the request saw it (None if unknown)."""
 
     granted: bool
     record: LockRecord | None
+    pool: Pool | None = None
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A pool's state: its size and each slot's record (None for a never-used slot)."""
+
+    lock_id: str
+    size: int | None
+    slots: dict[int, LockRecord]
+
+    def free_slots(self, size: int, now: float, skew: float) -> list[int]:
+        """Slots an acquire could take now."""
+        return [i for i in range(size) if i not in self.slots or self.slots[i].is_free(now, skew)]
+
+    @classmethod
+    def from_item(cls, lock_id: str, item: dict[str, Any]) -> Pool:
+        size = from_attr(item[A_SLOTS]) if A_SLOTS in item else None
+        used = sorted({int(k[1:].split("_", 1)[0]) for k in item if re.match(r"s\d+_", k)})
+        slots = {i: record_from_item(slot_item(item, i, lock_id)) for i in used}
+        return cls(lock_id, int(size) if size is not None else None, slots)
 
 
 def is_loopback(endpoint_url: str | None) -> bool:
@@ -396,9 +474,11 @@ class Store:
         now_ms: int,
         lease_ms: int,
         skew_ms: int,
-        extra: dict[str, Any] | None = None,
+        slot: int | None = None,
+        slots: int | None = None,
     ) -> Attempt:
-        """One conditional write that takes the lock if it is free."""
+        """One conditional write that takes the lock (or slot ``slot`` of a pool of ``slots``)
+        if it is free."""
         expires_ms = now_ms + lease_ms
         values: dict[str, Any] = {
             "lease_id": lease_id,
@@ -414,6 +494,7 @@ class Store:
             "null": None,
             "cutoff_ms": now_ms - skew_ms,
             "cutoff_s": (now_ms - skew_ms) // 1000,
+            "slots": slots,
         }
         holder = {
             A_HOST: identity.host,
@@ -421,7 +502,6 @@ class Store:
             A_USER: identity.user,
             A_CI_URL: identity.ci_url,
             A_COMMAND: identity.command,
-            **(extra or {}),
         }
         sets, removes = [], []
         for name, value in holder.items():
@@ -430,15 +510,22 @@ class Store:
             else:
                 sets.append(f"#{name} = :{name}")
                 values[name] = value
+        condition = COND_FREE
+        if slot is not None:
+            sets.append("#slots = :slots")
+            condition = f"({COND_FREE}) AND ({COND_SLOTS})"
         update = UPD_ACQUIRE + "".join(", " + s for s in sets)
         if removes:
             update += " REMOVE " + ", ".join(removes)
-        request = _request(update, COND_FREE, values=values)
-        applied, record = self._conditional_update("acquire", lock_id, update, COND_FREE, request)
-        return Attempt(applied, record)
+        applied, item = self._conditional_update(
+            "acquire", lock_id, update, condition, values, slot
+        )
+        record = self._record(item, lock_id, slot)
+        pool = Pool.from_item(lock_id, item) if slot is not None and item else None
+        return Attempt(applied, record, pool)
 
     def renew(
-        self, lock_id: str, lease_id: str, *, now_ms: int, lease_ms: int
+        self, lock_id: str, lease_id: str, *, now_ms: int, lease_ms: int, slot: int | None = None
     ) -> LockRecord | None:
         """Extend our lease. The new state, or None if the lease is not ours any more."""
         expires_ms = now_ms + lease_ms
@@ -449,12 +536,13 @@ class Store:
             "expires_ms": expires_ms,
             "false": False,
         }
-        request = _request(UPD_RENEW, COND_RENEW, values=values)
-        applied, record = self._conditional_update("renew", lock_id, UPD_RENEW, COND_RENEW, request)
-        return record if applied else None
+        applied, item = self._conditional_update(
+            "renew", lock_id, UPD_RENEW, COND_RENEW, values, slot
+        )
+        return self._record(item, lock_id, slot) if applied else None
 
     def release(
-        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int
+        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
     ) -> tuple[bool, LockRecord | None]:
         """End our lease, keeping the item. (released, what the item said if we did not)."""
         values = {
@@ -463,10 +551,10 @@ class Store:
             "now_ms": now_ms,
             "expiration_time": expiration_seconds(now_ms + skew_ms),
         }
-        request = _request(UPD_RELEASE, COND_RELEASE, values=values)
-        applied, record = self._conditional_update(
-            "release", lock_id, UPD_RELEASE, COND_RELEASE, request
+        applied, item = self._conditional_update(
+            "release", lock_id, UPD_RELEASE, COND_RELEASE, values, slot
         )
+        record = self._record(item, lock_id, slot)
         # A retried release whose first try went through, then someone else acquired:
         # the item remembers the lease it replaced and whether that one was released.
         if (
@@ -479,7 +567,15 @@ class Store:
         return applied, record
 
     def force_release(
-        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, actor: str, reason: str
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        now_ms: int,
+        skew_ms: int,
+        actor: str,
+        reason: str,
+        slot: int | None = None,
     ) -> tuple[bool, LockRecord | None]:
         """End ``lease_id`` whoever holds it, recording who and why on the item."""
         values = {
@@ -491,8 +587,20 @@ class Store:
             "actor": actor,
             "reason": reason,
         }
-        request = _request(UPD_FORCE, COND_FORCE, values=values)
-        return self._conditional_update("force_release", lock_id, UPD_FORCE, COND_FORCE, request)
+        applied, item = self._conditional_update(
+            "force_release", lock_id, UPD_FORCE, COND_FORCE, values, slot
+        )
+        return applied, self._record(item, lock_id, slot)
+
+    @staticmethod
+    def _record(item: dict[str, Any] | None, lock_id: str, slot: int | None) -> LockRecord | None:
+        if not item:
+            return None
+        if slot is None:
+            return record_from_item(item)
+        if f"s{slot}_{A_LEASE_ID}" not in item:
+            return None
+        return record_from_item(slot_item(item, slot, lock_id))
 
     def put_audit(self, key: str, fields: dict[str, Any]) -> None:
         """Write one audit record (never overwriting another)."""
@@ -530,29 +638,48 @@ class Store:
             return None
 
     def get(self, lock_id: str) -> LockRecord | None:
-        """One strongly consistent read of the item."""
+        """One strongly consistent read of a plain lock's item."""
+        item = self._get_item(lock_id)
+        return record_from_item(item) if item else None
+
+    def get_pool(self, lock_id: str) -> Pool | None:
+        """One strongly consistent read of a pool's item."""
+        item = self._get_item(pool_key(lock_id))
+        return Pool.from_item(lock_id, item) if item else None
+
+    def _get_item(self, key: str) -> dict[str, Any] | None:
         with self.translate_errors("get"):
             response = self.client.get_item(
                 TableName=self.table_name,
-                Key={A_LOCK_ID: {"S": lock_id}},
+                Key={A_LOCK_ID: {"S": key}},
                 ConsistentRead=True,
             )
-        item = response.get("Item")
-        return record_from_item(item) if item else None
+        item: dict[str, Any] | None = response.get("Item")
+        return item
 
     def _conditional_update(
-        self, operation: str, lock_id: str, update: str, condition: str, request: dict[str, Any]
-    ) -> tuple[bool, LockRecord | None]:
-        """Run one conditional UpdateItem: (True, the new item) if it applied, else
-        (False, the item that failed the condition, or None if there is no item)."""
+        self,
+        operation: str,
+        lock_id: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        slot: int | None,
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """Run one conditional UpdateItem on a lock's item, or on slot ``slot`` of a pool's.
+
+        (True, the new item) if it applied, else (False, the item that failed the condition,
+        or None if there is no item)."""
         from botocore.exceptions import ClientError
 
+        key = lock_id if slot is None else pool_key(lock_id)
+        request = _request(update, condition, names=slot_names(slot), values=values)
         try:
             with self.translate_errors(operation):
                 try:
                     response = self.client.update_item(
                         TableName=self.table_name,
-                        Key={A_LOCK_ID: {"S": lock_id}},
+                        Key={A_LOCK_ID: {"S": key}},
                         UpdateExpression=update,
                         ConditionExpression=condition,
                         ReturnValues="ALL_NEW",
@@ -568,7 +695,7 @@ class Store:
                     item: Any = exc.response.get("Item")
                     if item:
                         self._ccf_returns_item = True
-                        return False, record_from_item(item)
+                        return False, item
                     raise _ConditionFailed() from None
         except _ConditionFailed:
             # No old item in the answer: either there is no item, or the endpoint ignores
@@ -579,18 +706,32 @@ class Store:
                 # COND_FREE passes on a missing item, so the item exists: the endpoint
                 # does not return it on failure, and every later failure needs the read.
                 self._ccf_returns_item = False
-            return False, self.get(lock_id)
-        return True, record_from_item(response.get("Attributes", {}))
+            return False, self._get_item(key)
+        return True, dict(response.get("Attributes", {}))
 
     # -- table ---------------------------------------------------------------------------------
 
-    def scan(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord]:
-        """Every lock item, page by page (never the whole table in memory)."""
-        for item in self._scan(prefix, page_size):
-            yield record_from_item(item)
+    def scan_locks(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord | Pool]:
+        """Every plain lock and pool (not awsflock's other items), page by page."""
+        kwargs: dict[str, Any] = {}
+        if prefix:
+            kwargs = {
+                "FilterExpression": "begins_with(#k, :plain) OR begins_with(#k, :pool)",
+                "ExpressionAttributeNames": {"#k": A_LOCK_ID},
+                "ExpressionAttributeValues": {
+                    ":plain": {"S": prefix},
+                    ":pool": {"S": pool_key(prefix)},
+                },
+            }
+        for item in self._scan("", page_size, **kwargs):
+            key = item[A_LOCK_ID]["S"]
+            if key.startswith(POOL_PREFIX):
+                yield Pool.from_item(key[len(POOL_PREFIX) :], item)
+            elif not key.startswith(RESERVED_PREFIX):
+                yield record_from_item(item)
 
-    def _scan(self, prefix: str, page_size: int) -> Iterator[dict[str, Any]]:
-        kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": page_size}
+    def _scan(self, prefix: str, page_size: int, **extra: Any) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": page_size, **extra}
         if prefix:
             kwargs["FilterExpression"] = "begins_with(#lock_id, :prefix)"
             kwargs["ExpressionAttributeNames"] = {"#lock_id": A_LOCK_ID}
