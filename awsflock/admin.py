@@ -39,6 +39,7 @@ def force_release(
     lease_id: str | None = None,
     actor: str | None = None,
     confirm: Callable[[LockRecord], bool] | None = None,
+    slot: int | None = None,
 ) -> dict[str, Any]:
     """End the current lease of ``lock_id`` whoever holds it, after naming it.
 
@@ -46,9 +47,12 @@ def force_release(
     write is conditional on exactly that lease, so a new holder that acquired in between is
     never affected. Returns the audit record written.
     """
-    from awsflock.lease import check_lease_id, check_lock_id
+    from awsflock.lease import check_lease_id, check_lock_id, slot_of
 
     check_lock_id(lock_id)
+    if lease_id is not None:
+        lease_id = check_lease_id(lease_id)
+        slot = slot_of(lease_id) if slot is None else slot
     if not reason or not reason.strip():
         raise errors.UsageError("--reason is required", hint="say why, e.g. --reason 'runner died'")
     if lease_id is None and confirm is None:
@@ -56,17 +60,21 @@ def force_release(
             "force-release needs the lease named",
             hint="pass --lease-id ID, or --yes, or run it at a terminal to confirm",
         )
-    record = table.store.get(lock_id)
+    if slot is None:
+        record = table.store.get(lock_id)
+        what = f"lock {lock_id!r}"
+    else:
+        pool = table.store.get_pool(lock_id)
+        record = pool.slots.get(slot) if pool else None
+        what = f"slot {slot} of pool {lock_id!r}"
     now = table.clock.time()
     if record is None or record.released:
-        raise errors.NotHeld(f"lock {lock_id!r} is not held", hint="nothing to force-release")
-    if lease_id is not None:
-        lease_id = check_lease_id(lease_id)
-        if record.lease_id != lease_id:
-            raise errors.NotHeld(
-                f"lease {lease_id} no longer holds {lock_id!r} (now {record.describe(now)})",
-                hint="check `awsflock status` and name the current lease",
-            )
+        raise errors.NotHeld(f"{what} is not held", hint="nothing to force-release")
+    if lease_id is not None and record.lease_id != lease_id:
+        raise errors.NotHeld(
+            f"lease {lease_id} no longer holds {lock_id!r} (now {record.describe(now)})",
+            hint="check `awsflock status` and name the current lease",
+        )
     if confirm is not None and not confirm(record):
         raise errors.UsageError("force-release not confirmed", hint="nothing was changed")
     who = actor or default_actor(table)
@@ -77,6 +85,7 @@ def force_release(
         skew_ms=round(table.skew * 1000),
         actor=who,
         reason=reason,
+        slot=slot,
     )
     if not done:
         raise errors.NotHeld(
@@ -87,6 +96,7 @@ def force_release(
     entry = {
         "action": "force-release",
         "target": lock_id,
+        "slot": slot,
         "lease_id": record.lease_id,
         "holder": record.owner,
         "holder_host": record.host,
@@ -129,6 +139,7 @@ def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
         "at": iso_utc(at_ms / 1000) if isinstance(at_ms, (int, float)) else None,
         "action": entry.get("action"),
         "lock_id": entry.get("target"),
+        "slot": entry.get("slot"),
         "lease_id": entry.get("lease_id"),
         "holder": entry.get("holder"),
         "holder_host": entry.get("holder_host"),
@@ -157,6 +168,7 @@ COMMAND_ACTIONS = {
     "list": ["Scan"],
     "force-release": ["GetItem", "UpdateItem", "PutItem"],
     "audit": ["Scan"],
+    "pool-resize": ["GetItem", "UpdateItem"],
 }
 READ_ONLY = ("status", "list", "audit")
 
@@ -180,3 +192,38 @@ def iam_policy(
             statement("AwsflockTableSetup", ("table-create",)),
         ]
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, indent=2)
+
+
+def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None, int]:
+    """Change a pool's size. Shrinking needs the slots that go away to be free. Holders that
+    still use the old size get a clear error at their next acquire. (old size, new size)."""
+    from awsflock.lease import check_lock_id, check_slots
+
+    check_lock_id(lock_id)
+    if check_slots(lock_id, slots) is None:
+        raise errors.UsageError("a pool has at least 2 slots", hint="pass --slots 2 or more")
+    pool = table.store.get_pool(lock_id)
+    if pool is None:
+        raise errors.NotHeld(f"there is no pool {lock_id!r}", hint="check the name")
+    old = pool.size
+    done = table.store.resize_pool(
+        lock_id,
+        old,
+        slots,
+        now_ms=round(table.clock.time() * 1000),
+        skew_ms=round(table.skew * 1000),
+    )
+    if not done:
+        raise errors.LockBusy(
+            f"cannot shrink pool {lock_id!r} to {slots}: a slot that would go away is held "
+            "(or the pool changed meanwhile)",
+            hint="wait until those slots are free, or force-release them",
+        )
+    log.info(
+        "resized pool %r from %s to %d slots",
+        lock_id,
+        old,
+        slots,
+        extra={"event": "pool_resized", "lock_id": lock_id},
+    )
+    return old, slots

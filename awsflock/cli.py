@@ -483,6 +483,7 @@ def list_locks(common: Common, prefix: str, only: str | None, as_json: bool) -> 
 @click.option("--lease-id", help="The lease to end (as `status --show-lease-id` shows it).")
 @click.option("--yes", is_flag=True, help="Do not ask; end whatever lease holds it now.")
 @click.option("--actor", help="Who is doing this (default: AWS caller identity, or user@host).")
+@click.option("--slot", type=click.IntRange(0, 99), help="For a pool: the slot to end.")
 @json_option
 def force_release_command(
     common: Common,
@@ -491,6 +492,7 @@ def force_release_command(
     lease_id: str | None,
     yes: bool,
     actor: str | None,
+    slot: int | None,
     as_json: bool,
 ) -> None:
     """End the current lease on LOCK_ID, whoever holds it, and audit it.
@@ -513,7 +515,7 @@ def force_release_command(
         elif sys.stdin.isatty():
             confirm = _ask
     entry = force_release(
-        table, lock_id, reason=reason, lease_id=lease_id, actor=actor, confirm=confirm
+        table, lock_id, reason=reason, lease_id=lease_id, actor=actor, confirm=confirm, slot=slot
     )
     if as_json:
         _emit(entry)
@@ -533,6 +535,27 @@ def _ask(record: Any) -> bool:
 
     click.echo(f"{record.lock_id!r} is held by {record.describe(time.time())}", err=True)
     return click.confirm("End this lease now?", default=False, err=True)
+
+
+@cli.command("pool-resize", context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@common_options
+@click.option("--slots", type=click.IntRange(2, 100), required=True, help="The new size.")
+def pool_resize(common: Common, lock_id: str, slots: int) -> None:
+    """Change the number of slots of pool LOCK_ID.
+
+    Growing is immediate. Shrinking needs the slots that go away to be free.
+    Holders still using the old --slots get a clear error until they are
+    changed too.
+
+    \b
+    IAM: dynamodb:GetItem, UpdateItem.
+    """
+    from awsflock.admin import resize_pool
+
+    old, new = resize_pool(common.table(), lock_id, slots)
+    if not common.quiet:
+        click.echo(f"awsflock: pool {lock_id!r} now has {new} slots (was {old})", err=True)
 
 
 @cli.command("audit", context_settings=CONTEXT)

@@ -104,6 +104,7 @@ ACTIONS = {
     "ttl": "UpdateTimeToLive",
     "describe_ttl": "DescribeTimeToLive",
     "force_release": "UpdateItem",
+    "resize": "UpdateItem",
     "audit": "PutItem",
 }
 
@@ -591,6 +592,50 @@ class Store:
             "force_release", lock_id, UPD_FORCE, COND_FORCE, values, slot
         )
         return applied, self._record(item, lock_id, slot)
+
+    def resize_pool(
+        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+    ) -> bool:
+        """Set a pool's size, only if it is still ``old`` and every slot that goes away is free."""
+        parts = ["attribute_not_exists(#slots)" if old is None else "#slots = :old"]
+        names = {"slots": A_SLOTS}
+        for slot in range(new, old or 0):
+            free = COND_FREE
+            for short, attribute in slot_names(slot).items():
+                free = free.replace(f"#{short}", f"#s{slot}_{short}")
+                names[f"s{slot}_{short}"] = attribute
+            parts.append(f"({free})")
+        condition = " AND ".join(parts)
+        values = {
+            "old": old,
+            "new": new,
+            "true": True,
+            "cutoff_ms": now_ms - skew_ms,
+            "cutoff_s": (now_ms - skew_ms) // 1000,
+        }
+        request = _request("SET #slots = :new", condition, names=names, values=values)
+        from botocore.exceptions import ClientError
+
+        try:
+            with self.translate_errors("resize"):
+                try:
+                    self.client.update_item(
+                        TableName=self.table_name,
+                        Key={A_LOCK_ID: {"S": pool_key(lock_id)}},
+                        UpdateExpression="SET #slots = :new",
+                        ConditionExpression=condition,
+                        **request,
+                    )
+                except ClientError as exc:
+                    if (
+                        exc.response.get("Error", {}).get("Code")
+                        == "ConditionalCheckFailedException"
+                    ):
+                        raise _ConditionFailed() from None
+                    raise
+        except _ConditionFailed:
+            return False
+        return True
 
     @staticmethod
     def _record(item: dict[str, Any] | None, lock_id: str, slot: int | None) -> LockRecord | None:
