@@ -26,16 +26,25 @@ def main() -> int:
             print(f"acquire failed {got.returncode}: {got.stderr}", file=sys.stderr)
             return 1
         lease = got.stdout.strip().splitlines()[-1]
+        slot = None
+        if lease.startswith("{"):  # --json: a pool slot
+            data = json.loads(lease)
+            lease, slot = data["lease_id"], data.get("slot")
         start = time.time()
-        with open(counter) as f:
-            value = int(f.read() or 0)
+        # One counter per slot: within a slot, holders must be mutually exclusive.
+        path = counter if slot is None else f"{counter}.{slot}"
+        try:
+            with open(path) as f:
+                value = int(f.read() or 0)
+        except FileNotFoundError:
+            value = 0
         time.sleep(0.2)
-        with open(counter, "w") as f:
+        with open(path, "w") as f:
             f.write(str(value + 1))
         end = time.time()
         with open(log, "a") as f:
-            f.write(json.dumps({"pid": os.getpid(), "bin": binary, "start": start, "end": end}))
-            f.write("\n")
+            entry = {"pid": os.getpid(), "bin": binary, "start": start, "end": end, "slot": slot}
+            f.write(json.dumps(entry) + "\n")
         released = subprocess.run([binary, "release", lock, lease], capture_output=True, text=True)
         if released.returncode != 0:
             print(f"release failed {released.returncode}: {released.stderr}", file=sys.stderr)
