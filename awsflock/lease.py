@@ -423,6 +423,8 @@ class LockTable:
                 **self._event("acquired", lock_id, record),
                 "waited_s": round(waited, 3),
                 "attempts": attempts,
+                "slot": slot,
+                "expires_in_s": round(record.expires_at - self.clock.time(), 3),
             },
         )
         return lease
@@ -445,6 +447,8 @@ class LockTable:
             data["owner"] = record.owner
             data["fencing_token"] = record.fencing_token
             data["lease_id"] = record.lease_id
+            if slot_of(record.lease_id) is not None:
+                data["slot"] = slot_of(record.lease_id)
         return data
 
     def hold(

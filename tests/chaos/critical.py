@@ -1,0 +1,79 @@
+"""The critical section run under `awsflock run` in the chaos test.
+
+It claims the shared record with its fencing token (a fenced write with no change), reads the
+counter, pauses, and writes counter + 1 with a fenced write. The claim makes any older holder's
+later write fail, so a paused (stale) holder can neither overwrite nor lose an update. Every step
+is logged with its times, for the checker. Exit 0, or 3 if a write was refused as stale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+
+
+def main() -> int:
+    endpoint, table, log = sys.argv[1:4]
+    import botocore.session
+
+    from awsflock import StaleToken, fenced_update
+
+    client = botocore.session.get_session().create_client(
+        "dynamodb",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
+    lock = os.environ["AWSFLOCK_LOCK_ID"]
+    slot = os.environ.get("AWSFLOCK_SLOT")
+    token = int(os.environ["AWSFLOCK_FENCING_TOKEN"])
+    key = {"pk": {"S": f"{lock}#{slot or '-'}"}}
+    entry: dict = {
+        "lock": lock,
+        "slot": int(slot) if slot else None,
+        "token": token,
+        "pid": os.getpid(),
+    }
+    with open(os.environ["CHAOS_PIDFILE"], "w") as f:
+        f.write(str(os.getpid()))
+    status = 0
+    entry["claim_sent"] = time.time()
+    try:
+        fenced_update(client, table, key, token)
+        entry["claim"] = "accepted"
+    except StaleToken:
+        entry["claim"] = "refused"
+    entry["claim_done"] = time.time()
+    if entry["claim"] == "accepted":
+        item = client.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item", {})
+        value = int(item.get("counter", {}).get("N", "0"))
+        time.sleep(random.uniform(0.05, 0.4))
+        entry["write_sent"] = time.time()
+        try:
+            fenced_update(
+                client,
+                table,
+                key,
+                token,
+                update="SET #c = :c",
+                names={"#c": "counter"},
+                values={":c": {"N": str(value + 1)}},
+            )
+            entry["write"] = "accepted"
+        except StaleToken:
+            entry["write"] = "refused"
+            status = 3
+        entry["write_done"] = time.time()
+    else:
+        status = 3
+    with open(log, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""Chaos: K processes contend for a lock and a 2-slot pool through a faulty network while
+holders are SIGKILLed and SIGSTOPped past their lease; a checker proves the lock's promises.
+
+Each contender loops ``awsflock run`` (real processes, JSON logs) around ``critical.py``, whose
+critical section does fenced writes to a shared record and a read-modify-write of a counter.
+The fault proxy between the contenders and the server drops answers after the request went
+through, resets connections, adds latency and answers bursts of throttling errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.faultproxy import FaultProxy
+
+BIN = Path(sys.executable).parent / "awsflock"
+CRITICAL = Path(__file__).with_name("critical.py")
+LEASE, SKEW = 3.0, 1.0
+#: What an `awsflock run` here may exit with (SPEC §3): the critical section's own 0 or 3
+#: (stale), 75 not acquired, 124 lease lost, 125 awsflock failed (e.g. endpoint unreachable
+#: after retries), -9 killed by this harness.
+ALLOWED_EXITS = {0, 3, 75, 124, 125, -signal.SIGKILL}
+
+
+@dataclass
+class Invocation:
+    target: str
+    slots: int | None
+    log: Path
+    code: int | None = None
+    killed: bool = False
+    paused: bool = False
+
+
+@dataclass
+class Outcome:
+    summary: dict[str, Any]
+    violations: list[str] = field(default_factory=list)
+
+    def screen(self) -> str:
+        s = self.summary
+        lines = [
+            f"chaos on {s['server']}: {s['workers']} processes, {s['duration_s']:.0f}s, "
+            f"seed {s['seed']}",
+            f"  runs: {s['runs']} (exit codes {dict(sorted(s['exit_codes'].items()))})",
+            f"  leases granted: {s['grants']}, fenced writes accepted: {s['writes_accepted']}, "
+            f"refused as stale: {s['writes_refused']}",
+            f"  requests through the proxy: {s['requests']}",
+            f"  faults injected: {dict(sorted(s['faults'].items()))}",
+            f"  holders SIGKILLed: {s['kills']}, SIGSTOPped past their lease: {s['pauses']}",
+            f"  violations: {len(self.violations)}",
+        ]
+        lines += [f"    - {v}" for v in self.violations[:20]]
+        return "\n".join(lines)
+
+
+def fault_plan(rng: random.Random, rate: float) -> Any:
+    burst = {"left": 0}
+    lock = threading.Lock()
+
+    def plan(target: str, n: int) -> str:
+        with lock:
+            if burst["left"]:
+                burst["left"] -= 1
+                return "throttle"
+            r = rng.random() / rate
+            if r < 0.04:
+                return "drop"
+            if r < 0.07:
+                return "reset"
+            if r < 0.12:
+                return f"delay:{rng.uniform(0.1, 0.8):.2f}"
+            if r < 0.14:
+                burst["left"] = 2
+                return rng.choice(["throttle", "busy"])
+            return "pass"
+
+    return plan
+
+
+def run_chaos(
+    server_url: str,
+    server_port: int,
+    server_name: str,
+    work: Path,
+    *,
+    duration: float = 40.0,
+    workers: int = 6,
+    seed: int | None = None,
+    fault_rate: float = 1.0,
+) -> Outcome:
+    seed = seed if seed is not None else random.randrange(1 << 30)
+    work.mkdir(parents=True, exist_ok=True)
+    locks_table = "chaos-" + uuid.uuid4().hex[:6]
+    app_table = "chaos-app-" + uuid.uuid4().hex[:6]
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "AWSFLOCK"))}
+    direct = {**base_env, "AWSFLOCK_ENDPOINT_URL": server_url, "AWSFLOCK_TABLE": locks_table}
+    subprocess.run([str(BIN), "table-create", "-q"], env=direct, check=True, timeout=60)
+    client = _client(server_url)
+    client.create_table(
+        TableName=app_table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    _wait_active(client, app_table)
+    critical_log = work / "critical.jsonl"
+    invocations: list[Invocation] = []
+    running: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
+    state_lock = threading.Lock()
+    stop_at = time.monotonic() + duration
+    counts = Counter[str]()
+
+    with FaultProxy(
+        ("127.0.0.1", server_port), fault_plan(random.Random(seed + 1), fault_rate)
+    ) as proxy:
+        env = {**base_env, "AWSFLOCK_ENDPOINT_URL": proxy.url, "AWSFLOCK_TABLE": locks_table}
+
+        def contender(index: int) -> None:
+            local = random.Random(seed * 100 + index)
+            pidfile = work / f"child-{index}.pid"
+            while time.monotonic() < stop_at:
+                pool = local.random() < 0.5
+                target, slots = ("chaos-pool", 2) if pool else ("chaos-lock", None)
+                log = work / f"run-{index}-{len(invocations)}-{uuid.uuid4().hex[:4]}.log"
+                inv = Invocation(target, slots, log)
+                args = [
+                    str(BIN),
+                    "run",
+                    target,
+                    "--lease-duration",
+                    f"{LEASE:g}s",
+                    "--kill-after",
+                    "0s",
+                    "--skew",
+                    f"{SKEW:g}s",
+                    "--wait-time",
+                    "15",
+                    "--log-format",
+                    "json",
+                ]
+                if slots:
+                    args += ["--slots", str(slots)]
+                args += [
+                    "--",
+                    sys.executable,
+                    str(CRITICAL),
+                    server_url,
+                    app_table,
+                    str(critical_log),
+                ]
+                with open(log, "wb") as err:
+                    proc = subprocess.Popen(
+                        args,
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                        env={**env, "CHAOS_PIDFILE": str(pidfile)},
+                    )
+                    with state_lock:
+                        invocations.append(inv)
+                        running[index] = (proc, pidfile)
+                    inv.code = proc.wait()
+                    with state_lock:
+                        running.pop(index, None)
+
+        def saboteur() -> None:
+            local = random.Random(seed + 7)
+            while time.monotonic() < stop_at - 2:
+                time.sleep(local.uniform(1.5, 3.5))
+                with state_lock:
+                    if not running:
+                        continue
+                    index = local.choice(sorted(running))
+                    proc, pidfile = running[index]
+                    inv = invocations[-1]
+                    for candidate in reversed(invocations):
+                        if candidate.log.name.startswith(f"run-{index}-"):
+                            inv = candidate
+                            break
+                if local.random() < 0.5:
+                    try:
+                        proc.send_signal(signal.SIGKILL)
+                        inv.killed = True
+                        counts["kills"] += 1
+                    except ProcessLookupError:
+                        pass
+                    continue
+                # The classic stale holder: awsflock and its command both freeze past the lease.
+                child = _child_of(proc.pid, pidfile)
+                pids = [proc.pid] + ([child] if child else [])
+                for pid in pids:
+                    _signal(pid, signal.SIGSTOP)
+                inv.paused = True
+                counts["pauses"] += 1
+                time.sleep(LEASE + SKEW + 1.5)
+                # The command wakes first, so it tries its stale write before awsflock, waking
+                # next, can stop it: fencing, not luck, must refuse that write.
+                for pid in reversed(pids):
+                    _signal(pid, signal.SIGCONT)
+                    time.sleep(0.3)
+
+        threads = [
+            threading.Thread(target=contender, args=(i,), daemon=True) for i in range(workers)
+        ]
+        threads.append(threading.Thread(target=saboteur, daemon=True))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=duration + 120)
+        requests = sum(proxy.counts.values())
+        faults = dict(proxy.faults)
+
+    outcome = Outcome(summary={})
+    check(outcome, invocations, critical_log, client, app_table)
+    _check_no_phantom(outcome, direct)
+    grants = sum(1 for inv in invocations for e in _events(inv.log) if e["event"] == "acquired")
+    entries = _critical(critical_log)
+    outcome.summary = {
+        "server": server_name,
+        "workers": workers,
+        "duration_s": duration,
+        "seed": seed,
+        "runs": len(invocations),
+        "exit_codes": dict(Counter(inv.code for inv in invocations)),
+        "grants": grants,
+        "writes_accepted": sum(1 for e in entries if e.get("write") == "accepted"),
+        "writes_refused": sum(
+            1 for e in entries if e.get("write") == "refused" or e.get("claim") == "refused"
+        ),
+        "requests": requests,
+        "faults": faults,
+        "kills": counts["kills"],
+        "pauses": counts["pauses"],
+        "violations": 0,
+    }
+    outcome.summary["violations"] = len(outcome.violations)
+    (work / "summary.json").write_text(json.dumps(outcome.summary, indent=2, default=str))
+    return outcome
+
+
+def check(
+    outcome: Outcome, invocations: list[Invocation], critical_log: Path, client: Any, app_table: str
+) -> None:
+    bad = outcome.violations
+    # Every process exited with a code SPEC §3 allows, and never with a traceback.
+    for inv in invocations:
+        if inv.code not in ALLOWED_EXITS:
+            bad.append(f"awsflock run exited {inv.code} ({inv.log.name})")
+        if "Traceback" in inv.log.read_text(errors="replace"):
+            bad.append(f"traceback in {inv.log.name}")
+    entries = _critical(critical_log)
+    by_key: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for e in entries:
+        by_key.setdefault((e["lock"], e["slot"]), []).append(e)
+    for (lock, slot), items in by_key.items():
+        if slot is not None and not 0 <= slot < 2:
+            bad.append(f"{lock}: slot {slot} outside a pool of 2")
+        # No lost update: the counter equals the number of accepted fenced writes.
+        key = {"pk": {"S": f"{lock}#{'-' if slot is None else slot}"}}
+        item = client.get_item(TableName=app_table, Key=key, ConsistentRead=True).get("Item", {})
+        counter = int(item.get("counter", {}).get("N", "0"))
+        accepted = [e for e in items if e.get("write") == "accepted"]
+        if counter != len(accepted):
+            bad.append(f"{lock}/{slot}: counter {counter} != {len(accepted)} accepted writes")
+        # No stale write accepted: none after a higher token's claim had been accepted.
+        claims = [e for e in items if e.get("claim") == "accepted"]
+        for w in accepted:
+            for c in claims:
+                if c["token"] > w["token"] and c["claim_done"] < w["write_sent"]:
+                    bad.append(
+                        f"{lock}/{slot}: stale token {w['token']} accepted after "
+                        f"{c['token']} claimed"
+                    )
+    # Tokens strictly increase per lock/slot, and a grant never overlaps the previous lease
+    # while that lease could still be valid (the server's decision points).
+    grants: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for inv in invocations:
+        events = _events(inv.log)
+        acquired = [e for e in events if e["event"] == "acquired"]
+        if not acquired:
+            continue
+        g = acquired[0]
+        end = g["ts"] + g.get("expires_in_s", LEASE)
+        released = None
+        for e in events:
+            if e["event"] == "renewed" and "expires_in_s" in e:
+                end = max(end, e["ts"] + e["expires_in_s"])
+            if e["event"] == "released":
+                released = e["ts"]
+        grants.setdefault((inv.target, g.get("slot")), []).append(
+            {
+                "ts": g["ts"],
+                "token": g["fencing_token"],
+                "end": end,
+                "released": released,
+                "log": inv.log.name,
+            }
+        )
+    for (target, slot), items in grants.items():
+        items.sort(key=lambda g: g["ts"])
+        for before, after in zip(items, items[1:]):
+            if after["token"] <= before["token"]:
+                bad.append(f"{target}/{slot}: token {after['token']} not above {before['token']}")
+            if before["released"] is None and after["ts"] <= before["end"] + SKEW - 0.05:
+                # The new grant was logged before the old lease (as last renewed) could end.
+                bad.append(
+                    f"{target}/{slot}: {after['log']} granted at {after['ts']:.3f} "
+                    f"while {before['log']}'s lease ran to {before['end']:.3f}"
+                )
+
+
+def _check_no_phantom(outcome: Outcome, env: dict[str, str]) -> None:
+    """After everything ended (and killed holders' leases ran out) nothing is held."""
+    time.sleep(LEASE + SKEW + 1)
+    for args in (["chaos-lock"], ["chaos-pool", "--slots", "2"], ["chaos-pool", "--slots", "2"]):
+        result = subprocess.run(
+            [str(BIN), "acquire", *args, "--no-wait", "--skew", f"{SKEW:g}s"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if result.returncode != 0:
+            outcome.violations.append(f"phantom lock on {args}: {result.stderr.strip()}")
+
+
+def _events(log: Path) -> list[dict[str, Any]]:
+    events = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut short by SIGKILL
+    return events
+
+
+def _critical(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def _child_of(parent: int, pidfile: Path) -> int | None:
+    try:
+        pid = int(pidfile.read_text())
+        stat = Path(f"/proc/{pid}/stat").read_text().split()
+    except (OSError, ValueError):
+        return None
+    return pid if int(stat[3]) == parent else None
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _client(endpoint: str) -> Any:
+    import botocore.session
+
+    return botocore.session.get_session().create_client(
+        "dynamodb",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
+
+
+def _wait_active(client: Any, table: str) -> None:
+    for _ in range(100):
+        if client.describe_table(TableName=table)["Table"]["TableStatus"] == "ACTIVE":
+            return
+        time.sleep(0.1)

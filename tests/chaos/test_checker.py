@@ -1,0 +1,85 @@
+"""The chaos checker itself catches what it claims to (planted violations)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.chaos.harness import Invocation, Outcome, check
+
+
+class FakeClient:
+    def __init__(self, counters: dict[str, int]) -> None:
+        self.counters = counters
+
+    def get_item(self, TableName, Key, ConsistentRead):
+        value = self.counters.get(Key["pk"]["S"])
+        return {"Item": {"counter": {"N": str(value)}}} if value is not None else {}
+
+
+def run_log(path: Path, *events: dict) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def grant(ts: float, token: int, expires_in: float = 3.0) -> dict:
+    return {"event": "acquired", "ts": ts, "fencing_token": token, "expires_in_s": expires_in}
+
+
+def write(token: int, claim_done: float, write_sent: float, outcome: str = "accepted") -> dict:
+    return {
+        "lock": "chaos-lock",
+        "slot": None,
+        "token": token,
+        "claim": "accepted",
+        "claim_done": claim_done,
+        "write_sent": write_sent,
+        "write": outcome,
+    }
+
+
+def checked(
+    tmp_path: Path, invocations: list[Invocation], writes: list[dict], counter: int
+) -> list[str]:
+    critical = tmp_path / "critical.jsonl"
+    critical.write_text("".join(json.dumps(w) + "\n" for w in writes))
+    outcome = Outcome(summary={})
+    check(outcome, invocations, critical, FakeClient({"chaos-lock#-": counter}), "app")
+    return outcome.violations
+
+
+def test_clean_history_has_no_violation(tmp_path):
+    a = Invocation(
+        "chaos-lock",
+        None,
+        run_log(tmp_path / "a", grant(100, 1), {"event": "released", "ts": 101}),
+        code=0,
+    )
+    b = Invocation("chaos-lock", None, run_log(tmp_path / "b", grant(102, 2)), code=0)
+    writes = [write(1, 100.1, 100.5), write(2, 102.1, 102.5)]
+    assert checked(tmp_path, [a, b], writes, counter=2) == []
+
+
+def test_lost_update_is_caught(tmp_path):
+    writes = [write(1, 100.1, 100.5), write(2, 102.1, 102.5)]
+    assert any("counter 1 != 2" in v for v in checked(tmp_path, [], writes, counter=1))
+
+
+def test_stale_write_accepted_is_caught(tmp_path):
+    writes = [write(2, 100.1, 100.5), write(1, 99.0, 101.0)]
+    assert any("stale token 1" in v for v in checked(tmp_path, [], writes, counter=2))
+
+
+def test_overlapping_grant_and_falling_token_are_caught(tmp_path):
+    a = Invocation("chaos-lock", None, run_log(tmp_path / "a", grant(100, 5)), code=-9)
+    b = Invocation("chaos-lock", None, run_log(tmp_path / "b", grant(101, 4)), code=0)
+    found = checked(tmp_path, [a, b], [], counter=0)
+    assert any("not above" in v for v in found)
+    assert any("while a's lease ran to" in v for v in found)
+
+
+def test_unexpected_exit_code_and_traceback_are_caught(tmp_path):
+    log = tmp_path / "t"
+    log.write_text("Traceback (most recent call last):\n")
+    found = checked(tmp_path, [Invocation("chaos-lock", None, log, code=1)], [], counter=0)
+    assert any("exited 1" in v for v in found) and any("traceback" in v for v in found)
