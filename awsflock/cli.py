@@ -463,8 +463,7 @@ def list_locks(common: Common, prefix: str, only: str | None, as_json: bool) -> 
     from awsflock.status import LIST_HEADER, pool_view, render_list_row, view
 
     table = common.table()
-    if not as_json:
-        click.echo(LIST_HEADER)
+    header = not as_json  # printed with the first page, so an error leaves stdout empty
     for entry in table.store.scan_locks(prefix):
         now = table.clock.time()
         if isinstance(entry, LockRecord):
@@ -473,7 +472,12 @@ def list_locks(common: Common, prefix: str, only: str | None, as_json: bool) -> 
             data = pool_view(entry, now, table.skew)
         if only and data["state"] != only:
             continue
+        if header:
+            click.echo(LIST_HEADER)
+            header = False
         click.echo(json.dumps(data, sort_keys=True) if as_json else render_list_row(data))
+    if header:
+        click.echo(LIST_HEADER)
 
 
 @cli.command("force-release", context_settings=CONTEXT)

@@ -11,7 +11,7 @@ import re
 
 from awsflock.errors import UsageError
 
-_PLAIN_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?)\s*")
+_PLAIN_NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*")
 
 #: Longest lease we accept: a lease is a promise to come back; a year is already generous.
 MAX_LEASE = 366 * 24 * 3600.0

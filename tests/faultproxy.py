@@ -10,7 +10,8 @@ It reads each request from the client, decides what to do with it by its ``X-Amz
 - ``reset_before``: resets the client's connection without forwarding;
 - ``delay:S``: forwards it and answers after S seconds;
 - ``throttle``: answers 400 ThrottlingException without forwarding;
-- ``busy``: answers 400 ProvisionedThroughputExceededException without forwarding.
+- ``busy``: answers 400 ProvisionedThroughputExceededException without forwarding;
+- ``denied``: answers 400 AccessDeniedException without forwarding.
 
 It also counts requests per target, which the benchmark uses to count requests per operation.
 """
@@ -29,6 +30,11 @@ from typing import Callable
 Plan = Callable[[str, int], str]
 
 _THROTTLE_BODIES = {
+    "denied": (
+        "AccessDeniedException",
+        "User: arn:aws:iam::123456789012:user/ci is not authorized to perform this action",
+    ),
+    "gone": ("ResourceNotFoundException", "Requested resource not found"),
     "throttle": ("ThrottlingException", "Rate of requests exceeds the allowed throughput."),
     "busy": (
         "ProvisionedThroughputExceededException",
