@@ -225,6 +225,7 @@ def test_force_release_ends_the_lease_audits_it_and_tokens_keep_rising(awsflock:
         "fencing_token",
         "actor",
         "reason",
+        "slot",
     }
     assert records[0]["reason"] == "runner died" and records[0]["lock_id"] == lock_name
     text = awsflock("audit").stdout
