@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
+import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
@@ -105,7 +105,7 @@ def force_release(
         "reason": reason,
         "at_ms": round(now * 1000),
     }
-    key = f"{audit_prefix(lock_id)}{round(now * 1000):013d}#{secrets.token_hex(4)}"
+    key = f"{audit_prefix(lock_id)}{round(now * 1000):013d}#{os.urandom(4).hex()}"
     log.info(
         "force-released %r (held by %s) for %s: %s",
         lock_id,

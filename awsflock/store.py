@@ -368,11 +368,13 @@ class Store:
             read_timeout=5,
         )
         client: DynamoDBClient = session.create_client(  # type: ignore[assignment]
-            # botocore types every client as BaseClient; this one is DynamoDB's.
+            # botocore types every client as BaseClient; this one is DynamoDB's. Naming the
+            # API version spares botocore a scan of every service it knows at start-up.
             "dynamodb",
             region_name=region,
             endpoint_url=self.endpoint_url,
             config=config,
+            api_version="2012-08-10",
             **kwargs,
         )
         return client
