@@ -204,9 +204,12 @@ def fill(endpoint: str, table: str, count: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench")
     parser.add_argument("--old", type=Path, required=True, help="awsflock 0.2.0's executable")
+    parser.add_argument("--new", type=Path, default=NEW, help="this awsflock's executable")
     parser.add_argument("--quick", action="store_true", help="fewer repeats, shorter waits")
     parser.add_argument("--list-items", type=int, default=100_000)
     args = parser.parse_args()
+    global NEW
+    NEW = args.new
     repeats = 3 if args.quick else 10
     waits = [1.0, 10.0] if args.quick else [1.0, 10.0, 35.0]
     results: dict[str, Any] = {
