@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from tests.faultproxy import FaultProxy  # noqa: E402 - after the path is set
 from tests.servers import Dynalite, MotoServer  # noqa: E402
 
-NEW = Path(sys.executable).parent / "awsflock"
+DEFAULT_NEW = Path(sys.executable).parent / "awsflock"
 
 
 class Tool:
@@ -204,12 +204,11 @@ def fill(endpoint: str, table: str, count: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench")
     parser.add_argument("--old", type=Path, required=True, help="awsflock 0.2.0's executable")
-    parser.add_argument("--new", type=Path, default=NEW, help="this awsflock's executable")
+    parser.add_argument("--new", type=Path, default=DEFAULT_NEW, help="this awsflock's executable")
     parser.add_argument("--quick", action="store_true", help="fewer repeats, shorter waits")
     parser.add_argument("--list-items", type=int, default=100_000)
     args = parser.parse_args()
-    global NEW
-    NEW = args.new
+    new_bin: Path = args.new
     repeats = 3 if args.quick else 10
     waits = [1.0, 10.0] if args.quick else [1.0, 10.0, 35.0]
     results: dict[str, Any] = {
@@ -235,7 +234,7 @@ def main() -> int:
                     "AWSFLOCK_TABLE": "bench",
                 }
             )
-            new = Tool("new", NEW, {**base, "AWSFLOCK_ENDPOINT_URL": proxy.url})
+            new = Tool("new", new_bin, {**base, "AWSFLOCK_ENDPOINT_URL": proxy.url})
             old = Tool("0.2.0", args.old, {**base, "DYNAMO_ENDPOINT_URL": proxy.url})
             new.run("table-create", "-q")
 
@@ -307,7 +306,9 @@ def main() -> int:
             name = lock()
             label = f"peak memory: run holding a lock for {hold_s}s"
             results[label] = {
-                "new": peak_rss_mb([str(NEW), "run", name, "--", "sleep", str(hold_s)], new.env),
+                "new": peak_rss_mb(
+                    [str(new_bin), "run", name, "--", "sleep", str(hold_s)], new.env
+                ),
                 "0.2.0 (acquire; it has no run)": peak_rss_mb(
                     [str(args.old), "acquire", lock()], old.env
                 ),
@@ -331,10 +332,10 @@ def main() -> int:
                 "AWSFLOCK_ENDPOINT_URL": dyn.url,
                 "AWSFLOCK_TABLE": "bench-list",
             }
-            subprocess.run([str(NEW), "table-create", "-q"], env=env, check=True)
+            subprocess.run([str(new_bin), "table-create", "-q"], env=env, check=True)
             fill(dyn.url, "bench-list", args.list_items)
             start = time.perf_counter()
-            peak = peak_rss_mb([str(NEW), "list", "--json"], env)
+            peak = peak_rss_mb([str(new_bin), "list", "--json"], env)
             elapsed = time.perf_counter() - start
             label = f"list over {args.list_items:,} items (dynalite)"
             results[label] = {"seconds": elapsed, "peak_mb": peak}
