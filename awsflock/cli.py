@@ -32,6 +32,14 @@ def _emit(data: dict[str, Any]) -> None:
     click.echo(json.dumps(data, sort_keys=True))
 
 
+def _print_lease(lease: Any, as_json: bool) -> None:
+    """stdout of acquire and renew: the LEASE_ID alone (0.2.0's contract), or JSON."""
+    if as_json:
+        _emit(lease.as_dict())
+    else:
+        click.echo(lease.lease_id)
+
+
 class _Cli(click.Group):
     """The top-level group: every failure becomes one stderr line and an exit code, here."""
 
@@ -143,8 +151,10 @@ def table_create(
         if not common.quiet:
             click.echo(f"awsflock: {message}", err=True)
 
-    created = table.store.create_table(
-        billing_mode=mode, capacity=(read_capacity, write_capacity), progress=progress
+    from awsflock.tables import create_table
+
+    created = create_table(
+        table.store, billing_mode=mode, capacity=(read_capacity, write_capacity), progress=progress
     )
     progress(f"table {common.tablename!r} is ready" + ("" if created else " (it already existed)"))
 
@@ -197,10 +207,7 @@ def acquire(
         if not common.quiet:
             click.echo(f"awsflock: {exc.one_line()}", err=True)
         raise click.exceptions.Exit(conflict_exit_code) from None
-    if as_json:
-        _emit(lease.as_dict())
-    else:
-        click.echo(lease.lease_id)
+    _print_lease(lease, as_json)
 
 
 @cli.command("renew", context_settings=CONTEXT)
@@ -228,10 +235,7 @@ def renew(
     """
     table = common.table(owner)
     lease = table.renew_lease(lock_id, lease_id, lease=lease_duration)
-    if as_json:
-        _emit(lease.as_dict())
-    else:
-        click.echo(lease.lease_id)
+    _print_lease(lease, as_json)
 
 
 @cli.command("release", context_settings=CONTEXT)

@@ -17,7 +17,7 @@
         └── Throttled
 
 botocore's exceptions are translated into these in exactly one place,
-``awsflock.store.translate_errors``.
+``awsflock.store.Store.translate_errors``.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.durations import format_seconds, lease_seconds, skew_seconds, wait_seconds
+from awsflock.items import Pool, pool_key
 from awsflock.records import RESERVED_PREFIX, Identity, LockRecord
-from awsflock.store import Pool, Store, pool_key
+from awsflock.store import Store
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -393,15 +394,10 @@ class LockTable:
         prev = record.extra.get("prev_lease_id")
         if prev and not record.prev_released:
             reclaimed = record
-        lease = Lease(
-            table=self,
-            lock_id=lock_id,
-            lease_id=lease_id,
-            fencing_token=record.fencing_token,
-            expires_at=record.expires_at,
-            lease_duration=record.lease_duration,
-            owner=record.owner,
-            acquired_at=record.acquired_at or self.clock.time(),
+        lease = self._lease_from(
+            record,
+            lock_id,
+            lease_id,
             waited=waited,
             reclaimed=reclaimed,
             slot=slot,
@@ -523,6 +519,10 @@ class LockTable:
                 "expires_in_s": round(record.expires_at - self.clock.time(), 3),
             },
         )
+        return self._lease_from(record, lock_id, lease_id, slot=slot)
+
+    def _lease_from(self, record: LockRecord, lock_id: str, lease_id: str, **extra: Any) -> Lease:
+        """A Lease as the item (just written) describes it."""
         return Lease(
             table=self,
             lock_id=lock_id,
@@ -532,7 +532,7 @@ class LockTable:
             lease_duration=record.lease_duration,
             owner=record.owner,
             acquired_at=record.acquired_at or self.clock.time(),
-            slot=slot,
+            **extra,
         )
 
     def release_lease(self, lock_id: str, lease_id: str) -> None:

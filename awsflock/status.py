@@ -12,7 +12,7 @@ from awsflock.durations import format_seconds
 from awsflock.records import LockRecord, iso_utc
 
 if TYPE_CHECKING:
-    from awsflock.store import Pool
+    from awsflock.items import Pool
 
 HELD, EXPIRED, FREE = "held", "expired", "free"
 

@@ -27,36 +27,32 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from awsflock import errors
+from awsflock.items import (
+    A_CI_URL,
+    A_COMMAND,
+    A_HOST,
+    A_KIND,
+    A_LEASE_ID,
+    A_LOCK_ID,
+    A_PID,
+    A_SLOTS,
+    A_USER,
+    POOL_PREFIX,
+    Pool,
+    from_attr,
+    pool_key,
+    record_from_item,
+    slot_item,
+    slot_names,
+    to_attr,
+)
 from awsflock.records import RESERVED_PREFIX, Identity, LockRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
-
-# Attribute names. The first four are shared with awsflock 0.2.0 and must keep their meaning.
-A_LOCK_ID = "lock_id"
-A_LEASE_ID = "lease_id"
-A_OWNER = "owner"
-A_LEASE_DURATION = "lease_duration"
-A_EXPIRATION_TIME = "expiration_time"  # epoch seconds (integer); the table's TTL attribute
-A_EXPIRES_MS = "expires_ms"
-A_ACQUIRED_MS = "acquired_ms"
-A_FENCE = "fence"
-A_RELEASED = "released"
-A_PREV_LEASE_ID = "prev_lease_id"
-A_PREV_RELEASED = "prev_released"
-A_HOST = "host"
-A_PID = "pid"
-A_USER = "user"
-A_CI_URL = "ci_url"
-A_COMMAND = "command"
-A_SLOTS = "slots"
-A_FORCED_BY = "forced_by"
-A_FORCED_REASON = "forced_reason"
-A_FORCED_MS = "forced_ms"
-A_KIND = "kind"  # on awsflock's own items: "audit", "slot"
 
 #: An acquire may take the item: it is absent, released, or expired by more than the skew window.
 #: Items written by awsflock 0.2.0 have no ``expires_ms``; their ``expiration_time`` decides.
@@ -128,124 +124,8 @@ _UNAVAILABLE_CODES = {"InternalServerError", "ServiceUnavailable", "InternalFail
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-def to_attr(value: Any) -> dict[str, Any]:
-    """A Python value as a DynamoDB attribute value."""
-    if value is None:
-        return {"NULL": True}
-    if isinstance(value, bool):
-        return {"BOOL": value}
-    if isinstance(value, (int, float)):
-        return {"N": str(value)}
-    return {"S": str(value)}
-
-
-def from_attr(attr: dict[str, Any]) -> Any:
-    """A DynamoDB attribute value as a Python value (numbers as int when integral)."""
-    if "S" in attr:
-        return attr["S"]
-    if "N" in attr:
-        text = attr["N"]
-        number = float(text)
-        if re.fullmatch(r"-?\d+", text):
-            return int(text)
-        return number
-    if "BOOL" in attr:
-        return bool(attr["BOOL"])
-    if "NULL" in attr:
-        return None
-    return attr  # types we never write; kept as is
-
-
-#: A pool of N slots is one item under this key prefix plus the pool's name; slot i's
-#: attributes are the lock attributes prefixed "s{i}_" (``slot_names``), so every slot has its
-#: own lease and fencing counter while one conditional write sees the pool's size.
-POOL_PREFIX = RESERVED_PREFIX + "pool#"
-#: The attributes that exist once per slot in a pool item.
-SLOT_ATTRIBUTES = (
-    # A pool item has no table-level TTL attribute: it is never deleted, so its slots'
-    # counters live on; each slot's expiration_time is just a slot attribute.
-    A_LEASE_ID,
-    A_OWNER,
-    A_LEASE_DURATION,
-    A_EXPIRATION_TIME,
-    A_EXPIRES_MS,
-    A_ACQUIRED_MS,
-    A_FENCE,
-    A_RELEASED,
-    A_PREV_LEASE_ID,
-    A_PREV_RELEASED,
-    A_HOST,
-    A_PID,
-    A_USER,
-    A_CI_URL,
-    A_COMMAND,
-    A_FORCED_BY,
-    A_FORCED_REASON,
-    A_FORCED_MS,
-)
 #: A pool acquire also checks that every holder agrees on the pool's size.
 COND_SLOTS = "attribute_not_exists(#slots) OR #slots = :slots"
-
-
-def pool_key(lock_id: str) -> str:
-    return POOL_PREFIX + lock_id
-
-
-def slot_names(slot: int | None) -> dict[str, str]:
-    """Expression attribute names for a plain lock (None) or for one slot of a pool."""
-    if slot is None:
-        return {}
-    names = {a: f"s{slot}_{a}" for a in SLOT_ATTRIBUTES}
-    # "The slot is unused" plays the part of "the item does not exist" for a plain lock.
-    names[A_LOCK_ID] = f"s{slot}_{A_LEASE_ID}"
-    return names
-
-
-def slot_item(item: dict[str, Any], slot: int, lock_id: str) -> dict[str, Any]:
-    """Slot ``slot`` of a pool item, shaped as a plain lock item."""
-    prefix = f"s{slot}_"
-    sub = {k[len(prefix) :]: v for k, v in item.items() if k.startswith(prefix)}
-    sub[A_LOCK_ID] = {"S": lock_id}
-    if A_SLOTS in item:
-        sub[A_SLOTS] = item[A_SLOTS]
-    return sub
-
-
-def record_from_item(item: dict[str, Any]) -> LockRecord:
-    """Read a lock item, ours or awsflock 0.2.0's."""
-    v = {k: from_attr(a) for k, a in item.items()}
-    expires_ms = v.get(A_EXPIRES_MS)
-    if isinstance(expires_ms, (int, float)):
-        expires_at = expires_ms / 1000.0
-    else:
-        exp = v.get(A_EXPIRATION_TIME)
-        expires_at = float(exp) if isinstance(exp, (int, float)) else 0.0
-    acquired_ms = v.get(A_ACQUIRED_MS)
-    fence = v.get(A_FENCE)
-    pid = v.get(A_PID)
-    slots = v.get(A_SLOTS)
-    return LockRecord(
-        lock_id=str(v.get(A_LOCK_ID, "")),
-        lease_id=str(v.get(A_LEASE_ID) or ""),
-        owner=str(v.get(A_OWNER) or ""),
-        host=str(v.get(A_HOST) or ""),
-        pid=int(pid) if isinstance(pid, (int, float)) else 0,
-        user=str(v.get(A_USER) or ""),
-        ci_url=str(v.get(A_CI_URL) or ""),
-        command=str(v.get(A_COMMAND) or ""),
-        acquired_at=acquired_ms / 1000.0 if isinstance(acquired_ms, (int, float)) else None,
-        expires_at=expires_at,
-        lease_duration=float(v.get(A_LEASE_DURATION) or 0),
-        fencing_token=int(fence) if isinstance(fence, (int, float)) else None,
-        released=bool(v.get(A_RELEASED, False)),
-        prev_lease_id=str(v.get(A_PREV_LEASE_ID) or ""),
-        prev_released=bool(v.get(A_PREV_RELEASED, False)),
-        slots=int(slots) if isinstance(slots, (int, float)) else None,
-        forced_by=str(v.get(A_FORCED_BY) or ""),
-        forced_reason=str(v.get(A_FORCED_REASON) or ""),
-        legacy=A_FENCE not in v and A_EXPIRES_MS not in v,
-        extra=v,
-    )
 
 
 def _request(
@@ -279,26 +159,6 @@ class Attempt:
     granted: bool
     record: LockRecord | None
     pool: Pool | None = None
-
-
-@dataclass(frozen=True)
-class Pool:
-    """A pool's state: its size and each slot's record (None for a never-used slot)."""
-
-    lock_id: str
-    size: int | None
-    slots: dict[int, LockRecord]
-
-    def free_slots(self, size: int, now: float, skew: float) -> list[int]:
-        """Slots an acquire could take now."""
-        return [i for i in range(size) if i not in self.slots or self.slots[i].is_free(now, skew)]
-
-    @classmethod
-    def from_item(cls, lock_id: str, item: dict[str, Any]) -> Pool:
-        size = from_attr(item[A_SLOTS]) if A_SLOTS in item else None
-        used = sorted({int(k[1:].split("_", 1)[0]) for k in item if re.match(r"s\d+_", k)})
-        slots = {i: record_from_item(slot_item(item, i, lock_id)) for i in used}
-        return cls(lock_id, int(size) if size is not None else None, slots)
 
 
 def is_loopback(endpoint_url: str | None) -> bool:
@@ -792,124 +652,8 @@ class Store:
                 return
             kwargs["ExclusiveStartKey"] = last
 
-    def create_table(
-        self,
-        *,
-        billing_mode: str = "PAY_PER_REQUEST",
-        capacity: tuple[int, int] = (5, 5),
-        progress: Callable[[str], None] = lambda _msg: None,
-        sleep: Callable[[float], None] | None = None,
-        timeout: float = 300.0,
-    ) -> bool:
-        """Create the table (or accept a compatible one), wait for ACTIVE, enable TTL.
-
-        Returns True if it was created now, False if it already existed.
-        """
-        import time as _time
-
-        sleep = sleep or _time.sleep
-        kwargs: dict[str, Any] = {
-            "TableName": self.table_name,
-            "KeySchema": [{"AttributeName": A_LOCK_ID, "KeyType": "HASH"}],
-            "AttributeDefinitions": [{"AttributeName": A_LOCK_ID, "AttributeType": "S"}],
-            "BillingMode": billing_mode,
-        }
-        if billing_mode == "PROVISIONED":
-            kwargs["ProvisionedThroughput"] = {
-                "ReadCapacityUnits": capacity[0],
-                "WriteCapacityUnits": capacity[1],
-            }
-        from botocore.exceptions import ClientError
-
-        created = True
-        try:
-            with self.translate_errors("create_table"):
-                try:
-                    self.client.create_table(**kwargs)
-                    progress(f"creating table {self.table_name!r}")
-                except ClientError as exc:
-                    if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
-                        raise
-                    raise _TableExists() from None
-        except _TableExists:
-            created = False
-            progress(f"table {self.table_name!r} already exists; checking it")
-        self._wait_active(progress, sleep, timeout)
-        self._ensure_ttl(progress)
-        return created
-
-    def _wait_active(
-        self, progress: Callable[[str], None], sleep: Callable[[float], None], timeout: float
-    ) -> None:
-        waited = 0.0
-        while True:
-            with self.translate_errors("describe_table"):
-                table = self.client.describe_table(TableName=self.table_name)["Table"]
-            keys = [(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])]
-            types = {
-                a["AttributeName"]: a["AttributeType"]
-                for a in table.get("AttributeDefinitions", [])
-            }
-            if keys != [(A_LOCK_ID, "HASH")] or types.get(A_LOCK_ID) != "S":
-                raise errors.TableIncompatible(
-                    f"table {self.table_name!r} exists with key schema {keys}, not awsflock's "
-                    f"(partition key {A_LOCK_ID!r} of type string, no sort key)",
-                    hint="pick another --tablename",
-                )
-            status = table.get("TableStatus", "")
-            if status == "ACTIVE":
-                progress(f"table {self.table_name!r} is ACTIVE")
-                return
-            if waited >= timeout:
-                raise errors.StoreError(
-                    f"table {self.table_name!r} still {status} after {int(timeout)}s",
-                    hint="check it in the AWS console and run table-create again",
-                )
-            progress(f"table {self.table_name!r} is {status}; waiting")
-            sleep(0.5)
-            waited += 0.5
-
-    def _ensure_ttl(self, progress: Callable[[str], None]) -> None:
-        from botocore.exceptions import ClientError
-
-        try:
-            with self.translate_errors("describe_ttl"):
-                desc: Any
-                try:
-                    desc = self.client.describe_time_to_live(TableName=self.table_name)
-                except ClientError as exc:
-                    if exc.response.get("Error", {}).get("Code") in ("UnknownOperationException",):
-                        desc = {}
-                    else:
-                        raise
-            ttl = desc.get("TimeToLiveDescription", {})
-            if ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING"):
-                if ttl.get("AttributeName") != A_EXPIRATION_TIME:
-                    progress(
-                        f"warning: TTL is on attribute {ttl.get('AttributeName')!r}, not "
-                        f"{A_EXPIRATION_TIME!r}; old lock items will not be cleaned up"
-                    )
-                else:
-                    progress(f"TTL on {A_EXPIRATION_TIME!r} is enabled")
-                return
-            with self.translate_errors("ttl"):
-                self.client.update_time_to_live(
-                    TableName=self.table_name,
-                    TimeToLiveSpecification={"Enabled": True, "AttributeName": A_EXPIRATION_TIME},
-                )
-            progress(f"TTL enabled on {A_EXPIRATION_TIME!r}")
-        except errors.StoreError as exc:
-            if isinstance(exc, (errors.EndpointUnreachable, errors.CredentialsError)):
-                raise
-            # TTL is cleanup only; the table works without it (dynalite has no TTL at all).
-            progress(f"warning: could not enable TTL ({exc.message}); the table works without it")
-
 
 class _ConditionFailed(Exception):
-    pass
-
-
-class _TableExists(Exception):
     pass
 
 

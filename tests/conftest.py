@@ -45,8 +45,9 @@ def moto() -> Iterator[object]:
 
         client = botocore.session.get_session().create_client("dynamodb", region_name="us-east-1")
         from awsflock.store import Store
+        from awsflock.tables import create_table
 
-        Store("awsflock", client).create_table()
+        create_table(Store("awsflock", client))
         yield client
 
 

@@ -1,0 +1,130 @@
+"""Table administration for ``awsflock table-create``: create the lock table (or accept a
+compatible one), wait until it is ACTIVE, enable TTL. Part of the store layer (it speaks
+DynamoDB through a ``Store``'s client and error translation), kept apart from the lock protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from awsflock import errors
+from awsflock.items import A_EXPIRATION_TIME, A_LOCK_ID
+from awsflock.store import Store
+
+
+def create_table(
+    store: Store,
+    *,
+    billing_mode: str = "PAY_PER_REQUEST",
+    capacity: tuple[int, int] = (5, 5),
+    progress: Callable[[str], None] = lambda _msg: None,
+    sleep: Callable[[float], None] | None = None,
+    timeout: float = 300.0,
+) -> bool:
+    """Create the table (or accept a compatible one), wait for ACTIVE, enable TTL.
+
+    Returns True if it was created now, False if it already existed.
+    """
+    import time as _time
+
+    sleep = sleep or _time.sleep
+    kwargs: dict[str, Any] = {
+        "TableName": store.table_name,
+        "KeySchema": [{"AttributeName": A_LOCK_ID, "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": A_LOCK_ID, "AttributeType": "S"}],
+        "BillingMode": billing_mode,
+    }
+    if billing_mode == "PROVISIONED":
+        kwargs["ProvisionedThroughput"] = {
+            "ReadCapacityUnits": capacity[0],
+            "WriteCapacityUnits": capacity[1],
+        }
+    from botocore.exceptions import ClientError
+
+    created = True
+    try:
+        with store.translate_errors("create_table"):
+            try:
+                store.client.create_table(**kwargs)
+                progress(f"creating table {store.table_name!r}")
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
+                    raise
+                raise _TableExists() from None
+    except _TableExists:
+        created = False
+        progress(f"table {store.table_name!r} already exists; checking it")
+    _wait_active(store, progress, sleep, timeout)
+    _ensure_ttl(store, progress)
+    return created
+
+
+def _wait_active(
+    store: Store, progress: Callable[[str], None], sleep: Callable[[float], None], timeout: float
+) -> None:
+    waited = 0.0
+    while True:
+        with store.translate_errors("describe_table"):
+            table = store.client.describe_table(TableName=store.table_name)["Table"]
+        keys = [(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])]
+        types = {
+            a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])
+        }
+        if keys != [(A_LOCK_ID, "HASH")] or types.get(A_LOCK_ID) != "S":
+            raise errors.TableIncompatible(
+                f"table {store.table_name!r} exists with key schema {keys}, not awsflock's "
+                f"(partition key {A_LOCK_ID!r} of type string, no sort key)",
+                hint="pick another --tablename",
+            )
+        status = table.get("TableStatus", "")
+        if status == "ACTIVE":
+            progress(f"table {store.table_name!r} is ACTIVE")
+            return
+        if waited >= timeout:
+            raise errors.StoreError(
+                f"table {store.table_name!r} still {status} after {int(timeout)}s",
+                hint="check it in the AWS console and run table-create again",
+            )
+        progress(f"table {store.table_name!r} is {status}; waiting")
+        sleep(0.5)
+        waited += 0.5
+
+
+def _ensure_ttl(store: Store, progress: Callable[[str], None]) -> None:
+    from botocore.exceptions import ClientError
+
+    try:
+        with store.translate_errors("describe_ttl"):
+            desc: Any
+            try:
+                desc = store.client.describe_time_to_live(TableName=store.table_name)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("UnknownOperationException",):
+                    desc = {}
+                else:
+                    raise
+        ttl = desc.get("TimeToLiveDescription", {})
+        if ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING"):
+            if ttl.get("AttributeName") != A_EXPIRATION_TIME:
+                progress(
+                    f"warning: TTL is on attribute {ttl.get('AttributeName')!r}, not "
+                    f"{A_EXPIRATION_TIME!r}; old lock items will not be cleaned up"
+                )
+            else:
+                progress(f"TTL on {A_EXPIRATION_TIME!r} is enabled")
+            return
+        with store.translate_errors("ttl"):
+            store.client.update_time_to_live(
+                TableName=store.table_name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": A_EXPIRATION_TIME},
+            )
+        progress(f"TTL enabled on {A_EXPIRATION_TIME!r}")
+    except errors.StoreError as exc:
+        if isinstance(exc, (errors.EndpointUnreachable, errors.CredentialsError)):
+            raise
+        # TTL is cleanup only; the table works without it (dynalite has no TTL at all).
+        progress(f"warning: could not enable TTL ({exc.message}); the table works without it")
+
+
+class _TableExists(Exception):
+    pass
