@@ -1,4 +1,5 @@
-"""The only code that speaks DynamoDB: one conditional request per lock operation.
+"""The lock operations in DynamoDB, one conditional request each. With ``tables`` (table
+administration) this is the only code that talks to DynamoDB; ``items`` holds the item layout.
 
 Protocol (all times are the caller's wall clock, in milliseconds, written into the item):
 
