@@ -80,7 +80,22 @@ class Server:
 
 
 class MotoServer(Server):
+    """moto's server app, served one request at a time by ``awsflock dev-server``.
+
+    moto's own threaded server (``python -m moto.server``) does not apply conditional writes
+    atomically under concurrent requests (pinned in test_cli_servers.py); DynamoDB does.
+    """
+
     name = "moto"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "awsflock", "dev-server", "-q", "--port", str(self.port)]
+
+
+class ThreadedMotoServer(Server):
+    """moto's own server, threaded, as ``moto_server`` runs it: only for the pinned race."""
+
+    name = "moto-threaded"
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]

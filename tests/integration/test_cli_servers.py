@@ -264,3 +264,90 @@ def test_pinned_ttl_never_deletes_and_expired_items_are_reclaimed(
     time.sleep(0.5)
     assert raw_client.get_item(TableName=awsflock.table, Key={"lock_id": {"S": lock_name}})["Item"]
     assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
+
+
+def _racing_conditional_writes(endpoint: str, trials: int) -> int:
+    """How many of ``trials`` pairs of concurrent take-if-free updates both succeeded."""
+    import threading
+
+    import botocore.session
+
+    def client():
+        return botocore.session.get_session().create_client(
+            "dynamodb",
+            region_name="us-east-1",
+            endpoint_url=endpoint,
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+        )
+
+    setup = client()
+    table = "race-" + uuid.uuid4().hex[:6]
+    setup.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    while setup.describe_table(TableName=table)["Table"]["TableStatus"] != "ACTIVE":
+        time.sleep(0.1)
+    racers = [client(), client()]
+    doubles = 0
+    for _ in range(trials):
+        key, wins = uuid.uuid4().hex, []
+        barrier = threading.Barrier(2)
+
+        def go(racer, me: str, key: str = key, wins: list = wins, barrier=barrier) -> None:
+            barrier.wait()
+            try:
+                # The shape of a pool slot's acquire: take slot 1 if unused, count the grant.
+                racer.update_item(
+                    TableName=table,
+                    Key={"pk": {"S": key}},
+                    UpdateExpression="SET s1_lease = :me, s1_prev = if_not_exists(s1_lease, :none),"
+                    " s1_fence = if_not_exists(s1_fence, :zero) + :one",
+                    ConditionExpression="(attribute_not_exists(s1_lease) OR s1_released = :yes)"
+                    " AND (attribute_not_exists(slots) OR slots = :two)",
+                    ExpressionAttributeValues={
+                        ":me": {"S": me},
+                        ":none": {"NULL": True},
+                        ":zero": {"N": "0"},
+                        ":one": {"N": "1"},
+                        ":yes": {"BOOL": True},
+                        ":two": {"N": "2"},
+                    },
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+                wins.append(me)
+            except racer.exceptions.ConditionalCheckFailedException:
+                pass
+
+        threads = [threading.Thread(target=go, args=(r, str(i))) for i, r in enumerate(racers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        doubles += len(wins) > 1
+        if doubles and trials > 100:
+            break  # shown; no need to go on
+    return doubles
+
+
+def test_pinned_conditional_writes_are_atomic_under_concurrency(server):
+    # DynamoDB serialises writes to an item: of two concurrent take-if-free writes exactly one
+    # wins. dynalite does the same, and so does moto's app as awsflock dev-server serves it
+    # (one request at a time), which is the "moto" server of this suite.
+    assert _racing_conditional_writes(server.url, 150) == 0
+
+
+def test_pinned_moto_threaded_server_is_not_atomic():
+    # moto's own server (`moto_server`, threaded) evaluates a condition and applies the update
+    # non-atomically: two concurrent writes can both pass (measured here: 16 of 300 pairs). That
+    # is why this suite and `awsflock dev-server` serve moto's app one request at a time.
+    from tests.servers import ThreadedMotoServer
+
+    threaded = ThreadedMotoServer().start()
+    try:
+        assert _racing_conditional_writes(threaded.url, 1500) >= 1
+    finally:
+        threaded.stop()

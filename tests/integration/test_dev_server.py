@@ -66,7 +66,8 @@ def test_dev_server_on_a_busy_port_is_one_line_exit_1():
 def test_dev_server_without_the_extra_says_what_to_install(monkeypatch):
     from awsflock.cli import cli
 
-    monkeypatch.setitem(sys.modules, "moto.server", None)  # as if moto[server] were missing
+    # As if moto[server] were missing.
+    monkeypatch.setitem(sys.modules, "moto.moto_server.werkzeug_app", None)
     result = CliRunner().invoke(cli, ["dev-server", "--port", "0"])
     assert result.exit_code == 1
     assert "pip install 'awsflock[local]'" in result.stderr
