@@ -190,7 +190,8 @@ def run_chaos(
                         if candidate.log.name.startswith(f"run-{index}-"):
                             inv = candidate
                             break
-                if local.random() < 0.5:
+                # Alternate, so every run has both kinds (the first kind is chosen by the seed).
+                if (counts["kills"] + counts["pauses"] + seed) % 2 == 0:
                     try:
                         proc.send_signal(signal.SIGKILL)
                         inv.killed = True
