@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.faultproxy import FaultProxy  # noqa: E402 - after the path is set
-from tests.servers import Dynalite, MotoServer  # noqa: E402
+from tests.servers import Dynalite, MotoServer, local_client  # noqa: E402
 
 DEFAULT_NEW = Path(sys.executable).parent / "awsflock"
 
@@ -158,16 +158,8 @@ def peak_rss_mb(argv: list[str], env: dict[str, str]) -> float:
 
 
 def fill(endpoint: str, table: str, count: int) -> None:
-    import botocore.session
-
     def work(start: int, stop: int) -> None:
-        client = botocore.session.get_session().create_client(
-            "dynamodb",
-            region_name="us-east-1",
-            endpoint_url=endpoint,
-            aws_access_key_id="x",
-            aws_secret_access_key="x",
-        )
+        client = local_client(endpoint)
         now = int(time.time())
         for base in range(start, stop, 25):
             items = [

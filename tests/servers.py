@@ -14,10 +14,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where scripts/test installs dynalite (git-ignored).
 NODE_PREFIX = Path(os.environ.get("AWSFLOCK_NODE_PREFIX", ROOT / ".cache" / "node"))
+
+
+def local_client(endpoint: str) -> Any:
+    """A botocore DynamoDB client for a local server (dummy credentials, fixed region)."""
+    import botocore.session
+
+    return botocore.session.get_session().create_client(
+        "dynamodb",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
 
 
 def free_port() -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.faultproxy import FaultProxy
+from tests.servers import local_client
 
 BIN = Path(sys.executable).parent / "awsflock"
 CRITICAL = Path(__file__).with_name("critical.py")
@@ -109,7 +110,7 @@ def run_chaos(
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "AWSFLOCK"))}
     direct = {**base_env, "AWSFLOCK_ENDPOINT_URL": server_url, "AWSFLOCK_TABLE": locks_table}
     subprocess.run([str(BIN), "table-create", "-q"], env=direct, check=True, timeout=60)
-    client = _client(server_url)
+    client = local_client(server_url)
     client.create_table(
         TableName=app_table,
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
@@ -367,18 +368,6 @@ def _child_of(parent: int, pidfile: Path) -> int | None:
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-
-
-def _client(endpoint: str) -> Any:
-    import botocore.session
-
-    return botocore.session.get_session().create_client(
-        "dynamodb",
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-    )
 
 
 def _wait_active(client: Any, table: str) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.faultproxy import FaultProxy
-from tests.servers import SERVERS, Server
+from tests.servers import SERVERS, Server, local_client
 
 BIN = Path(sys.executable).parent / "awsflock"
 
@@ -112,12 +112,4 @@ def proxy(server: Server) -> Iterator[FaultProxy]:
 
 @pytest.fixture
 def raw_client(server: Server):
-    import botocore.session
-
-    return botocore.session.get_session().create_client(
-        "dynamodb",
-        region_name="us-east-1",
-        endpoint_url=server.url,
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-    )
+    return local_client(server.url)

@@ -270,16 +270,10 @@ def _racing_conditional_writes(endpoint: str, trials: int) -> int:
     """How many of ``trials`` pairs of concurrent take-if-free updates both succeeded."""
     import threading
 
-    import botocore.session
+    from tests.servers import local_client
 
     def client():
-        return botocore.session.get_session().create_client(
-            "dynamodb",
-            region_name="us-east-1",
-            endpoint_url=endpoint,
-            aws_access_key_id="x",
-            aws_secret_access_key="x",
-        )
+        return local_client(endpoint)
 
     setup = client()
     table = "race-" + uuid.uuid4().hex[:6]
