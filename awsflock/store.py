@@ -67,9 +67,6 @@ COND_RENEW = "#lease_id = :lease_id AND (attribute_not_exists(#released) OR #rel
 #: A release may end the lease: it is still ours. Releasing twice is harmless, hence no flag test.
 COND_RELEASE = "#lease_id = :lease_id"
 
-#: Fields that describe the holder; absent ones are removed so a stale value never lingers.
-_HOLDER_FIELDS = (A_HOST, A_PID, A_USER, A_CI_URL, A_COMMAND)
-
 UPD_ACQUIRE = (
     "SET #lease_id = :lease_id, #owner = :owner, #lease_duration = :lease_duration,"
     " #expiration_time = :expiration_time, #expires_ms = :expires_ms, #acquired_ms = :now_ms,"
@@ -360,6 +357,8 @@ class Store:
             "cutoff_s": (now_ms - skew_ms) // 1000,
             "slots": slots,
         }
+        # Who holds it, for waiters' messages; absent fields are removed so that a previous
+        # holder's value never lingers.
         holder = {
             A_HOST: identity.host,
             A_PID: identity.pid,
