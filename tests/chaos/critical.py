@@ -53,6 +53,10 @@ def main() -> int:
         value = int(item.get("counter", {}).get("N", "0"))
         time.sleep(random.uniform(0.05, 0.4))
         entry["write_sent"] = time.time()
+        # Announce the write first: if this process is killed before it logs the outcome, the
+        # checker knows a write may have landed unlogged.
+        with open(log, "a") as f:
+            f.write(json.dumps({**entry, "write": "pending"}) + "\n")
         try:
             fenced_update(
                 client,

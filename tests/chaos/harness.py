@@ -275,8 +275,16 @@ def check(
         item = client.get_item(TableName=app_table, Key=key, ConsistentRead=True).get("Item", {})
         counter = int(item.get("counter", {}).get("N", "0"))
         accepted = [e for e in items if e.get("write") == "accepted"]
-        if counter != len(accepted):
-            bad.append(f"{lock}/{slot}: counter {counter} != {len(accepted)} accepted writes")
+        done = {(e["pid"], e["token"]) for e in items if e.get("write") in ("accepted", "refused")}
+        unlogged = [
+            e for e in items if e.get("write") == "pending" and (e["pid"], e["token"]) not in done
+        ]
+        # A writer killed between its write and its log line may have landed one more write.
+        if not len(accepted) <= counter <= len(accepted) + len(unlogged):
+            bad.append(
+                f"{lock}/{slot}: counter {counter} != {len(accepted)} accepted writes "
+                f"(+ up to {len(unlogged)} unlogged)"
+            )
         # No stale write accepted: none after a higher token's claim had been accepted.
         claims = [e for e in items if e.get("claim") == "accepted"]
         for w in accepted:
@@ -297,6 +305,10 @@ def check(
         g = acquired[0]
         end = g["ts"] + g.get("expires_in_s", LEASE)
         released = None
+        # A release whose answer was lost and whose retry found the lock taken again reports
+        # "not held" though it happened; when it happened is then unknown to this log.
+        if any("could not release" in e.get("message", "") for e in events):
+            released = "unknown"
         for e in events:
             if e["event"] == "renewed" and "expires_in_s" in e:
                 end = max(end, e["ts"] + e["expires_in_s"])

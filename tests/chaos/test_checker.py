@@ -31,6 +31,7 @@ def write(token: int, claim_done: float, write_sent: float, outcome: str = "acce
         "lock": "chaos-lock",
         "slot": None,
         "token": token,
+        "pid": token,
         "claim": "accepted",
         "claim_done": claim_done,
         "write_sent": write_sent,
@@ -83,3 +84,27 @@ def test_unexpected_exit_code_and_traceback_are_caught(tmp_path):
     log.write_text("Traceback (most recent call last):\n")
     found = checked(tmp_path, [Invocation("chaos-lock", None, log, code=1)], [], counter=0)
     assert any("exited 1" in v for v in found) and any("traceback" in v for v in found)
+
+
+def test_a_write_killed_before_its_log_line_may_count_once(tmp_path):
+    pending = {**write(3, 104.1, 104.5), "write": "pending", "pid": 9}
+    writes = [write(1, 100.1, 100.5), write(2, 102.1, 102.5), pending]
+    assert checked(tmp_path, [], writes, counter=3) == []
+    assert any("counter 4" in v for v in checked(tmp_path, [], writes, counter=4))
+    # Without the announcement, one write too many is a violation.
+    assert any("counter 3" in v for v in checked(tmp_path, [], writes[:2], counter=3))
+
+
+def test_a_release_reported_not_held_leaves_the_end_unknown(tmp_path):
+    a = Invocation(
+        "chaos-lock",
+        None,
+        run_log(
+            tmp_path / "a",
+            grant(100, 1),
+            {"event": "log", "ts": 103, "message": "could not release 'chaos-lock': ..."},
+        ),
+        code=0,
+    )
+    b = Invocation("chaos-lock", None, run_log(tmp_path / "b", grant(101, 2)), code=0)
+    assert checked(tmp_path, [a, b], [], counter=0) == []
