@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.faultproxy import FaultProxy  # noqa: E402 - after the path is set
+from tests.helpers import peak_rss_kb  # noqa: E402
 from tests.servers import Dynalite, MotoServer, local_client  # noqa: E402
 
 DEFAULT_NEW = Path(sys.executable).parent / "awsflock"
@@ -146,15 +147,7 @@ def reclaim(tool: Tool, lease_s: int, old: bool) -> float:
 
 
 def peak_rss_mb(argv: list[str], env: dict[str, str]) -> float:
-    code = (
-        "import resource, subprocess, sys\n"
-        "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=900
-    )
-    return int(out.stdout) / 1024
+    return peak_rss_kb(argv, env) / 1024
 
 
 def fill(endpoint: str, table: str, count: int) -> None:

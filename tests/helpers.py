@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from typing import Any, Callable
 
@@ -93,3 +95,23 @@ class FlakyClient(CountingClient):
             return inner(*args, **kwargs)
 
         return call
+
+
+def peak_rss_kb(argv: list[str], env: dict[str, str], timeout: float = 900) -> int:
+    """Peak resident memory (KB) of running ``argv`` to completion, measured by a parent that
+    has no other children (getrusage of children is a high-water mark)."""
+    code = (
+        "import resource, subprocess, sys\n"
+        "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,"
+        " check=True)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 
@@ -44,3 +47,51 @@ def assert_pool_never_over_admitted(log: Path, counter: Path, slots: int, expect
             assert before["end"] <= after["start"], f"two holders on slot {slot}"
         total += int(Path(f"{counter}.{slot}").read_text())
     assert total == expected, "a guarded update was lost"
+
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+def run_workers(
+    binary: Path,
+    env: dict[str, str],
+    lock: str,
+    counter: Path,
+    log: Path,
+    processes: int,
+    cycles: int,
+    *options: str,
+) -> None:
+    """Start ``processes`` contending workers (worker.py) and wait for all; each must exit 0."""
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                str(binary),
+                lock,
+                str(counter),
+                str(log),
+                str(cycles),
+                *options,
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        _, err = worker.communicate(timeout=250)
+        assert worker.returncode == 0, err
+
+
+def wait_for(path: Path, timeout: float = 20.0, empty_ok: bool = False) -> str:
+    """Bounded wait until ``path`` exists (with content unless ``empty_ok``): a command under
+    test signalling that it has started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and (empty_ok or path.read_text().strip()):
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-from tests.integration.checks import assert_never_two_holders
-from tests.integration.conftest import Cli
-
-WORKER = Path(__file__).with_name("worker.py")
+from tests.integration.checks import assert_never_two_holders, run_workers
+from tests.integration.conftest import BIN, Cli
 
 
 def one_line(text: str) -> str:
@@ -129,30 +124,19 @@ def test_fencing_tokens_rise_across_release_reclaim_and_deletion(
 def test_processes_contending_never_hold_at_once(awsflock: Cli, lock_name, tmp_path):
     counter, log = tmp_path / "counter", tmp_path / "holds.jsonl"
     counter.write_text("0")
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(WORKER),
-                str(Path(sys.executable).parent / "awsflock"),
-                lock_name,
-                str(counter),
-                str(log),
-                "3",
-                "--wait-time",
-                "60",
-                "--lease-duration",
-                "30s",
-            ],
-            env=awsflock.env(),
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(3)
-    ]
-    for worker in workers:
-        _, err = worker.communicate(timeout=200)
-        assert worker.returncode == 0, err
+    run_workers(
+        BIN,
+        awsflock.env(),
+        lock_name,
+        counter,
+        log,
+        3,
+        3,
+        "--wait-time",
+        "60",
+        "--lease-duration",
+        "30s",
+    )
     assert_never_two_holders(log, counter, expected=9)
 
 

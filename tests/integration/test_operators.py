@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import uuid
 
 import pytest
 
+from tests.helpers import peak_rss_kb
+from tests.integration.checks import wait_for
 from tests.integration.conftest import BIN, Cli
 
 STATUS_FIELDS = {
@@ -87,9 +88,7 @@ def test_status_of_an_expired_unreclaimed_lock(awsflock: Cli, lock_name):
 def test_status_shows_the_command_of_run(awsflock: Cli, lock_name, tmp_path):
     started = tmp_path / "up"
     proc = awsflock.popen("run", lock_name, "-c", f"touch {started}; sleep 5")
-    deadline = time.monotonic() + 20
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(started, empty_ok=True)
     data = json.loads(awsflock("status", lock_name, "--json").stdout)
     proc.communicate(timeout=30)
     assert data["command"].startswith("/bin/sh -c 'touch")
@@ -140,20 +139,7 @@ def test_list_streams_every_lock_over_several_pages(big_table):
 
 def test_list_memory_does_not_grow_with_the_table(big_table):
     def peak_kb(*args: str) -> int:
-        code = (
-            "import resource, subprocess, sys\n"
-            "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)\n"
-            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-        )
-        out = subprocess.run(
-            [sys.executable, "-c", code, str(BIN), *args],
-            env=big_table.env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert out.returncode == 0, out.stderr
-        return int(out.stdout)
+        return peak_rss_kb([str(BIN), *args], big_table.env())
 
     one_item = peak_kb("status", "job-00001")
     all_items = peak_kb("list")
@@ -258,9 +244,7 @@ def test_force_release_stops_a_running_command_with_124(awsflock: Cli, lock_name
         "-c",
         f"touch {started}; sleep 30",
     )
-    deadline = time.monotonic() + 20
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(started, empty_ok=True)
     assert awsflock("force-release", lock_name, "--reason", "stop it", "--yes").returncode == 0
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 124, err

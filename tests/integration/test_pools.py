@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-from tests.integration.checks import assert_pool_never_over_admitted
+from tests.integration.checks import assert_pool_never_over_admitted, run_workers
 from tests.integration.conftest import BIN, Cli
-
-WORKER = Path(__file__).with_name("worker.py")
 
 
 def acquire(cli: Cli, lock: str, *args: str) -> dict:
@@ -22,33 +17,22 @@ def acquire(cli: Cli, lock: str, *args: str) -> dict:
 
 def test_n_plus_two_processes_never_exceed_n_holders(awsflock: Cli, lock_name, tmp_path):
     counter, log = tmp_path / "counter", tmp_path / "holds.jsonl"
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(WORKER),
-                str(BIN),
-                lock_name,
-                str(counter),
-                str(log),
-                "3",
-                "--slots",
-                "2",
-                "--json",
-                "--wait-time",
-                "60",
-                "--lease-duration",
-                "30s",
-            ],
-            env=awsflock.env(),
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    for worker in workers:
-        _, err = worker.communicate(timeout=200)
-        assert worker.returncode == 0, err
+    run_workers(
+        BIN,
+        awsflock.env(),
+        lock_name,
+        counter,
+        log,
+        4,
+        3,
+        "--slots",
+        "2",
+        "--json",
+        "--wait-time",
+        "60",
+        "--lease-duration",
+        "30s",
+    )
     assert_pool_never_over_admitted(log, counter, slots=2, expected=12)
 
 

@@ -12,16 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.faultproxy import FaultProxy
+from tests.integration.checks import wait_for
 from tests.integration.conftest import BIN, Cli
-
-
-def wait_for(path: Path, timeout: float = 20.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never appeared")
 
 
 @pytest.mark.parametrize("status", [0, 1, 3, 42])
@@ -269,3 +261,22 @@ def test_run_logs_json_events(awsflock: Cli, lock_name):
     result = awsflock("run", lock_name, "--log-format", "json", "--", "true")
     events = [json.loads(line)["event"] for line in result.stderr.splitlines()]
     assert "acquired" in events and "released" in events
+
+
+def test_run_never_exits_while_the_command_still_runs(awsflock: Cli, lock_name, tmp_path):
+    # The command handles TERM slowly; awsflock forwards the signal and waits for it to end.
+    started, finished = tmp_path / "up", tmp_path / "done"
+    proc = awsflock.popen(
+        "run",
+        lock_name,
+        "-c",
+        f"trap 'sleep 2; echo yes > {finished}; exit 5' TERM; echo up > {started}; "
+        "while true; do sleep 0.05; done",
+    )
+    wait_for(started)
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 5
+    assert finished.read_text().strip() == "yes", "awsflock exited before its command"
+    assert time.monotonic() - signalled >= 2
