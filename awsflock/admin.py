@@ -8,6 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
+from awsflock.items import ENDED_FORCED
 from awsflock.records import RESERVED_PREFIX, LockRecord, iso_utc
 
 if TYPE_CHECKING:
@@ -18,8 +19,10 @@ log = logging.getLogger("awsflock.admin")
 AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
 
 
-def audit_prefix(lock_id: str = "") -> str:
-    return AUDIT_PREFIX + (f"{lock_id}#" if lock_id else "")
+def audit_key(at_ms: int, action_id: str) -> str:
+    """An audit record's key: time and the action's id, never the lock name (a name may use
+    up DynamoDB's whole 2,048-byte key; the record names its lock in ``target``)."""
+    return f"{AUDIT_PREFIX}{at_ms:013d}#{action_id}"
 
 
 def default_actor(table: LockTable) -> str:
@@ -60,12 +63,12 @@ def force_release(
             "force-release needs the lease named",
             hint="pass --lease-id ID, or --yes, or run it at a terminal to confirm",
         )
+    current = table.store.read(lock_id)
     if slot is None:
-        record = table.store.get(lock_id)
+        record = current.lock if current.pool is None else None
         what = f"lock {lock_id!r}"
     else:
-        pool = table.store.get_pool(lock_id)
-        record = pool.slots.get(slot) if pool else None
+        record = current.pool.slots.get(slot) if current.pool else None
         what = f"slot {slot} of pool {lock_id!r}"
     now = table.clock.time()
     if record is None or record.released:
@@ -78,19 +81,23 @@ def force_release(
     if confirm is not None and not confirm(record):
         raise errors.UsageError("force-release not confirmed", hint="nothing was changed")
     who = actor or default_actor(table)
-    done, current = table.store.force_release(
+    action_id = os.urandom(8).hex()
+    at_ms = round(now * 1000)
+    outcome = table.store.force_release(
         lock_id,
         record.lease_id,
-        now_ms=round(now * 1000),
+        force_id=action_id,
+        now_ms=at_ms,
         skew_ms=round(table.skew * 1000),
         actor=who,
         reason=reason,
         slot=slot,
     )
-    if not done:
+    if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
+        after = outcome.record
         raise errors.NotHeld(
             f"lock {lock_id!r} changed hands before the force-release "
-            + (f"(now {current.describe(now)})" if current and not current.released else ""),
+            + (f"(now {after.describe(now)})" if after and not after.released else ""),
             hint="nothing was changed; check `awsflock status` again",
         )
     entry = {
@@ -103,9 +110,9 @@ def force_release(
         "fencing_token": record.fencing_token,
         "actor": who,
         "reason": reason,
-        "at_ms": round(now * 1000),
+        "at_ms": at_ms,
     }
-    key = f"{audit_prefix(lock_id)}{round(now * 1000):013d}#{os.urandom(4).hex()}"
+    key = audit_key(at_ms, action_id)
     log.info(
         "force-released %r (held by %s) for %s: %s",
         lock_id,
@@ -132,6 +139,16 @@ def force_release(
     return audit_view(entry)
 
 
+def _forced_by_us(record: LockRecord | None, lease_id: str, action_id: str) -> bool:
+    """A refused force-release that is a retry of ours whose first try went through."""
+    if record is None:
+        return False
+    mark = ENDED_FORCED + action_id
+    if record.lease_id == lease_id and record.ended == mark:
+        return True
+    return (lease_id, mark) in record.history
+
+
 def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
     """An audit record as ``audit --json`` prints it (stable field names)."""
     at_ms = entry.get("at_ms")
@@ -151,7 +168,11 @@ def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
 
 def audit_records(table: LockTable, lock_id: str = "") -> list[dict[str, Any]]:
     """Audit records, oldest first (one scan of the table, filtered to audit items)."""
-    entries = [audit_view(e) for e in table.store.scan_items(audit_prefix(lock_id))]
+    entries = [
+        audit_view(e)
+        for e in table.store.scan_items(AUDIT_PREFIX)
+        if not lock_id or e.get("target") == lock_id
+    ]
     return sorted(entries, key=lambda e: e["at"] or "")
 
 
@@ -205,6 +226,8 @@ def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None,
     pool = table.store.get_pool(lock_id)
     if pool is None:
         raise errors.NotHeld(f"there is no pool {lock_id!r}", hint="check the name")
+    if slots == pool.size:
+        return pool.size, slots
     old = pool.size
     done = table.store.resize_pool(
         lock_id,

@@ -427,8 +427,8 @@ def status(
     table = common.table()
     check_lock_id(lock_id)
     pool_size = check_slots(lock_id, slots)
-    record = None if pool_size else table.store.get(lock_id)
-    pool = table.store.get_pool(lock_id) if record is None and slots != 1 else None
+    current = table.store.read(lock_id)
+    pool = current.pool
     now = table.clock.time()
     if pool is not None:
         if pool_size and pool.size and pool.size != pool_size:
@@ -439,7 +439,7 @@ def status(
         data = pool_view(pool, now, table.skew, show_lease_id)
         text = render_pool(data)
     else:
-        data = view(lock_id, record, now, table.skew, show_lease_id)
+        data = view(lock_id, current.lock, now, table.skew, show_lease_id)
         text = render_status(data)
     if as_json:
         _emit(data)

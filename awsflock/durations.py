@@ -63,7 +63,8 @@ def lease_seconds(text: str | float | int, what: str = "lease duration") -> floa
 
 
 def wait_seconds(text: str | float | int) -> float | None:
-    """A wait: 0 means forever (returned as None, as in 0.2.0); negative is refused."""
+    """The command line's --wait-time: 0 means forever (returned as None, as in 0.2.0), unlike
+    the library's ``wait=0`` (``wait_limit``); negative is refused."""
     value = parse_seconds(text)
     if value < 0:
         raise UsageError(
@@ -76,6 +77,17 @@ def wait_seconds(text: str | float | int) -> float | None:
             hint="use '0' to wait forever",
         )
     return None if value == 0 else value
+
+
+def wait_limit(text: str | float | int) -> float:
+    """The library's wait: seconds, 0 (or '0') meaning "do not wait"; None is for "forever"."""
+    value = parse_seconds(text)
+    if value < 0 or value > MAX_WAIT:
+        raise UsageError(
+            f"wait {text!r} is out of range",
+            hint=f"give 0 to {format_seconds(MAX_WAIT)}, or None to wait forever",
+        )
+    return value
 
 
 def skew_seconds(text: str | float | int) -> float:

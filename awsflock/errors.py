@@ -7,6 +7,7 @@
     ├── LockBusy (exit 3)                   held by someone else; carries the holder
     ├── NotHeld (exit 3)                    renew/release of a lease that is no longer ours
     │   └── LeaseLost                       a held lease was lost while in use
+    ├── Cancelled (exit 130)                the caller asked to stop waiting (a signal)
     ├── ConfigurationError (exit 1)         no region, bad profile, slot-count disagreement
     └── StoreError (exit 1)                 DynamoDB said no or could not be reached
         ├── TableMissing
@@ -32,6 +33,8 @@ class AwsflockError(Exception):
     """Root of every error awsflock raises."""
 
     exit_code = 1
+    #: For a failed request: whether it may still have been applied (its answer was lost).
+    maybe_applied = False
 
     def __init__(self, message: str, *, hint: str = "") -> None:
         super().__init__(message)
@@ -67,6 +70,12 @@ class NotHeld(AwsflockError):
 
 class LeaseLost(NotHeld):
     """A lease held by this process was lost (renewal refused or impossible in time)."""
+
+
+class Cancelled(AwsflockError):
+    """An acquire was asked to stop (its ``cancel`` event was set); nothing is left held."""
+
+    exit_code = 130
 
 
 class ConfigurationError(AwsflockError):

@@ -53,6 +53,7 @@ class Hold:
         identity: Identity | None = None,
         join_timeout: float = 10.0,
         slots: int | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.table = table
         self.lock_id = lock_id
@@ -69,6 +70,7 @@ class Hold:
         self.on_lost = on_lost
         self.identity = identity
         self.slots = slots
+        self.cancel = cancel
         self.join_timeout = join_timeout
         self.lost = threading.Event()
         self.renewals = 0
@@ -136,6 +138,7 @@ class Hold:
             wait=self.wait_s,
             identity=self.identity,
             slots=self.slots,
+            cancel=self.cancel,
         )
         self._next_renew = self._lease.acquired_at + self.interval
         return self._lease
@@ -172,7 +175,13 @@ class Hold:
             self.check()
         else:
             held = self.clock.time() - self._lease.acquired_at
-            self._lease.release()
+            try:
+                self._lease.release()
+            except errors.NotHeld as exc:
+                # Ended behind our back (force-released, or expired and taken): the work done
+                # under it may be unprotected, which is a loss, not a failed release.
+                self._lose(exc.message)
+                self.check()
             log.debug("held %r for %s", self.lock_id, format_seconds(held))
 
     def __enter__(self) -> Hold:
@@ -210,8 +219,12 @@ class Hold:
 
     def _renew_once(self, now: float) -> None:
         lease = self.lease
+        store = self.table.store
+        # No try of this renewal may be sent after the moment the lease counts as lost.
+        end = self.clock.monotonic() + min(store.request_timeout, self.deadline() - now)
         try:
-            self.table.renew(lease, lease=self.lease_s)
+            with store.budget(end):
+                self.table.renew(lease, lease=self.lease_s)
         except errors.NotHeld as exc:
             self._lose(f"renewal refused: {exc.message}")
             return
@@ -220,12 +233,19 @@ class Hold:
                 self._failures += 1
                 backoff = min(self.interval, 0.5 * 2 ** (self._failures - 1))
                 self._next_renew = now + backoff
+            left = lease.expires_at - self.clock.time()
             log.warning(
-                "renewal of %r failed (%s); retrying in %s",
+                "renewal of %r failed (%s); %s of the lease left, retrying in %s",
                 self.lock_id,
                 exc.one_line(),
+                format_seconds(max(left, 0.0)),
                 format_seconds(backoff),
-                extra={"event": "renew_failed", "lock_id": self.lock_id, "error": exc.message},
+                extra={
+                    "event": "renew_failed",
+                    "lock_id": self.lock_id,
+                    "error": exc.message,
+                    "expires_in_s": round(left, 3),
+                },
             )
             return
         with self._state:

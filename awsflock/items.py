@@ -1,9 +1,23 @@
 """The lock table's item layout, shared with awsflock 0.2.0, and its DynamoDB encoding.
 
-One item per plain lock, keyed by its name. ``lease_id``, ``owner``, ``lease_duration`` and
-``expiration_time`` (epoch seconds, the table's TTL attribute) mean the same to 0.2.0; the other
-attributes are ours, and a 0.2.0 client that overwrites an item drops them. A pool is one item
-keyed ``#awsflock#pool#NAME`` holding every slot's attributes, prefixed ``s{i}_``.
+One item per lock name, keyed by the name. ``lease_id``, ``owner``, ``lease_duration`` and
+``expiration_time`` (epoch seconds, the table's TTL attribute) are the attributes awsflock 0.2.0
+reads and writes; the others are ours, and a 0.2.0 client that overwrites an item drops them.
+
+- ``lease``: the LEASE_ID of the current (or last) lease, stable across renewals.
+- ``lease_id``: what 0.2.0 compares before it overwrites an expired lease. We write the LEASE_ID
+  there when a lease is granted and a fresh random value on every other write (renew, release,
+  force-release), so a 0.2.0 client that read the item before any of our writes cannot then
+  overwrite it: its condition no longer holds.
+- ``ended``: how the current lease ended: ``released`` by its holder or ``forced:ID`` by an
+  operator; absent while it runs (or after it expired).
+- ``h0_lease``/``h0_end`` ... ``h2_*``: the last three leases and how each ended, shifted on
+  every grant, so a release whose answer was lost and that is retried after up to three
+  hand-offs is still recognised.
+
+A pool of N slots lives in the same item: ``slots`` = N, and slot i's lease attributes are
+prefixed ``s{i}_``. Because plain lock and pool share one item, holders that disagree on the
+number of slots (1 against N included) meet in one conditional write and are refused.
 """
 
 from __future__ import annotations
@@ -12,20 +26,19 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from awsflock.records import RESERVED_PREFIX, LockRecord
+from awsflock.records import LockRecord
 
-# Attribute names. The first four are shared with awsflock 0.2.0 and must keep their meaning.
+# Attribute names. The first five are shared with awsflock 0.2.0 and must keep their meaning.
 A_LOCK_ID = "lock_id"
 A_LEASE_ID = "lease_id"
 A_OWNER = "owner"
 A_LEASE_DURATION = "lease_duration"
 A_EXPIRATION_TIME = "expiration_time"  # epoch seconds (integer); the table's TTL attribute
+A_LEASE = "lease"
+A_ENDED = "ended"
 A_EXPIRES_MS = "expires_ms"
 A_ACQUIRED_MS = "acquired_ms"
 A_FENCE = "fence"
-A_RELEASED = "released"
-A_PREV_LEASE_ID = "prev_lease_id"
-A_PREV_RELEASED = "prev_released"
 A_HOST = "host"
 A_PID = "pid"
 A_USER = "user"
@@ -35,7 +48,18 @@ A_SLOTS = "slots"
 A_FORCED_BY = "forced_by"
 A_FORCED_REASON = "forced_reason"
 A_FORCED_MS = "forced_ms"
-A_KIND = "kind"  # on awsflock's own items: "audit", "slot"
+A_KIND = "kind"  # on awsflock's own items: "audit"
+
+#: ``ended`` values.
+ENDED_RELEASED = "released"
+ENDED_FORCED = "forced:"  # followed by the force-release's id
+
+#: How many earlier leases an item remembers (h0 is the latest).
+HISTORY = 3
+
+
+def history_names(i: int) -> tuple[str, str]:
+    return f"h{i}_lease", f"h{i}_end"
 
 
 def to_attr(value: Any) -> dict[str, Any]:
@@ -66,52 +90,17 @@ def from_attr(attr: dict[str, Any]) -> Any:
     return attr  # types we never write; kept as is
 
 
-#: A pool of N slots is one item under this key prefix plus the pool's name; slot i's
-#: attributes are the lock attributes prefixed "s{i}_" (``slot_names``), so every slot has its
-#: own lease and fencing counter while one conditional write sees the pool's size.
-POOL_PREFIX = RESERVED_PREFIX + "pool#"
-#: The attributes that exist once per slot in a pool item.
-SLOT_ATTRIBUTES = (
-    # A pool item has no table-level TTL attribute: it is never deleted, so its slots'
-    # counters live on; each slot's expiration_time is just a slot attribute.
-    A_LEASE_ID,
-    A_OWNER,
-    A_LEASE_DURATION,
-    A_EXPIRATION_TIME,
-    A_EXPIRES_MS,
-    A_ACQUIRED_MS,
-    A_FENCE,
-    A_RELEASED,
-    A_PREV_LEASE_ID,
-    A_PREV_RELEASED,
-    A_HOST,
-    A_PID,
-    A_USER,
-    A_CI_URL,
-    A_COMMAND,
-    A_FORCED_BY,
-    A_FORCED_REASON,
-    A_FORCED_MS,
-)
+def slot_prefix(slot: int | None) -> str:
+    """The prefix of a slot's attributes in a pool item ('' for a plain lock)."""
+    return "" if slot is None else f"s{slot}_"
 
 
-def pool_key(lock_id: str) -> str:
-    return POOL_PREFIX + lock_id
-
-
-def slot_names(slot: int | None) -> dict[str, str]:
-    """Expression attribute names for a plain lock (None) or for one slot of a pool."""
-    if slot is None:
-        return {}
-    names = {a: f"s{slot}_{a}" for a in SLOT_ATTRIBUTES}
-    # "The slot is unused" plays the part of "the item does not exist" for a plain lock.
-    names[A_LOCK_ID] = f"s{slot}_{A_LEASE_ID}"
-    return names
+_SLOT_KEY = re.compile(r"s(\d+)_(.+)")
 
 
 def slot_item(item: dict[str, Any], slot: int, lock_id: str) -> dict[str, Any]:
     """Slot ``slot`` of a pool item, shaped as a plain lock item."""
-    prefix = f"s{slot}_"
+    prefix = slot_prefix(slot)
     sub = {k[len(prefix) :]: v for k, v in item.items() if k.startswith(prefix)}
     sub[A_LOCK_ID] = {"S": lock_id}
     if A_SLOTS in item:
@@ -120,7 +109,7 @@ def slot_item(item: dict[str, Any], slot: int, lock_id: str) -> dict[str, Any]:
 
 
 def record_from_item(item: dict[str, Any]) -> LockRecord:
-    """Read a lock item, ours or awsflock 0.2.0's."""
+    """Read a lock item (or a pool slot shaped as one), ours or awsflock 0.2.0's."""
     v = {k: from_attr(a) for k, a in item.items()}
     expires_ms = v.get(A_EXPIRES_MS)
     if isinstance(expires_ms, (int, float)):
@@ -132,9 +121,19 @@ def record_from_item(item: dict[str, Any]) -> LockRecord:
     fence = v.get(A_FENCE)
     pid = v.get(A_PID)
     slots = v.get(A_SLOTS)
+    forced_ms = v.get(A_FORCED_MS)
+    ended = str(v.get(A_ENDED) or "")
+    history = []
+    for i in range(HISTORY):
+        lease_name, end_name = history_names(i)
+        if v.get(lease_name):
+            history.append((str(v[lease_name]), str(v.get(end_name) or "")))
+    legacy = A_FENCE not in v and A_EXPIRES_MS not in v
     return LockRecord(
         lock_id=str(v.get(A_LOCK_ID, "")),
-        lease_id=str(v.get(A_LEASE_ID) or ""),
+        # An item last written by awsflock 0.2.0 has no `lease`: its lease is `lease_id`.
+        lease_id=str(v.get(A_LEASE) or v.get(A_LEASE_ID) or ""),
+        version=str(v.get(A_LEASE_ID) or ""),
         owner=str(v.get(A_OWNER) or ""),
         host=str(v.get(A_HOST) or ""),
         pid=int(pid) if isinstance(pid, (int, float)) else 0,
@@ -145,20 +144,20 @@ def record_from_item(item: dict[str, Any]) -> LockRecord:
         expires_at=expires_at,
         lease_duration=float(v.get(A_LEASE_DURATION) or 0),
         fencing_token=int(fence) if isinstance(fence, (int, float)) else None,
-        released=bool(v.get(A_RELEASED, False)),
-        prev_lease_id=str(v.get(A_PREV_LEASE_ID) or ""),
-        prev_released=bool(v.get(A_PREV_RELEASED, False)),
+        ended=ended,
+        history=tuple(history),
         slots=int(slots) if isinstance(slots, (int, float)) else None,
         forced_by=str(v.get(A_FORCED_BY) or ""),
         forced_reason=str(v.get(A_FORCED_REASON) or ""),
-        legacy=A_FENCE not in v and A_EXPIRES_MS not in v,
+        forced_at=forced_ms / 1000.0 if isinstance(forced_ms, (int, float)) else None,
+        legacy=legacy,
         extra=v,
     )
 
 
 @dataclass(frozen=True)
 class Pool:
-    """A pool's state: its size and each slot's record (None for a never-used slot)."""
+    """A pool's state: its size and each used slot's record."""
 
     lock_id: str
     size: int | None
@@ -171,6 +170,14 @@ class Pool:
     @classmethod
     def from_item(cls, lock_id: str, item: dict[str, Any]) -> Pool:
         size = from_attr(item[A_SLOTS]) if A_SLOTS in item else None
-        used = sorted({int(k[1:].split("_", 1)[0]) for k in item if re.match(r"s\d+_", k)})
-        slots = {i: record_from_item(slot_item(item, i, lock_id)) for i in used}
+        used = set()
+        for key in item:
+            match = _SLOT_KEY.fullmatch(key)
+            if match and match.group(2) == A_LEASE:
+                used.add(int(match.group(1)))
+        slots = {i: record_from_item(slot_item(item, i, lock_id)) for i in sorted(used)}
         return cls(lock_id, int(size) if size is not None else None, slots)
+
+
+def is_pool_item(item: dict[str, Any]) -> bool:
+    return A_SLOTS in item

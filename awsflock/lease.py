@@ -1,25 +1,33 @@
-"""The lease logic: acquire with prompt, cheap waiting; renew; release. Speaks to a ``Store``."""
+"""The lease logic: acquire with prompt, cheap waiting; renew; release. Speaks to a ``Store``.
+
+The single attempt and its clean-up live in ``awsflock.acquisition``; the wait loop is
+``LockTable.acquire``. What a refused renew or release means (released, force-released, expired,
+taken by another, or a retry of our own that already happened) is decided by ``_verdict``.
+"""
 
 from __future__ import annotations
 
 import logging
 import random
 import re
-import uuid
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from awsflock import errors
+from awsflock.acquisition import Acquisition, new_lease_id
 from awsflock.clock import Clock, SystemClock
-from awsflock.durations import format_seconds, lease_seconds, skew_seconds, wait_seconds
-from awsflock.items import Pool, pool_key
+from awsflock.durations import format_seconds, lease_seconds, skew_seconds, wait_limit
+from awsflock.items import ENDED_FORCED, ENDED_RELEASED
 from awsflock.records import RESERVED_PREFIX, Identity, LockRecord
-from awsflock.store import Store
+from awsflock.store import DEFAULT_REQUEST_TIMEOUT, Outcome, Store
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
     from awsflock.heartbeat import Hold, LostCallback
+
+__all__ = ["WAIT_FOREVER", "Lease", "LockTable", "new_lease_id"]
 
 log = logging.getLogger("awsflock.lease")
 
@@ -31,6 +39,8 @@ POLL_JITTER = 0.25
 DEFAULT_SKEW = 5.0
 DEFAULT_LEASE = 2 * 3600.0  # awsflock 0.2.0's default for acquire and renew
 DEFAULT_WAIT = 60.0
+#: ``acquire(wait=WAIT_FOREVER)`` waits until the lock is free; ``wait=0`` does not wait.
+WAIT_FOREVER = None
 
 # LEASE_IDs are UUID4 strings, the form awsflock 0.2.0 printed, so its leases stay usable;
 # a pool slot's LEASE_ID adds ".SLOT", so renew and release need nothing else.
@@ -39,11 +49,6 @@ _LEASE_ID = re.compile(
 )
 #: Most slots a pool may have (its item holds every slot; DynamoDB items stop at 400 KB).
 MAX_SLOTS = 100
-
-
-def new_lease_id() -> str:
-    """An unguessable LEASE_ID: uuid4 takes its 122 random bits from os.urandom."""
-    return str(uuid.uuid4())
 
 
 def check_lease_id(lease_id: str) -> str:
@@ -64,27 +69,14 @@ def slot_of(lease_id: str) -> int | None:
 
 def check_slots(lock_id: str, slots: int | None) -> int | None:
     """The pool size to use: None for a plain lock (no --slots, or --slots 1)."""
-    if slots is None or slots == 1:
+    if slots is None:
         return None
-    if not isinstance(slots, int) or slots < 1 or slots > MAX_SLOTS:
+    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
         raise errors.UsageError(
             f"--slots must be between 1 and {MAX_SLOTS}, got {slots!r}",
             hint="a pool of N resources takes --slots N",
         )
-    size = len(pool_key(lock_id).encode("utf-8"))
-    if size > MAX_LOCK_ID_BYTES:
-        raise errors.UsageError(
-            f"pool name is too long ({size} bytes with awsflock's prefix; at most "
-            f"{MAX_LOCK_ID_BYTES})",
-            hint="use a shorter name",
-        )
-    return slots
-
-
-def _soonest(state: Pool) -> LockRecord | None:
-    """The held slot whose lease ends first (the one to wait for)."""
-    held = [r for r in state.slots.values() if not r.released]
-    return min(held, key=lambda r: r.expires_at) if held else None
+    return None if slots == 1 else slots
 
 
 def check_lock_id(lock_id: str) -> str:
@@ -185,17 +177,25 @@ class LockTable:
         owner: str | None = None,
         identity: Identity | None = None,
         store: Store | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
+        self.clock: Clock = clock or SystemClock()
         self.store = store or Store(
-            table_name, client, region=region, profile=profile, endpoint_url=endpoint_url
+            table_name,
+            client,
+            region=region,
+            profile=profile,
+            endpoint_url=endpoint_url,
+            request_timeout=request_timeout,
+            clock=self.clock,
         )
         self.table_name = self.store.table_name
-        self.clock: Clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.skew = skew_seconds(skew)
         self.identity = identity or Identity.of_this_process(owner)
 
-    def _now_ms(self) -> int:
+    def now_ms(self) -> int:
+        """Now, by this table's clock, in epoch milliseconds."""
         return _ms(self.clock.time())
 
     # -- acquire ---------------------------------------------------------------------------
@@ -208,118 +208,59 @@ class LockTable:
         wait: float | str | None = DEFAULT_WAIT,
         identity: Identity | None = None,
         slots: int | None = None,
+        cancel: threading.Event | None = None,
     ) -> Lease:
-        """Take the lock, waiting up to ``wait`` seconds (0: don't wait; None: forever).
+        """Take the lock, waiting up to ``wait`` seconds (0: don't wait; ``WAIT_FOREVER``).
 
         With ``slots=N`` (N > 1) the lock is a pool of N slots: up to N holders at once, each
-        told its slot (``Lease.slot``). Raises LockBusy (with ``.holder``) when it stayed held.
+        told its slot (``Lease.slot``). Raises LockBusy (with ``.holder``) when it stayed held,
+        and Cancelled (holding nothing) once ``cancel`` is set.
         """
         check_lock_id(lock_id)
-        pool = check_slots(lock_id, slots)
+        size = check_slots(lock_id, slots)
         lease_s = lease_seconds(lease)
-        if wait is None:
-            wait_s: float | None = None
-        elif isinstance(wait, (int, float)) and wait == 0:
-            wait_s = 0.0
-        else:
-            wait_s = wait_seconds(wait)  # "0" as text means forever, as on the command line
-        who = identity or self.identity
-        base = new_lease_id()
-        start = self.clock.monotonic()
-        deadline = None if wait_s is None else start + wait_s
-        attempts = errors_seen = 0
-        uncertain: set[int | None] = set()  # tries that may have been granted unheard
-        last_error: errors.AwsflockError | None = None
-        holder: LockRecord | None = None
-        slot = self.rng.randrange(pool) if pool else None
-        quick_tries = 0  # pool probes in a row without sleeping
+        wait_s = None if wait is None else wait_limit(wait)
+        run = Acquisition(self, lock_id, lease_s, identity or self.identity, size)
+        deadline = None if wait_s is None else run.start + wait_s
+        # The whole acquire, clean-up included, ends within the wait plus one request timeout.
+        run.hard_end = None if deadline is None else deadline + self.store.request_timeout
         try:
             while True:
-                attempts += 1
-                lease_id = base if slot is None else f"{base}.{slot}"
-                log.debug(
-                    "acquire attempt %d on %r%s",
-                    attempts,
-                    lock_id,
-                    "" if slot is None else f" slot {slot}",
-                    extra={
-                        "event": "acquire_attempt",
-                        "lock_id": lock_id,
-                        "attempts": attempts,
-                        "slot": slot,
-                    },
-                )
-                result = None
-                try:
-                    uncertain.add(slot)
-                    result = self.store.try_acquire(
-                        lock_id,
-                        lease_id=lease_id,
-                        identity=who,
-                        now_ms=self._now_ms(),
-                        lease_ms=_ms(lease_s),
-                        skew_ms=_ms(self.skew),
-                        slot=slot,
-                        slots=pool,
-                    )
-                    uncertain.discard(slot)
-                    last_error = None
-                except (errors.Throttled, errors.EndpointUnreachable) as err:
-                    # Transient: keep trying within the caller's wait; the outcome is unknown.
-                    last_error = err
-                if result is not None:
-                    record = result.record
-                    if result.granted or (record is not None and record.lease_id == lease_id):
-                        # Granted now, or granted by an earlier try whose answer was lost.
-                        assert record is not None
-                        return self._granted(lock_id, lease_id, record, start, attempts, slot)
-                    holder = record
-                    if result.pool is not None:
-                        assert pool is not None
-                        mine = self._pool_check(result.pool, pool, base)
-                        if mine is not None:
-                            got, rec = mine
-                            return self._granted(lock_id, rec.lease_id, rec, start, attempts, got)
-                        holder = _soonest(result.pool)
-                        free = result.pool.free_slots(pool, self.clock.time(), self.skew)
-                        if free and quick_tries < pool:
-                            quick_tries += 1
-                            slot = self.rng.choice(free)
-                            continue
-                    if attempts == 1 or quick_tries:
-                        self._log_contended(lock_id, holder, wait_s, pool)
-                pause = self._next_pause(holder, deadline)
+                _check_cancel(cancel, "while waiting")
+                got = run.step()
+                if got is not None:
+                    run.abandon(keep=got.lease_id)
+                    if cancel is not None and cancel.is_set():
+                        run.give_back(got)
+                        _check_cancel(cancel, "just as the lock was granted")
+                    return got
+                if run.wants_retry_now():
+                    continue
+                if run.error is None and not run.told:
+                    run.told = True
+                    self._log_contended(lock_id, run.holder, wait_s, size)
+                pause = self._next_pause(run.holder, deadline)
                 if pause is None:
                     break
-                if last_error is not None:
-                    errors_seen += 1
-                    log.log(
-                        logging.WARNING if errors_seen == 1 else logging.DEBUG,
-                        "acquire of %r: %s; still trying",
-                        lock_id,
-                        last_error.one_line(),
-                        extra={
-                            "event": "acquire_error",
-                            "lock_id": lock_id,
-                            "error": type(last_error).__name__,
-                        },
-                    )
-                self.clock.sleep(pause)
-                quick_tries = 0
-                if pool:
-                    slot = self.rng.randrange(pool)
+                if run.error is not None:
+                    self._log_retry(lock_id, run)
+                if cancel is not None:
+                    if self.clock.wait(cancel, pause):
+                        continue  # checked at the top of the loop
+                else:
+                    self.clock.sleep(pause)
         except BaseException:
-            self._abandon(lock_id, base, uncertain)
+            run.abandon()
             raise
-        self._abandon(lock_id, base, uncertain)
-        if last_error is not None:
-            raise last_error
-        waited = self.clock.monotonic() - start
-        now = self.clock.time()
-        desc = holder.describe(now) if holder else "another lease"
+        run.abandon()
+        if run.error is not None:
+            raise run.error
+        waited = self.clock.monotonic() - run.start
+        holder = run.holder
+        desc = holder.describe(self.clock.time()) if holder else "another lease"
         what = (
-            f"all {pool} slots of pool {lock_id!r} are held; the next to free up"
-            if pool
+            f"all {size} slots of pool {lock_id!r} are held; the next to free up"
+            if size
             else (f"lock {lock_id!r}")
         )
         raise errors.LockBusy(
@@ -328,18 +269,20 @@ class LockTable:
             holder=holder,
         )
 
-    def _pool_check(self, state: Pool, size: int, base: str) -> tuple[int, LockRecord] | None:
-        """Refuse a pool size mismatch; find a slot granted to us by a try whose answer was
-        lost."""
-        if state.size is not None and state.size != size:
-            raise errors.ConfigurationError(
-                f"pool {state.lock_id!r} has {state.size} slots, but this holder asked for {size}",
-                hint=f"use --slots {state.size}, or resize the pool (awsflock pool-resize)",
-            )
-        for number, record in state.slots.items():
-            if record.lease_id.startswith(base + ".") and not record.released:
-                return number, record
-        return None
+    def _log_retry(self, lock_id: str, run: Acquisition) -> None:
+        assert run.error is not None
+        first, run.warned = not run.warned, True
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "acquire of %r: %s; still trying",
+            lock_id,
+            run.error.one_line(),
+            extra={
+                "event": "acquire_error",
+                "lock_id": lock_id,
+                "error": type(run.error).__name__,
+            },
+        )
 
     def _log_contended(
         self, lock_id: str, holder: LockRecord | None, wait_s: float | None, pool: int | None
@@ -385,15 +328,12 @@ class LockTable:
         lock_id: str,
         lease_id: str,
         record: LockRecord,
-        start: float,
         attempts: int,
-        slot: int | None = None,
+        slot: int | None,
+        waited: float,
     ) -> Lease:
-        waited = self.clock.monotonic() - start
-        reclaimed = None
-        prev = record.extra.get("prev_lease_id")
-        if prev and not record.prev_released:
-            reclaimed = record
+        # The lease it replaced ran out and was taken over (not released, not forced).
+        reclaimed = record if record.history and not record.history[0][1] else None
         lease = self._lease_from(
             record,
             lock_id,
@@ -424,17 +364,6 @@ class LockTable:
         )
         return lease
 
-    def _abandon(self, lock_id: str, base: str, slots: set[int | None]) -> None:
-        """Best effort: release leases that may have been granted without our knowing."""
-        for slot in slots:
-            lease_id = base if slot is None else f"{base}.{slot}"
-            try:
-                self.store.release(
-                    lock_id, lease_id, now_ms=self._now_ms(), skew_ms=_ms(self.skew), slot=slot
-                )
-            except errors.AwsflockError as err:
-                log.debug("clean-up release of %r failed: %s", lock_id, err.one_line())
-
     def _event(self, name: str, lock_id: str, record: LockRecord | None) -> dict[str, Any]:
         """Fields of a log event (the JSON format drops lease_id unless at debug level)."""
         data: dict[str, Any] = {"event": name, "lock_id": lock_id}
@@ -457,6 +386,7 @@ class LockTable:
         on_lost: LostCallback | None = None,
         identity: Identity | None = None,
         slots: int | None = None,
+        cancel: threading.Event | None = None,
     ) -> Hold:
         """A lock held while you work, renewed every lease/3 in the background.
 
@@ -475,6 +405,7 @@ class LockTable:
             on_lost=on_lost,
             identity=identity,
             slots=slots,
+            cancel=cancel,
         )
 
     # -- renew and release -----------------------------------------------------------------
@@ -496,20 +427,24 @@ class LockTable:
     def renew_lease(
         self, lock_id: str, lease_id: str, *, lease: float | str = DEFAULT_LEASE
     ) -> Lease:
-        """Extend the lease ``lease_id`` on ``lock_id`` from now. Raises NotHeld if not ours."""
+        """Extend the lease ``lease_id`` on ``lock_id`` from now. Raises NotHeld if it is not
+        ours any more: released, force-released, expired, or taken by another."""
         check_lock_id(lock_id)
         lease_id = check_lease_id(lease_id)
         lease_s = lease_seconds(lease)
         slot = slot_of(lease_id)
-        record = self.store.renew(
-            lock_id, lease_id, now_ms=self._now_ms(), lease_ms=_ms(lease_s), slot=slot
+        outcome = self.store.renew(
+            lock_id,
+            lease_id,
+            now_ms=self.now_ms(),
+            lease_ms=_ms(lease_s),
+            skew_ms=_ms(self.skew),
+            slot=slot,
         )
-        if record is None:
-            raise errors.NotHeld(
-                f"lease {lease_id} does not hold lock {lock_id!r} (released, or expired and "
-                "taken by another)",
-                hint="acquire the lock again",
-            )
+        record = outcome.record
+        if not outcome.applied or record is None:
+            refused = _verdict(outcome, lock_id, lease_id, "renew", self.clock.time())
+            raise refused or errors.NotHeld(f"lease {lease_id} on {lock_id!r} was not renewed")
         log.info(
             "renewed %r for %s",
             lock_id,
@@ -536,27 +471,78 @@ class LockTable:
         )
 
     def release_lease(self, lock_id: str, lease_id: str) -> None:
-        """End the lease ``lease_id`` on ``lock_id``. Raises NotHeld if it is not ours."""
+        """End the lease ``lease_id`` on ``lock_id``. Raises NotHeld if it is not ours; a release
+        whose first try went through (or a second release) succeeds."""
         check_lock_id(lock_id)
         lease_id = check_lease_id(lease_id)
-        done, record = self.store.release(
+        outcome = self.store.release(
             lock_id,
             lease_id,
-            now_ms=self._now_ms(),
+            now_ms=self.now_ms(),
             skew_ms=_ms(self.skew),
             slot=slot_of(lease_id),
         )
-        if not done:
-            raise errors.NotHeld(
-                f"lease {lease_id} does not hold lock {lock_id!r}"
-                + (
-                    f" (now held by {record.describe(self.clock.time())})"
-                    if record is not None and record.lease_id and not record.released
-                    else ""
-                ),
-                hint="nothing to release",
-            )
+        record = outcome.record
+        if not outcome.applied:
+            verdict = _verdict(outcome, lock_id, lease_id, "release", self.clock.time())
+            if verdict is not None:
+                raise verdict
         event = self._event("released", lock_id, record)
-        if record is not None and record.acquired_at is not None:
+        if record is not None and record.acquired_at is not None and outcome.applied:
             event["held_s"] = round(self.clock.time() - record.acquired_at, 3)
         log.info("released %r", lock_id, extra=event)
+
+
+def _check_cancel(cancel: threading.Event | None, when: str) -> None:
+    if cancel is not None and cancel.is_set():
+        raise errors.Cancelled(f"stopped {when}; nothing is held", hint="")
+
+
+def _verdict(
+    outcome: Outcome, lock_id: str, lease_id: str, operation: str, now: float
+) -> errors.NotHeld | None:
+    """Why a renew or release of ``lease_id`` was refused (NotHeld naming who, when and why),
+    or None for a release that had in fact happened (a retry whose first try went through)."""
+    record = outcome.record
+    what = f"lease {lease_id} on {lock_id!r}"
+    if outcome.lock is None:
+        return errors.NotHeld(f"there is no lock {lock_id!r}", hint="check the name and table")
+    if (outcome.pool is None) != (slot_of(lease_id) is None):
+        kind = "a plain lock" if outcome.pool is None else f"a pool of {outcome.pool.size}"
+        return errors.NotHeld(f"{what} does not hold it: {lock_id!r} is {kind}", hint="")
+    if record is None:
+        return errors.NotHeld(f"{what} does not hold it (that slot is unused)", hint="")
+    end: str | None = None
+    current = record.lease_id == lease_id
+    if current:
+        end = record.ended
+    else:
+        end = next((e for lid, e in record.history if lid == lease_id), None)
+    if end == ENDED_RELEASED:
+        if operation == "release":
+            return None
+        return errors.NotHeld(f"{what} was released", hint="acquire the lock again")
+    if end is not None and end.startswith(ENDED_FORCED):
+        detail = record.forced_text() if current else "force-released (see `awsflock audit`)"
+        return errors.NotHeld(f"{what} was {detail}", hint="acquire the lock again")
+    if current and operation == "renew":
+        size = record.slots
+        slot = slot_of(lease_id)
+        if slot is not None and size is not None and slot >= size:
+            return errors.NotHeld(
+                f"{what}: slot {slot} no longer exists (the pool was resized to {size})",
+                hint="acquire a slot again",
+            )
+        if record.expires_at <= now:
+            return errors.NotHeld(
+                f"{what} expired {format_seconds(now - record.expires_at)} ago; a renew "
+                "never revives an expired lease",
+                hint="acquire the lock again",
+            )
+    if current:
+        return errors.NotHeld(f"{what} is no longer held", hint="acquire the lock again")
+    now_held = (
+        f"; now held by {record.describe(now)}" if not record.released else "; it is free now"
+    )
+    how = "expired and was taken over" if end == "" else "is no longer held"
+    return errors.NotHeld(f"{what} {how}{now_held}", hint="acquire the lock again")

@@ -71,7 +71,10 @@ class LockRecord:
     """One lock item as read from the table. Times are epoch seconds (floats)."""
 
     lock_id: str
+    #: The LEASE_ID of the current (or last) lease.
     lease_id: str = ""
+    #: The item's ``lease_id`` attribute: awsflock 0.2.0's compare-and-swap value.
+    version: str = ""
     owner: str = ""
     host: str = ""
     pid: int = 0
@@ -82,15 +85,31 @@ class LockRecord:
     expires_at: float = 0.0
     lease_duration: float = 0.0
     fencing_token: int | None = None
-    released: bool = False
-    prev_lease_id: str = ""
-    prev_released: bool = False
+    #: How the current lease ended: "" (running or expired), "released", "forced:ID".
+    ended: str = ""
+    #: Earlier leases, latest first: (LEASE_ID, how it ended; "" if it expired and was taken).
+    history: tuple[tuple[str, str], ...] = ()
     slots: int | None = None
     forced_by: str = ""
     forced_reason: str = ""
+    forced_at: float | None = None
     #: True when the item was written by awsflock 0.2.0 (it lacks our attributes).
     legacy: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def released(self) -> bool:
+        """The current lease was ended (by its holder or by an operator)."""
+        return bool(self.ended)
+
+    @property
+    def forced(self) -> bool:
+        return self.ended.startswith("forced:")
+
+    def forced_text(self) -> str:
+        """'force-released by X at T: why', for messages."""
+        when = f" at {iso_utc(self.forced_at)}" if self.forced_at else ""
+        return f"force-released by {self.forced_by or 'an operator'}{when}: {self.forced_reason}"
 
     def is_free(self, now: float, skew: float) -> bool:
         """Whether an acquire at ``now`` may take this item (mirror of the store's condition)."""

@@ -47,14 +47,6 @@ EXIT_NOT_FOUND = 127
 POLL = 0.1
 
 
-class Interrupted(BaseException):
-    """A forwarded signal arrived while still waiting for the lock: the command never starts."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
 @dataclass
 class RunOptions:
     lease: float = 60.0
@@ -125,6 +117,8 @@ def _child_setup(foreground: bool) -> Callable[[], None]:
     prctl = _prctl()
 
     def setup() -> None:
+        # awsflock holds these back while starting CMD; CMD itself must receive them.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         os.setpgid(0, 0)
         if prctl is not None:
             # If awsflock is SIGKILLed, the command must not go on unprotected: it is killed too.
@@ -163,12 +157,12 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
 
     received: list[int] = []
     child: subprocess.Popen[bytes] | None = None
-    waiting = True
+    # Set by any forwarded signal: ends the wait, and keeps CMD from starting once granted.
+    cancel = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        if waiting:
-            raise Interrupted(signum)
         received.append(signum)
+        cancel.set()
         if child is not None and child.poll() is None:
             _signal_group(child, signum)
 
@@ -181,19 +175,17 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
         margin=margin,
         on_lost=lambda _hold, _err: lost.set(),
         slots=options.slots,
+        cancel=cancel,
     )
     try:
         try:
             hold.acquire()
-            waiting = False
-        except Interrupted as stop:
+        except errors.Cancelled:
+            signum = received[0] if received else signal.SIGTERM
             log.warning(
-                "interrupted by signal %d while waiting; the command was not started",
-                stop.signum,
+                "interrupted by signal %d while waiting; the command was not started", signum
             )
-            if hold._lease is not None:
-                _release_quietly(hold)
-            return 128 + stop.signum
+            return 128 + signum
         except errors.LockBusy as busy:
             log.log(
                 logging.INFO if options.conflict_exit_code == 0 else logging.WARNING,
@@ -201,6 +193,19 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
                 busy.one_line(),
             )
             return options.conflict_exit_code
+        # From here until CMD runs, a signal is held back: one that came after the grant but
+        # before this point means "do not start" (the lock is released); one that comes later
+        # is delivered once CMD exists, and forwarded to it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        if received:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+            log.warning(
+                "interrupted by signal %d just after the lock was granted; released it, the "
+                "command was not started",
+                received[0],
+            )
+            _release_quietly(hold)
+            return 128 + received[0]
         env = dict(os.environ)
         env.update(options.extra_env)
         env.update(
@@ -223,13 +228,15 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
             log.error("cannot run %s: %s", argv[0], exc.strerror or exc)
             _release_quietly(hold)
             return code
+        finally:
+            # Signals held back since the grant arrive now and go to CMD's group.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         hold.start_renewing()
-        for signum in received:  # arrived between acquiring and starting: pass them on
-            _signal_group(child, signum)
         status = _supervise(child, hold, lost, options.kill_after)
         if foreground:
             _take_terminal_back()
-        _release_quietly(hold)
+        if not _release_quietly(hold):
+            return EXIT_LOST
         return status
     finally:
         for sig, handler in previous.items():
@@ -285,14 +292,21 @@ def _take_terminal_back() -> None:
         signal.signal(signal.SIGTTOU, old)
 
 
-def _release_quietly(hold: Hold) -> None:
-    """Release at the end; a failure is a warning, never a changed exit status."""
+def _release_quietly(hold: Hold) -> bool:
+    """Release at the end; a failure is a warning, never a changed exit status. False if the
+    lease turned out to have been lost (force-released, or expired and taken) while CMD ran."""
     if hold.lost.is_set():
-        # No release: it was refused (the lease is someone else's) or DynamoDB is failing, and
-        # retrying would only delay the exit. The lease ends by itself within kill-after + 1 s.
-        hold.stop(release=False, join_timeout=1.0)
-        return
+        # Still try to release: a renewal that landed after the loss was declared (its answer
+        # late or lost) would otherwise keep the lock held for a whole lease after we exit.
+        # A refusal (the lease is someone else's, or force-released) is expected here.
+        with contextlib.suppress(errors.AwsflockError):
+            hold.stop(join_timeout=1.0)
+        return True
     try:
         hold.stop()
+    except errors.LeaseLost as exc:
+        log.error("%s", exc.one_line(), extra={"event": "lost", "lock_id": hold.lock_id})
+        return False
     except errors.AwsflockError as exc:
         log.warning("could not release %r: %s", hold.lock_id, exc.one_line())
+    return True

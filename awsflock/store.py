@@ -1,87 +1,52 @@
 """The lock operations in DynamoDB, one conditional request each. With ``tables`` (table
-administration) this is the only code that talks to DynamoDB; ``items`` holds the item layout.
+administration) this is the only code that talks to DynamoDB; ``items`` holds the item layout
+and ``expressions`` the conditions (the protocol is described there).
 
-Protocol (all times are the caller's wall clock, in milliseconds, written into the item):
-
-- **acquire** is one ``UpdateItem`` guarded by ``COND_FREE``: the item is absent, released, or
-  its lease ended more than the skew window ago. It sets a fresh lease and bumps the fencing
-  counter with ``if_not_exists(fence, floor) + 1``, where ``floor`` is ``now_ms * 1000``. The
-  counter only goes up while the item lives; when the item is recreated (deleted by TTL or by
-  hand, or overwritten by awsflock 0.2.0, which drops our attributes) it restarts from a floor
-  derived from the clock, which exceeds every earlier token because recreation only happens after
-  the old lease ended plus the skew window (the NTP assumption; see the README). A failed acquire
-  learns the holder from the same request (``ReturnValuesOnConditionCheckFailure=ALL_OLD``), or
-  from one consistent read where the endpoint ignores that parameter.
-- **renew** is one ``UpdateItem`` guarded by ``COND_RENEW``: still our lease, not released.
-- **release** is one ``UpdateItem`` guarded by ``COND_RELEASE`` that marks the item released and
-  keeps it (so the fencing counter survives); the TTL attribute is set ``skew`` seconds ahead
-  so DynamoDB's TTL cleanup cannot recreate the item too early for the clock floor.
-- Every acquisition remembers the lease it replaced (``prev_lease_id``/``prev_released``), so a
-  release whose response was lost and that is retried after someone else acquired is still
-  recognised as done.
+All times are the caller's wall clock in milliseconds, written into the item. The fencing
+counter only goes up while the item lives; when the item is recreated (deleted by TTL or by
+hand, or overwritten by awsflock 0.2.0, which drops our attributes) it restarts from a floor
+derived from the clock (``now_ms * 1000``), which exceeds every earlier token because the TTL
+attribute is never earlier than the lease's end plus the skew window, and a lease is reclaimed
+only after that window: the NTP assumption (see the README). A failed write learns the item's
+state from the same request (``ReturnValuesOnConditionCheckFailure=ALL_OLD``), or from one
+consistent read where the endpoint ignores that parameter.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import random
 import re
+import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from awsflock import errors
+from awsflock import errors, expressions
+from awsflock.clock import Clock, SystemClock
 from awsflock.items import (
     A_CI_URL,
     A_COMMAND,
     A_HOST,
     A_KIND,
-    A_LEASE_ID,
     A_LOCK_ID,
     A_PID,
-    A_SLOTS,
     A_USER,
-    POOL_PREFIX,
+    ENDED_FORCED,
+    ENDED_RELEASED,
     Pool,
     from_attr,
-    pool_key,
+    is_pool_item,
     record_from_item,
-    slot_item,
-    slot_names,
+    slot_prefix,
     to_attr,
 )
 from awsflock.records import RESERVED_PREFIX, Identity, LockRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
-
-#: An acquire may take the item: it is absent, released, or expired by more than the skew window.
-#: Items written by awsflock 0.2.0 have no ``expires_ms``; their ``expiration_time`` decides.
-COND_FREE = (
-    "attribute_not_exists(#lock_id) OR #released = :true"
-    " OR (attribute_exists(#expires_ms) AND #expires_ms < :cutoff_ms)"
-    " OR (attribute_not_exists(#expires_ms) AND #expiration_time < :cutoff_s)"
-)
-#: A renew may extend the lease: it is still ours and was not released (or force-released).
-COND_RENEW = "#lease_id = :lease_id AND (attribute_not_exists(#released) OR #released = :false)"
-#: A release may end the lease: it is still ours. Releasing twice is harmless, hence no flag test.
-COND_RELEASE = "#lease_id = :lease_id"
-
-UPD_ACQUIRE = (
-    "SET #lease_id = :lease_id, #owner = :owner, #lease_duration = :lease_duration,"
-    " #expiration_time = :expiration_time, #expires_ms = :expires_ms, #acquired_ms = :now_ms,"
-    " #fence = if_not_exists(#fence, :floor) + :one, #released = :false,"
-    " #prev_lease_id = if_not_exists(#lease_id, :null),"
-    " #prev_released = if_not_exists(#released, :false)"
-)
-UPD_RENEW = (
-    "SET #lease_duration = :lease_duration, #expiration_time = :expiration_time,"
-    " #expires_ms = :expires_ms"
-)
-UPD_RELEASE = "SET #released = :true, #expires_ms = :now_ms, #expiration_time = :expiration_time"
-#: An operator may end exactly the lease they were shown, and only while it is still current.
-COND_FORCE = COND_RENEW
-UPD_FORCE = UPD_RELEASE + ", #forced_by = :actor, #forced_reason = :reason, #forced_ms = :now_ms"
 
 _NAME = re.compile(r"#(\w+)")
 _VALUE = re.compile(r":(\w+)")
@@ -101,6 +66,15 @@ ACTIONS = {
     "resize": "UpdateItem",
     "audit": "PutItem",
 }
+
+#: The default time one request may take, retries included, unless the caller's wait is longer.
+DEFAULT_REQUEST_TIMEOUT = 5.0
+#: No try is started with less time than this left.
+MIN_TRY = 0.25
+BACKOFF_BASE = 0.05
+BACKOFF_CAP = 1.0
+_RNG = random.Random()
+_T = TypeVar("_T")
 
 _THROTTLE_CODES = {
     "ProvisionedThroughputExceededException",
@@ -122,41 +96,58 @@ _UNAVAILABLE_CODES = {"InternalServerError", "ServiceUnavailable", "InternalFail
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-#: A pool acquire also checks that every holder agrees on the pool's size.
-COND_SLOTS = "attribute_not_exists(#slots) OR #slots = :slots"
-
-
-def _request(
-    *expressions: str, names: dict[str, str] | None = None, values: dict[str, Any]
-) -> dict[str, Any]:
+def _request(*expressions: str, values: dict[str, Any]) -> dict[str, Any]:
     """ExpressionAttributeNames/Values holding exactly what the expressions use.
 
-    DynamoDB rejects unused names or values, so they are derived from the expressions.
+    DynamoDB rejects unused names or values, so they are derived from the expressions; a
+    placeholder ``#x`` always names the attribute ``x``.
     """
     text = " ".join(expressions)
     used_names = sorted(set(_NAME.findall(text)))
     used_values = sorted(set(_VALUE.findall(text)))
-    names = names or {}
     return {
-        "ExpressionAttributeNames": {f"#{n}": names.get(n, n) for n in used_names},
+        "ExpressionAttributeNames": {f"#{n}": n for n in used_names},
         "ExpressionAttributeValues": {f":{k}": to_attr(values[k]) for k in used_values},
     }
 
 
-def expiration_seconds(expires_ms: int) -> int:
-    """The integer TTL/0.2.0 expiry for a lease ending at ``expires_ms`` (rounded up)."""
-    return math.ceil(expires_ms / 1000)
+def expiration_seconds(ms: int) -> int:
+    """Whole epoch seconds at or after ``ms`` (the TTL attribute is never early)."""
+    return math.ceil(ms / 1000)
 
 
 @dataclass(frozen=True)
-class Attempt:
-    """What one acquire request found: granted (``record`` is the new state) or not (the holder).
+class Outcome:
+    """What one conditional write did, and the item's state: after it if ``applied``, else as
+    it was when the condition failed.
 
-    For a pool, ``pool`` is every slot's state as the request saw it (None if unknown)."""
+    ``lock`` is the item read as a plain lock (None: no item); ``pool`` the item read as a pool
+    (None: the item is not a pool); ``slot`` the slot the write was about."""
 
-    granted: bool
-    record: LockRecord | None
+    applied: bool
+    lock: LockRecord | None
     pool: Pool | None = None
+    slot: int | None = None
+
+    @property
+    def record(self) -> LockRecord | None:
+        """The lease the write was about: the plain lock's, or the slot's."""
+        if self.slot is None:
+            return None if self.pool is not None else self.lock
+        return self.pool.slots.get(self.slot) if self.pool is not None else None
+
+    @property
+    def granted(self) -> bool:
+        return self.applied
+
+
+#: Kept for readers of earlier versions: an acquire's outcome.
+Attempt = Outcome
+
+
+def new_version() -> str:
+    """A fresh value for ``lease_id``: awsflock 0.2.0's compare-and-swap changes with it."""
+    return str(uuid.uuid4())
 
 
 def is_loopback(endpoint_url: str | None) -> bool:
@@ -179,7 +170,8 @@ class Store:
         region: str | None = None,
         profile: str | None = None,
         endpoint_url: str | None = None,
-        max_attempts: int = 4,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        clock: Clock | None = None,
     ) -> None:
         if not table_name:
             raise errors.UsageError("table name is empty", hint="pass --tablename NAME")
@@ -187,8 +179,10 @@ class Store:
         self.region = region
         self.profile = profile
         self.endpoint_url = endpoint_url
-        self.max_attempts = max_attempts
+        self.request_timeout = request_timeout
+        self.clock: Clock = clock or SystemClock()
         self._client = client
+        self._local = threading.local()  # this thread's budget and per-try timeout
         # None until we learn whether a failed conditional write returns the old item.
         self._ccf_returns_item: bool | None = None
 
@@ -197,8 +191,17 @@ class Store:
     @property
     def client(self) -> DynamoDBClient:
         if self._client is None:
-            self._client = self._make_client()
+            client = self._make_client()
+            # Each try's read timeout is what is left of the caller's budget (botocore reads
+            # it from the request context; versions without that use the client's default).
+            client.meta.events.register("before-call.dynamodb", self._set_try_timeout)
+            self._client = client
         return self._client
+
+    def _set_try_timeout(self, context: dict[str, Any], **_: Any) -> None:
+        timeout = getattr(self._local, "try_timeout", None)
+        if timeout is not None:
+            context["read_timeout"] = timeout
 
     def _make_client(self) -> DynamoDBClient:
         # botocore directly: importing boto3 on top of it only adds start-up time.
@@ -221,9 +224,10 @@ class Store:
                 hint="pass --region, or set AWS_REGION (or AWS_DEFAULT_REGION)",
             )
         config = Config(
-            retries={"mode": "standard", "max_attempts": self.max_attempts},
-            connect_timeout=3,
-            read_timeout=5,
+            # One try per call: awsflock retries itself (``_send``), within the caller's budget.
+            retries={"mode": "standard", "max_attempts": 1},
+            connect_timeout=min(3.0, self.request_timeout),
+            read_timeout=self.request_timeout,
         )
         client: DynamoDBClient = session.create_client(  # type: ignore[assignment]
             # botocore types every client as BaseClient; this one is DynamoDB's. Naming the
@@ -242,6 +246,50 @@ class Store:
         import os
 
         return bool(os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"))
+
+    # -- requests ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def budget(self, end: float) -> Iterator[None]:
+        """Calls made inside end (with their retries) by ``end`` on the store clock's monotonic
+        time (an outer, earlier end wins)."""
+        outer = getattr(self._local, "end", None)
+        self._local.end = end if outer is None else min(outer, end)
+        try:
+            yield
+        finally:
+            self._local.end = outer
+
+    def _send(self, operation: str, call: Callable[[], _T]) -> _T:
+        """Make one call, retrying throttling and transient failures with jittered backoff
+        while the budget lasts (default: one request timeout). A final failure is raised
+        translated, with ``maybe_applied`` set if any try may have reached DynamoDB."""
+        start = self.clock.monotonic()
+        end = getattr(self._local, "end", None)
+        if end is None:
+            end = start + self.request_timeout
+        tries = 0
+        maybe_applied = False
+        while True:
+            tries += 1
+            left = end - self.clock.monotonic()
+            self._local.try_timeout = max(MIN_TRY, min(self.request_timeout, left))
+            try:
+                with self.translate_errors(operation):
+                    return call()
+            except (errors.Throttled, errors.EndpointUnreachable) as err:
+                maybe_applied = maybe_applied or _may_have_applied(err.__cause__)
+                pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * _RNG.uniform(0.5, 1)
+                if self.clock.monotonic() + pause + MIN_TRY > end:
+                    err.maybe_applied = maybe_applied
+                    took = self.clock.monotonic() - start
+                    err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in " + (
+                        f"{took:.1f}s)"
+                    )
+                    raise
+                self.clock.sleep(pause)
+            finally:
+                self._local.try_timeout = None
 
     # -- errors -------------------------------------------------------------------------------
 
@@ -337,21 +385,18 @@ class Store:
         skew_ms: int,
         slot: int | None = None,
         slots: int | None = None,
-    ) -> Attempt:
-        """One conditional write that takes the lock (or slot ``slot`` of a pool of ``slots``)
-        if it is free."""
+    ) -> Outcome:
+        """Take the lock (or slot ``slot`` of a pool of ``slots``) if it is free."""
         expires_ms = now_ms + lease_ms
         values: dict[str, Any] = {
-            "lease_id": lease_id,
+            "lease": lease_id,
             "owner": identity.owner,
             "lease_duration": _seconds_number(lease_ms),
-            "expiration_time": expiration_seconds(expires_ms),
+            "ttl": expiration_seconds(expires_ms + skew_ms),
             "expires_ms": expires_ms,
             "now_ms": now_ms,
             "floor": now_ms * 1000,
             "one": 1,
-            "true": True,
-            "false": False,
             "null": None,
             "cutoff_ms": now_ms - skew_ms,
             "cutoff_s": (now_ms - skew_ms) // 1000,
@@ -369,157 +414,141 @@ class Store:
         sets, removes = [], []
         for name, value in holder.items():
             if value in ("", 0, None):
-                removes.append(f"#{name}")
+                removes.append(name)
             else:
-                sets.append(f"#{name} = :{name}")
+                sets.append(name)
                 values[name] = value
-        condition = COND_FREE
-        if slot is not None:
-            sets.append("#slots = :slots")
-            condition = f"({COND_FREE}) AND ({COND_SLOTS})"
-        update = UPD_ACQUIRE + "".join(", " + s for s in sets)
-        if removes:
-            update += " REMOVE " + ", ".join(removes)
-        applied, item = self._conditional_update(
-            "acquire", lock_id, update, condition, values, slot
+        p = slot_prefix(slot)
+        return self._conditional_update(
+            "acquire",
+            lock_id,
+            expressions.acquire_update(p, sets, removes),
+            expressions.acquire_condition(p),
+            values,
+            slot,
         )
-        record = self._record(item, lock_id, slot)
-        pool = Pool.from_item(lock_id, item) if slot is not None and item else None
-        return Attempt(applied, record, pool)
 
     def renew(
-        self, lock_id: str, lease_id: str, *, now_ms: int, lease_ms: int, slot: int | None = None
-    ) -> LockRecord | None:
-        """Extend our lease. The new state, or None if the lease is not ours any more."""
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        slot: int | None = None,
+    ) -> Outcome:
+        """Extend our lease from ``now_ms``, if it is ours, not ended and not run out."""
         expires_ms = now_ms + lease_ms
         values = {
-            "lease_id": lease_id,
+            "lease": lease_id,
+            "version": new_version(),
             "lease_duration": _seconds_number(lease_ms),
-            "expiration_time": expiration_seconds(expires_ms),
+            "ttl": expiration_seconds(expires_ms + skew_ms),
             "expires_ms": expires_ms,
-            "false": False,
+            "now_ms": now_ms,
+            "now_s": now_ms // 1000,
+            "slot": slot,
         }
-        applied, item = self._conditional_update(
-            "renew", lock_id, UPD_RENEW, COND_RENEW, values, slot
+        p = slot_prefix(slot)
+        return self._conditional_update(
+            "renew",
+            lock_id,
+            expressions.renew_update(p),
+            expressions.renew_condition(p),
+            values,
+            slot,
         )
-        return self._record(item, lock_id, slot) if applied else None
 
     def release(
         self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
-    ) -> tuple[bool, LockRecord | None]:
-        """End our lease, keeping the item. (released, what the item said if we did not)."""
+    ) -> Outcome:
+        """End our lease, keeping the item (and its fencing counter)."""
         values = {
-            "lease_id": lease_id,
-            "true": True,
+            "lease": lease_id,
+            "version": new_version(),
+            "ended": ENDED_RELEASED,
             "now_ms": now_ms,
-            "expiration_time": expiration_seconds(now_ms + skew_ms),
+            "ttl": expiration_seconds(now_ms + skew_ms),
         }
-        applied, item = self._conditional_update(
-            "release", lock_id, UPD_RELEASE, COND_RELEASE, values, slot
+        p = slot_prefix(slot)
+        return self._conditional_update(
+            "release",
+            lock_id,
+            expressions.release_update(p),
+            expressions.release_condition(p),
+            values,
+            slot,
         )
-        record = self._record(item, lock_id, slot)
-        # A retried release whose first try went through, then someone else acquired:
-        # the item remembers the lease it replaced and whether that one was released.
-        if (
-            not applied
-            and record is not None
-            and record.prev_lease_id == lease_id
-            and record.prev_released
-        ):
-            return True, record
-        return applied, record
 
     def force_release(
         self,
         lock_id: str,
         lease_id: str,
         *,
+        force_id: str,
         now_ms: int,
         skew_ms: int,
         actor: str,
         reason: str,
         slot: int | None = None,
-    ) -> tuple[bool, LockRecord | None]:
-        """End ``lease_id`` whoever holds it, recording who and why on the item."""
+    ) -> Outcome:
+        """End ``lease_id`` whoever holds it, recording who, why, and this action's id."""
         values = {
-            "lease_id": lease_id,
-            "true": True,
-            "false": False,
+            "lease": lease_id,
+            "version": new_version(),
+            "ended": ENDED_FORCED + force_id,
             "now_ms": now_ms,
-            "expiration_time": expiration_seconds(now_ms + skew_ms),
+            "ttl": expiration_seconds(now_ms + skew_ms),
             "actor": actor,
             "reason": reason,
         }
-        applied, item = self._conditional_update(
-            "force_release", lock_id, UPD_FORCE, COND_FORCE, values, slot
+        p = slot_prefix(slot)
+        return self._conditional_update(
+            "force_release",
+            lock_id,
+            expressions.force_update(p),
+            expressions.release_condition(p),
+            values,
+            slot,
         )
-        return applied, self._record(item, lock_id, slot)
 
     def resize_pool(
         self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
     ) -> bool:
         """Set a pool's size, only if it is still ``old`` and every slot that goes away is free."""
-        parts = ["attribute_not_exists(#slots)" if old is None else "#slots = :old"]
-        names = {"slots": A_SLOTS}
-        for slot in range(new, old or 0):
-            free = COND_FREE
-            for short, attribute in slot_names(slot).items():
-                free = free.replace(f"#{short}", f"#s{slot}_{short}")
-                names[f"s{slot}_{short}"] = attribute
-            parts.append(f"({free})")
-        condition = " AND ".join(parts)
+        condition = expressions.resize_condition(old, new)
         values = {
             "old": old,
             "new": new,
-            "true": True,
             "cutoff_ms": now_ms - skew_ms,
-            "cutoff_s": (now_ms - skew_ms) // 1000,
         }
-        request = _request("SET #slots = :new", condition, names=names, values=values)
-        from botocore.exceptions import ClientError
-
-        try:
-            with self.translate_errors("resize"):
-                try:
-                    self.client.update_item(
-                        TableName=self.table_name,
-                        Key={A_LOCK_ID: {"S": pool_key(lock_id)}},
-                        UpdateExpression="SET #slots = :new",
-                        ConditionExpression=condition,
-                        **request,
-                    )
-                except ClientError as exc:
-                    if (
-                        exc.response.get("Error", {}).get("Code")
-                        == "ConditionalCheckFailedException"
-                    ):
-                        raise _ConditionFailed() from None
-                    raise
-        except _ConditionFailed:
-            return False
-        return True
-
-    @staticmethod
-    def _record(item: dict[str, Any] | None, lock_id: str, slot: int | None) -> LockRecord | None:
-        if not item:
-            return None
-        if slot is None:
-            return record_from_item(item)
-        if f"s{slot}_{A_LEASE_ID}" not in item:
-            return None
-        return record_from_item(slot_item(item, slot, lock_id))
+        outcome = self._conditional_update(
+            "resize", lock_id, expressions.RESIZE_UPDATE, condition, values, None
+        )
+        return outcome.applied
 
     def put_audit(self, key: str, fields: dict[str, Any]) -> None:
-        """Write one audit record (never overwriting another)."""
+        """Write one audit record under ``key``, once: a retry whose first try landed (the key
+        exists already; keys are unique per action) changes nothing and is not an error."""
+        from botocore.exceptions import ClientError
+
         item = {A_LOCK_ID: {"S": key}, A_KIND: {"S": "audit"}}
         item.update({k: to_attr(v) for k, v in fields.items() if v not in (None, "")})
-        with self.translate_errors("audit"):
-            self.client.put_item(
-                TableName=self.table_name,
-                Item=item,
-                ConditionExpression="attribute_not_exists(#k)",
-                ExpressionAttributeNames={"#k": A_LOCK_ID},
-            )
+
+        def call() -> None:
+            try:
+                self.client.put_item(
+                    TableName=self.table_name,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(#k)",
+                    ExpressionAttributeNames={"#k": A_LOCK_ID},
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+
+        self._send("audit", call)
 
     def scan_items(self, prefix: str = "", page_size: int = 500) -> Iterator[dict[str, Any]]:
         """Every item as plain values, page by page."""
@@ -544,25 +573,38 @@ class Store:
         except Exception:  # any failure only means "unknown": the caller falls back to user@host
             return None
 
+    def read(self, lock_id: str) -> Outcome:
+        """One strongly consistent read of a lock's item (plain or pool)."""
+        return self._outcome(False, self._get_item(lock_id), lock_id, None)
+
     def get(self, lock_id: str) -> LockRecord | None:
-        """One strongly consistent read of a plain lock's item."""
-        item = self._get_item(lock_id)
-        return record_from_item(item) if item else None
+        """A plain lock's state (None if there is no item, or it is a pool)."""
+        return self.read(lock_id).record
 
     def get_pool(self, lock_id: str) -> Pool | None:
-        """One strongly consistent read of a pool's item."""
-        item = self._get_item(pool_key(lock_id))
-        return Pool.from_item(lock_id, item) if item else None
+        """A pool's state (None if there is no item, or it is a plain lock)."""
+        return self.read(lock_id).pool
 
     def _get_item(self, key: str) -> dict[str, Any] | None:
-        with self.translate_errors("get"):
-            response = self.client.get_item(
+        response = self._send(
+            "get",
+            lambda: self.client.get_item(
                 TableName=self.table_name,
                 Key={A_LOCK_ID: {"S": key}},
                 ConsistentRead=True,
-            )
+            ),
+        )
         item: dict[str, Any] | None = response.get("Item")
         return item
+
+    @staticmethod
+    def _outcome(
+        applied: bool, item: dict[str, Any] | None, lock_id: str, slot: int | None
+    ) -> Outcome:
+        if not item:
+            return Outcome(applied, None, None, slot)
+        pool = Pool.from_item(lock_id, item) if is_pool_item(item) else None
+        return Outcome(applied, record_from_item(item), pool, slot)
 
     def _conditional_update(
         self,
@@ -572,69 +614,58 @@ class Store:
         condition: str,
         values: dict[str, Any],
         slot: int | None,
-    ) -> tuple[bool, dict[str, Any] | None]:
-        """Run one conditional UpdateItem on a lock's item, or on slot ``slot`` of a pool's.
-
-        (True, the new item) if it applied, else (False, the item that failed the condition,
-        or None if there is no item)."""
+    ) -> Outcome:
+        """Run one conditional UpdateItem on a lock's item; the item as it is afterwards, or as
+        it was when the condition failed."""
         from botocore.exceptions import ClientError
 
-        key = lock_id if slot is None else pool_key(lock_id)
-        request = _request(update, condition, names=slot_names(slot), values=values)
-        try:
-            with self.translate_errors(operation):
-                try:
-                    response = self.client.update_item(
-                        TableName=self.table_name,
-                        Key={A_LOCK_ID: {"S": key}},
-                        UpdateExpression=update,
-                        ConditionExpression=condition,
-                        ReturnValues="ALL_NEW",
-                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                        **request,
-                    )
-                except ClientError as exc:
-                    if (
-                        exc.response.get("Error", {}).get("Code")
-                        != "ConditionalCheckFailedException"
-                    ):
-                        raise
-                    item: Any = exc.response.get("Item")
-                    if item:
-                        self._ccf_returns_item = True
-                        return False, item
-                    raise _ConditionFailed() from None
-        except _ConditionFailed:
-            # No old item in the answer: either there is no item, or the endpoint ignores
-            # ReturnValuesOnConditionCheckFailure (dynalite 4 does). Only then read it.
-            if self._ccf_returns_item and operation != "acquire":
-                return False, None
-            if operation == "acquire":
-                # COND_FREE passes on a missing item, so the item exists: the endpoint
-                # does not return it on failure, and every later failure needs the read.
-                self._ccf_returns_item = False
-            return False, self._get_item(key)
-        return True, dict(response.get("Attributes", {}))
+        request = _request(update, condition, values=values)
+
+        def call() -> tuple[bool, dict[str, Any] | None]:
+            try:
+                response = self.client.update_item(
+                    TableName=self.table_name,
+                    Key={A_LOCK_ID: {"S": lock_id}},
+                    UpdateExpression=update,
+                    ConditionExpression=condition,
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    **request,
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                return False, exc.response.get("Item")  # type: ignore[return-value]
+            return True, dict(response.get("Attributes", {}))
+
+        applied, item = self._send(operation, call)
+        if applied:
+            return self._outcome(True, item, lock_id, slot)
+        if item:
+            self._ccf_returns_item = True
+            return self._outcome(False, item, lock_id, slot)
+        # No old item in the answer: either there is no item, or the endpoint ignores
+        # ReturnValuesOnConditionCheckFailure (dynalite 4 does). Only then read it.
+        if self._ccf_returns_item:
+            return Outcome(False, None, None, slot)
+        if operation == "acquire":
+            # An acquire fails only on an existing item: this endpoint does not return it on
+            # failure, and every later failure needs the read.
+            self._ccf_returns_item = False
+        return self._outcome(False, self._get_item(lock_id), lock_id, slot)
+
 
     # -- table ---------------------------------------------------------------------------------
 
     def scan_locks(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord | Pool]:
         """Every plain lock and pool (not awsflock's other items), page by page."""
-        kwargs: dict[str, Any] = {}
-        if prefix:
-            kwargs = {
-                "FilterExpression": "begins_with(#k, :plain) OR begins_with(#k, :pool)",
-                "ExpressionAttributeNames": {"#k": A_LOCK_ID},
-                "ExpressionAttributeValues": {
-                    ":plain": {"S": prefix},
-                    ":pool": {"S": pool_key(prefix)},
-                },
-            }
-        for item in self._scan("", page_size, **kwargs):
+        for item in self._scan(prefix, page_size):
             key = item[A_LOCK_ID]["S"]
-            if key.startswith(POOL_PREFIX):
-                yield Pool.from_item(key[len(POOL_PREFIX) :], item)
-            elif not key.startswith(RESERVED_PREFIX):
+            if key.startswith(RESERVED_PREFIX):
+                continue
+            if is_pool_item(item):
+                yield Pool.from_item(key, item)
+            else:
                 yield record_from_item(item)
 
     def _scan(self, prefix: str, page_size: int, **extra: Any) -> Iterator[dict[str, Any]]:
@@ -644,8 +675,7 @@ class Store:
             kwargs["ExpressionAttributeNames"] = {"#lock_id": A_LOCK_ID}
             kwargs["ExpressionAttributeValues"] = {":prefix": {"S": prefix}}
         while True:
-            with self.translate_errors("scan"):
-                page = self.client.scan(**kwargs)
+            page = self._send("scan", lambda: self.client.scan(**kwargs))
             yield from page.get("Items", [])
             last = page.get("LastEvaluatedKey")
             if not last:
@@ -655,6 +685,20 @@ class Store:
 
 class _ConditionFailed(Exception):
     pass
+
+
+def _may_have_applied(cause: BaseException | None) -> bool:
+    """Whether a failed try may have reached DynamoDB and been applied there: a timeout or a
+    connection lost after sending, or a server error. Not: a refused connection, a connect
+    timeout, throttling."""
+    from botocore import exceptions as bx
+
+    if isinstance(cause, (bx.EndpointConnectionError, bx.ConnectTimeoutError)):
+        return False
+    if isinstance(cause, bx.ClientError):
+        code = cause.response.get("Error", {}).get("Code", "")
+        return code not in _THROTTLE_CODES
+    return True
 
 
 def _seconds_number(ms: int) -> int | float:

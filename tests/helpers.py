@@ -54,9 +54,12 @@ class CountingClient:
 class LosingClient(CountingClient):
     """Lets chosen requests through to the server, then loses their answer (raises)."""
 
-    def __init__(self, client: Any, lose: Callable[[str, int], bool]) -> None:
+    def __init__(
+        self, client: Any, lose: Callable[[str, int], bool], *, errors_too: bool = False
+    ) -> None:
         super().__init__(client)
         self.lose = lose
+        self.errors_too = errors_too  # lose error answers (a failed condition) as well
 
     def __getattr__(self, name: str) -> Any:
         inner = super().__getattr__(name)
@@ -64,10 +67,15 @@ class LosingClient(CountingClient):
             return inner
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            result = inner(*args, **kwargs)
-            if self.lose(name, self.calls[name]):
-                from botocore.exceptions import ReadTimeoutError
+            from botocore.exceptions import ClientError, ReadTimeoutError
 
+            try:
+                result = inner(*args, **kwargs)
+            except ClientError:
+                if self.errors_too and self.lose(name, self.calls[name]):
+                    raise ReadTimeoutError(endpoint_url="http://lost") from None
+                raise
+            if self.lose(name, self.calls[name]):
                 raise ReadTimeoutError(endpoint_url="http://lost")
             return result
 

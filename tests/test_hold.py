@@ -85,7 +85,7 @@ def test_refused_renewal_is_loss_at_once(make_table, moto, clock):
     moto.update_item(
         TableName="awsflock",
         Key={"lock_id": {"S": "r"}},
-        UpdateExpression="SET lease_id = :other",
+        UpdateExpression="SET lease_id = :other, lease = :other",
         ExpressionAttributeValues={":other": {"S": "9" * 8 + "-9999-4999-8999-" + "9" * 12}},
     )
     clock.advance(20)

@@ -74,8 +74,14 @@ def test_hold_in_a_pool_reports_its_slot(make_table):
 
 def test_pool_names_may_not_take_awsflocks_prefix_or_be_too_long(make_table):
     with pytest.raises(errors.UsageError):
-        make_table().acquire("#awsflock#pool#x", lease=60, wait=0)
+        make_table().acquire("#awsflock#x", lease=60, wait=0, slots=2)
     with pytest.raises(errors.UsageError):
-        make_table().acquire("x" * 2040, lease=60, wait=0, slots=2)
+        make_table().acquire("x" * 2049, lease=60, wait=0, slots=2)
     with pytest.raises(errors.UsageError):
         make_table().acquire("x", lease=60, wait=0, slots=101)
+
+
+def test_a_pool_may_use_the_longest_name_dynamodb_allows(make_table):
+    # A pool lives in the item keyed by its own name, so it has the same limit as a plain lock.
+    lease = make_table().acquire("x" * 2048, lease=60, wait=0, slots=2)
+    assert lease.slot in (0, 1)

@@ -53,7 +53,7 @@ def test_every_lease_id_awsflock_makes_is_accepted(u, slot):
 @PROPERTY
 @given(name=ARG)
 def test_acquire_of_any_name_is_granted_busy_or_a_usage_error(moto, name):
-    result = invoke("acquire", name, "--no-wait", "-q")
+    result = invoke("acquire", "--no-wait", "-q", "--", name)
     assert result.exit_code in (0, 2, 3), result.stderr
     if result.exit_code == 0:
         uuid.UUID(result.stdout.strip())

@@ -1,0 +1,254 @@
+"""One acquisition of a lock, attempt by attempt; the wait loop around it is ``LockTable.acquire``.
+
+Every attempt sends a fresh LEASE_ID, so a grant of an earlier attempt whose answer was lost is
+never renewed by a later one under the same id (which an awsflock 0.2.0 client could then race
+with). The acquisition remembers every id it sent:
+
+- an item found holding one of them is our own grant: it is kept if at least ``MIN_LEFT`` of the
+  lease is left, and otherwise given up (released) before the attempts go on, so an acquire
+  never reports a lease that is expired or about to be;
+- ids whose outcome is unknown (the request failed in transit) stay *unsettled* until released:
+  on success (all but the granted one) and on every failure path alike, so no attempt leaves a
+  phantom lock or a phantom pool slot behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from awsflock import errors
+from awsflock.durations import format_seconds
+from awsflock.records import Identity, LockRecord, iso_utc
+
+if TYPE_CHECKING:
+    from awsflock.lease import Lease, LockTable
+    from awsflock.store import Outcome
+
+log = logging.getLogger("awsflock.lease")
+
+#: An acquire returns a lease only with at least this fraction of its duration left.
+MIN_LEFT = 0.5
+
+
+def new_lease_id() -> str:
+    """An unguessable LEASE_ID: uuid4 takes its 122 random bits from os.urandom."""
+    return str(uuid.uuid4())
+
+
+class Acquisition:
+    """The attempts of one ``acquire``: ``step()`` sends one, ``abandon()`` cleans up."""
+
+    def __init__(
+        self,
+        table: LockTable,
+        lock_id: str,
+        lease_s: float,
+        identity: Identity,
+        size: int | None,
+    ) -> None:
+        self.table = table
+        self.lock_id = lock_id
+        self.lease_s = lease_s
+        self.identity = identity
+        self.size = size
+        self.sent: set[str] = set()
+        #: Sent, maybe granted, not known to be released: LEASE_ID -> slot.
+        self.unsettled: dict[str, int | None] = {}
+        self.attempts = 0
+        self.start = table.clock.monotonic()
+        #: Monotonic time by which everything, clean-up included, is over (None: no limit).
+        self.hard_end: float | None = None
+        #: The caller has been told the lock is contended / an attempt failed.
+        self.told = self.warned = False
+        self.holder: LockRecord | None = None
+        self.error: errors.AwsflockError | None = None
+        self.slot = table.rng.randrange(size) if size else None
+        #: Pool probes in a row without sleeping (another free slot is tried at once).
+        self.quick = 0
+
+    # -- one attempt ---------------------------------------------------------------------------
+
+    def step(self) -> Lease | None:
+        """Send one attempt. The lease if we hold one now; else None (``holder`` and ``error``
+        say why)."""
+        self.attempts += 1
+        slot = self.slot
+        lease_id = new_lease_id() + ("" if slot is None else f".{slot}")
+        log.debug(
+            "acquire attempt %d on %r%s",
+            self.attempts,
+            self.lock_id,
+            "" if slot is None else f" slot {slot}",
+            extra={
+                "event": "acquire_attempt",
+                "lock_id": self.lock_id,
+                "attempts": self.attempts,
+                "slot": slot,
+            },
+        )
+        self.sent.add(lease_id)
+        self.unsettled[lease_id] = slot
+        store = self.table.store
+        end = self.table.clock.monotonic() + store.request_timeout
+        if self.hard_end is not None:
+            # Leave time to release an attempt that may have landed unanswered.
+            end = min(end, self.hard_end - min(1.0, store.request_timeout / 4))
+        try:
+            with store.budget(end):
+                outcome = store.try_acquire(
+                    self.lock_id,
+                    lease_id=lease_id,
+                    identity=self.identity,
+                    now_ms=self.table.now_ms(),
+                    lease_ms=round(self.lease_s * 1000),
+                    skew_ms=round(self.table.skew * 1000),
+                    slot=slot,
+                    slots=self.size,
+                )
+        except (errors.Throttled, errors.EndpointUnreachable) as err:
+            # Transient: the caller keeps trying within its wait. Unless no try of it can have
+            # reached DynamoDB, its outcome is unknown.
+            self.error = err
+            if not err.maybe_applied:
+                self.unsettled.pop(lease_id, None)
+            return None
+        except errors.AwsflockError:
+            # Refused outright (no table, no credentials, access denied): nothing was written.
+            self.unsettled.pop(lease_id, None)
+            raise
+        self.error = None
+        if not outcome.applied:
+            # Whatever the item shows, this id holds nothing now (a try of it that landed
+            # earlier is found below by its id).
+            self.unsettled.pop(lease_id, None)
+        return self._look(outcome, lease_id)
+
+    def _look(self, outcome: Outcome, lease_id: str) -> Lease | None:
+        if self.size is None:
+            return self._look_plain(outcome, lease_id)
+        return self._look_pool(outcome, lease_id)
+
+    def _look_plain(self, outcome: Outcome, lease_id: str) -> Lease | None:
+        if outcome.pool is not None:
+            raise errors.ConfigurationError(
+                f"{self.lock_id!r} is a pool of {outcome.pool.size} slots, but this holder asked "
+                "for a plain lock",
+                hint=f"use --slots {outcome.pool.size} (slots=), as every holder of it must",
+            )
+        record = outcome.lock
+        if record is not None and record.lease_id in self.sent and not record.released:
+            return self._keep_or_give_up(record, record.lease_id, None)
+        self.holder = record
+        return None
+
+    def _look_pool(self, outcome: Outcome, lease_id: str) -> Lease | None:
+        assert self.size is not None
+        pool = outcome.pool
+        if pool is None:
+            if outcome.lock is not None:
+                raise errors.ConfigurationError(
+                    f"{self.lock_id!r} is a plain lock (held by "
+                    f"{outcome.lock.describe(self.table.clock.time())}), but this holder asked "
+                    f"for a pool of {self.size} slots",
+                    hint="use the same --slots (slots=) as every other holder of it",
+                )
+            self.holder = None
+            return None
+        if pool.size is not None and pool.size != self.size:
+            raise errors.ConfigurationError(
+                f"pool {self.lock_id!r} has {pool.size} slots, but this holder asked for "
+                f"{self.size}",
+                hint=f"use --slots {pool.size}, or resize the pool (awsflock pool-resize)",
+            )
+        for number, record in sorted(pool.slots.items()):
+            if record.lease_id in self.sent and not record.released:
+                lease = self._keep_or_give_up(record, record.lease_id, number)
+                if lease is not None:
+                    return lease
+        held = [r for r in pool.slots.values() if not r.released]
+        self.holder = min(held, key=lambda r: r.expires_at) if held else None
+        free = pool.free_slots(self.size, self.table.clock.time(), self.table.skew)
+        if free and self.quick < self.size:
+            self.quick += 1
+            self.slot = self.table.rng.choice(free)
+        else:
+            self.quick = 0
+            self.slot = self.table.rng.randrange(self.size)
+        return None
+
+    def wants_retry_now(self) -> bool:
+        """A pool probe found another free slot: try it without sleeping."""
+        return self.size is not None and self.quick > 0 and self.error is None
+
+    def _keep_or_give_up(self, record: LockRecord, lease_id: str, slot: int | None) -> Lease | None:
+        """Our own grant: keep it if enough of the lease is left, else give it up."""
+        self.unsettled[lease_id] = slot
+        left = record.expires_at - self.table.clock.time()
+        if left >= self.lease_s * MIN_LEFT:
+            self.unsettled.pop(lease_id, None)
+            waited = self.table.clock.monotonic() - self.start
+            return self.table._granted(
+                self.lock_id, lease_id, record, self.attempts, slot, waited
+            )
+        log.info(
+            "a grant of %r from an earlier attempt has only %s of its lease left; giving it up",
+            self.lock_id,
+            format_seconds(max(left, 0.0)),
+            extra={"event": "grant_given_up", "lock_id": self.lock_id, "slot": slot},
+        )
+        self._release(lease_id, slot)
+        return None
+
+    # -- clean-up ------------------------------------------------------------------------------
+
+    def give_back(self, lease: Lease) -> None:
+        """Release a lease this acquisition returned but its caller cannot use (cancelled)."""
+        self.unsettled[lease.lease_id] = lease.slot
+        self.abandon()
+
+    def abandon(self, keep: str | None = None) -> None:
+        """Release every unsettled attempt but ``keep``. One that cannot be confirmed is named
+        on stderr with the command that frees it."""
+        store = self.table.store
+        now = self.table.clock.monotonic()
+        end = now + store.request_timeout
+        if self.hard_end is not None:
+            end = max(min(end, self.hard_end), now + 0.5)
+        for lease_id, slot in list(self.unsettled.items()):
+            if lease_id == keep:
+                continue
+            with store.budget(end):
+                if self._release(lease_id, slot):
+                    continue
+            log.warning(
+                "an attempt to acquire %r may have been granted without an answer; if so, the "
+                "lock is held until %s under LEASE_ID %s: free it with `awsflock release %s %s`",
+                self.lock_id,
+                iso_utc(self.table.clock.time() + self.lease_s),
+                lease_id,
+                self.lock_id,
+                lease_id,
+                extra={"event": "abandon_failed", "lock_id": self.lock_id, "slot": slot},
+            )
+        self.unsettled.clear()
+
+    def _release(self, lease_id: str, slot: int | None) -> bool:
+        """Release one of our attempts; True once it is certainly not held."""
+        try:
+            outcome = self.table.store.release(
+                self.lock_id,
+                lease_id,
+                now_ms=self.table.now_ms(),
+                skew_ms=round(self.table.skew * 1000),
+                slot=slot,
+            )
+        except errors.AwsflockError as err:
+            log.debug("clean-up release of %r failed: %s", self.lock_id, err.one_line())
+            return False
+        # Applied, or refused because the lease is not ours or already ended: either way this
+        # id holds nothing now.
+        del outcome
+        self.unsettled.pop(lease_id, None)
+        return True

@@ -1,0 +1,141 @@
+"""The protocol's DynamoDB condition and update expressions, one builder per step.
+
+Placeholders are ``#`` plus the attribute's name, so a pool slot's expressions are the plain
+lock's with every lease attribute prefixed ``s{i}_`` (``p`` below; see ``awsflock.items``).
+Values (``:name``) are filled in by the store. Every step is one conditional UpdateItem:
+
+- **acquire** may take the lock if ``free``: the item is absent, its lease ended, or the lease
+  ran out more than the skew window ago (by the caller's clock; 0.2.0 items, which lack
+  ``expires_ms``, by their whole-second ``expiration_time``). It writes a new lease, bumps the
+  fencing counter with ``if_not_exists(fence, floor) + 1`` and shifts the lease history.
+- **renew** needs the lease to be ours, not ended, and not yet run out by the caller's clock:
+  a renew never revives an expired lease.
+- **release** and **force-release** need the lease to be ours (the named one) and not ended.
+
+Every write changes ``lease_id`` (awsflock 0.2.0's compare-and-swap value), so a 0.2.0 client's
+read-then-put never succeeds across a write of ours.
+"""
+
+from __future__ import annotations
+
+from awsflock.items import HISTORY, history_names
+
+
+def owned(p: str = "") -> str:
+    """The lease is ``:lease``: our ``lease``, or 0.2.0's ``lease_id`` on an item it wrote last."""
+    return f"(#{p}lease = :lease OR (attribute_not_exists(#{p}lease) AND #{p}lease_id = :lease))"
+
+
+def not_ended(p: str = "") -> str:
+    return f"attribute_not_exists(#{p}ended)"
+
+
+def live(p: str = "") -> str:
+    """The lease has not run out at ``:now_ms`` (whole seconds for 0.2.0 items, rounded down)."""
+    return (
+        f"(#{p}expires_ms > :now_ms OR "
+        f"(attribute_not_exists(#{p}expires_ms) AND #{p}expiration_time > :now_s))"
+    )
+
+
+#: A plain lock is free: no item, its lease ended, or it ran out more than the skew ago.
+FREE_PLAIN = (
+    "(attribute_not_exists(#lock_id) OR attribute_exists(#ended)"
+    " OR #expires_ms < :cutoff_ms"
+    " OR (attribute_not_exists(#expires_ms) AND #expiration_time < :cutoff_s))"
+)
+
+
+def free_slot(p: str) -> str:
+    """Slot ``p`` of a pool is free: never used, ended, or ran out more than the skew ago."""
+    return (
+        f"(attribute_not_exists(#{p}lease) OR attribute_exists(#{p}ended)"
+        f" OR #{p}expires_ms < :cutoff_ms)"
+    )
+
+
+#: A plain acquire never takes a pool's item.
+PLAIN_NOT_POOL = "attribute_not_exists(#slots)"
+#: A pool acquire needs the pool's size to agree, or turns a free plain lock into the pool.
+POOL_SIZE_AGREES = f"(#slots = :slots OR (attribute_not_exists(#slots) AND {FREE_PLAIN}))"
+#: A slot that a pool-resize removed cannot be renewed.
+SLOT_IN_POOL = "#slots > :slot"
+
+
+def acquire_condition(p: str) -> str:
+    if not p:
+        return f"{FREE_PLAIN} AND {PLAIN_NOT_POOL}"
+    return f"{free_slot(p)} AND {POOL_SIZE_AGREES}"
+
+
+def acquire_update(p: str, holder_sets: list[str], holder_removes: list[str]) -> str:
+    """Write a new lease; remember the one it replaces. SET clauses read the item as it was
+    before the update (DynamoDB's rule; moto applies them in order, hence oldest first)."""
+    sets = []
+    for i in range(HISTORY - 1, 0, -1):
+        (lease_to, end_to), (lease_from, end_from) = history_names(i), history_names(i - 1)
+        sets.append(f"#{p}{lease_to} = if_not_exists(#{p}{lease_from}, :null)")
+        sets.append(f"#{p}{end_to} = if_not_exists(#{p}{end_from}, :null)")
+    lease0, end0 = history_names(0)
+    sets += [
+        f"#{p}{lease0} = if_not_exists(#{p}lease, :null)",
+        f"#{p}{end0} = if_not_exists(#{p}ended, :null)",
+        f"#{p}lease = :lease",
+        f"#{p}lease_id = :lease",
+        f"#{p}owner = :owner",
+        f"#{p}lease_duration = :lease_duration",
+        f"#{p}expiration_time = :ttl",
+        f"#{p}expires_ms = :expires_ms",
+        f"#{p}acquired_ms = :now_ms",
+        f"#{p}fence = if_not_exists(#{p}fence, :floor) + :one",
+    ]
+    sets += [f"#{p}{name} = :{name}" for name in holder_sets]
+    removes = [f"#{p}{name}" for name in ("ended", "forced_by", "forced_reason", "forced_ms")]
+    removes += [f"#{p}{name}" for name in holder_removes]
+    if p:
+        sets.append("#slots = :slots")
+        # A pool's item must never expire by TTL (every slot's counter lives in it), and must
+        # not look like a reclaimable lease to awsflock 0.2.0.
+        removes.append("#expiration_time")
+    return "SET " + ", ".join(sets) + " REMOVE " + ", ".join(removes)
+
+
+def renew_condition(p: str) -> str:
+    condition = f"{owned(p)} AND {not_ended(p)} AND {live(p)}"
+    return condition + (f" AND {SLOT_IN_POOL}" if p else "")
+
+
+def renew_update(p: str) -> str:
+    return (
+        f"SET #{p}lease = :lease, #{p}lease_id = :version, #{p}lease_duration = :lease_duration,"
+        f" #{p}expiration_time = :ttl, #{p}expires_ms = :expires_ms"
+    )
+
+
+def release_condition(p: str) -> str:
+    return f"{owned(p)} AND {not_ended(p)}"
+
+
+def release_update(p: str) -> str:
+    return (
+        f"SET #{p}ended = :ended, #{p}lease = :lease, #{p}lease_id = :version,"
+        f" #{p}expires_ms = :now_ms, #{p}expiration_time = :ttl"
+    )
+
+
+def force_update(p: str) -> str:
+    return (
+        release_update(p)
+        + f", #{p}forced_by = :actor, #{p}forced_reason = :reason, #{p}forced_ms = :now_ms"
+    )
+
+
+def resize_condition(old: int | None, new: int) -> str:
+    """A pool may be resized while its size is still ``old`` and the slots that go away are
+    free."""
+    parts = ["attribute_not_exists(#slots)" if old is None else "#slots = :old"]
+    parts += [free_slot(f"s{slot}_") for slot in range(new, old or 0)]
+    return " AND ".join(parts)
+
+
+RESIZE_UPDATE = "SET #slots = :new"
