@@ -1,0 +1,416 @@
+"""Regression tests for the safety holes an adversarial review found (issue 10), one or more per
+finding, with in-process moto and fake clocks. Each failed on the code before its fix.
+
+awsflock 0.2.0's acquire is modelled exactly: a consistent GetItem, then (if the lease it read
+expired more than 5 s ago by its clock) a full PutItem conditioned on the ``lease_id`` it read.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+from typing import Any
+
+import pytest
+
+from awsflock import errors
+from awsflock.admin import audit_records, force_release, resize_pool
+from awsflock.clock import FakeClock
+from awsflock.lease import LockTable
+from awsflock.records import Identity
+from awsflock.store import Store
+from tests.helpers import CountingClient, LosingClient, ScheduledClock
+
+TABLE = "awsflock"
+LEGACY_LEASE = "0" * 8 + "-0000-4000-8000-" + "0" * 12
+
+
+def read_like_020(client: Any, lock_id: str, now: float) -> str | None:
+    """0.2.0's first step: the lease id it would try to reclaim, or None if it would not."""
+    item = client.get_item(TableName=TABLE, Key={"lock_id": {"S": lock_id}}, ConsistentRead=True)
+    item = item.get("Item")
+    if item is None or now - int(item["expiration_time"]["N"]) <= 5:
+        return None
+    return str(item["lease_id"]["S"])
+
+
+def put_like_020(client: Any, lock_id: str, read_lease: str, now: float) -> bool:
+    """0.2.0's second step: overwrite the item if its lease_id is still the one it read."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.put_item(
+            TableName=TABLE,
+            Item={
+                "lock_id": {"S": lock_id},
+                "lease_id": {"S": LEGACY_LEASE},
+                "lease_duration": {"N": "60"},
+                "owner": {"S": "old"},
+                "expiration_time": {"N": str(int(now + 60))},
+            },
+            ConditionExpression="attribute_exists(#lock_id) AND #lease_id = :existing_lease_id",
+            ExpressionAttributeNames={"#lock_id": "lock_id", "#lease_id": "lease_id"},
+            ExpressionAttributeValues={":existing_lease_id": {"S": read_lease}},
+        )
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
+        return False
+    return True
+
+
+def item_of(client: Any, lock_id: str) -> dict[str, Any]:
+    return client.get_item(TableName=TABLE, Key={"lock_id": {"S": lock_id}}, ConsistentRead=True)[
+        "Item"
+    ]
+
+
+class OutageClient(CountingClient):
+    """UpdateItem #1 is applied and its answer lost; later UpdateItems fail unsent (connection
+    refused) until the clock reaches ``until``."""
+
+    def __init__(self, client: Any, clock: FakeClock, until: float) -> None:
+        super().__init__(client)
+        self.clock = clock
+        self.until = until
+        self.sent = 0
+
+    def __getattr__(self, name: str) -> Any:
+        inner = super().__getattr__(name)
+        if name != "update_item":
+            return inner
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+            self.sent += 1
+            if self.sent == 1:
+                inner(*args, **kwargs)
+                raise ReadTimeoutError(endpoint_url="http://lost")
+            if self.clock.time() < self.until:
+                raise EndpointConnectionError(endpoint_url="http://down")
+            return inner(*args, **kwargs)
+
+        return call
+
+
+class Slots(random.Random):
+    """A random source whose slot choices are scripted: probes go to these slots in turn."""
+
+    def __init__(self, *slots: int) -> None:
+        super().__init__(0)
+        self.script = list(slots)
+
+    def randrange(self, *args: Any, **kwargs: Any) -> int:  # type: ignore[override]
+        return self.script.pop(0) if self.script else 0
+
+    def choice(self, seq: Any) -> Any:
+        return seq[0]
+
+
+# -- 1. mixed fleet, late renew ------------------------------------------------------------------
+
+
+def test_renew_never_revives_an_expired_lease_that_020_is_reclaiming(make_table, moto, clock):
+    lease = make_table("a").acquire("late", lease=10, wait=0)
+    clock.advance(10 + 5 + 6)  # 0.2.0 reclaims 5 s after expiration_time (lease end + skew)
+    read = read_like_020(moto, "late", clock.time())
+    assert read is not None
+    with pytest.raises(errors.NotHeld, match="expired"):
+        lease.renew()
+    assert put_like_020(moto, "late", read, clock.time())
+
+
+def test_a_renew_by_a_lagging_clock_changes_what_020_compares(make_table, moto, clock):
+    lease = make_table("a").acquire("lag", lease=10, wait=0)
+    clock.advance(10 + 5 + 6)
+    read = read_like_020(moto, "lag", clock.time())
+    assert read is not None
+    # The holder's clock is 15 s behind (outside the NTP assumption): by its clock the lease
+    # still runs, and the renew goes through. 0.2.0's put must then fail.
+    behind = FakeClock(clock.time() - 15)
+    lagging = make_table("a", clock=behind)
+    lagging.renew_lease("lag", lease.lease_id, lease=10)
+    assert not put_like_020(moto, "lag", read, clock.time())
+
+
+# -- 2. mixed fleet, acquire retried past its lease ----------------------------------------------
+
+
+def test_an_acquire_retried_past_its_lease_never_shares_the_lock_with_020(make_table, moto):
+    clock = ScheduledClock()
+    start = clock.time()
+    reads: list[str | None] = []
+    # While our endpoint is down, a 0.2.0 client reads the item: our first (landed, unanswered)
+    # grant has expired more than 5 s ago.
+    clock.at(start + 21, lambda: reads.append(read_like_020(moto, "retry", clock.time())))
+    client = OutageClient(moto, clock, until=start + 22)
+    ours = make_table("a", client=client, clock=clock).acquire("retry", lease=10, wait=60)
+    assert reads and reads[0] is not None
+    theirs = put_like_020(moto, "retry", reads[0], clock.time())
+    assert ours.remaining() > 5 and not theirs
+
+
+# -- 3. acquire never reports an expired grant ---------------------------------------------------
+
+
+def test_a_landed_grant_found_inside_the_skew_window_is_not_reported(make_table, moto):
+    clock = ScheduledClock()
+    start = clock.time()
+    client = OutageClient(moto, clock, until=start + 12)  # lease 10, skew 5: inside the window
+    lease = make_table("a", client=client, clock=clock).acquire("stale", lease=10, wait=60)
+    assert lease.expires_at - clock.time() >= 5
+    assert make_table("b", clock=clock).store.get("stale").lease_id == lease.lease_id
+
+
+def test_a_landed_pool_grant_that_ran_out_is_not_reported(make_table, moto):
+    clock = ScheduledClock()
+    start = clock.time()
+    client = OutageClient(moto, clock, until=start + 12)  # lease 10, skew 5: inside the window
+    table = make_table("a", client=client, clock=clock, rng=Slots(0, 0, 0, 0))
+    lease = table.acquire("stalepool", lease=10, wait=60, slots=2)
+    assert lease.expires_at - clock.time() >= 5
+    pool = make_table("b", clock=clock).store.get_pool("stalepool")
+    held = [r for r in pool.slots.values() if not r.released and r.expires_at > clock.time()]
+    assert [r.lease_id for r in held] == [lease.lease_id]
+
+
+# -- 4. no TTL deletion before lease end plus skew -----------------------------------------------
+
+
+def sweep_ttl(client: Any, true_now: float) -> None:
+    """What DynamoDB's TTL does (DynamoDB Local within seconds): delete items whose
+    expiration_time has passed."""
+    for item in client.scan(TableName=TABLE)["Items"]:
+        ttl = item.get("expiration_time")
+        if ttl is not None and int(ttl["N"]) < true_now:
+            client.delete_item(TableName=TABLE, Key={"lock_id": item["lock_id"]})
+
+
+def test_fencing_token_never_goes_down_after_ttl_deletion(make_table, moto, clock):
+    first = make_table("a").acquire("ttl", lease=2, wait=0)  # a new item: its floor is now
+    for _ in range(20):
+        clock.advance(0.5)
+        sweep_ttl(moto, clock.time())
+        # An acquirer whose clock is 3 s behind (inside the 5 s skew window) tries every 0.5 s.
+        behind = make_table("b", clock=FakeClock(clock.time() - 3))
+        try:
+            second = behind.acquire("ttl", lease=2, wait=0)
+        except errors.LockBusy:
+            continue
+        assert second.fencing_token > first.fencing_token
+        return
+    pytest.fail("never acquired")
+
+
+def test_every_write_sets_the_ttl_at_least_skew_past_the_lease(make_table, moto, clock):
+    table = make_table("a")
+    lease = table.acquire("t4", lease=10, wait=0)
+    assert int(item_of(moto, "t4")["expiration_time"]["N"]) >= lease.expires_at + 5
+    clock.advance(3)
+    lease.renew()
+    assert int(item_of(moto, "t4")["expiration_time"]["N"]) >= lease.expires_at + 5
+    force_release(table, "t4", reason="test", lease_id=lease.lease_id, actor="op")
+    assert int(item_of(moto, "t4")["expiration_time"]["N"]) >= clock.time() + 5
+    # A plain lock turned into a pool loses its TTL attribute: the pool item never expires.
+    table.acquire("t4", lease=10, wait=0, slots=2)
+    assert "expiration_time" not in item_of(moto, "t4")
+
+
+def test_a_020_item_taken_over_gets_our_ttl(make_table, moto, clock):
+    moto.put_item(
+        TableName=TABLE,
+        Item={
+            "lock_id": {"S": "old"},
+            "lease_id": {"S": LEGACY_LEASE},
+            "lease_duration": {"N": "1"},
+            "owner": {"S": "old"},
+            "expiration_time": {"N": str(int(clock.time()) - 100)},
+        },
+    )
+    lease = make_table("a").acquire("old", lease=10, wait=0)
+    assert int(item_of(moto, "old")["expiration_time"]["N"]) >= lease.expires_at + 5
+
+
+# -- 5. phantom pool slot ------------------------------------------------------------------------
+
+
+def test_a_pool_probe_whose_answer_was_lost_is_not_left_held(make_table, moto):
+    clock = ScheduledClock()
+    client = OutageClient(moto, clock, until=clock.time() + 3)
+    table = make_table("a", client=client, clock=clock, rng=Slots(0, 1, 1, 1))
+    lease = table.acquire("phantom", lease=600, wait=60, slots=2)
+    pool = table.store.get_pool("phantom")
+    held = [r.lease_id for r in pool.slots.values() if not r.released]
+    assert held == [lease.lease_id]
+
+
+# -- 6. holders that disagree on the number of slots -------------------------------------------
+
+
+def test_slots_1_against_a_pool_is_refused(make_table):
+    make_table("a").acquire("p6", lease=60, wait=0, slots=2)
+    make_table("b").acquire("p6", lease=60, wait=0, slots=2)
+    with pytest.raises(errors.ConfigurationError, match="pool of 2 slots"):
+        make_table("c").acquire("p6", lease=60, wait=0, slots=1)
+    with pytest.raises(errors.ConfigurationError, match="pool of 2 slots"):
+        make_table("c").acquire("p6", lease=60, wait=0)
+
+
+def test_a_pool_against_a_held_plain_lock_is_refused(make_table):
+    make_table("a").acquire("p6b", lease=60, wait=0)
+    with pytest.raises(errors.ConfigurationError, match="plain lock"):
+        make_table("b").acquire("p6b", lease=60, wait=0, slots=2)
+
+
+# -- 7. a force-released holder is told so -------------------------------------------------------
+
+
+def test_release_after_force_release_is_not_held_naming_who_and_why(make_table, clock):
+    table = make_table("a")
+    lease = table.acquire("f7", lease=600, wait=0)
+    force_release(table, "f7", reason="runner died", lease_id=lease.lease_id, actor="ana")
+    with pytest.raises(errors.NotHeld, match="force-released by ana .*runner died"):
+        lease.release()
+    with pytest.raises(errors.NotHeld, match="force-released by ana"):
+        lease.renew()
+
+
+def test_hold_ends_with_lease_lost_after_force_release(make_table):
+    table = make_table("a")
+    held = table.hold("f7h", lease=60)
+    held.start()
+    force_release(table, "f7h", reason="stuck", lease_id=held.lease_id, actor="ana")
+    with pytest.raises(errors.LeaseLost, match="force-released by ana"):
+        held.stop()
+
+
+# -- 8. a retried force-release is truthful and audited once -------------------------------------
+
+
+def test_force_release_whose_answer_was_lost_succeeds_with_one_audit_record(make_table, moto):
+    lease = make_table("a").acquire("f8", lease=600, wait=0)
+    client = LosingClient(moto, lambda op, n: op == "update_item" and n == 1)
+    operator = make_table("op", client=client)
+    entry = force_release(operator, "f8", reason="why", lease_id=lease.lease_id, actor="ana")
+    assert entry["lease_id"] == lease.lease_id
+    assert client.calls["update_item"] == 2  # the retry found it done
+    assert len(audit_records(operator, "f8")) == 1
+
+
+def test_an_audit_put_whose_answer_was_lost_is_written_once(make_table, moto):
+    lease = make_table("a").acquire("f8b", lease=600, wait=0)
+    client = LosingClient(moto, lambda op, n: op == "put_item" and n == 1)
+    operator = make_table("op", client=client)
+    force_release(operator, "f8b", reason="why", lease_id=lease.lease_id, actor="ana")
+    assert client.calls["put_item"] == 2
+    assert len(audit_records(operator, "f8b")) == 1
+
+
+# -- 9. pool shrink, then a late renew ------------------------------------------------------------
+
+
+def test_renew_of_a_slot_removed_by_a_resize_is_refused(make_table, clock):
+    holders = [make_table(f"h{i}", rng=Slots(i)) for i in range(3)]
+    leases = [h.acquire("p9", lease=30, wait=0, slots=3) for h in holders]
+    assert [lease.slot for lease in leases] == [0, 1, 2]
+    clock.advance(30 + 6)  # slot 2's holder is paused past its lease and the skew window
+    for lease in leases[:2]:
+        lease.table.clock = FakeClock(clock.time() - 36)  # the others keep theirs alive
+        lease.renew()
+    resize_pool(make_table("op"), "p9", 2)
+    # Its clock is far behind, so by its clock the lease still runs: the slot check refuses.
+    late = make_table("h2", clock=FakeClock(clock.time() - 36))
+    with pytest.raises(errors.NotHeld, match="slot 2 no longer exists"):
+        late.renew_lease("p9", leases[2].lease_id, lease=30)
+
+
+# -- 10. a release retried after hand-offs --------------------------------------------------------
+
+
+@pytest.mark.parametrize("handoffs", [1, 2, 3])
+def test_a_release_retried_after_hand_offs_is_recognised(make_table, moto, clock, handoffs):
+    table = make_table("a")
+    lease = table.acquire("r10", lease=60, wait=0)
+    now_ms = round(clock.time() * 1000)
+    Store(TABLE, moto).release("r10", lease.lease_id, now_ms=now_ms, skew_ms=5000)
+    for n in range(handoffs):
+        other = make_table(f"o{n}").acquire("r10", lease=60, wait=0)
+        if n < handoffs - 1:
+            other.release()
+    table.release_lease("r10", lease.lease_id)  # the retry of the first release: done
+
+
+def test_a_release_of_an_expired_and_taken_lease_says_so(make_table, clock):
+    lease = make_table("a").acquire("r10b", lease=10, wait=0)
+    clock.advance(16)
+    make_table("b").acquire("r10b", lease=10, wait=0)
+    with pytest.raises(errors.NotHeld, match="expired and was taken over; now held by b"):
+        make_table("a").release_lease("r10b", lease.lease_id)
+
+
+# -- 11. a signal between the grant and the command's start --------------------------------------
+
+
+def test_a_signal_just_after_the_grant_releases_and_never_starts_the_command(
+    make_table, tmp_path
+):
+    from awsflock.runner import RunOptions, run
+
+    table = make_table("a")
+    real_acquire = table.acquire
+
+    def acquire_then_signal(*args: Any, **kwargs: Any) -> Any:
+        lease = real_acquire(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGUSR1)  # arrives after the grant, before CMD starts
+        return lease
+
+    table.acquire = acquire_then_signal  # type: ignore[method-assign]
+    marker = tmp_path / "started"
+    assert threading.current_thread() is threading.main_thread()
+    code = run(table, "s11", ["/bin/touch", str(marker)], RunOptions(lease=60, wait=0))
+    assert code == 128 + signal.SIGUSR1
+    assert not marker.exists()
+    assert make_table("b").acquire("s11", lease=60, wait=0)
+
+
+# -- 12. audit records for the longest names ------------------------------------------------------
+
+
+def test_force_release_of_the_longest_name_is_audited(make_table):
+    name = "n" * 2048
+    table = make_table("a")
+    lease = table.acquire(name, lease=60, wait=0)
+    force_release(table, name, reason="long", lease_id=lease.lease_id, actor="ana")
+    records = audit_records(table, name)
+    assert len(records) == 1 and records[0]["lock_id"] == name
+
+
+# -- 16. one meaning of wait=0 in the library ------------------------------------------------------
+
+
+def test_library_wait_zero_means_do_not_wait_as_number_or_text(make_table):
+    make_table("a").acquire("w16", lease=60, wait=0)
+    for wait in (0, "0", "0s"):
+        with pytest.raises(errors.LockBusy):
+            make_table("b").acquire("w16", lease=60, wait=wait)
+
+
+def test_wait_forever_is_a_named_constant(make_table):
+    from awsflock.lease import WAIT_FOREVER
+
+    assert WAIT_FOREVER is None
+    assert make_table("a").acquire("w16b", lease=60, wait=WAIT_FOREVER)
+
+
+# -- helpers checked ------------------------------------------------------------------------------
+
+
+def test_the_020_model_reclaims_an_expired_item(moto, clock):
+    table = LockTable(TABLE, client=moto, clock=clock, identity=Identity(owner="x"))
+    table.acquire("m", lease=10, wait=0)
+    assert read_like_020(moto, "m", clock.time()) is None
+    clock.advance(21)
+    read = read_like_020(moto, "m", clock.time())
+    assert read is not None and put_like_020(moto, "m", read, clock.time())
