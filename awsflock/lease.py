@@ -504,45 +504,38 @@ def _verdict(
     """Why a renew or release of ``lease_id`` was refused (NotHeld naming who, when and why),
     or None for a release that had in fact happened (a retry whose first try went through)."""
     record = outcome.record
-    what = f"lease {lease_id} on {lock_id!r}"
+    again = "acquire the lock again"
+
+    def refused(why: str, hint: str = again) -> errors.NotHeld:
+        return errors.NotHeld(f"lease {lease_id} does not hold {lock_id!r}: {why}", hint=hint)
+
     if outcome.lock is None:
-        return errors.NotHeld(f"there is no lock {lock_id!r}", hint="check the name and table")
+        return refused("there is no such lock", hint="check the lock name and --tablename")
     if (outcome.pool is None) != (slot_of(lease_id) is None):
-        kind = "a plain lock" if outcome.pool is None else f"a pool of {outcome.pool.size}"
-        return errors.NotHeld(f"{what} does not hold it: {lock_id!r} is {kind}", hint="")
+        kind = "a plain lock" if outcome.pool is None else f"a pool of {outcome.pool.size} slots"
+        return refused(f"{lock_id!r} is {kind}")
     if record is None:
-        return errors.NotHeld(f"{what} does not hold it (that slot is unused)", hint="")
-    end: str | None = None
+        return refused("that slot of the pool is unused")
     current = record.lease_id == lease_id
-    if current:
-        end = record.ended
-    else:
-        end = next((e for lid, e in record.history if lid == lease_id), None)
+    end = record.ended if current else next((e for i, e in record.history if i == lease_id), None)
     if end == ENDED_RELEASED:
-        if operation == "release":
-            return None
-        return errors.NotHeld(f"{what} was released", hint="acquire the lock again")
+        return None if operation == "release" else refused("it was released")
     if end is not None and end.startswith(ENDED_FORCED):
         detail = record.forced_text() if current else "force-released (see `awsflock audit`)"
-        return errors.NotHeld(f"{what} was {detail}", hint="acquire the lock again")
+        return refused(f"it was {detail}")
     if current and operation == "renew":
         size = record.slots
         slot = slot_of(lease_id)
         if slot is not None and size is not None and slot >= size:
-            return errors.NotHeld(
-                f"{what}: slot {slot} no longer exists (the pool was resized to {size})",
-                hint="acquire a slot again",
-            )
+            return refused(f"slot {slot} no longer exists (the pool was resized to {size})")
         if record.expires_at <= now:
-            return errors.NotHeld(
-                f"{what} expired {format_seconds(now - record.expires_at)} ago; a renew "
-                "never revives an expired lease",
-                hint="acquire the lock again",
+            return refused(
+                f"it expired {format_seconds(now - record.expires_at)} ago, and a renew never "
+                "revives an expired lease"
             )
     if current:
-        return errors.NotHeld(f"{what} is no longer held", hint="acquire the lock again")
-    now_held = (
-        f"; now held by {record.describe(now)}" if not record.released else "; it is free now"
-    )
-    how = "expired and was taken over" if end == "" else "is no longer held"
-    return errors.NotHeld(f"{what} {how}{now_held}", hint="acquire the lock again")
+        return refused("it is no longer held")
+    holder = f"now held by {record.describe(now)}" if not record.released else "it is free now"
+    if end == "":
+        return refused(f"it expired and was taken over; {holder}")
+    return refused(f"it was released, or expired and taken over; {holder}")

@@ -45,6 +45,8 @@ EXIT_OWN_FAILURE = 125
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 POLL = 0.1
+#: After a loss, the release is tried for at most this long (the endpoint is likely sick).
+RELEASE_AFTER_LOSS = 1.5
 
 
 @dataclass
@@ -299,8 +301,10 @@ def _release_quietly(hold: Hold) -> bool:
         # Still try to release: a renewal that landed after the loss was declared (its answer
         # late or lost) would otherwise keep the lock held for a whole lease after we exit.
         # A refusal (the lease is someone else's, or force-released) is expected here.
-        with contextlib.suppress(errors.AwsflockError):
-            hold.stop(join_timeout=1.0)
+        store = hold.table.store
+        end = hold.clock.monotonic() + min(store.request_timeout, RELEASE_AFTER_LOSS)
+        with contextlib.suppress(errors.AwsflockError), store.budget(end):
+            hold.stop(join_timeout=0.5)
         return True
     try:
         hold.stop()

@@ -271,7 +271,7 @@ def test_release_after_force_release_is_not_held_naming_who_and_why(make_table, 
     table = make_table("a")
     lease = table.acquire("f7", lease=600, wait=0)
     force_release(table, "f7", reason="runner died", lease_id=lease.lease_id, actor="ana")
-    with pytest.raises(errors.NotHeld, match="force-released by ana .*runner died"):
+    with pytest.raises(errors.NotHeld, match=r"force-released by ana .*runner died"):
         lease.release()
     with pytest.raises(errors.NotHeld, match="force-released by ana"):
         lease.renew()

@@ -36,6 +36,10 @@ LEASE, SKEW = 3.0, 1.0
 ALLOWED_EXITS = {0, 3, 75, 124, 125, -signal.SIGKILL}
 
 
+#: An acquire never reports a lease with less than this fraction of it left (awsflock's rule).
+MIN_LEFT = 0.5
+
+
 @dataclass
 class Invocation:
     target: str
@@ -44,6 +48,7 @@ class Invocation:
     code: int | None = None
     killed: bool = False
     paused: bool = False
+    pid: int | None = None
 
 
 @dataclass
@@ -61,7 +66,8 @@ class Outcome:
             f"refused as stale: {s['writes_refused']}",
             f"  requests through the proxy: {s['requests']}",
             f"  faults injected: {dict(sorted(s['faults'].items()))}",
-            f"  holders SIGKILLed: {s['kills']}, SIGSTOPped past their lease: {s['pauses']}",
+            f"  holders SIGKILLed: {s['kills']}, SIGSTOPped past their lease: {s['pauses']}, "
+            f"force-released: {s.get('forced', 0)}",
             f"  violations: {len(self.violations)}",
         ]
         lines += [f"    - {v}" for v in self.violations[:20]]
@@ -170,6 +176,7 @@ def run_chaos(
                         stderr=err,
                         env={**env, "CHAOS_PIDFILE": str(pidfile)},
                     )
+                    inv.pid = proc.pid
                     with state_lock:
                         invocations.append(inv)
                         running[index] = (proc, pidfile)
@@ -214,10 +221,29 @@ def run_chaos(
                     _signal(pid, signal.SIGCONT)
                     time.sleep(0.3)
 
+        def operator() -> None:
+            # Now and then an operator ends whatever lease holds the lock (SPEC: the holder is
+            # then told so: its run exits 124, never "released").
+            local = random.Random(seed + 13)
+            while time.monotonic() < stop_at - 3:
+                time.sleep(local.uniform(3.0, 6.0))
+                target = local.choice(
+                    [["chaos-lock"], ["chaos-pool", "--slot", str(local.randrange(2))]]
+                )
+                done = subprocess.run(
+                    [str(BIN), "force-release", *target, "--yes", "--reason", "chaos"],
+                    env=env,
+                    capture_output=True,
+                    timeout=60,
+                )
+                if done.returncode == 0:
+                    counts["forced"] += 1
+
         threads = [
             threading.Thread(target=contender, args=(i,), daemon=True) for i in range(workers)
         ]
         threads.append(threading.Thread(target=saboteur, daemon=True))
+        threads.append(threading.Thread(target=operator, daemon=True))
         for t in threads:
             t.start()
         for t in threads:
@@ -227,6 +253,8 @@ def run_chaos(
 
     outcome = Outcome(summary={})
     check(outcome, invocations, critical_log, client, app_table)
+    check_held_at_end(outcome, invocations, _held_now(client, locks_table))
+    check_forced(outcome, invocations, _audit(direct))
     _check_no_phantom(outcome, direct)
     grants = sum(1 for inv in invocations for e in _events(inv.log) if e["event"] == "acquired")
     entries = _critical(critical_log)
@@ -246,6 +274,7 @@ def run_chaos(
         "faults": faults,
         "kills": counts["kills"],
         "pauses": counts["pauses"],
+        "forced": counts["forced"],
         "violations": 0,
     }
     outcome.summary["violations"] = len(outcome.violations)
@@ -303,6 +332,11 @@ def check(
         if not acquired:
             continue
         g = acquired[0]
+        # An acquire never reports a lease that is expired or about to be.
+        if g.get("expires_in_s", LEASE) < LEASE * MIN_LEFT - 0.05:
+            bad.append(
+                f"{inv.log.name}: granted with only {g.get('expires_in_s')}s of its lease left"
+            )
         end = g["ts"] + g.get("expires_in_s", LEASE)
         released = None
         # A release whose answer was lost and whose retry found the lock taken again reports
@@ -334,6 +368,74 @@ def check(
                     f"{target}/{slot}: {after['log']} granted at {after['ts']:.3f} "
                     f"while {before['log']}'s lease ran to {before['end']:.3f}"
                 )
+
+
+def check_held_at_end(
+    outcome: Outcome, invocations: list[Invocation], held: list[dict[str, Any]]
+) -> None:
+    """Once every run has ended, a lease still running belongs to a run that was SIGKILLed (its
+    lease runs out by itself) or that said it could not clean up an attempt: anything else is a
+    phantom (a slot or lock held by no live process)."""
+    by_pid = {inv.pid: inv for inv in invocations}
+    for lease in held:
+        inv = by_pid.get(lease.get("pid"))
+        if inv is not None and inv.killed:
+            continue
+        if inv is not None and any(e["event"] == "abandon_failed" for e in _events(inv.log)):
+            continue
+        where = lease["lock"] + ("" if lease.get("slot") is None else f"/{lease['slot']}")
+        bad_run = inv.log.name if inv is not None else f"pid {lease.get('pid')}"
+        outcome.violations.append(f"{where}: held after every run ended, by {bad_run}")
+
+
+def check_forced(
+    outcome: Outcome, invocations: list[Invocation], audit: list[dict[str, Any]]
+) -> None:
+    """A holder whose lease was force-released is never told it released it, and its run
+    does not exit as if all was well (124, or killed by the harness)."""
+    forced = {(a["lock_id"], a.get("slot"), a["fencing_token"]) for a in audit}
+    for inv in invocations:
+        events = _events(inv.log)
+        acquired = [e for e in events if e["event"] == "acquired"]
+        if not acquired:
+            continue
+        g = acquired[0]
+        if (inv.target, g.get("slot"), g["fencing_token"]) not in forced:
+            continue
+        if any(e["event"] == "released" for e in events):
+            outcome.violations.append(f"{inv.log.name}: force-released, yet told 'released'")
+        if inv.code not in (124, -signal.SIGKILL) and not inv.paused:
+            outcome.violations.append(f"{inv.log.name}: force-released, yet exited {inv.code}")
+
+
+def _held_now(client: Any, table: str) -> list[dict[str, Any]]:
+    """Leases that still run by the item (not ended, not expired), with the pid that holds them."""
+    now = time.time()
+    held = []
+    for key in ("chaos-lock", "chaos-pool"):
+        item = client.get_item(TableName=table, Key={"lock_id": {"S": key}}, ConsistentRead=True)
+        item = item.get("Item", {})
+        prefixes = [f"s{i}_" for i in range(2)] if "slots" in item else [""]
+        for p in prefixes:
+            expires = item.get(f"{p}expires_ms")
+            if expires is None or f"{p}ended" in item or int(expires["N"]) / 1000 <= now:
+                continue
+            pid = item.get(f"{p}pid", {}).get("N")
+            held.append(
+                {
+                    "lock": key,
+                    "slot": int(p[1]) if p else None,
+                    "pid": int(pid) if pid else None,
+                }
+            )
+    return held
+
+
+def _audit(env: dict[str, str]) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [str(BIN), "audit", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 
 
 def _check_no_phantom(outcome: Outcome, env: dict[str, str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.chaos.harness import Invocation, Outcome, check
+from tests.chaos.harness import Invocation, Outcome, check, check_forced, check_held_at_end
 
 
 class FakeClient:
@@ -108,3 +108,40 @@ def test_a_release_reported_not_held_leaves_the_end_unknown(tmp_path):
     )
     b = Invocation("chaos-lock", None, run_log(tmp_path / "b", grant(101, 2)), code=0)
     assert checked(tmp_path, [a, b], [], counter=0) == []
+
+
+def test_a_grant_reported_with_its_lease_almost_gone_is_caught(tmp_path):
+    a = Invocation("chaos-lock", None, run_log(tmp_path / "a", grant(100, 1, 0.4)), code=0)
+    assert any("granted with only 0.4s" in v for v in checked(tmp_path, [a], [], counter=0))
+
+
+def test_a_lease_held_by_no_live_process_is_caught(tmp_path):
+    killed = Invocation("chaos-pool", 2, run_log(tmp_path / "k", grant(100, 1)), killed=True, pid=7)
+    done = Invocation("chaos-pool", 2, run_log(tmp_path / "d", grant(100, 2)), code=0, pid=8)
+    held = [
+        {"lock": "chaos-pool", "slot": 0, "pid": 7},
+        {"lock": "chaos-pool", "slot": 1, "pid": 8},
+    ]
+    outcome = Outcome(summary={})
+    check_held_at_end(outcome, [killed, done], held)
+    assert outcome.violations == ["chaos-pool/1: held after every run ended, by d"]
+
+
+def test_a_force_released_holder_told_released_is_caught(tmp_path):
+    told = Invocation(
+        "chaos-lock",
+        None,
+        run_log(tmp_path / "t", grant(100, 5), {"event": "released", "ts": 102}),
+        code=0,
+    )
+    honest = Invocation("chaos-lock", None, run_log(tmp_path / "h", grant(110, 6)), code=124)
+    audit = [
+        {"lock_id": "chaos-lock", "slot": None, "fencing_token": 5},
+        {"lock_id": "chaos-lock", "slot": None, "fencing_token": 6},
+    ]
+    outcome = Outcome(summary={})
+    check_forced(outcome, [told, honest], audit)
+    assert sorted(outcome.violations) == [
+        "t: force-released, yet exited 0",
+        "t: force-released, yet told 'released'",
+    ]

@@ -102,14 +102,20 @@ def test_status_and_list_show_a_pool_as_one_entry(awsflock: Cli, lock_name):
     assert "#awsflock#" not in awsflock("list").stdout
 
 
-def test_pool_and_plain_lock_of_the_same_name_never_share_an_item(
-    awsflock: Cli, lock_name, raw_client
-):
+def test_holders_that_disagree_on_slots_are_refused_never_over_admitted(awsflock: Cli, lock_name):
+    # A plain lock and a pool of the same name are one item, so --slots 1 (or none) against
+    # --slots 2 meets in one conditional write and is refused with a clear error.
     plain = acquire(awsflock, lock_name)
-    pool = acquire(awsflock, lock_name, "--slots", "2")
-    item = raw_client.get_item(TableName=awsflock.table, Key={"lock_id": {"S": lock_name}})
-    assert item["Item"]["lease_id"]["S"] == plain["lease_id"]
-    assert pool["lease_id"] != plain["lease_id"]
+    refused = awsflock("acquire", lock_name, "--slots", "2", "--no-wait")
+    assert refused.returncode == 1 and "is a plain lock" in refused.stderr, refused.stderr
+    assert awsflock("release", lock_name, plain["lease_id"]).returncode == 0
+    pool = [acquire(awsflock, lock_name, "--slots", "2") for _ in range(2)]
+    assert sorted(p["slot"] for p in pool) == [0, 1]
+    for args in ([], ["--slots", "1"]):
+        third = awsflock("acquire", lock_name, "--no-wait", *args)
+        assert third.returncode == 1, third.stderr
+        assert "is a pool of 2 slots" in third.stderr and "--slots 2" in third.stderr
+        assert third.stdout == ""
 
 
 def test_resizing_a_pool(awsflock: Cli, lock_name):

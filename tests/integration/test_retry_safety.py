@@ -54,7 +54,7 @@ def test_renew_and_release_whose_answers_were_dropped_succeed(
     released = via("release", lock_name, lease)
     assert released.returncode == 0, released.stderr
     assert proxy.faults["drop"] == 2
-    assert holder_of(raw_client, awsflock.table, lock_name)["released"] == {"BOOL": True}
+    assert holder_of(raw_client, awsflock.table, lock_name)["ended"] == {"S": "released"}
 
 
 def test_release_retried_after_another_acquired_is_not_reported_not_held(
@@ -86,7 +86,7 @@ def test_no_phantom_lock_when_every_answer_is_lost(
     assert result.returncode == 1
     assert re.search(r"cannot reach|did not answer|failed", result.stderr)
     assert "Traceback" not in result.stderr
-    assert holder_of(raw_client, awsflock.table, lock_name).get("released") == {"BOOL": True}
+    assert holder_of(raw_client, awsflock.table, lock_name).get("ended") == {"S": "released"}
     assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
 
 
