@@ -353,9 +353,7 @@ def test_a_release_of_an_expired_and_taken_lease_says_so(make_table, clock):
 # -- 11. a signal between the grant and the command's start --------------------------------------
 
 
-def test_a_signal_just_after_the_grant_releases_and_never_starts_the_command(
-    make_table, tmp_path
-):
+def test_a_signal_just_after_the_grant_releases_and_never_starts_the_command(make_table, tmp_path):
     from awsflock.runner import RunOptions, run
 
     table = make_table("a")

@@ -252,9 +252,11 @@ def run_chaos(
         faults = dict(proxy.faults)
 
     outcome = Outcome(summary={})
-    check(outcome, invocations, critical_log, client, app_table)
+    audit = _audit(direct)
+    forced = {(a["lock_id"], a.get("slot"), a["fencing_token"]) for a in audit}
+    check(outcome, invocations, critical_log, client, app_table, forced)
     check_held_at_end(outcome, invocations, _held_now(client, locks_table))
-    check_forced(outcome, invocations, _audit(direct))
+    check_forced(outcome, invocations, audit)
     _check_no_phantom(outcome, direct)
     grants = sum(1 for inv in invocations for e in _events(inv.log) if e["event"] == "acquired")
     entries = _critical(critical_log)
@@ -283,8 +285,15 @@ def run_chaos(
 
 
 def check(
-    outcome: Outcome, invocations: list[Invocation], critical_log: Path, client: Any, app_table: str
+    outcome: Outcome,
+    invocations: list[Invocation],
+    critical_log: Path,
+    client: Any,
+    app_table: str,
+    forced: set[tuple[str, Any, int]] | frozenset[tuple[str, Any, int]] = frozenset(),
 ) -> None:
+    """``forced``: (lock, slot, fencing token) of leases an operator force-released (they
+    end early by design; the fenced writes still must refuse their holders)."""
     bad = outcome.violations
     # Every process exited with a code SPEC §3 allows, and never with a traceback.
     for inv in invocations:
@@ -343,6 +352,8 @@ def check(
         # "not held" though it happened; when it happened is then unknown to this log.
         if any("could not release" in e.get("message", "") for e in events):
             released = "unknown"
+        if (inv.target, g.get("slot"), g["fencing_token"]) in forced:
+            released = "forced"
         for e in events:
             if e["event"] == "renewed" and "expires_in_s" in e:
                 end = max(end, e["ts"] + e["expires_in_s"])

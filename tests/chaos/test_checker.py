@@ -145,3 +145,14 @@ def test_a_force_released_holder_told_released_is_caught(tmp_path):
         "t: force-released, yet exited 0",
         "t: force-released, yet told 'released'",
     ]
+
+
+def test_a_grant_after_a_force_release_is_no_overlap(tmp_path):
+    a = Invocation("chaos-lock", None, run_log(tmp_path / "a", grant(100, 5)), code=124)
+    b = Invocation("chaos-lock", None, run_log(tmp_path / "b", grant(101, 6)), code=0)
+    critical = tmp_path / "critical.jsonl"
+    critical.write_text("")
+    outcome = Outcome(summary={})
+    check(outcome, [a, b], critical, FakeClient({}), "app", {("chaos-lock", None, 5)})
+    assert outcome.violations == []
+    assert any("while a's lease" in v for v in checked(tmp_path, [a, b], [], counter=0))
