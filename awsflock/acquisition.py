@@ -247,8 +247,13 @@ class Acquisition:
         except errors.AwsflockError as err:
             log.debug("clean-up release of %r failed: %s", self.lock_id, err.one_line())
             return False
-        # Applied, or refused because the lease is not ours or already ended: either way this
-        # id holds nothing now.
-        del outcome
-        self.unsettled.pop(lease_id, None)
-        return True
+        record = outcome.record
+        seen = record is not None and (
+            record.lease_id == lease_id or any(i == lease_id for i, _ in record.history)
+        )
+        if outcome.applied or seen:
+            self.unsettled.pop(lease_id, None)
+            return True
+        # The item does not show this attempt at all: it never landed, or it is still on its
+        # way (a late request): it cannot be confirmed either way.
+        return False

@@ -90,6 +90,21 @@ def wait_limit(text: str | float | int) -> float:
     return value
 
 
+#: Longest request timeout: a request unanswered for minutes is not coming back.
+MAX_REQUEST_TIMEOUT = 120.0
+
+
+def request_timeout_seconds(text: str | float | int) -> float:
+    """How long one request may take, retries included: 0.1 s to MAX_REQUEST_TIMEOUT."""
+    value = parse_seconds(text)
+    if not 0.1 <= value <= MAX_REQUEST_TIMEOUT:
+        raise UsageError(
+            f"request timeout {text!r} is out of range",
+            hint=f"give between 0.1 and {int(MAX_REQUEST_TIMEOUT)} seconds (default 5s)",
+        )
+    return value
+
+
 def skew_seconds(text: str | float | int) -> float:
     """The clock-skew window: 0 to MAX_SKEW seconds."""
     value = parse_seconds(text)

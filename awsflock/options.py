@@ -51,6 +51,7 @@ class Common:
     log_format: str
     debug: bool
     skew: float
+    request_timeout: float = 5.0
 
     def table(self, owner: str | None = None) -> Any:
         """The LockTable these options name (the import of the library happens here)."""
@@ -63,6 +64,7 @@ class Common:
             endpoint_url=self.endpoint_url,
             skew=self.skew,
             owner=owner,
+            request_timeout=self.request_timeout,
         )
 
 
@@ -101,6 +103,15 @@ def common_options(func: F) -> F:
         show_default=True,
         help="Clock-skew window: an expired lease is reclaimed only this long after expiry.",
     )
+    @click.option(
+        "--request-timeout",
+        envvar="AWSFLOCK_REQUEST_TIMEOUT",
+        type=DurationType(durations.request_timeout_seconds),
+        default="5s",
+        show_default=True,
+        help="How long one request to DynamoDB may take, retries included (unless the wait "
+        "is longer) [env AWSFLOCK_REQUEST_TIMEOUT].",
+    )
     @click.option("-v", "--verbose", count=True, help="More detail on stderr (-vv: debug).")
     @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
     @click.option(
@@ -126,6 +137,7 @@ def common_options(func: F) -> F:
         profile: str | None,
         endpoint_url: str | None,
         skew: float,
+        request_timeout: float,
         verbose: int,
         quiet: bool,
         log_format: str,
@@ -144,6 +156,7 @@ def common_options(func: F) -> F:
             log_format=log_format,
             debug=debug,
             skew=skew,
+            request_timeout=request_timeout,
         )
         logs.setup(common.verbose, common.quiet, common.log_format)
         return func(*args, common=common, **kwargs)

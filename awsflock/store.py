@@ -225,7 +225,7 @@ class Store:
             )
         config = Config(
             # One try per call: awsflock retries itself (``_send``), within the caller's budget.
-            retries={"mode": "standard", "max_attempts": 1},
+            retries={"mode": "standard", "total_max_attempts": 1},
             connect_timeout=min(3.0, self.request_timeout),
             read_timeout=self.request_timeout,
         )

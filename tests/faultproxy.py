@@ -8,7 +8,9 @@ It reads each request from the client, decides what to do with it by its ``X-Amz
   an answer (the request went through; the response was lost);
 - ``reset``: forwards it, then resets the client's connection (RST) instead of answering;
 - ``reset_before``: resets the client's connection without forwarding;
-- ``delay:S``: forwards it and answers after S seconds;
+- ``delay:S``: forwards it and answers after S seconds (it lands at once, its answer is late);
+- ``late:S``: forwards it after S seconds, then answers (it lands late);
+- ``blackhole``: never forwards it and never answers (the connection stays open);
 - ``throttle``: answers 400 ThrottlingException without forwarding;
 - ``busy``: answers 400 ProvisionedThroughputExceededException without forwarding;
 - ``denied``: answers 400 AccessDeniedException without forwarding.
@@ -172,6 +174,12 @@ class FaultProxy:
                 if action == "reset_before":
                     _reset(client)
                     return
+                if action == "blackhole":
+                    while not self._stop.is_set() and client.recv(65536):
+                        pass
+                    return
+                if action.startswith("late:"):
+                    time.sleep(float(action.split(":", 1)[1]))
                 if upstream is None:
                     upstream = socket.create_connection(self.upstream, timeout=60)
                 upstream.sendall(request)

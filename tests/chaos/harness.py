@@ -332,6 +332,12 @@ def check(
                         f"{lock}/{slot}: stale token {w['token']} accepted after "
                         f"{c['token']} claimed"
                     )
+    # Critical sections that ran to the end: their `run` was releasing when it was SIGKILLed.
+    finished = {
+        (e["lock"], e["slot"], e["token"])
+        for e in entries
+        if "write_done" in e or e.get("claim") == "refused"
+    }
     # Tokens strictly increase per lock/slot, and a grant never overlaps the previous lease
     # while that lease could still be valid (the server's decision points).
     grants: dict[tuple[str, Any], list[dict[str, Any]]] = {}
@@ -354,6 +360,9 @@ def check(
             released = "unknown"
         if (inv.target, g.get("slot"), g["fencing_token"]) in forced:
             released = "forced"
+        # SIGKILLed after its command finished: its release may have landed unlogged.
+        if inv.killed and (inv.target, g.get("slot"), g["fencing_token"]) in finished:
+            released = "unknown"
         for e in events:
             if e["event"] == "renewed" and "expires_in_s" in e:
                 end = max(end, e["ts"] + e["expires_in_s"])

@@ -156,3 +156,12 @@ def test_a_grant_after_a_force_release_is_no_overlap(tmp_path):
     check(outcome, [a, b], critical, FakeClient({}), "app", {("chaos-lock", None, 5)})
     assert outcome.violations == []
     assert any("while a's lease" in v for v in checked(tmp_path, [a, b], [], counter=0))
+
+
+def test_a_run_killed_while_releasing_may_have_released(tmp_path):
+    a = Invocation("chaos-lock", None, run_log(tmp_path / "a", grant(100, 1)), code=-9, killed=True)
+    b = Invocation("chaos-lock", None, run_log(tmp_path / "b", grant(101, 2)), code=0)
+    done = {**write(1, 100.1, 100.5), "write_done": 100.6}
+    assert checked(tmp_path, [a, b], [done], counter=1) == []
+    # Killed while its command still ran: its lease ran on, and the overlap is caught.
+    assert any("while a's lease" in v for v in checked(tmp_path, [a, b], [], counter=0))

@@ -1,0 +1,121 @@
+"""A sick endpoint gets a bounded, honest answer (issue 17), through the fault proxy: answers that
+come late, requests that land late, throttling, silence. Bounds are checked with slack for this
+shared machine; what they must never be is what awsflock did before: a minute for --no-wait.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.faultproxy import FaultProxy
+from tests.integration.conftest import Cli
+
+UPDATE = "UpdateItem"
+SLACK = 2.5  # process start-up and a loaded 2-core machine
+
+
+def eventually(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.2)
+
+
+def timed(cli: Cli, *args: str) -> tuple[float, object]:
+    start = time.monotonic()
+    result = cli(*args, timeout=120)
+    return time.monotonic() - start, result
+
+
+@pytest.mark.parametrize(
+    "action,says",
+    [
+        ("delay:8", r"did not answer in time"),
+        ("blackhole", r"did not answer in time"),
+        ("throttle", r"throttling"),
+    ],
+)
+def test_no_wait_and_wait_time_are_bounded_by_one_request_timeout(
+    proxy: FaultProxy, awsflock: Cli, lock_name, action, says
+):
+    proxy.plan = lambda target, n: action if target == UPDATE else "pass"
+    sick = Cli(proxy.url, awsflock.table)
+    took, result = timed(sick, "acquire", lock_name, "--no-wait")
+    assert result.returncode == 1, result.stderr
+    assert took < 5 + SLACK, f"--no-wait took {took:.1f}s"
+    error = result.stderr.strip().splitlines()[-1]
+    assert re.search(says, error) and re.search(r"\d+ tr(y|ies) in \d", error), error
+    took, result = timed(sick, "acquire", lock_name, "--wait-time", "5")
+    assert result.returncode == 1, result.stderr
+    assert 5 <= took < 5 + 5 + SLACK, f"--wait-time 5 took {took:.1f}s"
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_an_acquire_that_landed_after_its_answer_timed_out_is_released(
+    proxy: FaultProxy, awsflock: Cli, lock_name
+):
+    # The grant lands (its answer comes 8 s late); the acquire gives up and releases it, and the
+    # release lands too: the lock is free at once, not after the default lease of 2 hours.
+    proxy.plan = lambda target, n: "delay:8" if target == UPDATE else "pass"
+    took, result = timed(Cli(proxy.url, awsflock.table), "acquire", lock_name, "--no-wait")
+    assert result.returncode == 1 and took < 5 + SLACK
+    assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
+
+
+def test_an_acquire_that_lands_after_awsflock_gave_up_is_reported_with_its_release_command(
+    proxy: FaultProxy, awsflock: Cli, lock_name
+):
+    # The first request reaches the server only after 8 s, when the command has given up: it
+    # cannot be undone then, so stderr names the LEASE_ID and the command that frees it.
+    proxy.plan = lambda target, n: "late:8" if target == UPDATE and n == 1 else "pass"
+    took, result = timed(Cli(proxy.url, awsflock.table), "acquire", lock_name, "--no-wait")
+    assert result.returncode == 1 and took < 5 + SLACK, result.stderr
+    command = re.search(r"`(awsflock release \S+ (\S+))`", result.stderr)
+    assert command, result.stderr
+    eventually(lambda: awsflock("status", lock_name).returncode == 0, timeout=30)
+    freed = awsflock("release", lock_name, command.group(2))
+    assert freed.returncode == 0, freed.stderr
+    assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
+
+
+def test_renewals_that_landed_after_the_loss_do_not_keep_the_lock(
+    proxy: FaultProxy, awsflock: Cli, lock_name
+):
+    # Every renewal reaches the server at once but its answer comes 30 s late: the lease is in
+    # fact extended, while `run` must count it lost, stop the command and exit 124. Its release
+    # (which lands too) then frees the lock at once.
+    proxy.plan = lambda target, n: "delay:30" if target == UPDATE and n > 1 else "pass"
+    start = time.monotonic()
+    result = Cli(proxy.url, awsflock.table)(
+        "run",
+        lock_name,
+        "--lease-duration",
+        "6s",
+        "--kill-after",
+        "1s",
+        "--",
+        "sleep",
+        "60",
+        timeout=120,
+    )
+    took = time.monotonic() - start
+    assert result.returncode == 124, result.stderr
+    assert took < 6 + SLACK, f"run took {took:.1f}s"
+    assert re.search(r"renewal of .* failed .* of the lease left", result.stderr), result.stderr
+    free = awsflock("acquire", lock_name, "--no-wait")
+    assert free.returncode == 0, free.stderr
+
+
+def test_request_timeout_is_an_option_and_a_variable(proxy: FaultProxy, awsflock: Cli, lock_name):
+    proxy.plan = lambda target, n: "blackhole" if target == UPDATE else "pass"
+    sick = Cli(proxy.url, awsflock.table)
+    took, result = timed(sick, "acquire", lock_name, "--no-wait", "--request-timeout", "1s")
+    assert result.returncode == 1 and took < 1 + SLACK
+    start = time.monotonic()
+    result = sick("acquire", lock_name, "--no-wait", AWSFLOCK_REQUEST_TIMEOUT="1")
+    assert result.returncode == 1 and time.monotonic() - start < 1 + SLACK
+    bad = awsflock("acquire", lock_name, "--request-timeout", "0")
+    assert bad.returncode == 2 and "request timeout" in bad.stderr
