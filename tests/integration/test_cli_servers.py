@@ -202,8 +202,8 @@ def test_pinned_return_values_on_condition_check_failure(
 
 
 def test_pinned_update_expressions_read_the_old_item(server, raw_client, shared_table, lock_name):
-    # Both servers, like DynamoDB, evaluate every operand of a SET against the item as it was
-    # before the update; prev_lease_id relies on this.
+    # Every server, like DynamoDB, evaluates every operand of a SET against the item as it was
+    # before the update; the lease history (h0_*..h2_*, shifted by each grant) relies on this.
     raw_client.put_item(
         TableName=shared_table, Item={"lock_id": {"S": lock_name}, "a": {"S": "old"}}
     )
@@ -215,6 +215,32 @@ def test_pinned_update_expressions_read_the_old_item(server, raw_client, shared_
         ReturnValues="ALL_NEW",
     )["Attributes"]
     assert new["a"] == {"S": "new"} and new["b"] == {"S": "old"}
+    # The history's exact shape: shift oldest first, copy an attribute that the same update
+    # REMOVEs. (moto applies SET clauses in order, so the order matters there.)
+    raw_client.put_item(
+        TableName=shared_table,
+        Item={
+            "lock_id": {"S": lock_name},
+            "h0": {"S": "A"},
+            "lease": {"S": "B"},
+            "ended": {"S": "released"},
+        },
+    )
+    new = raw_client.update_item(
+        TableName=shared_table,
+        Key={"lock_id": {"S": lock_name}},
+        UpdateExpression="SET h1 = if_not_exists(h0, :n), h0 = if_not_exists(lease, :n),"
+        " h0e = if_not_exists(ended, :n), lease = :c REMOVE ended",
+        ExpressionAttributeValues={":n": {"NULL": True}, ":c": {"S": "C"}},
+        ReturnValues="ALL_NEW",
+    )["Attributes"]
+    assert (new["h1"], new["h0"], new["h0e"], new["lease"]) == (
+        {"S": "A"},
+        {"S": "B"},
+        {"S": "released"},
+        {"S": "C"},
+    )
+    assert "ended" not in new
 
 
 def test_pinned_numbers_over_38_digits(server, raw_client, shared_table, lock_name):
