@@ -71,6 +71,14 @@ def force_release(
         record = current.pool.slots.get(slot) if current.pool else None
         what = f"slot {slot} of pool {lock_id!r}"
     now = table.clock.time()
+    if record is not None and record.forced and (lease_id is None or record.lease_id == lease_id):
+        # Force-released already, perhaps by an earlier run of this command whose answer was
+        # lost: make sure its audit record exists (written once, from the item's own record).
+        _ensure_audit(table, lock_id, slot, record)
+        raise errors.NotHeld(
+            f"{what} is not held: it was {record.forced_text()} (audited)",
+            hint="nothing more to do",
+        )
     if record is None or record.released:
         raise errors.NotHeld(f"{what} is not held", hint="nothing to force-release")
     if lease_id is not None and record.lease_id != lease_id:
@@ -83,16 +91,24 @@ def force_release(
     who = actor or default_actor(table)
     action_id = os.urandom(8).hex()
     at_ms = round(now * 1000)
-    outcome = table.store.force_release(
-        lock_id,
-        record.lease_id,
-        force_id=action_id,
-        now_ms=at_ms,
-        skew_ms=round(table.skew * 1000),
-        actor=who,
-        reason=reason,
-        slot=slot,
-    )
+    try:
+        outcome = table.store.force_release(
+            lock_id,
+            record.lease_id,
+            force_id=action_id,
+            now_ms=at_ms,
+            skew_ms=round(table.skew * 1000),
+            actor=who,
+            reason=reason,
+            slot=slot,
+        )
+    except errors.StoreError as exc:
+        if exc.maybe_applied:
+            exc.hint = (
+                "it may have been applied: run the same command again when DynamoDB answers "
+                "(it then says so, and writes the audit record)"
+            )
+        raise
     if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
         after = outcome.record
         raise errors.NotHeld(
@@ -100,18 +116,7 @@ def force_release(
             + (f"(now {after.describe(now)})" if after and not after.released else ""),
             hint="nothing was changed; check `awsflock status` again",
         )
-    entry = {
-        "action": "force-release",
-        "target": lock_id,
-        "slot": slot,
-        "lease_id": record.lease_id,
-        "holder": record.owner,
-        "holder_host": record.host,
-        "fencing_token": record.fencing_token,
-        "actor": who,
-        "reason": reason,
-        "at_ms": at_ms,
-    }
+    entry = _entry(lock_id, slot, record, who, reason, at_ms)
     key = audit_key(at_ms, action_id)
     log.info(
         "force-released %r (held by %s) for %s: %s",
@@ -137,6 +142,31 @@ def force_release(
             exc.one_line(),
         )
     return audit_view(entry)
+
+
+def _entry(
+    lock_id: str, slot: int | None, record: LockRecord, actor: str, reason: str, at_ms: int
+) -> dict[str, Any]:
+    return {
+        "action": "force-release",
+        "target": lock_id,
+        "slot": slot,
+        "lease_id": record.lease_id,
+        "holder": record.owner,
+        "holder_host": record.host,
+        "fencing_token": record.fencing_token,
+        "actor": actor,
+        "reason": reason,
+        "at_ms": at_ms,
+    }
+
+
+def _ensure_audit(table: LockTable, lock_id: str, slot: int | None, record: LockRecord) -> None:
+    """The audit record of the force-release that ended ``record``, written if missing."""
+    action_id = record.ended[len(ENDED_FORCED) :]
+    at_ms = round((record.forced_at or record.expires_at) * 1000)
+    entry = _entry(lock_id, slot, record, record.forced_by, record.forced_reason, at_ms)
+    table.store.put_audit(audit_key(at_ms, action_id), entry)
 
 
 def _forced_by_us(record: LockRecord | None, lease_id: str, action_id: str) -> bool:

@@ -81,7 +81,9 @@ def acquire_update(p: str, holder_sets: list[str], holder_removes: list[str]) ->
         f"#{p}{lease0} = if_not_exists(#{p}lease, :null)",
         f"#{p}{end0} = if_not_exists(#{p}ended, :null)",
         f"#{p}lease = :lease",
-        f"#{p}lease_id = :lease",
+        # A fresh value, never the LEASE_ID: 0.2.0 can then neither renew nor release (delete)
+        # a lease of ours, which would let the item be recreated before its end plus the skew.
+        f"#{p}lease_id = :version",
         f"#{p}owner = :owner",
         f"#{p}lease_duration = :lease_duration",
         f"#{p}expiration_time = :ttl",
@@ -95,14 +97,15 @@ def acquire_update(p: str, holder_sets: list[str], holder_removes: list[str]) ->
     if p:
         sets.append("#slots = :slots")
         # A pool's item must never expire by TTL (every slot's counter lives in it), and must
-        # not look like a reclaimable lease to awsflock 0.2.0.
-        removes.append("#expiration_time")
+        # give awsflock 0.2.0 nothing to reclaim, renew or release (a plain lock's `lease` and
+        # `ended` stay, so a retried release of that plain lease is still recognised).
+        removes += ["#expiration_time", "#lease_id"]
     return "SET " + ", ".join(sets) + " REMOVE " + ", ".join(removes)
 
 
 def renew_condition(p: str) -> str:
     condition = f"{owned(p)} AND {not_ended(p)} AND {live(p)}"
-    return condition + (f" AND {SLOT_IN_POOL}" if p else "")
+    return condition + (f" AND {SLOT_IN_POOL}" if p else f" AND {PLAIN_NOT_POOL}")
 
 
 def renew_update(p: str) -> str:
@@ -113,7 +116,9 @@ def renew_update(p: str) -> str:
 
 
 def release_condition(p: str) -> str:
-    return f"{owned(p)} AND {not_ended(p)}"
+    """Also for force-release. A plain lease's writes never touch an item that became a pool
+    (its top-level attributes would then give the pool a TTL, or a lease 0.2.0 could take)."""
+    return f"{owned(p)} AND {not_ended(p)}" + ("" if p else f" AND {PLAIN_NOT_POOL}")
 
 
 def release_update(p: str) -> str:

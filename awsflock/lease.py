@@ -511,13 +511,20 @@ def _verdict(
 
     if outcome.lock is None:
         return refused("there is no such lock", hint="check the lock name and --tablename")
-    if (outcome.pool is None) != (slot_of(lease_id) is None):
-        kind = "a plain lock" if outcome.pool is None else f"a pool of {outcome.pool.size} slots"
-        return refused(f"{lock_id!r} is {kind}")
+    slot = slot_of(lease_id)
+    if slot is None and outcome.pool is not None:
+        # A plain lease on an item that has become a pool: the plain lock's last state is
+        # still at the top of the item (a release retried after the conversion was done).
+        mine = _ended_how(outcome.lock, lease_id)
+        if operation == "release" and mine == ENDED_RELEASED:
+            return None
+        return refused(f"{lock_id!r} is now a pool of {outcome.pool.size} slots")
+    if slot is not None and outcome.pool is None:
+        return refused(f"{lock_id!r} is a plain lock")
     if record is None:
         return refused("that slot of the pool is unused")
     current = record.lease_id == lease_id
-    end = record.ended if current else next((e for i, e in record.history if i == lease_id), None)
+    end = _ended_how(record, lease_id)
     if end == ENDED_RELEASED:
         return None if operation == "release" else refused("it was released")
     if end is not None and end.startswith(ENDED_FORCED):
@@ -525,7 +532,6 @@ def _verdict(
         return refused(f"it was {detail}")
     if current and operation == "renew":
         size = record.slots
-        slot = slot_of(lease_id)
         if slot is not None and size is not None and slot >= size:
             return refused(f"slot {slot} no longer exists (the pool was resized to {size})")
         if record.expires_at <= now:
@@ -539,3 +545,11 @@ def _verdict(
     if end == "":
         return refused(f"it expired and was taken over; {holder}")
     return refused(f"it was released, or expired and taken over; {holder}")
+
+
+def _ended_how(record: LockRecord, lease_id: str) -> str | None:
+    """How ``lease_id`` ended by this record: "" (ran out and was taken over), "released",
+    "forced:ID", or None if the record does not know the lease."""
+    if record.lease_id == lease_id:
+        return record.ended
+    return next((end for lease, end in record.history if lease == lease_id), None)

@@ -71,6 +71,8 @@ ACTIONS = {
 DEFAULT_REQUEST_TIMEOUT = 5.0
 #: No try is started with less time than this left.
 MIN_TRY = 0.25
+#: A try whose answer has not fully arrived this long after its timeout is given up.
+TRY_GRACE = 0.25
 BACKOFF_BASE = 0.05
 BACKOFF_CAP = 1.0
 _RNG = random.Random()
@@ -273,10 +275,10 @@ class Store:
         while True:
             tries += 1
             left = end - self.clock.monotonic()
-            self._local.try_timeout = max(MIN_TRY, min(self.request_timeout, left))
+            timeout = max(MIN_TRY, min(self.request_timeout, left))
             try:
                 with self.translate_errors(operation):
-                    return call()
+                    return self._try(call, timeout)
             except (errors.Throttled, errors.EndpointUnreachable) as err:
                 maybe_applied = maybe_applied or _may_have_applied(err.__cause__)
                 pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * _RNG.uniform(0.5, 1)
@@ -288,8 +290,32 @@ class Store:
                     )
                     raise
                 self.clock.sleep(pause)
-            finally:
-                self._local.try_timeout = None
+
+    def _try(self, call: Callable[[], _T], timeout: float) -> _T:
+        """One try, in a worker thread given ``timeout`` (plus a grace) of real time: botocore's
+        timeouts bound each socket operation, not an answer that trickles in byte by byte or a
+        connect that hangs. A try still running then is given up (it may yet land)."""
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            self._local.try_timeout = timeout
+            try:
+                box["value"] = call()
+            except BaseException as exc:  # handed to the caller's thread as is
+                box["error"] = exc
+
+        worker = threading.Thread(target=work, name="awsflock-request", daemon=True)
+        worker.start()
+        worker.join(timeout + TRY_GRACE)
+        if worker.is_alive():
+            raise errors.EndpointUnreachable(
+                f"DynamoDB at {self._where()} did not answer in time",
+                hint="check the network and retry",
+            )
+        if "error" in box:
+            raise box["error"]
+        value: _T = box["value"]
+        return value
 
     # -- errors -------------------------------------------------------------------------------
 
@@ -390,6 +416,7 @@ class Store:
         expires_ms = now_ms + lease_ms
         values: dict[str, Any] = {
             "lease": lease_id,
+            "version": new_version(),
             "owner": identity.owner,
             "lease_duration": _seconds_number(lease_ms),
             "ttl": expiration_seconds(expires_ms + skew_ms),
@@ -636,7 +663,15 @@ class Store:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     raise
                 return False, exc.response.get("Item")  # type: ignore[return-value]
-            return True, dict(response.get("Attributes", {}))
+            item = dict(response.get("Attributes", {}))
+            if A_LOCK_ID not in item:
+                # ALL_NEW always holds the key: an answer cut short, or not DynamoDB's. The
+                # write may have been applied.
+                raise errors.EndpointUnreachable(
+                    f"DynamoDB at {self._where()} gave an incomplete answer",
+                    hint="check --endpoint-url and the network",
+                )
+            return True, item
 
         applied, item = self._send(operation, call)
         if applied:
