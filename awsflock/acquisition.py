@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from awsflock import errors
 from awsflock.durations import format_seconds
 from awsflock.records import Identity, LockRecord, iso_utc
+from awsflock.store import MIN_TRY
 
 if TYPE_CHECKING:
     from awsflock.lease import Lease, LockTable
@@ -189,9 +190,7 @@ class Acquisition:
         if left >= self.lease_s * MIN_LEFT:
             self.unsettled.pop(lease_id, None)
             waited = self.table.clock.monotonic() - self.start
-            return self.table._granted(
-                self.lock_id, lease_id, record, self.attempts, slot, waited
-            )
+            return self.table._granted(self.lock_id, lease_id, record, self.attempts, slot, waited)
         log.info(
             "a grant of %r from an earlier attempt has only %s of its lease left; giving it up",
             self.lock_id,
@@ -215,7 +214,7 @@ class Acquisition:
         now = self.table.clock.monotonic()
         end = now + store.request_timeout
         if self.hard_end is not None:
-            end = max(min(end, self.hard_end), now + 0.5)
+            end = max(min(end, self.hard_end), now + MIN_TRY)
         for lease_id, slot in list(self.unsettled.items()):
             if lease_id == keep:
                 continue

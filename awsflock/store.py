@@ -689,7 +689,6 @@ class Store:
             self._ccf_returns_item = False
         return self._outcome(False, self._get_item(lock_id), lock_id, slot)
 
-
     # -- table ---------------------------------------------------------------------------------
 
     def scan_locks(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord | Pool]:

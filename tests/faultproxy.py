@@ -11,6 +11,8 @@ It reads each request from the client, decides what to do with it by its ``X-Amz
 - ``delay:S``: forwards it and answers after S seconds (it lands at once, its answer is late);
 - ``late:S``: forwards it after S seconds, then answers (it lands late);
 - ``blackhole``: never forwards it and never answers (the connection stays open);
+- ``drip:S``: forwards it, then sends the answer one byte every S seconds (every socket read
+  gets data in time, so only a deadline on the whole answer stops it);
 - ``throttle``: answers 400 ThrottlingException without forwarding;
 - ``busy``: answers 400 ProvisionedThroughputExceededException without forwarding;
 - ``denied``: answers 400 AccessDeniedException without forwarding.
@@ -196,6 +198,14 @@ class FaultProxy:
                     return
                 if action.startswith("delay:"):
                     time.sleep(float(action.split(":", 1)[1]))
+                if action.startswith("drip:"):
+                    pause = float(action.split(":", 1)[1])
+                    for i in range(len(response)):
+                        if self._stop.is_set():
+                            return
+                        client.sendall(response[i : i + 1])
+                        time.sleep(pause)
+                    continue
                 client.sendall(response)
         except OSError:
             return

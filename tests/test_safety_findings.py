@@ -412,3 +412,90 @@ def test_the_020_model_reclaims_an_expired_item(moto, clock):
     clock.advance(21)
     read = read_like_020(moto, "m", clock.time())
     assert read is not None and put_like_020(moto, "m", read, clock.time())
+
+
+# -- found by the adversarial review of the fixes --------------------------------------------------
+
+
+def delete_like_020(client: Any, lock_id: str, lease_id: str) -> bool:
+    """0.2.0's release: DeleteItem conditioned on the lease_id."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.delete_item(
+            TableName=TABLE,
+            Key={"lock_id": {"S": lock_id}},
+            ConditionExpression="attribute_exists(#lock_id) AND #lease_id = :existing_lease_id",
+            ExpressionAttributeNames={"#lock_id": "lock_id", "#lease_id": "lease_id"},
+            ExpressionAttributeValues={":existing_lease_id": {"S": lease_id}},
+        )
+    except ClientError:
+        return False
+    return True
+
+
+def test_a_late_plain_release_never_lands_on_the_pool_that_replaced_it(make_table, moto, clock):
+    plain = make_table("a").acquire("gpu", lease=2, wait=0)
+    clock.advance(2 + 5 + 1)  # ran out; the lock is free
+    slot = make_table("b").acquire("gpu", lease=3600, wait=0, slots=2)
+    with pytest.raises(errors.NotHeld, match="now a pool of 2 slots"):
+        plain.release()
+    item = item_of(moto, "gpu")
+    # No TTL attribute, so DynamoDB never deletes the pool; no lease_id for 0.2.0 to match.
+    assert "expiration_time" not in item and "lease_id" not in item
+    assert make_table("b").store.get_pool("gpu").slots[slot.slot].lease_id == slot.lease_id
+
+
+def test_a_020_lease_cannot_be_released_or_renewed_once_its_item_is_a_pool(make_table, moto, clock):
+    moto.put_item(
+        TableName=TABLE,
+        Item={
+            "lock_id": {"S": "tpu"},
+            "lease_id": {"S": LEGACY_LEASE},
+            "lease_duration": {"N": "1"},
+            "owner": {"S": "old"},
+            "expiration_time": {"N": str(int(clock.time()) - 10)},
+        },
+    )
+    make_table("b").acquire("tpu", lease=3600, wait=0, slots=2)
+    assert not delete_like_020(moto, "tpu", LEGACY_LEASE)
+    assert not put_like_020(moto, "tpu", LEGACY_LEASE, clock.time())
+
+
+def test_020_can_never_delete_an_item_of_ours(make_table, moto):
+    lease = make_table("a").acquire("e1", lease=60, wait=0)
+    assert not delete_like_020(moto, "e1", lease.lease_id)
+    lease.release()
+    assert not delete_like_020(moto, "e1", lease.lease_id)
+
+
+def test_a_release_retried_after_the_lock_became_a_pool_is_recognised(make_table, moto, clock):
+    table = make_table("a")
+    lease = table.acquire("conv", lease=60, wait=0)
+    Store(TABLE, moto).release("conv", lease.lease_id, now_ms=table.now_ms(), skew_ms=5000)
+    make_table("b").acquire("conv", lease=60, wait=0, slots=2)
+    table.release_lease("conv", lease.lease_id)  # the retry: done, not "not held"
+
+
+def test_force_release_run_again_after_a_lost_answer_writes_the_audit_record(
+    make_table, moto, clock
+):
+    lease = make_table("a").acquire("d1", lease=600, wait=0)
+    # The force-release lands; every answer after it is lost (the command exits 1).
+    client = LosingClient(moto, lambda op, n: op in ("update_item", "put_item"), errors_too=True)
+    with pytest.raises(errors.EndpointUnreachable) as caught:
+        force_release(
+            make_table("op", client=client),
+            "d1",
+            reason="why",
+            lease_id=lease.lease_id,
+            actor="ana",
+        )
+    assert "may have been applied" in caught.value.one_line()
+    assert audit_records(make_table("op"), "d1") == []
+    # Run again: it says so, and the audit record exists, once.
+    for _ in range(2):
+        with pytest.raises(errors.NotHeld, match="force-released by ana .* \\(audited\\)"):
+            force_release(make_table("op"), "d1", reason="again", lease_id=lease.lease_id)
+    records = audit_records(make_table("op"), "d1")
+    assert len(records) == 1 and records[0]["reason"] == "why"
