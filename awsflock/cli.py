@@ -338,9 +338,10 @@ class _RunCommand(click.Command):
 @click.option(
     "--kill-after",
     type=DurationType(durations.parse_seconds),
-    default="10s",
-    show_default=True,
-    help="If the lease is lost: KILL this long after TERM (must fit well inside the lease).",
+    default=None,
+    show_default="10s, or lease/5 if shorter",
+    help="If the lease is lost: KILL this long after TERM. An explicit value must leave the "
+    "command dead before the lease ends (see above).",
 )
 @click.option(
     "-E",
@@ -358,7 +359,7 @@ def run_command(
     wait_time: float | None,
     no_wait: bool,
     owner: str | None,
-    kill_after: float,
+    kill_after: float | None,
     conflict_exit_code: int,
     slots: int | None,
 ) -> None:
@@ -373,6 +374,12 @@ def run_command(
     AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN
     (and AWSFLOCK_SLOT with --slots).
     Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
+
+    If the lease is lost (a renewal refused, or none succeeded by kill-after + G
+    before expiry, G = 1s or lease/10 if shorter), CMD's group gets TERM, then
+    KILL after --kill-after, so CMD is dead G before its lease ends. An explicit
+    --kill-after must satisfy kill-after + G < 2/3 of the lease, so renewal gets
+    its chance first; the default (10s, or lease/5) always does.
 
     \b
     Exit: CMD's status; 75 lock not acquired (-E overrides); 124 lease lost and
