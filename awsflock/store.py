@@ -191,7 +191,11 @@ class Store:
     @property
     def client(self) -> DynamoDBClient:
         if self._client is None:
-            client = self._make_client()
+            # Building the client reads the AWS config and resolves credentials: its errors
+            # (a bad endpoint URL, an unparsable config file, a failing credential_process)
+            # are translated like every request's.
+            with self.translate_errors("connect"):
+                client = self._make_client()
             # Each try's read timeout is what is left of the caller's budget (botocore reads
             # it from the request context; versions without that use the client's default).
             client.meta.events.register("before-call.dynamodb", self._set_try_timeout)
@@ -338,7 +342,7 @@ class Store:
             ) from exc
         except bx.PartialCredentialsError as exc:
             raise errors.CredentialsError(
-                f"incomplete AWS credentials: {exc}", hint="set both key id and secret"
+                f"incomplete AWS credentials: {_one_line(exc)}", hint="set both key id and secret"
             ) from exc
         except bx.NoRegionError as exc:
             raise errors.ConfigurationError(
@@ -356,7 +360,7 @@ class Store:
             ) from exc
         except bx.HTTPClientError as exc:
             raise errors.EndpointUnreachable(
-                f"connection to DynamoDB at {self._where()} failed: {exc}",
+                f"connection to DynamoDB at {self._where()} failed: {_one_line(exc)}",
                 hint="check the network and retry",
             ) from exc
         except bx.ProfileNotFound as exc:
@@ -365,7 +369,60 @@ class Store:
                 hint="check --profile/AWS_PROFILE against ~/.aws/config",
             ) from exc
         except bx.ParamValidationError as exc:
-            raise errors.UsageError(f"invalid request: {exc}") from exc
+            raise errors.UsageError(f"invalid request: {_one_line(exc)}") from exc
+        except (bx.SSOError, bx.TokenRetrievalError) as exc:
+            login = "aws sso login" + (f" --profile {self.profile}" if self.profile else "")
+            raise errors.CredentialsError(
+                f"the AWS SSO session cannot be used ({_one_line(exc)})",
+                hint=f"run `{login}` and retry",
+            ) from exc
+        except bx.LoginError as exc:
+            raise errors.CredentialsError(
+                f"the AWS login session cannot be used ({_one_line(exc)})",
+                hint="run `aws login` and retry",
+            ) from exc
+        except bx.CredentialRetrievalError as exc:
+            source = exc.kwargs.get("provider") or "their source"
+            hint = "check the profile's credential source, or use another --profile"
+            if source == "custom-process":
+                source = "the profile's credential_process"
+                hint = "run it by hand to see why and fix it, or use another --profile"
+            detail = _one_line(str(exc.kwargs.get("error_msg", "")))
+            raise errors.CredentialsError(
+                f"could not get AWS credentials from {source}"
+                + (f": {detail}" if detail else " (it failed)"),
+                hint=hint,
+            ) from exc
+        except bx.ConfigParseError as exc:
+            raise errors.ConfigurationError(
+                f"cannot parse the AWS config file {exc.kwargs.get('path', '')}".rstrip(),
+                hint="fix its syntax, or point AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE "
+                "at a valid file",
+            ) from exc
+        except bx.InvalidRegionError as exc:
+            raise errors.ConfigurationError(
+                f"{self.region or exc.kwargs.get('region_name')!r} is not an AWS region",
+                hint="pass --region like eu-west-1",
+            ) from exc
+        except bx.ConnectionError as exc:  # TLS, proxy: the request did not get through
+            raise errors.EndpointUnreachable(
+                f"connection to DynamoDB at {self._where()} failed: {_one_line(exc)}",
+                hint="check --endpoint-url, proxy and certificate settings, and the network",
+            ) from exc
+        except bx.BotoCoreError as exc:
+            raise errors.ConfigurationError(
+                f"the AWS SDK failed: {type(exc).__name__}: {_one_line(exc)}",
+                hint="check --profile, --region, --endpoint-url and ~/.aws/config "
+                "(AWS_CONFIG_FILE)",
+            ) from exc
+        except ValueError as exc:
+            if not str(exc).startswith("Invalid endpoint"):
+                raise  # a bug, not a setting: let it be reported as one
+            raise errors.ConfigurationError(
+                f"invalid DynamoDB endpoint URL {self.endpoint_url!r}",
+                hint="give a URL like http://127.0.0.1:8000 or "
+                "https://dynamodb.eu-west-1.amazonaws.com (--endpoint-url, AWSFLOCK_ENDPOINT_URL)",
+            ) from exc
 
     def _where(self) -> str:
         if self.endpoint_url:
@@ -654,7 +711,6 @@ class Store:
             self._ccf_returns_item = False
         return self._outcome(False, self._get_item(lock_id), lock_id, slot)
 
-
     # -- table ---------------------------------------------------------------------------------
 
     def scan_locks(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord | Pool]:
@@ -699,6 +755,11 @@ def _may_have_applied(cause: BaseException | None) -> bool:
         code = cause.response.get("Error", {}).get("Code", "")
         return code not in _THROTTLE_CODES
     return True
+
+
+def _one_line(exc: BaseException | str) -> str:
+    """botocore's message on one line (a credential_process may print several)."""
+    return " ".join(str(exc).split())
 
 
 def _seconds_number(ms: int) -> int | float:

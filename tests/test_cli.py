@@ -252,6 +252,34 @@ def test_unknown_profile_is_one_line_exit_1():
     assert "profile 'ghost'" in one_line(result.stderr)
 
 
+BOTOCORE_FAULTS = {
+    # name: (awsflock arguments, config file text or None, what the one line says)
+    "bad-endpoint": (["--endpoint-url", "not-a-url", "--region", "eu-west-1"], None, "not-a-url"),
+    "malformed-config": (["--region", "eu-west-1"], "[default\nregion = x\n", "cannot parse"),
+    "failing-credential-process": (
+        ["--profile", "broken", "--region", "eu-west-1"],
+        "[profile broken]\ncredential_process = /bin/false\n",
+        "credential_process",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["acquire", "run"])
+@pytest.mark.parametrize("fault", sorted(BOTOCORE_FAULTS))
+def test_botocore_errors_are_one_line_naming_the_fix(tmp_path, fault, command):
+    args, config, text = BOTOCORE_FAULTS[fault]
+    env = {}
+    if config is not None:
+        (tmp_path / "config").write_text(config)
+        env["AWS_CONFIG_FILE"] = str(tmp_path / "config")
+    argv = [command, "x", "--no-wait", *args] + (["--", "true"] if command == "run" else [])
+    result = _run_isolated(argv, **env)
+    assert result.returncode == (125 if command == "run" else 1), result.stderr
+    line = one_line(result.stderr)
+    assert text in line and "internal error" not in line
+    assert result.stdout == ""
+
+
 def test_help_does_not_import_botocore():
     code = (
         "import sys\n"
