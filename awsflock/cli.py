@@ -47,7 +47,10 @@ class _Cli(click.Group):
         kwargs["standalone_mode"] = False
         argv = kwargs.get("args")
         argv = list(sys.argv[1:] if argv is None else argv)
-        STATE["debug"] = "--debug" in argv
+        # Only awsflock's own --debug option (its callback) turns tracebacks on: a --debug in
+        # run's command, after --, or as an option's value is not awsflock's.
+        STATE["debug"] = False
+        STATE["ran"] = False
         # `run` keeps 1, 2 and 3 for the command's own statuses: its own failures are 125.
         words = [a for a in argv if not a.startswith("-")]
         own = 125 if words[:1] == ["run"] else None

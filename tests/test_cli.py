@@ -314,6 +314,26 @@ def test_debug_shows_the_traceback():
     assert result.returncode == 1 and "Traceback" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "L", "--tablename", "nope", "--", "sh", "-c", "true", "--debug"],
+        ["run", "L", "--tablename", "nope", "true", "--debug"],
+        ["acquire", "L", "--tablename", "nope", "--owner", "--debug"],
+    ],
+    ids=["after-dash-dash", "in-the-command", "an-option-value"],
+)
+def test_only_awsflocks_own_debug_option_shows_tracebacks(run, args):
+    result = run(*args)
+    assert result.exit_code == (125 if args[0] == "run" else 1)
+    assert "table-create" in one_line(result.stderr)
+
+
+def test_debug_option_still_shows_the_traceback_in_process(run):
+    result = run("acquire", "L", "--tablename", "nope", "--debug")
+    assert result.exit_code == 1 and "Traceback" in result.stderr
+
+
 def test_json_events_cover_the_lease_life_with_stable_fields(run):
     got = run("acquire", "life", "--log-format", "json", "--json", "--lease-duration", "60")
     lease = json.loads(got.stdout)
