@@ -137,8 +137,20 @@ def cli() -> None:
     show_default=True,
     help="On-demand costs nothing while idle; provisioned uses --read/--write-capacity.",
 )
-@click.option("--read-capacity", type=click.IntRange(1, 40000), default=5, show_default=True)
-@click.option("--write-capacity", type=click.IntRange(1, 40000), default=5, show_default=True)
+@click.option(
+    "--read-capacity",
+    type=click.IntRange(1, 40000),
+    default=5,
+    show_default=True,
+    help="Read capacity units (only with --billing-mode provisioned).",
+)
+@click.option(
+    "--write-capacity",
+    type=click.IntRange(1, 40000),
+    default=5,
+    show_default=True,
+    help="Write capacity units (only with --billing-mode provisioned).",
+)
 def table_create(
     common: Common, billing_mode: str, read_capacity: int, write_capacity: int
 ) -> None:
@@ -148,6 +160,21 @@ def table_create(
     IAM: dynamodb:CreateTable, DescribeTable, DescribeTimeToLive, UpdateTimeToLive.
     """
     mode = "PROVISIONED" if billing_mode.lower() == "provisioned" else "PAY_PER_REQUEST"
+    ctx = click.get_current_context()
+    explicit = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    given = [
+        "--" + name.replace("_", "-")
+        for name in ("read_capacity", "write_capacity")
+        if ctx.get_parameter_source(name) in explicit
+    ]
+    if given and mode != "PROVISIONED":
+        # Silently creating an on-demand table would ignore what the user asked for.
+        named = " and ".join(given)
+        verb = "apply" if len(given) > 1 else "applies"
+        raise errors.UsageError(
+            f"{named} only {verb} to provisioned billing, and the table would be on-demand",
+            hint=f"add --billing-mode provisioned, or drop {named}",
+        )
     table = common.table()
 
     def progress(message: str) -> None:

@@ -132,6 +132,37 @@ def test_table_create_provisioned(run, moto):
     assert table["ProvisionedThroughput"]["ReadCapacityUnits"] == 5
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["--read-capacity", "3"], ["--write-capacity", "3", "--billing-mode", "on-demand"]],
+    ids=["read", "write-with-on-demand"],
+)
+def test_capacity_with_on_demand_billing_is_a_usage_error(run, moto, args):
+    result = run("table-create", "--tablename", "cap", *args)
+    assert result.exit_code == 2 and result.stdout == ""
+    line = one_line(result.stderr)
+    assert "only applies to provisioned billing" in line
+    assert "--billing-mode provisioned" in line
+    assert "cap" not in moto.list_tables()["TableNames"], "nothing is created"
+
+
+def test_explicit_capacity_with_provisioned_billing_is_used(run, moto):
+    result = run(
+        "table-create",
+        "--tablename",
+        "cap2",
+        "--billing-mode",
+        "provisioned",
+        "--read-capacity",
+        "7",
+        "--write-capacity",
+        "2",
+    )
+    assert result.exit_code == 0, result.stderr
+    throughput = moto.describe_table(TableName="cap2")["Table"]["ProvisionedThroughput"]
+    assert (throughput["ReadCapacityUnits"], throughput["WriteCapacityUnits"]) == (7, 2)
+
+
 def test_table_create_refuses_an_incompatible_table(run, moto):
     moto.create_table(
         TableName="other",
