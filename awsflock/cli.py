@@ -498,7 +498,8 @@ def list_locks(common: Common, prefix: str, only: str | None, as_json: bool) -> 
     holding the whole table in memory). --json prints one object per line.
 
     \b
-    IAM: dynamodb:Scan.
+    IAM: dynamodb:Scan, and DescribeTable (to check first that the table is
+    an awsflock table; skipped where it is denied).
     """
     from awsflock.records import LockRecord
     from awsflock.status import LIST_HEADER, pool_view, render_list_row, view
@@ -611,7 +612,7 @@ def audit(common: Common, lock_id: str, as_json: bool) -> None:
     """List audit records (force-releases), oldest first, for one lock or all.
 
     \b
-    IAM: dynamodb:Scan.
+    IAM: dynamodb:Scan, and DescribeTable (as for list).
     """
     from awsflock.admin import audit_records
 

@@ -92,6 +92,12 @@ _CREDENTIAL_CODES = {
     "InvalidClientTokenId",
 }
 _UNAVAILABLE_CODES = {"InternalServerError", "ServiceUnavailable", "InternalFailure"}
+#: How DynamoDB and local servers refuse a request whose key does not fit the table's.
+_KEY_REFUSAL = re.compile(
+    r"required keys was not given|key element does not match the schema|Missing the key"
+    r"|Type mismatch for key",
+    re.IGNORECASE,
+)
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -157,6 +163,35 @@ def is_loopback(endpoint_url: str | None) -> bool:
 
     host = urlsplit(endpoint_url).hostname or ""
     return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+_KEY_TYPES = {"S": "a string", "N": "a number", "B": "binary"}
+_TABLE_HINT = (
+    "name the lock table with --tablename (or AWSFLOCK_TABLE), or create one with "
+    "`awsflock table-create --tablename NEW`"
+)
+
+
+def key_problem(table: dict[str, Any]) -> str | None:
+    """How a DescribeTable answer's key differs from awsflock's (``lock_id``, a string, no sort
+    key), e.g. "'pk', a string"; None if it is awsflock's."""
+    types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
+    keys = [(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])]
+    if keys == [(A_LOCK_ID, "HASH")] and types.get(A_LOCK_ID) == "S":
+        return None
+    parts = []
+    for name, kind in keys:
+        what = f"{name!r}, {_KEY_TYPES.get(types.get(name, ''), 'of unknown type')}"
+        parts.append(what if kind == "HASH" else f"sort key {what}")
+    return " with ".join(parts) or "unknown"
+
+
+def not_awsflock_table(table_name: str, key: str) -> errors.TableIncompatible:
+    return errors.TableIncompatible(
+        f"table {table_name!r} is not an awsflock table: its key is {key} "
+        f"(want {A_LOCK_ID}, a string)",
+        hint=_TABLE_HINT,
+    )
 
 
 class Store:
@@ -333,6 +368,12 @@ class Store:
                 raise errors.EndpointUnreachable(
                     f"DynamoDB is unavailable ({code})", hint="retry later"
                 ) from exc
+            if code == "ValidationException" and operation != "describe_table":
+                # Never sent for a lock table's requests: most likely the table's key is not
+                # lock_id. Only now is it worth one DescribeTable to name it.
+                foreign = self._foreign_table(message)
+                if foreign is not None:
+                    raise foreign from exc
             detail = f"{code}: {message}" if message else code
             raise errors.StoreError(f"DynamoDB refused {action} ({detail})") from exc
         except bx.NoCredentialsError as exc:
@@ -428,6 +469,36 @@ class Store:
         if self.endpoint_url:
             return self.endpoint_url
         return f"region {self.region}" if self.region else "the default endpoint"
+
+    def _foreign_table(self, refusal: str = "") -> errors.TableIncompatible | None:
+        """After DynamoDB refused a request's key: the error naming the table's own key if it
+        is not awsflock's, else None. One DescribeTable."""
+        try:
+            table = self.client.describe_table(TableName=self.table_name)["Table"]
+        except Exception:  # denied or failing: judge by the refusal alone
+            if not _KEY_REFUSAL.search(refusal):
+                return None
+            return errors.TableIncompatible(
+                f"table {self.table_name!r} is not an awsflock table: its key is not "
+                f"{A_LOCK_ID}, a string ({refusal})",
+                hint=_TABLE_HINT,
+            )
+        key = key_problem(dict(table))
+        return None if key is None else not_awsflock_table(self.table_name, key)
+
+    def check_table(self) -> None:
+        """One DescribeTable: raise TableMissing, or TableIncompatible if the table's key is
+        not awsflock's. Skipped where DescribeTable is denied (scans then check the items)."""
+        try:
+            table = self._send(
+                "describe_table",
+                lambda: self.client.describe_table(TableName=self.table_name)["Table"],
+            )
+        except errors.AccessDenied:
+            return
+        key = key_problem(dict(table))
+        if key is not None:
+            raise not_awsflock_table(self.table_name, key)
 
     # -- lock operations ----------------------------------------------------------------------
 
@@ -716,7 +787,13 @@ class Store:
     def scan_locks(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord | Pool]:
         """Every plain lock and pool (not awsflock's other items), page by page."""
         for item in self._scan(prefix, page_size):
-            key = item[A_LOCK_ID]["S"]
+            key = item.get(A_LOCK_ID, {}).get("S")
+            if key is None:  # only reachable where DescribeTable is denied (see check_table)
+                raise errors.TableIncompatible(
+                    f"table {self.table_name!r} is not an awsflock table: its items have no "
+                    f"{A_LOCK_ID} string",
+                    hint=_TABLE_HINT,
+                )
             if key.startswith(RESERVED_PREFIX):
                 continue
             if is_pool_item(item):
@@ -725,6 +802,9 @@ class Store:
                 yield record_from_item(item)
 
     def _scan(self, prefix: str, page_size: int, **extra: Any) -> Iterator[dict[str, Any]]:
+        # A scan of a table keyed otherwise would list nothing (or foreign items), and a prefix
+        # filter on lock_id hides them all: check the key first. Scans are not a hot path.
+        self.check_table()
         kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": page_size, **extra}
         if prefix:
             kwargs["FilterExpression"] = "begins_with(#lock_id, :prefix)"

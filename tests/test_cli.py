@@ -172,7 +172,8 @@ def test_table_create_refuses_an_incompatible_table(run, moto):
     )
     result = run("table-create", "--tablename", "other")
     assert result.exit_code == 1
-    assert "not awsflock's" in result.stderr.strip().splitlines()[-1]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "'other' is not an awsflock table: its key is 'id', a string (want lock_id" in last
 
 
 def test_create_table_alias_is_hidden_from_help(run):
