@@ -189,9 +189,7 @@ class Acquisition:
         if left >= self.lease_s * MIN_LEFT:
             self.unsettled.pop(lease_id, None)
             waited = self.table.clock.monotonic() - self.start
-            return self.table._granted(
-                self.lock_id, lease_id, record, self.attempts, slot, waited
-            )
+            return self.table._granted(self.lock_id, lease_id, record, self.attempts, slot, waited)
         log.info(
             "a grant of %r from an earlier attempt has only %s of its lease left; giving it up",
             self.lock_id,
