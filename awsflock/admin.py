@@ -216,9 +216,9 @@ COMMAND_ACTIONS = {
     "release": ["UpdateItem", "GetItem"],
     "run": ["UpdateItem", "GetItem"],
     "status": ["GetItem"],
-    "list": ["Scan"],
+    "list": ["DescribeTable", "Scan"],
     "force-release": ["GetItem", "UpdateItem", "PutItem"],
-    "audit": ["Scan"],
+    "audit": ["DescribeTable", "Scan"],
     "pool-resize": ["GetItem", "UpdateItem"],
 }
 READ_ONLY = ("status", "list", "audit")

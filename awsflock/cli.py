@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from awsflock import durations, errors
+from awsflock import durations, errors, logs
 from awsflock.options import (
     STATE,
     Common,
@@ -47,62 +47,126 @@ class _Cli(click.Group):
         kwargs["standalone_mode"] = False
         argv = kwargs.get("args")
         argv = list(sys.argv[1:] if argv is None else argv)
-        STATE["debug"] = "--debug" in argv
+        # Only awsflock's own --debug option (its callback) turns tracebacks on: a --debug in
+        # run's command, after --, or as an option's value is not awsflock's.
+        STATE["debug"] = False
+        STATE["ran"] = False
+        # Errors found while click parses come before the --log-format option is read: pick
+        # the format from awsflock's own words now (the option's callback confirms it later).
+        logs.set_format(self._early_log_format(argv))
         # `run` keeps 1, 2 and 3 for the command's own statuses: its own failures are 125.
         words = [a for a in argv if not a.startswith("-")]
         own = 125 if words[:1] == ["run"] else None
-        sys.exit(_run(lambda: super(_Cli, self).main(*args, **kwargs), own))
+        sys.exit(_call(lambda: super(_Cli, self).main(*args, **kwargs), own))
+
+    def _early_log_format(self, argv: list[str]) -> str:
+        """--log-format as click will read it: the last one among awsflock's own words (not
+        after --, not in run's command, not an option's value), else AWSFLOCK_LOG_FORMAT."""
+        import os
+
+        command = self.commands.get(argv[0]) if argv else None
+        words = argv[1:]
+        if isinstance(command, _RunCommand):
+            words = command.split(words)[0]
+        elif "--" in words:
+            words = words[: words.index("--")]
+        takes_value = _options_taking_a_value(command) if command is not None else set()
+        found = ""
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if word == "--log-format" and i + 1 < len(words):
+                found = words[i + 1]
+            elif word.startswith("--log-format="):
+                found = word.partition("=")[2]
+            if word in takes_value:
+                i += 1  # its value is not an option
+            i += 1
+        if found not in logs.FORMATS:  # none, or one click will refuse
+            found = os.environ.get("AWSFLOCK_LOG_FORMAT", "")
+        return found if found in logs.FORMATS else "text"
 
 
-def _run(call: Any, own_failure: int | None = None) -> int:
-    code = _call(call)
-    if own_failure is not None and code in (1, 2, 3) and not STATE.get("ran"):
-        return own_failure
-    return code
+def _options_taking_a_value(command: click.Command) -> set[str]:
+    return {
+        name
+        for param in command.params
+        if isinstance(param, click.Option) and not param.is_flag and not param.count
+        for name in param.opts
+    }
 
 
-def _call(call: Any) -> int:
+def _call(call: Any, own_failure: int | None = None) -> int:
+    """Run the CLI; map every exception to an exit code and one stderr line."""
+
+    def fail(code: int, message: str, error: str, label: str = "error", **extra: Any) -> int:
+        if own_failure is not None and code in (1, 2, 3) and not STATE.get("ran"):
+            code = own_failure
+        logs.say(
+            message, level="error", event="error", label=label, exit_code=code, error=error, **extra
+        )
+        return code
+
     try:
         result = call()
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:
-        click.echo("awsflock: aborted", err=True)
-        return 130
+        return fail(130, "aborted", "Abort", label="")
     except click.UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `awsflock`
-            click.echo(exc.format_message(), err=True)
-            return exc.exit_code
+            if logs.current_format() == "text":
+                click.echo(exc.format_message(), err=True)
+                return exc.exit_code
+            return fail(exc.exit_code, "no command given (see 'awsflock --help')", "UsageError")
         # One line, naming the problem and where the fix is documented.
         where = exc.ctx.command_path if exc.ctx is not None else "awsflock"
         message = " ".join(exc.format_message().split())
-        click.echo(f"awsflock: usage error: {message} (see '{where} --help')", err=True)
-        return exc.exit_code
+        return fail(
+            exc.exit_code,
+            f"{message} (see '{where} --help')",
+            type(exc).__name__,
+            label="usage error",
+        )
     except click.ClickException as exc:
-        click.echo(f"awsflock: error: {exc.format_message()}", err=True)
-        return exc.exit_code
+        return fail(exc.exit_code, exc.format_message(), type(exc).__name__)
     except errors.AwsflockError as exc:
+        trace = None
         if STATE["debug"]:
             import traceback
 
-            traceback.print_exc()
+            if logs.current_format() == "text":
+                traceback.print_exc()
+            else:
+                trace = traceback.format_exc()
         label = {2: "usage error", 3: "not held" if isinstance(exc, errors.NotHeld) else "busy"}
-        click.echo(f"awsflock: {label.get(exc.exit_code, 'error')}: {exc.one_line()}", err=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        click.echo("awsflock: interrupted", err=True)
-        return 130
-    except BrokenPipeError:
-        return 1
-    except Exception as exc:
-        if STATE["debug"]:
-            raise
-        click.echo(
-            f"awsflock: internal error: {type(exc).__name__}: {exc} "
-            "(run again with --debug for details, and please report it)",
-            err=True,
+        return fail(
+            exc.exit_code,
+            exc.one_line(),
+            type(exc).__name__,
+            label=label.get(exc.exit_code, "error"),
+            traceback=trace,
         )
-        return 1
+    except KeyboardInterrupt:
+        return fail(130, "interrupted", "KeyboardInterrupt", label="")
+    except BrokenPipeError:
+        return own_failure if own_failure is not None and not STATE.get("ran") else 1
+    except Exception as exc:
+        trace = None
+        if STATE["debug"]:
+            if logs.current_format() == "text":
+                raise
+            import traceback
+
+            trace = traceback.format_exc()
+        return fail(
+            1,
+            f"{type(exc).__name__}: {exc} "
+            "(run again with --debug for details, and please report it)",
+            type(exc).__name__,
+            label="internal error",
+            traceback=trace,
+        )
     return result if isinstance(result, int) else 0
 
 
@@ -134,8 +198,20 @@ def cli() -> None:
     show_default=True,
     help="On-demand costs nothing while idle; provisioned uses --read/--write-capacity.",
 )
-@click.option("--read-capacity", type=click.IntRange(1, 40000), default=5, show_default=True)
-@click.option("--write-capacity", type=click.IntRange(1, 40000), default=5, show_default=True)
+@click.option(
+    "--read-capacity",
+    type=click.IntRange(1, 40000),
+    default=5,
+    show_default=True,
+    help="Read capacity units (only with --billing-mode provisioned).",
+)
+@click.option(
+    "--write-capacity",
+    type=click.IntRange(1, 40000),
+    default=5,
+    show_default=True,
+    help="Write capacity units (only with --billing-mode provisioned).",
+)
 def table_create(
     common: Common, billing_mode: str, read_capacity: int, write_capacity: int
 ) -> None:
@@ -145,18 +221,43 @@ def table_create(
     IAM: dynamodb:CreateTable, DescribeTable, DescribeTimeToLive, UpdateTimeToLive.
     """
     mode = "PROVISIONED" if billing_mode.lower() == "provisioned" else "PAY_PER_REQUEST"
+    ctx = click.get_current_context()
+    explicit = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    given = [
+        "--" + name.replace("_", "-")
+        for name in ("read_capacity", "write_capacity")
+        if ctx.get_parameter_source(name) in explicit
+    ]
+    if given and mode != "PROVISIONED":
+        # Silently creating an on-demand table would ignore what the user asked for.
+        named = " and ".join(given)
+        verb = "apply" if len(given) > 1 else "applies"
+        raise errors.UsageError(
+            f"{named} only {verb} to provisioned billing, and the table would be on-demand",
+            hint=f"add --billing-mode provisioned, or drop {named}",
+        )
     table = common.table()
 
     def progress(message: str) -> None:
-        if not common.quiet:
-            click.echo(f"awsflock: {message}", err=True)
+        if common.quiet:
+            return
+        if message.startswith("warning: "):
+            logs.say(message[9:], level="warning", event="table_create", label="warning")
+        else:
+            logs.say(message, event="table_create", table=common.tablename)
 
     from awsflock.tables import create_table
 
     created = create_table(
         table.store, billing_mode=mode, capacity=(read_capacity, write_capacity), progress=progress
     )
-    progress(f"table {common.tablename!r} is ready" + ("" if created else " (it already existed)"))
+    if not common.quiet:
+        logs.say(
+            f"table {common.tablename!r} is ready" + ("" if created else " (it already existed)"),
+            event="table_ready",
+            table=common.tablename,
+            created=created,
+        )
 
 
 # 0.2.0's code named the command create-table while its README said table-create: keep both.
@@ -205,7 +306,15 @@ def acquire(
         lease = table.acquire(lock_id, lease=lease_duration, wait=wait, slots=slots)
     except errors.LockBusy as exc:
         if not common.quiet:
-            click.echo(f"awsflock: {exc.one_line()}", err=True)
+            logs.say(
+                exc.one_line(),
+                level="warning",
+                event="busy",
+                lock_id=lock_id,
+                owner=exc.holder.owner if exc.holder is not None else None,
+                exit_code=conflict_exit_code,
+                error=type(exc).__name__,
+            )
         raise click.exceptions.Exit(conflict_exit_code) from None
     _print_lease(lease, as_json)
 
@@ -278,16 +387,17 @@ def dev_server(port: int, quiet: bool) -> None:
         click.echo(f"export AWSFLOCK_ENDPOINT_URL={url}")
         sys.stdout.flush()
         if not quiet:
-            click.echo(
-                f"awsflock: DynamoDB-compatible dev server listening on {url} (in memory; "
+            logs.say(
+                f"DynamoDB-compatible dev server listening on {url} (in memory; "
                 "Ctrl-C stops it). In another shell: export AWSFLOCK_ENDPOINT_URL="
                 f"{url}; awsflock table-create",
-                err=True,
+                event="dev_server",
+                endpoint_url=url,
             )
 
     serve(port, ready)
     if not quiet:
-        click.echo("awsflock: dev server stopped", err=True)
+        logs.say("dev server stopped", event="dev_server")
 
 
 class _RunCommand(click.Command):
@@ -296,17 +406,13 @@ class _RunCommand(click.Command):
     starts CMD, whose own options are never parsed by awsflock."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        head, tail = self._split(args)
+        head, tail = self.split(args)
         ctx.meta["awsflock.command"] = tail
         return super().parse_args(ctx, head)
 
-    def _split(self, args: list[str]) -> tuple[list[str], list[str]]:
-        takes_value = {
-            name
-            for param in self.params
-            if isinstance(param, click.Option) and not param.is_flag and not param.count
-            for name in param.opts
-        }
+    def split(self, args: list[str]) -> tuple[list[str], list[str]]:
+        """(awsflock's own words, CMD and its arguments)."""
+        takes_value = _options_taking_a_value(self)
         positional = 0
         i = 0
         while i < len(args):
@@ -338,9 +444,10 @@ class _RunCommand(click.Command):
 @click.option(
     "--kill-after",
     type=DurationType(durations.parse_seconds),
-    default="10s",
-    show_default=True,
-    help="If the lease is lost: KILL this long after TERM (must fit well inside the lease).",
+    default=None,
+    show_default="10s, or lease/5 if shorter",
+    help="If the lease is lost: KILL this long after TERM. An explicit value must leave the "
+    "command dead before the lease ends (see above).",
 )
 @click.option(
     "-E",
@@ -358,7 +465,7 @@ def run_command(
     wait_time: float | None,
     no_wait: bool,
     owner: str | None,
-    kill_after: float,
+    kill_after: float | None,
     conflict_exit_code: int,
     slots: int | None,
 ) -> None:
@@ -373,6 +480,12 @@ def run_command(
     AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN
     (and AWSFLOCK_SLOT with --slots).
     Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
+
+    If the lease is lost (a renewal refused, or none succeeded by kill-after + G
+    before expiry, G = 1s or lease/10 if shorter), CMD's group gets TERM, then
+    KILL after --kill-after, so CMD is dead G before its lease ends. An explicit
+    --kill-after must satisfy kill-after + G < 2/3 of the lease, so renewal gets
+    its chance first; the default (10s, or lease/5) always does.
 
     \b
     Exit: CMD's status; 75 lock not acquired (-E overrides); 124 lease lost and
@@ -461,7 +574,8 @@ def list_locks(common: Common, prefix: str, only: str | None, as_json: bool) -> 
     holding the whole table in memory). --json prints one object per line.
 
     \b
-    IAM: dynamodb:Scan.
+    IAM: dynamodb:Scan, and DescribeTable (to check first that the table is
+    an awsflock table; skipped where it is denied).
     """
     from awsflock.records import LockRecord
     from awsflock.status import LIST_HEADER, pool_view, render_list_row, view
@@ -521,6 +635,12 @@ def force_release_command(
         if yes:
             confirm = _yes
         elif sys.stdin.isatty():
+            if common.log_format == "json":
+                # A question and its answer at a terminal are not JSON lines.
+                raise errors.UsageError(
+                    "force-release cannot ask for confirmation under --log-format json",
+                    hint="pass --lease-id ID (see `awsflock status --show-lease-id`) or --yes",
+                )
             confirm = _ask
     entry = force_release(
         table, lock_id, reason=reason, lease_id=lease_id, actor=actor, confirm=confirm, slot=slot
@@ -528,9 +648,12 @@ def force_release_command(
     if as_json:
         _emit(entry)
     elif not common.quiet:
-        click.echo(
-            f"awsflock: force-released {lock_id!r} (was held by {entry['holder']}); audited",
-            err=True,
+        logs.say(
+            f"force-released {lock_id!r} (was held by {entry['holder']}); audited",
+            event="force_release_done",
+            lock_id=lock_id,
+            owner=entry["holder"],
+            fencing_token=entry["fencing_token"],
         )
 
 
@@ -541,7 +664,7 @@ def _yes(record: Any) -> bool:
 def _ask(record: Any) -> bool:
     import time
 
-    click.echo(f"{record.lock_id!r} is held by {record.describe(time.time())}", err=True)
+    logs.say(f"{record.lock_id!r} is held by {record.describe(time.time())}", event="confirm")
     return click.confirm("End this lease now?", default=False, err=True)
 
 
@@ -563,7 +686,11 @@ def pool_resize(common: Common, lock_id: str, slots: int) -> None:
 
     old, new = resize_pool(common.table(), lock_id, slots)
     if not common.quiet:
-        click.echo(f"awsflock: pool {lock_id!r} now has {new} slots (was {old})", err=True)
+        logs.say(
+            f"pool {lock_id!r} now has {new} slots (was {old})",
+            event="pool_resize_done",
+            lock_id=lock_id,
+        )
 
 
 @cli.command("audit", context_settings=CONTEXT)
@@ -574,7 +701,7 @@ def audit(common: Common, lock_id: str, as_json: bool) -> None:
     """List audit records (force-releases), oldest first, for one lock or all.
 
     \b
-    IAM: dynamodb:Scan.
+    IAM: dynamodb:Scan, and DescribeTable (as for list).
     """
     from awsflock.admin import audit_records
 

@@ -1,7 +1,10 @@
-"""stderr logging for the CLI: short text for people, one JSON object per event for machines.
+"""stderr for the CLI: short text for people, one JSON object per line for machines.
 
 The library only logs through named loggers (``awsflock.lease``, ``awsflock.store``, ...); this
-module is where the CLI decides what reaches stderr. Lease ids appear only at debug level.
+module is where the CLI decides what reaches stderr. Lease ids appear only at debug level. The
+CLI's own lines (errors, conflicts, progress) go through ``say``, so that under
+``--log-format json`` every line awsflock writes to stderr is one JSON object with the same
+fields as the events: ts, level, logger, event, ..., message.
 """
 
 from __future__ import annotations
@@ -28,6 +31,50 @@ EVENT_FIELDS = (
     "error",
 )
 SECRET_FIELDS = ("lease_id",)
+
+
+FORMATS = ("text", "json")
+#: The format of every stderr line; set from the command line (``setup``), or before parsing.
+_format = "text"
+
+
+def set_format(fmt: str) -> None:
+    """Choose text or JSON for the lines written from now on."""
+    global _format
+    _format = fmt if fmt in FORMATS else "text"
+
+
+def current_format() -> str:
+    return _format
+
+
+def say(
+    message: str,
+    *,
+    level: str = "info",
+    event: str = "log",
+    label: str = "",
+    logger: str = "awsflock.cli",
+    **fields: Any,
+) -> None:
+    """Write one line to stderr: ``awsflock: [label: ]message``, or one JSON object.
+
+    ``fields`` (exit_code, error, lock_id, ...) appear in JSON only; None values are left out.
+    """
+    if _format == "json":
+        data: dict[str, Any] = {
+            "ts": round(time.time(), 3),
+            "level": level,
+            "logger": logger,
+            "event": event,
+        }
+        data.update({k: v for k, v in fields.items() if v is not None})
+        data["message"] = message
+        line = json.dumps(data, default=str)
+    else:
+        line = "awsflock: " + (f"{label}: " if label else "") + message
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 class JsonFormatter(logging.Formatter):
@@ -71,15 +118,23 @@ def setup(verbose: int = 0, quiet: bool = False, fmt: str = "text") -> None:
         level = logging.INFO
     else:
         level = logging.WARNING
-    logger = logging.getLogger("awsflock")
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
+    set_format(fmt)
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter(show_secrets=level <= logging.DEBUG))
         logging.Formatter.converter = time.gmtime
     else:
         handler.setFormatter(TextFormatter())
-    logger.addHandler(handler)
-    logger.setLevel(level)
-    logger.propagate = False
+    # Python warnings (from libraries) would be printed as multi-line text: under JSON they
+    # become events of the "py.warnings" logger like any other.
+    logging.captureWarnings(fmt == "json")
+    for name in ("awsflock", "py.warnings"):
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+        if name == "awsflock" or fmt == "json":
+            logger.addHandler(handler)
+            logger.propagate = False
+        else:
+            logger.propagate = True
+    logging.getLogger("awsflock").setLevel(level)

@@ -117,9 +117,11 @@ def common_options(func: F) -> F:
     @click.option(
         "--log-format",
         type=click.Choice(["text", "json"]),
+        envvar="AWSFLOCK_LOG_FORMAT",
         default="text",
         show_default=True,
-        help="stderr format: short text, or one JSON object per event.",
+        help="stderr format: short text, or one JSON object per line (events, errors, "
+        "warnings) [env AWSFLOCK_LOG_FORMAT].",
     )
     @click.option(
         "--debug",

@@ -94,6 +94,12 @@ _CREDENTIAL_CODES = {
     "InvalidClientTokenId",
 }
 _UNAVAILABLE_CODES = {"InternalServerError", "ServiceUnavailable", "InternalFailure"}
+#: How DynamoDB and local servers refuse a request whose key does not fit the table's.
+_KEY_REFUSAL = re.compile(
+    r"required keys was not given|key element does not match the schema|Missing the key"
+    r"|Type mismatch for key",
+    re.IGNORECASE,
+)
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -161,6 +167,35 @@ def is_loopback(endpoint_url: str | None) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
+_KEY_TYPES = {"S": "a string", "N": "a number", "B": "binary"}
+_TABLE_HINT = (
+    "name the lock table with --tablename (or AWSFLOCK_TABLE), or create one with "
+    "`awsflock table-create --tablename NEW`"
+)
+
+
+def key_problem(table: dict[str, Any]) -> str | None:
+    """How a DescribeTable answer's key differs from awsflock's (``lock_id``, a string, no sort
+    key), e.g. "'pk', a string"; None if it is awsflock's."""
+    types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
+    keys = [(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])]
+    if keys == [(A_LOCK_ID, "HASH")] and types.get(A_LOCK_ID) == "S":
+        return None
+    parts = []
+    for name, kind in keys:
+        what = f"{name!r}, {_KEY_TYPES.get(types.get(name, ''), 'of unknown type')}"
+        parts.append(what if kind == "HASH" else f"sort key {what}")
+    return " with ".join(parts) or "unknown"
+
+
+def not_awsflock_table(table_name: str, key: str) -> errors.TableIncompatible:
+    return errors.TableIncompatible(
+        f"table {table_name!r} is not an awsflock table: its key is {key} "
+        f"(want {A_LOCK_ID}, a string)",
+        hint=_TABLE_HINT,
+    )
+
+
 class Store:
     """A lock table in DynamoDB. Builds its botocore client on first use, once."""
 
@@ -193,7 +228,11 @@ class Store:
     @property
     def client(self) -> DynamoDBClient:
         if self._client is None:
-            client = self._make_client()
+            # Building the client reads the AWS config and resolves credentials: its errors
+            # (a bad endpoint URL, an unparsable config file, a failing credential_process)
+            # are translated like every request's.
+            with self.translate_errors("connect"):
+                client = self._make_client()
             # Each try's read timeout is what is left of the caller's budget (botocore reads
             # it from the request context; versions without that use the client's default).
             client.meta.events.register("before-call.dynamodb", self._set_try_timeout)
@@ -355,6 +394,12 @@ class Store:
                 raise errors.EndpointUnreachable(
                     f"DynamoDB is unavailable ({code})", hint="retry later"
                 ) from exc
+            if code == "ValidationException" and operation != "describe_table":
+                # Never sent for a lock table's requests: most likely the table's key is not
+                # lock_id. Only now is it worth one DescribeTable to name it.
+                foreign = self._foreign_table(message)
+                if foreign is not None:
+                    raise foreign from exc
             detail = f"{code}: {message}" if message else code
             raise errors.StoreError(f"DynamoDB refused {action} ({detail})") from exc
         except bx.NoCredentialsError as exc:
@@ -364,7 +409,7 @@ class Store:
             ) from exc
         except bx.PartialCredentialsError as exc:
             raise errors.CredentialsError(
-                f"incomplete AWS credentials: {exc}", hint="set both key id and secret"
+                f"incomplete AWS credentials: {_one_line(exc)}", hint="set both key id and secret"
             ) from exc
         except bx.NoRegionError as exc:
             raise errors.ConfigurationError(
@@ -382,7 +427,7 @@ class Store:
             ) from exc
         except bx.HTTPClientError as exc:
             raise errors.EndpointUnreachable(
-                f"connection to DynamoDB at {self._where()} failed: {exc}",
+                f"connection to DynamoDB at {self._where()} failed: {_one_line(exc)}",
                 hint="check the network and retry",
             ) from exc
         except bx.ProfileNotFound as exc:
@@ -391,12 +436,95 @@ class Store:
                 hint="check --profile/AWS_PROFILE against ~/.aws/config",
             ) from exc
         except bx.ParamValidationError as exc:
-            raise errors.UsageError(f"invalid request: {exc}") from exc
+            raise errors.UsageError(f"invalid request: {_one_line(exc)}") from exc
+        except (bx.SSOError, bx.TokenRetrievalError) as exc:
+            login = "aws sso login" + (f" --profile {self.profile}" if self.profile else "")
+            raise errors.CredentialsError(
+                f"the AWS SSO session cannot be used ({_one_line(exc)})",
+                hint=f"run `{login}` and retry",
+            ) from exc
+        except bx.LoginError as exc:
+            raise errors.CredentialsError(
+                f"the AWS login session cannot be used ({_one_line(exc)})",
+                hint="run `aws login` and retry",
+            ) from exc
+        except bx.CredentialRetrievalError as exc:
+            source = exc.kwargs.get("provider") or "their source"
+            hint = "check the profile's credential source, or use another --profile"
+            if source == "custom-process":
+                source = "the profile's credential_process"
+                hint = "run it by hand to see why and fix it, or use another --profile"
+            detail = _one_line(str(exc.kwargs.get("error_msg", "")))
+            raise errors.CredentialsError(
+                f"could not get AWS credentials from {source}"
+                + (f": {detail}" if detail else " (it failed)"),
+                hint=hint,
+            ) from exc
+        except bx.ConfigParseError as exc:
+            raise errors.ConfigurationError(
+                f"cannot parse the AWS config file {exc.kwargs.get('path', '')}".rstrip(),
+                hint="fix its syntax, or point AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE "
+                "at a valid file",
+            ) from exc
+        except bx.InvalidRegionError as exc:
+            raise errors.ConfigurationError(
+                f"{self.region or exc.kwargs.get('region_name')!r} is not an AWS region",
+                hint="pass --region like eu-west-1",
+            ) from exc
+        except bx.ConnectionError as exc:  # TLS, proxy: the request did not get through
+            raise errors.EndpointUnreachable(
+                f"connection to DynamoDB at {self._where()} failed: {_one_line(exc)}",
+                hint="check --endpoint-url, proxy and certificate settings, and the network",
+            ) from exc
+        except bx.BotoCoreError as exc:
+            raise errors.ConfigurationError(
+                f"the AWS SDK failed: {type(exc).__name__}: {_one_line(exc)}",
+                hint="check --profile, --region, --endpoint-url and ~/.aws/config "
+                "(AWS_CONFIG_FILE)",
+            ) from exc
+        except ValueError as exc:
+            if not str(exc).startswith("Invalid endpoint"):
+                raise  # a bug, not a setting: let it be reported as one
+            raise errors.ConfigurationError(
+                f"invalid DynamoDB endpoint URL {self.endpoint_url!r}",
+                hint="give a URL like http://127.0.0.1:8000 or "
+                "https://dynamodb.eu-west-1.amazonaws.com (--endpoint-url, AWSFLOCK_ENDPOINT_URL)",
+            ) from exc
 
     def _where(self) -> str:
         if self.endpoint_url:
             return self.endpoint_url
         return f"region {self.region}" if self.region else "the default endpoint"
+
+    def _foreign_table(self, refusal: str = "") -> errors.TableIncompatible | None:
+        """After DynamoDB refused a request's key: the error naming the table's own key if it
+        is not awsflock's, else None. One DescribeTable."""
+        try:
+            table = self.client.describe_table(TableName=self.table_name)["Table"]
+        except Exception:  # denied or failing: judge by the refusal alone
+            if not _KEY_REFUSAL.search(refusal):
+                return None
+            return errors.TableIncompatible(
+                f"table {self.table_name!r} is not an awsflock table: its key is not "
+                f"{A_LOCK_ID}, a string ({refusal})",
+                hint=_TABLE_HINT,
+            )
+        key = key_problem(dict(table))
+        return None if key is None else not_awsflock_table(self.table_name, key)
+
+    def check_table(self) -> None:
+        """One DescribeTable: raise TableMissing, or TableIncompatible if the table's key is
+        not awsflock's. Skipped where DescribeTable is denied (scans then check the items)."""
+        try:
+            table = self._send(
+                "describe_table",
+                lambda: self.client.describe_table(TableName=self.table_name)["Table"],
+            )
+        except errors.AccessDenied:
+            return
+        key = key_problem(dict(table))
+        if key is not None:
+            raise not_awsflock_table(self.table_name, key)
 
     # -- lock operations ----------------------------------------------------------------------
 
@@ -694,7 +822,13 @@ class Store:
     def scan_locks(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord | Pool]:
         """Every plain lock and pool (not awsflock's other items), page by page."""
         for item in self._scan(prefix, page_size):
-            key = item[A_LOCK_ID]["S"]
+            key = item.get(A_LOCK_ID, {}).get("S")
+            if key is None:  # only reachable where DescribeTable is denied (see check_table)
+                raise errors.TableIncompatible(
+                    f"table {self.table_name!r} is not an awsflock table: its items have no "
+                    f"{A_LOCK_ID} string",
+                    hint=_TABLE_HINT,
+                )
             if key.startswith(RESERVED_PREFIX):
                 continue
             if is_pool_item(item):
@@ -703,6 +837,9 @@ class Store:
                 yield record_from_item(item)
 
     def _scan(self, prefix: str, page_size: int, **extra: Any) -> Iterator[dict[str, Any]]:
+        # A scan of a table keyed otherwise would list nothing (or foreign items), and a prefix
+        # filter on lock_id hides them all: check the key first. Scans are not a hot path.
+        self.check_table()
         kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": page_size, **extra}
         if prefix:
             kwargs["FilterExpression"] = "begins_with(#lock_id, :prefix)"
@@ -733,6 +870,11 @@ def _may_have_applied(cause: BaseException | None) -> bool:
         code = cause.response.get("Error", {}).get("Code", "")
         return code not in _THROTTLE_CODES
     return True
+
+
+def _one_line(exc: BaseException | str) -> str:
+    """botocore's message on one line (a credential_process may print several)."""
+    return " ".join(str(exc).split())
 
 
 def _seconds_number(ms: int) -> int | float:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.items import A_EXPIRATION_TIME, A_LOCK_ID
-from awsflock.store import Store
+from awsflock.store import Store, key_problem, not_awsflock_table
 
 
 def create_table(
@@ -66,16 +66,9 @@ def _wait_active(
     while True:
         with store.translate_errors("describe_table"):
             table = store.client.describe_table(TableName=store.table_name)["Table"]
-        keys = [(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])]
-        types = {
-            a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])
-        }
-        if keys != [(A_LOCK_ID, "HASH")] or types.get(A_LOCK_ID) != "S":
-            raise errors.TableIncompatible(
-                f"table {store.table_name!r} exists with key schema {keys}, not awsflock's "
-                f"(partition key {A_LOCK_ID!r} of type string, no sort key)",
-                hint="pick another --tablename",
-            )
+        key = key_problem(dict(table))
+        if key is not None:
+            raise not_awsflock_table(store.table_name, key)
         status = table.get("TableStatus", "")
         if status == "ACTIVE":
             progress(f"table {store.table_name!r} is ACTIVE")

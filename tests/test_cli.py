@@ -132,6 +132,37 @@ def test_table_create_provisioned(run, moto):
     assert table["ProvisionedThroughput"]["ReadCapacityUnits"] == 5
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["--read-capacity", "3"], ["--write-capacity", "3", "--billing-mode", "on-demand"]],
+    ids=["read", "write-with-on-demand"],
+)
+def test_capacity_with_on_demand_billing_is_a_usage_error(run, moto, args):
+    result = run("table-create", "--tablename", "cap", *args)
+    assert result.exit_code == 2 and result.stdout == ""
+    line = one_line(result.stderr)
+    assert "only applies to provisioned billing" in line
+    assert "--billing-mode provisioned" in line
+    assert "cap" not in moto.list_tables()["TableNames"], "nothing is created"
+
+
+def test_explicit_capacity_with_provisioned_billing_is_used(run, moto):
+    result = run(
+        "table-create",
+        "--tablename",
+        "cap2",
+        "--billing-mode",
+        "provisioned",
+        "--read-capacity",
+        "7",
+        "--write-capacity",
+        "2",
+    )
+    assert result.exit_code == 0, result.stderr
+    throughput = moto.describe_table(TableName="cap2")["Table"]["ProvisionedThroughput"]
+    assert (throughput["ReadCapacityUnits"], throughput["WriteCapacityUnits"]) == (7, 2)
+
+
 def test_table_create_refuses_an_incompatible_table(run, moto):
     moto.create_table(
         TableName="other",
@@ -141,7 +172,8 @@ def test_table_create_refuses_an_incompatible_table(run, moto):
     )
     result = run("table-create", "--tablename", "other")
     assert result.exit_code == 1
-    assert "not awsflock's" in result.stderr.strip().splitlines()[-1]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "'other' is not an awsflock table: its key is 'id', a string (want lock_id" in last
 
 
 def test_create_table_alias_is_hidden_from_help(run):
@@ -252,6 +284,34 @@ def test_unknown_profile_is_one_line_exit_1():
     assert "profile 'ghost'" in one_line(result.stderr)
 
 
+BOTOCORE_FAULTS = {
+    # name: (awsflock arguments, config file text or None, what the one line says)
+    "bad-endpoint": (["--endpoint-url", "not-a-url", "--region", "eu-west-1"], None, "not-a-url"),
+    "malformed-config": (["--region", "eu-west-1"], "[default\nregion = x\n", "cannot parse"),
+    "failing-credential-process": (
+        ["--profile", "broken", "--region", "eu-west-1"],
+        "[profile broken]\ncredential_process = /bin/false\n",
+        "credential_process",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["acquire", "run"])
+@pytest.mark.parametrize("fault", sorted(BOTOCORE_FAULTS))
+def test_botocore_errors_are_one_line_naming_the_fix(tmp_path, fault, command):
+    args, config, text = BOTOCORE_FAULTS[fault]
+    env = {}
+    if config is not None:
+        (tmp_path / "config").write_text(config)
+        env["AWS_CONFIG_FILE"] = str(tmp_path / "config")
+    argv = [command, "x", "--no-wait", *args] + (["--", "true"] if command == "run" else [])
+    result = _run_isolated(argv, **env)
+    assert result.returncode == (125 if command == "run" else 1), result.stderr
+    line = one_line(result.stderr)
+    assert text in line and "internal error" not in line
+    assert result.stdout == ""
+
+
 def test_help_does_not_import_botocore():
     code = (
         "import sys\n"
@@ -284,6 +344,26 @@ def test_python_dash_m_runs_the_cli():
 def test_debug_shows_the_traceback():
     result = _run_isolated(["acquire", "x", "--no-wait", "--debug"])
     assert result.returncode == 1 and "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "L", "--tablename", "nope", "--", "sh", "-c", "true", "--debug"],
+        ["run", "L", "--tablename", "nope", "true", "--debug"],
+        ["acquire", "L", "--tablename", "nope", "--owner", "--debug"],
+    ],
+    ids=["after-dash-dash", "in-the-command", "an-option-value"],
+)
+def test_only_awsflocks_own_debug_option_shows_tracebacks(run, args):
+    result = run(*args)
+    assert result.exit_code == (125 if args[0] == "run" else 1)
+    assert "table-create" in one_line(result.stderr)
+
+
+def test_debug_option_still_shows_the_traceback_in_process(run):
+    result = run("acquire", "L", "--tablename", "nope", "--debug")
+    assert result.exit_code == 1 and "Traceback" in result.stderr
 
 
 def test_json_events_cover_the_lease_life_with_stable_fields(run):

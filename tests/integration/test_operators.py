@@ -287,4 +287,8 @@ def test_iam_policy_is_valid_json_naming_the_table():
             [str(BIN), "iam-policy", "--read-only"], capture_output=True, text=True
         ).stdout
     )
-    assert read_only["Statement"][0]["Action"] == ["dynamodb:GetItem", "dynamodb:Scan"]
+    assert read_only["Statement"][0]["Action"] == [
+        "dynamodb:DescribeTable",
+        "dynamodb:GetItem",
+        "dynamodb:Scan",
+    ]

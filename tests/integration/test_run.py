@@ -170,12 +170,11 @@ def test_lost_lease_stops_the_child_with_124_before_anyone_else_can_take_it(
 
 
 def test_child_that_ignores_term_is_killed_after_kill_after(
-    server, awsflock: Cli, lock_name, tmp_path
+    server, awsflock: Cli, raw_client, lock_name, tmp_path
 ):
     pidfile = tmp_path / "pid"
     with FaultProxy(("127.0.0.1", server.port)) as proxy:
         proxy.plan = lambda target, n: "throttle" if target == "UpdateItem" and n > 1 else "pass"
-        started = time.monotonic()
         proc = Cli(proxy.url, awsflock.table).popen(
             "run",
             lock_name,
@@ -187,15 +186,56 @@ def test_child_that_ignores_term_is_killed_after_kill_after(
             f"trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.05; done",
         )
         child = int(wait_for(pidfile))
-        while _alive(child) and time.monotonic() - started < 30:
+        started = time.time()
+        while _alive(child) and time.time() - started < 30:
             time.sleep(0.02)
-        died = time.monotonic() - started
+        died = time.time()
         _, err = proc.communicate(timeout=60)
-        exited = time.monotonic() - started
+        exited = time.time()
+    item = raw_client.get_item(
+        TableName=awsflock.table, Key={"lock_id": {"S": lock_name}}, ConsistentRead=True
+    )["Item"]
+    expires = int(item["expires_ms"]["N"]) / 1000
     assert proc.returncode == 124, err
-    # Lost at 6 - 2 - 1 = 3 s: TERM (ignored), KILL 2 s later, a second before the lease ends.
-    assert 3 <= died < 6, f"the child died at {died:.1f}s"
+    # Lost 2 + 0.6 s before expiry: TERM (ignored), KILL 2 s later, 0.6 s before the lease ends.
+    assert expires - 1.5 < died < expires, f"the child died {expires - died:.1f}s before expiry"
     assert exited < died + 3, f"run took {exited - died:.1f}s to exit after the child died"
+
+
+@pytest.mark.parametrize("lease", ["1s", "3s", "15s"])
+def test_run_works_with_short_leases_and_the_default_kill_after(awsflock: Cli, lock_name, lease):
+    result = awsflock("run", lock_name, "--lease-duration", lease, "--", "sh", "-c", "exit 7")
+    assert result.returncode == 7, result.stderr
+    assert result.stderr == ""
+
+
+def test_default_kill_after_of_a_short_lease_kills_the_child_before_expiry(
+    server, awsflock: Cli, raw_client, lock_name, tmp_path
+):
+    pidfile = tmp_path / "pid"
+    with FaultProxy(("127.0.0.1", server.port)) as proxy:
+        proxy.plan = lambda target, n: "throttle" if target == "UpdateItem" and n > 1 else "pass"
+        proc = Cli(proxy.url, awsflock.table).popen(
+            "run",
+            lock_name,
+            "--lease-duration",
+            "3s",
+            "-c",
+            f"trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.05; done",
+        )
+        child = int(wait_for(pidfile))
+        while _alive(child):
+            time.sleep(0.01)
+        died = time.time()
+        _, err = proc.communicate(timeout=60)
+    item = raw_client.get_item(
+        TableName=awsflock.table, Key={"lock_id": {"S": lock_name}}, ConsistentRead=True
+    )["Item"]
+    expires = int(item["expires_ms"]["N"]) / 1000
+    assert proc.returncode == 124, err
+    # A 3 s lease: lost 0.9 s before expiry, TERM ignored, KILL 0.6 s later: 0.3 s to spare.
+    assert "KILL after 0.6s" in err
+    assert died < expires, f"the child died {died - expires:.2f}s after its lease ended"
 
 
 def _alive(pid: int) -> bool:
