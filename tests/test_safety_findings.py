@@ -495,7 +495,7 @@ def test_force_release_run_again_after_a_lost_answer_writes_the_audit_record(
     assert audit_records(make_table("op"), "d1") == []
     # Run again: it says so, and the audit record exists, once.
     for _ in range(2):
-        with pytest.raises(errors.NotHeld, match="force-released by ana .* \\(audited\\)"):
+        with pytest.raises(errors.NotHeld, match=r"force-released by ana .* \(audited\)"):
             force_release(make_table("op"), "d1", reason="again", lease_id=lease.lease_id)
     records = audit_records(make_table("op"), "d1")
     assert len(records) == 1 and records[0]["reason"] == "why"
