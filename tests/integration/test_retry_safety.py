@@ -27,7 +27,7 @@ def test_acquire_whose_answer_was_dropped_still_succeeds(
     result = via("acquire", lock_name, "--no-wait")
     assert result.returncode == 0, result.stderr
     lease = result.stdout.strip()
-    assert holder_of(raw_client, awsflock.table, lock_name)["lease_id"]["S"] == lease
+    assert holder_of(raw_client, awsflock.table, lock_name)["lease"]["S"] == lease
     assert proxy.faults["drop"] == 1 and proxy.counts[UPDATE] == 2
     assert awsflock("acquire", lock_name, "--no-wait").returncode == 3
 
@@ -38,9 +38,7 @@ def test_acquire_reset_after_the_request_went_through_still_succeeds(
     proxy.plan = lambda target, n: "reset" if target == UPDATE and n == 1 else "pass"
     result = Cli(proxy.url, awsflock.table)("acquire", lock_name, "--no-wait")
     assert result.returncode == 0, result.stderr
-    assert (
-        holder_of(raw_client, awsflock.table, lock_name)["lease_id"]["S"] == result.stdout.strip()
-    )
+    assert holder_of(raw_client, awsflock.table, lock_name)["lease"]["S"] == result.stdout.strip()
 
 
 def test_renew_and_release_whose_answers_were_dropped_succeed(
