@@ -77,7 +77,11 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.log.parent,  # git-ignored, for what a server writes where it runs
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -149,7 +153,10 @@ class Dynalite(Server):
 
 
 class DynamoDBLocal(Server):
-    """AWS's DynamoDB Local (Java), in memory, one set of tables per access key (no -sharedDb)."""
+    """AWS's DynamoDB Local (Java), in memory, one set of tables per access key (no -sharedDb).
+
+    It writes dynamodb-local-metadata.json where it runs, even with telemetry off.
+    """
 
     name = "dynamodb_local"
 
