@@ -119,4 +119,4 @@ def test_loopback_never_asks_the_instance_metadata_service(
             silent.accept()  # nobody connected
     finally:
         silent.close()
-    assert elapsed < 0.9, f"took {elapsed:.2f}s"
+    assert elapsed < 1.5, f"took {elapsed:.2f}s"  # asking it would take 2 s
