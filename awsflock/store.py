@@ -46,6 +46,7 @@ from awsflock.items import (
 from awsflock.records import RESERVED_PREFIX, Identity, LockRecord
 
 if TYPE_CHECKING:
+    from botocore.session import Session
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
 _NAME = re.compile(r"#(\w+)")
@@ -102,6 +103,9 @@ _KEY_REFUSAL = re.compile(
 )
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+#: The access key (and secret) for a loopback endpoint when botocore finds no credentials.
+#: Letters and digits only: DynamoDB Local refuses any other access key id.
+LOCAL_ACCESS_KEY = "awsflocklocal"
 
 
 def _request(*expressions: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -196,6 +200,18 @@ def not_awsflock_table(table_name: str, key: str) -> errors.TableIncompatible:
     )
 
 
+def _skip_instance_metadata(session: Session) -> None:
+    """Take the EC2 instance metadata service out of ``session``'s credential chain.
+
+    Only for loopback endpoints, which do not check that a key is real. botocore asks that
+    service last, when nothing else gave credentials: on a host where 169.254.169.254 does not
+    answer (not EC2, packets dropped) that costs two one-second timeouts (token, then role) on
+    every command. The container provider stays: it asks nothing unless its environment
+    variable (set by ECS, CodeBuild) is.
+    """
+    session.get_component("credential_provider").remove("iam-role")
+
+
 class Store:
     """A lock table in DynamoDB. Builds its botocore client on first use, once."""
 
@@ -253,12 +269,16 @@ class Store:
         region = self.region or session.get_config_variable("region")
         kwargs: dict[str, Any] = {}
         if is_loopback(self.endpoint_url):
-            # A local server (dev-server, moto, dynalite) needs no real account: harmless
-            # defaults, used only when the user set nothing and the endpoint is this machine.
+            # A local server (dev-server, moto, dynalite, DynamoDB Local) needs no real account:
+            # harmless defaults, used only when the user set nothing and the endpoint is this
+            # machine. Credentials the user has (env, AWS_PROFILE, credentials file, SSO...) win:
+            # DynamoDB Local keeps one set of tables per access key, so awsflock must sign with
+            # the key the user's other tools use.
             region = region or "us-east-1"
-            if not self.profile and not self._has_env_creds():
-                kwargs["aws_access_key_id"] = "awsflock-local"
-                kwargs["aws_secret_access_key"] = "awsflock-local"
+            _skip_instance_metadata(session)
+            if session.get_credentials() is None:
+                kwargs["aws_access_key_id"] = LOCAL_ACCESS_KEY
+                kwargs["aws_secret_access_key"] = LOCAL_ACCESS_KEY
         if not region:
             raise errors.ConfigurationError(
                 "no AWS region configured",
@@ -281,12 +301,6 @@ class Store:
             **kwargs,
         )
         return client
-
-    @staticmethod
-    def _has_env_creds() -> bool:
-        import os
-
-        return bool(os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"))
 
     # -- requests ------------------------------------------------------------------------------
 

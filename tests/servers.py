@@ -1,7 +1,13 @@
-"""DynamoDB-compatible servers for the integration tests: moto's server mode and dynalite.
+"""DynamoDB-compatible servers for the integration tests: moto's server mode, dynalite and AWS's
+DynamoDB Local.
 
 Each starts on a free loopback port, is waited for until it answers, and is stopped afterwards.
 A server that cannot start fails the tests that need it; nothing is skipped silently.
+
+DynamoDB Local keeps one set of tables per access key id and region (it is not started with
+``-sharedDb``, as users usually run it), so every process of a test must sign with the same key:
+the one awsflock falls back to on loopback when no credentials are set (``LOCAL_ACCESS_KEY``),
+in region us-east-1. ``local_client`` does, and ``cli_env`` leaves awsflock no other key.
 """
 
 from __future__ import annotations
@@ -16,21 +22,34 @@ import time
 from pathlib import Path
 from typing import Any
 
+from awsflock.store import LOCAL_ACCESS_KEY
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Where scripts/test installs dynalite (git-ignored).
 NODE_PREFIX = Path(os.environ.get("AWSFLOCK_NODE_PREFIX", ROOT / ".cache" / "node"))
+#: Where scripts/test installs DynamoDB Local: DynamoDBLocal.jar and DynamoDBLocal_lib/.
+DDBLOCAL_DIR = Path(os.environ.get("AWSFLOCK_DDBLOCAL_DIR", ROOT / ".cache" / "dynamodb-local"))
+#: Hides the user's ~/.aws files from test processes, so awsflock falls back to
+#: LOCAL_ACCESS_KEY whatever they hold.
+NO_AWS_FILES = {"AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
+#: The credentials and region for processes that need them set (awsflock 0.2.0).
+LOCAL_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEY,
+    "AWS_SECRET_ACCESS_KEY": LOCAL_ACCESS_KEY,
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 def local_client(endpoint: str) -> Any:
-    """A botocore DynamoDB client for a local server (dummy credentials, fixed region)."""
+    """A botocore DynamoDB client for a local server, with awsflock's loopback credentials."""
     import botocore.session
 
     return botocore.session.get_session().create_client(
         "dynamodb",
         region_name="us-east-1",
         endpoint_url=endpoint,
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
+        aws_access_key_id=LOCAL_ACCESS_KEY,
+        aws_secret_access_key=LOCAL_ACCESS_KEY,
     )
 
 
@@ -58,7 +77,11 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.log.parent,  # git-ignored, for what a server writes where it runs
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -129,4 +152,36 @@ class Dynalite(Server):
         return [node, str(cli), "--port", str(self.port)]
 
 
-SERVERS = {"moto": MotoServer, "dynalite": Dynalite}
+class DynamoDBLocal(Server):
+    """AWS's DynamoDB Local (Java), in memory, one set of tables per access key (no -sharedDb).
+
+    It writes dynamodb-local-metadata.json where it runs, even with telemetry off.
+    """
+
+    name = "dynamodb_local"
+
+    def command(self) -> list[str]:
+        jar = DDBLOCAL_DIR / "DynamoDBLocal.jar"
+        java = shutil.which("java")
+        if not jar.exists() or java is None:
+            raise RuntimeError(
+                f"DynamoDB Local is not installed at {jar} or java is missing"
+                " (run scripts/test, which installs it; it needs Java 17 or newer)"
+            )
+        return [
+            java,
+            # The JVM's start is most of the ~3 s this server takes to answer; C1 alone and the
+            # serial collector start faster and are plenty for a test's load.
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            f"-Djava.library.path={DDBLOCAL_DIR / 'DynamoDBLocal_lib'}",
+            "-jar",
+            str(jar),
+            "-inMemory",
+            "-disableTelemetry",
+            "-port",
+            str(self.port),
+        ]
+
+
+SERVERS = {"moto": MotoServer, "dynalite": Dynalite, "dynamodb_local": DynamoDBLocal}

@@ -20,13 +20,15 @@ def main() -> int:
     import botocore.session
 
     from awsflock import StaleToken, fenced_update
+    from awsflock.store import LOCAL_ACCESS_KEY
 
     client = botocore.session.get_session().create_client(
         "dynamodb",
         region_name="us-east-1",
         endpoint_url=endpoint,
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
+        # The key awsflock and the harness use: DynamoDB Local keeps tables per access key.
+        aws_access_key_id=LOCAL_ACCESS_KEY,
+        aws_secret_access_key=LOCAL_ACCESS_KEY,
     )
     lock = os.environ["AWSFLOCK_LOCK_ID"]
     slot = os.environ.get("AWSFLOCK_SLOT")

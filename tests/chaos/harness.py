@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.faultproxy import FaultProxy
-from tests.servers import local_client
+from tests.servers import NO_AWS_FILES, local_client
 
 BIN = Path(sys.executable).parent / "awsflock"
 CRITICAL = Path(__file__).with_name("critical.py")
@@ -114,6 +114,7 @@ def run_chaos(
     locks_table = "chaos-" + uuid.uuid4().hex[:6]
     app_table = "chaos-app-" + uuid.uuid4().hex[:6]
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "AWSFLOCK"))}
+    base_env.update(NO_AWS_FILES)  # awsflock signs with its loopback key, as local_client does
     direct = {**base_env, "AWSFLOCK_ENDPOINT_URL": server_url, "AWSFLOCK_TABLE": locks_table}
     subprocess.run([str(BIN), "table-create", "-q"], env=direct, check=True, timeout=60)
     client = local_client(server_url)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.faultproxy import FaultProxy
-from tests.servers import SERVERS, Server, local_client
+from tests.servers import NO_AWS_FILES, SERVERS, Server, local_client
 
 BIN = Path(sys.executable).parent / "awsflock"
 
@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", params=sorted(SERVERS))
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    """Each integration test runs once against moto's server and once against dynalite."""
+    """Each integration test runs once on each server: moto, dynalite, DynamoDB Local."""
     srv = SERVERS[request.param]().start()
     try:
         yield srv
@@ -43,8 +43,10 @@ def moto_server() -> Iterator[Server]:
 
 
 def cli_env(endpoint: str, table: str, **extra: str) -> dict[str, str]:
+    # No credentials at all, so awsflock signs with its loopback key, as local_client does.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "AWSFLOCK", "DYNAMO"))}
-    env.update({"AWSFLOCK_ENDPOINT_URL": endpoint, "AWSFLOCK_TABLE": table, **extra})
+    env.update({**NO_AWS_FILES, "AWSFLOCK_ENDPOINT_URL": endpoint, "AWSFLOCK_TABLE": table})
+    env.update(extra)
     return env
 
 

@@ -1,4 +1,4 @@
-"""The real ``awsflock`` executable against moto's server and dynalite over HTTP."""
+"""The real ``awsflock`` executable against moto's server, dynalite and DynamoDB Local over HTTP."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ def test_table_create_fresh_then_existing(server, raw_client):
         assert "CREATING" in first.stderr
     else:
         assert "TTL enabled on 'expiration_time'" in first.stderr
+        # moto and DynamoDB Local make a table ACTIVE at once (DynamoDB: CREATING for seconds)
+        # and report TTL ENABLED at once (DynamoDB: ENABLING for a while).
+        assert "CREATING" not in first.stderr
+        ttl = raw_client.describe_time_to_live(TableName=cli.table)["TimeToLiveDescription"]
+        assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expiration_time"}
     again = cli("table-create")
     assert again.returncode == 0 and "already existed" in again.stderr
     alias = cli("create-table", "-q")
@@ -163,13 +168,40 @@ def test_wrong_lease_is_refused_with_exit_3(awsflock: Cli, lock_name):
         assert "does not hold" in one_line(result.stderr)
 
 
-def test_loopback_endpoint_needs_no_credentials_or_region(server, shared_table, lock_name):
-    # No AWS_* variables at all: harmless local defaults are used because the endpoint is local.
+def test_loopback_endpoint_needs_no_credentials_or_region(
+    server, shared_table, raw_client, lock_name
+):
+    # No AWS_* variables and no ~/.aws files at all: harmless local defaults are used because the
+    # endpoint is local, with a key DynamoDB Local accepts (letters and digits only).
     result = Cli(server.url, shared_table)("acquire", lock_name, "--no-wait")
     assert result.returncode == 0, result.stderr
+    # It is the key the suite's own client uses: on DynamoDB Local, which keeps tables per key,
+    # the lock is in the same table.
+    key = {"lock_id": {"S": lock_name}}
+    assert raw_client.get_item(TableName=shared_table, Key=key, ConsistentRead=True)["Item"]
 
 
-# -- where the two servers differ from each other or from DynamoDB -----------------------------
+def test_loopback_endpoint_uses_the_credentials_file_and_profile(
+    server, tmp_path, raw_client, lock_name
+):
+    # Credentials from a file (here through AWS_PROFILE) win over awsflock's loopback default.
+    creds = tmp_path / "credentials"
+    creds.write_text("[ci]\naws_access_key_id = profilekey1\naws_secret_access_key = s\n")
+    cli = Cli(server.url, "creds-" + uuid.uuid4().hex[:6])
+    env = {"AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_PROFILE": "ci"}
+    made = cli("table-create", "-q", **env)
+    assert (made.returncode, made.stderr) == (0, "")
+    got = cli("acquire", lock_name, "--no-wait", **env)
+    assert got.returncode == 0, got.stderr
+    assert cli("release", lock_name, got.stdout.strip(), **env).returncode == 0
+    if server.name == "dynamodb_local":
+        # DynamoDB Local keeps tables per access key: the file's key made this table, so
+        # awsflock's default key (the suite's client) does not see it.
+        assert cli.table not in raw_client.list_tables()["TableNames"]
+        assert cli("status", lock_name).returncode == 1
+
+
+# -- where the servers differ from each other or from DynamoDB ---------------------------------
 
 
 def _failed_update(raw_client, table: str, key: str):
@@ -197,7 +229,7 @@ def test_pinned_return_values_on_condition_check_failure(
         # dynalite 4.0.0 ignores the parameter: no old item. awsflock then reads it once.
         assert "Item" not in response
     else:
-        # moto returns the old item, as DynamoDB documents.
+        # moto and DynamoDB Local (since 1.25.0) return the old item, as DynamoDB documents.
         assert response["Item"]["x"] == {"N": "1"}
 
 
@@ -256,11 +288,13 @@ def test_pinned_numbers_over_38_digits(server, raw_client, shared_table, lock_na
             raw_client.put_item(TableName=shared_table, Item=item)
 
 
-def test_pinned_ttl_never_deletes_and_expired_items_are_reclaimed(
-    awsflock: Cli, raw_client, lock_name
+def test_pinned_ttl_deletion_and_expired_items_are_reclaimed(
+    server, awsflock: Cli, raw_client, lock_name
 ):
-    # Neither server deletes TTL-expired items (moto never does; dynalite has no TTL). The lock
-    # does not depend on deletion: an expired item is simply taken over.
+    # moto never deletes TTL-expired items and dynalite has no TTL. DynamoDB Local deletes them
+    # for real, and fast: a sweep about every 10 s (measured: expired items gone 1 to 21 s after
+    # their expiration_time; DynamoDB takes up to days). The lock depends on neither: an expired
+    # item is simply taken over, and a deleted one is recreated.
     raw_client.put_item(
         TableName=awsflock.table,
         Item={
@@ -271,9 +305,39 @@ def test_pinned_ttl_never_deletes_and_expired_items_are_reclaimed(
             "expiration_time": {"N": str(int(time.time()) - 3600)},
         },
     )
-    time.sleep(0.5)
-    assert raw_client.get_item(TableName=awsflock.table, Key={"lock_id": {"S": lock_name}})["Item"]
+    key = {"lock_id": {"S": lock_name}}
+
+    def present() -> bool:
+        return "Item" in raw_client.get_item(TableName=awsflock.table, Key=key, ConsistentRead=True)
+
+    if server.name == "dynamodb_local":
+        deadline = time.monotonic() + 45
+        while present() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not present(), "DynamoDB Local did not delete the expired item within 45 s"
+    else:
+        time.sleep(0.5)
+        assert present()
     assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
+
+
+def test_pinned_dynamodb_local_keeps_tables_per_access_key(server, awsflock: Cli, lock_name):
+    # Not started with -sharedDb, DynamoDB Local keeps one set of tables per access key id (and
+    # region): another key sees no table. It refuses an access key id that is not letters and
+    # digits, such as awsflock's own loopback default used to be ("awsflock-local").
+    other = awsflock("status", lock_name, AWS_ACCESS_KEY_ID="otherkey", AWS_SECRET_ACCESS_KEY="s")
+    dashed = awsflock(
+        "status", lock_name, AWS_ACCESS_KEY_ID="awsflock-local", AWS_SECRET_ACCESS_KEY="s"
+    )
+    if server.name == "dynamodb_local":
+        assert other.returncode == 1 and "does not exist" in one_line(other.stderr)
+        assert dashed.returncode == 1
+        assert "AWS rejected the credentials (UnrecognizedClientException)" in one_line(
+            dashed.stderr
+        )
+    else:
+        # moto and dynalite accept any key and share their tables among all of them.
+        assert (other.returncode, dashed.returncode) == (3, 3)  # the lock is free
 
 
 def _racing_conditional_writes(endpoint: str, trials: int) -> int:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.integration.checks import assert_never_two_holders
 from tests.integration.conftest import BIN, Cli
+from tests.servers import LOCAL_CREDENTIALS, NO_AWS_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_BIN = Path(os.environ.get("AWSFLOCK_OLD_BIN", ROOT / ".venv-020" / "bin" / "awsflock"))
@@ -41,9 +42,9 @@ def _old_env(endpoint: str, table: str) -> dict[str, str]:
         {
             "DYNAMO_ENDPOINT_URL": endpoint,
             "AWSFLOCK_TABLE": table,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "x",
-            "AWS_SECRET_ACCESS_KEY": "x",
+            # The new CLI's loopback key: DynamoDB Local keeps tables per access key.
+            **LOCAL_CREDENTIALS,
+            **NO_AWS_FILES,
         }
     )
     return env
@@ -55,6 +56,7 @@ def test_020_readme_runs_word_for_word(server):
     # 0.2.0's users set DYNAMO_ENDPOINT_URL and AWSFLOCK_TABLE; the new CLI honours both.
     env.update(
         {
+            **NO_AWS_FILES,
             "DYNAMO_ENDPOINT_URL": server.url,
             "AWSFLOCK_TABLE": table,
             "PATH": f"{BIN.parent}:{env.get('PATH', '')}",
@@ -118,19 +120,22 @@ def test_a_table_made_by_the_new_tool_works_with_020(server, old_bin, awsflock: 
     assert awsflock("release", lock_name, new_lease).returncode == 0
 
 
-def test_a_table_made_by_020_works_with_the_new_tool(moto_server, old_bin, lock_name):
-    # On moto only: 0.2.0's create-table calls UpdateTimeToLive, which dynalite rejects, and 0.2.0
-    # then prints a traceback.
+def test_a_table_made_by_020_works_with_the_new_tool(server, old_bin, lock_name):
     table = "old-" + uuid.uuid4().hex[:6]
     made = subprocess.run(
         [str(old_bin), "create-table"],
         capture_output=True,
         text=True,
-        env=_old_env(moto_server.url, table),
+        env=_old_env(server.url, table),
         timeout=120,
     )
-    assert made.returncode == 0, made.stderr
-    cli = Cli(moto_server.url, table)
+    if server.name == "dynalite":
+        # 0.2.0's create-table makes the table, then calls UpdateTimeToLive, which dynalite does
+        # not know: 0.2.0 prints a traceback. The table it made is there all the same.
+        assert made.returncode != 0 and "UnknownOperationException" in made.stderr
+    else:
+        assert made.returncode == 0, made.stderr
+    cli = Cli(server.url, table)
     assert cli("table-create").returncode == 0
     lease = cli("acquire", lock_name).stdout.strip()
     assert cli("release", lock_name, lease).returncode == 0

@@ -1,0 +1,122 @@
+"""Which credentials awsflock signs with on a loopback endpoint (seen by a local HTTP server)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from awsflock.store import LOCAL_ACCESS_KEY, Store
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers every DynamoDB request with an empty table list and records its access key."""
+
+    keys: list[str]
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        found = re.search(r"Credential=([^/]+)/", self.headers.get("Authorization", ""))
+        self.keys.append(found.group(1) if found else "")
+        body = json.dumps({"TableNames": []}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def local_endpoint() -> Iterator[tuple[str, list[str]]]:
+    """A loopback endpoint and the access keys of the requests it received."""
+    keys: list[str] = []
+    handler = type("Handler", (_Recorder,), {"keys": keys})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", keys
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
+    """No credentials anywhere: no AWS_* keys, no profile, empty config and credentials files."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    return tmp_path
+
+
+def _key_used(endpoint: tuple[str, list[str]], **store: str) -> str:
+    url, keys = endpoint
+    before = len(keys)
+    Store("t", endpoint_url=url, **store).client.list_tables()
+    assert len(keys) == before + 1
+    return keys[-1]
+
+
+def test_loopback_signs_with_the_credentials_file_not_the_fallback(
+    no_credentials, monkeypatch, local_endpoint
+):
+    # DynamoDB Local keeps tables per access key: the user's own key must be the one used.
+    creds = no_credentials / "credentials"
+    creds.write_text(
+        "[default]\naws_access_key_id = AKIDFROMFILE\naws_secret_access_key = s\n"
+        "[ci]\naws_access_key_id = AKIDFROMPROFILE\naws_secret_access_key = s\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    assert _key_used(local_endpoint) == "AKIDFROMFILE"
+    monkeypatch.setenv("AWS_PROFILE", "ci")
+    assert _key_used(local_endpoint) == "AKIDFROMPROFILE"
+
+
+def test_loopback_signs_with_env_credentials(no_credentials, monkeypatch, local_endpoint):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDFROMENV")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    assert _key_used(local_endpoint) == "AKIDFROMENV"
+
+
+def test_loopback_without_credentials_uses_a_key_dynamodb_local_accepts(
+    no_credentials, local_endpoint
+):
+    key = _key_used(local_endpoint)
+    assert key == LOCAL_ACCESS_KEY
+    assert key.isalnum() and key.isascii()  # DynamoDB Local refuses anything else
+
+
+def test_loopback_never_asks_the_instance_metadata_service(
+    no_credentials, monkeypatch, local_endpoint
+):
+    # A metadata service that accepts connections and never answers, as where 169.254.169.254
+    # is routed but silent: asking it would cost botocore two one-second timeouts.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    silent.settimeout(0)
+    monkeypatch.delenv("AWS_EC2_METADATA_DISABLED", raising=False)
+    monkeypatch.setenv(
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}/"
+    )
+    try:
+        start = time.monotonic()
+        assert _key_used(local_endpoint) == LOCAL_ACCESS_KEY
+        elapsed = time.monotonic() - start
+        with pytest.raises(BlockingIOError):
+            silent.accept()  # nobody connected
+    finally:
+        silent.close()
+    assert elapsed < 1.5, f"took {elapsed:.2f}s"  # asking it would take 2 s
