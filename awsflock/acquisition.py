@@ -120,9 +120,10 @@ class Acquisition:
             self.unsettled.pop(lease_id, None)
             raise
         self.error = None
-        if not outcome.applied:
+        if not outcome.applied and not store.earlier_try_may_have_applied():
             # Whatever the item shows, this id holds nothing now (a try of it that landed
-            # earlier is found below by its id).
+            # earlier is found below by its id). Only a try that failed in transit could still
+            # land later; then the id stays unsettled.
             self.unsettled.pop(lease_id, None)
         return self._look(outcome, lease_id)
 
@@ -197,8 +198,25 @@ class Acquisition:
             format_seconds(max(left, 0.0)),
             extra={"event": "grant_given_up", "lock_id": self.lock_id, "slot": slot},
         )
-        self._release(lease_id, slot)
+        with self.table.store.budget(self._cleanup_end()):
+            self._release(lease_id, slot)
+        # If the wait ends now, say what happened: not "busy" (it was our own grant).
+        self.holder = None
+        self.error = errors.EndpointUnreachable(
+            f"DynamoDB at {self.table.store.where()} answered too late: the lease it granted "
+            f"had only {format_seconds(max(left, 0.0))} left, and was given back",
+            hint="retry; if it keeps happening, check the network or raise --request-timeout",
+        )
         return None
+
+    def _cleanup_end(self) -> float:
+        """When a clean-up release must be over: within the acquire's bound, if it has one."""
+        store = self.table.store
+        now = self.table.clock.monotonic()
+        end = now + store.request_timeout
+        if self.hard_end is not None:
+            end = max(min(end, self.hard_end), now + MIN_TRY)
+        return end
 
     # -- clean-up ------------------------------------------------------------------------------
 
@@ -211,10 +229,7 @@ class Acquisition:
         """Release every unsettled attempt but ``keep``. One that cannot be confirmed is named
         on stderr with the command that frees it."""
         store = self.table.store
-        now = self.table.clock.monotonic()
-        end = now + store.request_timeout
-        if self.hard_end is not None:
-            end = max(min(end, self.hard_end), now + MIN_TRY)
+        end = self._cleanup_end()
         for lease_id, slot in list(self.unsettled.items()):
             if lease_id == keep:
                 continue

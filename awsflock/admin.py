@@ -19,10 +19,11 @@ log = logging.getLogger("awsflock.admin")
 AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
 
 
-def audit_key(at_ms: int, action_id: str) -> str:
-    """An audit record's key: time and the action's id, never the lock name (a name may use
-    up DynamoDB's whole 2,048-byte key; the record names its lock in ``target``)."""
-    return f"{AUDIT_PREFIX}{at_ms:013d}#{action_id}"
+def audit_key(lease_id: str) -> str:
+    """The key of the audit record of the force-release of ``lease_id`` (a lease is ended by
+    force at most once). Never the lock name: a name may use up DynamoDB's whole 2,048-byte
+    key; the record names its lock in ``target``."""
+    return f"{AUDIT_PREFIX}force#{lease_id}"
 
 
 def default_actor(table: LockTable) -> str:
@@ -73,12 +74,14 @@ def force_release(
     now = table.clock.time()
     if record is not None and record.forced and (lease_id is None or record.lease_id == lease_id):
         # Force-released already, perhaps by an earlier run of this command whose answer was
-        # lost: make sure its audit record exists (written once, from the item's own record).
+        # lost: its audit record was written before it (written now if it is missing).
         _ensure_audit(table, lock_id, slot, record)
         raise errors.NotHeld(
             f"{what} is not held: it was {record.forced_text()} (audited)",
             hint="nothing more to do",
         )
+    if lease_id is not None and record is not None and record.lease_id != lease_id:
+        _settle_audit(table, lease_id, record)
     if record is None or record.released:
         raise errors.NotHeld(f"{what} is not held", hint="nothing to force-release")
     if lease_id is not None and record.lease_id != lease_id:
@@ -91,6 +94,10 @@ def force_release(
     who = actor or default_actor(table)
     action_id = os.urandom(8).hex()
     at_ms = round(now * 1000)
+    entry = _entry(lock_id, slot, record, who, reason, at_ms, action_id)
+    # On record before it can take effect: one record per lease, keyed by it, so a run whose
+    # answer was lost, its retries and its re-runs all come down to exactly one record.
+    table.store.put_audit(audit_key(record.lease_id), entry)
     try:
         outcome = table.store.force_release(
             lock_id,
@@ -105,19 +112,19 @@ def force_release(
     except errors.StoreError as exc:
         if exc.maybe_applied:
             exc.hint = (
-                "it may have been applied: run the same command again when DynamoDB answers "
-                "(it then says so, and writes the audit record)"
+                "it may have been applied: when DynamoDB answers, run `awsflock force-release "
+                f"{lock_id} --lease-id {record.lease_id} --reason ...` (it then says whether "
+                "it was; the audit record is written either way)"
             )
         raise
     if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
         after = outcome.record
+        table.store.delete_audit(audit_key(record.lease_id), action_id)
         raise errors.NotHeld(
             f"lock {lock_id!r} changed hands before the force-release "
             + (f"(now {after.describe(now)})" if after and not after.released else ""),
             hint="nothing was changed; check `awsflock status` again",
         )
-    entry = _entry(lock_id, slot, record, who, reason, at_ms)
-    key = audit_key(at_ms, action_id)
     log.info(
         "force-released %r (held by %s) for %s: %s",
         lock_id,
@@ -133,21 +140,20 @@ def force_release(
             "reason": reason,
         },
     )
-    try:
-        table.store.put_audit(key, entry)
-    except errors.AwsflockError as exc:
-        # The lock item itself records who and why (forced_by, forced_reason).
-        log.warning(
-            "the audit record was not written (%s); the lock item records the force-release",
-            exc.one_line(),
-        )
     return audit_view(entry)
 
 
 def _entry(
-    lock_id: str, slot: int | None, record: LockRecord, actor: str, reason: str, at_ms: int
+    lock_id: str,
+    slot: int | None,
+    record: LockRecord,
+    actor: str,
+    reason: str,
+    at_ms: int,
+    action_id: str,
 ) -> dict[str, Any]:
     return {
+        "action_id": action_id,
         "action": "force-release",
         "target": lock_id,
         "slot": slot,
@@ -162,11 +168,21 @@ def _entry(
 
 
 def _ensure_audit(table: LockTable, lock_id: str, slot: int | None, record: LockRecord) -> None:
-    """The audit record of the force-release that ended ``record``, written if missing."""
+    """The audit record of the force-release that ended ``record``, written if missing (from
+    what the item itself records)."""
     action_id = record.ended[len(ENDED_FORCED) :]
     at_ms = round((record.forced_at or record.expires_at) * 1000)
-    entry = _entry(lock_id, slot, record, record.forced_by, record.forced_reason, at_ms)
-    table.store.put_audit(audit_key(at_ms, action_id), entry)
+    entry = _entry(lock_id, slot, record, record.forced_by, record.forced_reason, at_ms, action_id)
+    table.store.put_audit(audit_key(record.lease_id), entry, replace=False)
+
+
+def _settle_audit(table: LockTable, lease_id: str, record: LockRecord) -> None:
+    """A force-release of ``lease_id`` named an earlier lease: if the item's history says that
+    lease ended otherwise (released, or taken over), an audit record an earlier run wrote for it
+    (before a force that never took effect) is removed."""
+    end = next((e for lease, e in record.history if lease == lease_id), None)
+    if end is not None and not end.startswith(ENDED_FORCED):
+        table.store.delete_audit(audit_key(lease_id), None)
 
 
 def _forced_by_us(record: LockRecord | None, lease_id: str, action_id: str) -> bool:
@@ -217,7 +233,7 @@ COMMAND_ACTIONS = {
     "run": ["UpdateItem", "GetItem"],
     "status": ["GetItem"],
     "list": ["DescribeTable", "Scan"],
-    "force-release": ["GetItem", "UpdateItem", "PutItem"],
+    "force-release": ["GetItem", "UpdateItem", "PutItem", "DeleteItem"],
     "audit": ["DescribeTable", "Scan"],
     "pool-resize": ["GetItem", "UpdateItem"],
 }

@@ -62,10 +62,18 @@ POOL_SIZE_AGREES = f"(#slots = :slots OR (attribute_not_exists(#slots) AND {FREE
 SLOT_IN_POOL = "#slots > :slot"
 
 
+def never_granted(p: str) -> str:
+    """``:lease`` is neither the current lease nor one of the remembered ones: a LEASE_ID is
+    granted at most once, so a duplicate of an acquire that lands late (after its lease was
+    released, or taken over up to three times) changes nothing."""
+    known = [f"#{p}lease"] + [f"#{p}{history_names(i)[0]}" for i in range(HISTORY)]
+    return "NOT (" + " OR ".join(f"{name} = :lease" for name in known) + ")"
+
+
 def acquire_condition(p: str) -> str:
     if not p:
-        return f"{FREE_PLAIN} AND {PLAIN_NOT_POOL}"
-    return f"{free_slot(p)} AND {POOL_SIZE_AGREES}"
+        return f"{FREE_PLAIN} AND {PLAIN_NOT_POOL} AND {never_granted(p)}"
+    return f"{free_slot(p)} AND {POOL_SIZE_AGREES} AND {never_granted(p)}"
 
 
 def acquire_update(p: str, holder_sets: list[str], holder_removes: list[str]) -> str:

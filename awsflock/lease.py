@@ -485,6 +485,10 @@ class LockTable:
         record = outcome.record
         if not outcome.applied:
             verdict = _verdict(outcome, lock_id, lease_id, "release", self.clock.time())
+            if outcome.lock is None and self.store.earlier_try_may_have_applied():
+                # An earlier try of this release landed unanswered, and the ended item has
+                # since been deleted by TTL: the release happened.
+                verdict = None
             if verdict is not None:
                 raise verdict
         event = self._event("released", lock_id, record)
@@ -510,7 +514,10 @@ def _verdict(
         return errors.NotHeld(f"lease {lease_id} does not hold {lock_id!r}: {why}", hint=hint)
 
     if outcome.lock is None:
-        return refused("there is no such lock", hint="check the lock name and --tablename")
+        return refused(
+            "there is no such lock (never taken, or ended and since deleted by TTL)",
+            hint="check the lock name and --tablename",
+        )
     slot = slot_of(lease_id)
     if slot is None and outcome.pool is not None:
         # A plain lease on an item that has become a pool: the plain lock's last state is

@@ -66,6 +66,7 @@ ACTIONS = {
     "force_release": "UpdateItem",
     "resize": "UpdateItem",
     "audit": "PutItem",
+    "audit_delete": "DeleteItem",
 }
 
 #: The default time one request may take, retries included, unless the caller's wait is longer.
@@ -325,6 +326,7 @@ class Store:
             end = start + self.request_timeout
         tries = 0
         maybe_applied = False
+        self._local.earlier_try_may_have_applied = False
         while True:
             tries += 1
             left = end - self.clock.monotonic()
@@ -334,6 +336,8 @@ class Store:
                     return self._try(call, timeout)
             except (errors.Throttled, errors.EndpointUnreachable) as err:
                 maybe_applied = maybe_applied or _may_have_applied(err.__cause__)
+                # Even if a later try is answered, this one may still be applied (late).
+                self._local.earlier_try_may_have_applied = maybe_applied
                 pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * _RNG.uniform(0.5, 1)
                 if self.clock.monotonic() + pause + MIN_TRY > end:
                     err.maybe_applied = maybe_applied
@@ -343,6 +347,11 @@ class Store:
                     )
                     raise
                 self.clock.sleep(pause)
+
+    def earlier_try_may_have_applied(self) -> bool:
+        """Whether the last call made by this thread had a failed try that may have reached
+        DynamoDB (it may land even after a later try was answered)."""
+        return bool(getattr(self._local, "earlier_try_may_have_applied", False))
 
     def _try(self, call: Callable[[], _T], timeout: float) -> _T:
         """One try, in a worker thread given ``timeout`` (plus a grace) of real time: botocore's
@@ -504,6 +513,10 @@ class Store:
                 hint="give a URL like http://127.0.0.1:8000 or "
                 "https://dynamodb.eu-west-1.amazonaws.com (--endpoint-url, AWSFLOCK_ENDPOINT_URL)",
             ) from exc
+
+    def where(self) -> str:
+        """The endpoint, for messages."""
+        return self._where()
 
     def _where(self) -> str:
         if self.endpoint_url:
@@ -697,27 +710,51 @@ class Store:
         )
         return outcome.applied
 
-    def put_audit(self, key: str, fields: dict[str, Any]) -> None:
-        """Write one audit record under ``key``, once: a retry whose first try landed (the key
-        exists already; keys are unique per action) changes nothing and is not an error."""
+    def put_audit(self, key: str, fields: dict[str, Any], *, replace: bool = True) -> None:
+        """Write one audit record under ``key``: replacing one of that key, or (``replace`` is
+        False) only if there is none."""
         from botocore.exceptions import ClientError
 
         item = {A_LOCK_ID: {"S": key}, A_KIND: {"S": "audit"}}
         item.update({k: to_attr(v) for k, v in fields.items() if v not in (None, "")})
+        extra: dict[str, Any] = {}
+        if not replace:
+            extra = {
+                "ConditionExpression": "attribute_not_exists(#k)",
+                "ExpressionAttributeNames": {"#k": A_LOCK_ID},
+            }
 
         def call() -> None:
             try:
-                self.client.put_item(
-                    TableName=self.table_name,
-                    Item=item,
-                    ConditionExpression="attribute_not_exists(#k)",
-                    ExpressionAttributeNames={"#k": A_LOCK_ID},
-                )
+                self.client.put_item(TableName=self.table_name, Item=item, **extra)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     raise
 
         self._send("audit", call)
+
+    def delete_audit(self, key: str, action_id: str | None) -> None:
+        """Remove the audit record ``key`` (only if written by ``action_id``, when given)."""
+        from botocore.exceptions import ClientError
+
+        extra: dict[str, Any] = {}
+        if action_id is not None:
+            extra = {
+                "ConditionExpression": "#a = :a",
+                "ExpressionAttributeNames": {"#a": "action_id"},
+                "ExpressionAttributeValues": {":a": {"S": action_id}},
+            }
+
+        def call() -> None:
+            try:
+                self.client.delete_item(
+                    TableName=self.table_name, Key={A_LOCK_ID: {"S": key}}, **extra
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+
+        self._send("audit_delete", call)
 
     def scan_items(self, prefix: str = "", page_size: int = 500) -> Iterator[dict[str, Any]]:
         """Every item as plain values, page by page."""
@@ -816,6 +853,20 @@ class Store:
             return True, item
 
         applied, item = self._send(operation, call)
+        in_transit = self.earlier_try_may_have_applied()
+        try:
+            return self._after_update(operation, applied, item, lock_id, slot)
+        finally:
+            self._local.earlier_try_may_have_applied = in_transit
+
+    def _after_update(
+        self,
+        operation: str,
+        applied: bool,
+        item: dict[str, Any] | None,
+        lock_id: str,
+        slot: int | None,
+    ) -> Outcome:
         if applied:
             return self._outcome(True, item, lock_id, slot)
         if item:

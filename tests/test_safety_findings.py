@@ -477,12 +477,12 @@ def test_a_release_retried_after_the_lock_became_a_pool_is_recognised(make_table
     table.release_lease("conv", lease.lease_id)  # the retry: done, not "not held"
 
 
-def test_force_release_run_again_after_a_lost_answer_writes_the_audit_record(
+def test_force_release_whose_answers_are_all_lost_is_audited_once_and_says_so_on_a_rerun(
     make_table, moto, clock
 ):
     lease = make_table("a").acquire("d1", lease=600, wait=0)
-    # The force-release lands; every answer after it is lost (the command exits 1).
-    client = LosingClient(moto, lambda op, n: op in ("update_item", "put_item"), errors_too=True)
+    # The force-release lands; every answer to it is lost (the command exits 1).
+    client = LosingClient(moto, lambda op, n: op == "update_item", errors_too=True)
     with pytest.raises(errors.EndpointUnreachable) as caught:
         force_release(
             make_table("op", client=client),
@@ -491,11 +491,145 @@ def test_force_release_run_again_after_a_lost_answer_writes_the_audit_record(
             lease_id=lease.lease_id,
             actor="ana",
         )
-    assert "may have been applied" in caught.value.one_line()
-    assert audit_records(make_table("op"), "d1") == []
-    # Run again: it says so, and the audit record exists, once.
-    for _ in range(2):
+    assert f"--lease-id {lease.lease_id}" in caught.value.one_line()
+    assert len(audit_records(make_table("op"), "d1")) == 1  # written before the lease was ended
+    for _ in range(2):  # run again: it says so; still one record
         with pytest.raises(errors.NotHeld, match=r"force-released by ana .* \(audited\)"):
             force_release(make_table("op"), "d1", reason="again", lease_id=lease.lease_id)
     records = audit_records(make_table("op"), "d1")
     assert len(records) == 1 and records[0]["reason"] == "why"
+
+
+def test_force_release_rerun_after_a_hand_off_keeps_one_record_and_spares_the_new_holder(
+    make_table, moto, clock
+):
+    lease = make_table("a").acquire("f1", lease=600, wait=0)
+    client = LosingClient(moto, lambda op, n: op == "update_item", errors_too=True)
+    with pytest.raises(errors.EndpointUnreachable):
+        force_release(
+            make_table("op", client=client),
+            "f1",
+            reason="why",
+            lease_id=lease.lease_id,
+            actor="ana",
+        )
+    newcomer = make_table("w").acquire("f1", lease=600, wait=0)  # takes the freed lock
+    with pytest.raises(errors.NotHeld, match="no longer holds"):
+        force_release(make_table("op"), "f1", reason="why", lease_id=lease.lease_id, actor="ana")
+    records = audit_records(make_table("op"), "f1")
+    assert [r["lease_id"] for r in records] == [lease.lease_id]
+    newcomer.renew()  # untouched
+
+
+def test_a_force_release_that_did_not_take_effect_leaves_no_audit_record(make_table, moto):
+    lease = make_table("a").acquire("f0", lease=600, wait=0)
+    operator = make_table("op")
+    real = operator.store.force_release
+
+    def holder_releases_first(*args, **kwargs):
+        lease.release()  # the holder releases just before the operator's write lands
+        return real(*args, **kwargs)
+
+    operator.store.force_release = holder_releases_first  # type: ignore[method-assign]
+    with pytest.raises(errors.NotHeld, match="changed hands"):
+        force_release(operator, "f0", reason="why", lease_id=lease.lease_id, actor="ana")
+    assert audit_records(operator, "f0") == []
+
+
+# -- found by the second adversarial review -------------------------------------------------------
+
+
+class ScriptedClient(CountingClient):
+    """UpdateItem calls go through ``script(n, call)``, which decides what the nth does."""
+
+    def __init__(self, client: Any, script: Any) -> None:
+        super().__init__(client)
+        self.script = script
+        self.n = 0
+
+    def __getattr__(self, name: str) -> Any:
+        inner = super().__getattr__(name)
+        if name != "update_item":
+            return inner
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.n += 1
+            return self.script(self.n, lambda: inner(*args, **kwargs), kwargs)
+
+        return call
+
+
+def test_giving_back_a_late_grant_keeps_the_deadline_and_is_not_called_busy(make_table, moto):
+    from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+    clock = ScheduledClock()
+    start = clock.time()
+
+    def script(n: int, send: Any, kwargs: Any) -> Any:
+        if n == 1:
+            send()  # the grant lands; its answer is lost
+            raise ReadTimeoutError(endpoint_url="http://lost")
+        if clock.time() < start + 1.5:  # then the endpoint is down until the lease is half gone
+            raise EndpointConnectionError(endpoint_url="http://down")
+        return send()
+
+    table = make_table("a", client=ScriptedClient(moto, script), clock=clock)
+    with pytest.raises(errors.EndpointUnreachable, match="answered too late"):
+        table.acquire("f2", lease=2, wait=0)
+    assert clock.time() - start <= 0 + 5  # --no-wait: within one request timeout
+    assert make_table("b", clock=clock).acquire("f2", lease=2, wait=0)  # it was given back
+
+
+def test_a_try_that_may_land_after_a_later_try_was_answered_is_not_forgotten(
+    make_table, moto, caplog
+):
+    from botocore.exceptions import ConnectionClosedError
+
+    holder = make_table("h").acquire("f3", lease=60, wait=0)
+    late: list[Any] = []
+
+    def script(n: int, send: Any, kwargs: Any) -> Any:
+        if n == 1:  # reset at once, but the request is still inside the service
+            late.append(send)
+            raise ConnectionClosedError(endpoint_url="http://reset")
+        return send()
+
+    with pytest.raises(errors.LockBusy):
+        make_table("a", client=ScriptedClient(moto, script)).acquire("f3", lease=600, wait=0)
+    holder.release()
+    late[0]()  # it lands now, granting a lease nobody knows...
+    granted = make_table("x").store.get("f3")
+    assert granted is not None and not granted.released
+    # ...but it was named on stderr with the command that frees it.
+    named = [r.getMessage() for r in caplog.records if "may have been granted" in r.getMessage()]
+    assert named and granted.lease_id in named[0]
+
+
+def test_a_release_whose_item_ttl_deleted_before_the_retry_is_a_success(make_table, moto):
+    from botocore.exceptions import ReadTimeoutError
+
+    lease = make_table("a").acquire("f4", lease=60, wait=0)
+
+    def script(n: int, send: Any, kwargs: Any) -> Any:
+        if n == 1:
+            send()  # the release lands; TTL deletes the ended item; the answer is lost
+            moto.delete_item(TableName=TABLE, Key={"lock_id": {"S": "f4"}})
+            raise ReadTimeoutError(endpoint_url="http://lost")
+        return send()
+
+    make_table("a", client=ScriptedClient(moto, script)).release_lease("f4", lease.lease_id)
+
+
+def test_a_lease_id_is_granted_at_most_once(make_table, moto):
+    # A duplicate of an acquire that lands after its lease was released changes nothing.
+    lease = make_table("a").acquire("once", lease=60, wait=0)
+    lease.release()
+    again = Store(TABLE, moto).try_acquire(
+        "once",
+        lease_id=lease.lease_id,
+        identity=Identity(owner="a"),
+        now_ms=round(lease.table.clock.time() * 1000),
+        lease_ms=60_000,
+        skew_ms=5000,
+    )
+    assert not again.applied
