@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from awsflock.errors import (
         AccessDenied,
         AwsflockError,
+        Cancelled,
         ConfigurationError,
         CredentialsError,
         EndpointUnreachable,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "AccessDenied": "errors",
     "AwsflockError": "errors",
+    "Cancelled": "errors",
     "Clock": "clock",
     "ConfigurationError": "errors",
     "CredentialsError": "errors",
@@ -60,6 +62,7 @@ _WHERE = {
 __all__ = [
     "AccessDenied",
     "AwsflockError",
+    "Cancelled",
     "Clock",
     "ConfigurationError",
     "CredentialsError",
