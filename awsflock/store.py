@@ -646,21 +646,15 @@ class Store:
         self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
     ) -> Outcome:
         """End our lease, keeping the item (and its fencing counter)."""
-        values = {
-            "lease": lease_id,
-            "version": new_version(),
-            "ended": ENDED_RELEASED,
-            "now_ms": now_ms,
-            "ttl": expiration_seconds(now_ms + skew_ms),
-        }
-        p = slot_prefix(slot)
-        return self._conditional_update(
+        return self._end(
             "release",
+            expressions.release_update,
             lock_id,
-            expressions.release_update(p),
-            expressions.release_condition(p),
-            values,
-            slot,
+            lease_id,
+            ENDED_RELEASED,
+            now_ms=now_ms,
+            skew_ms=skew_ms,
+            slot=slot,
         )
 
     def force_release(
@@ -676,23 +670,44 @@ class Store:
         slot: int | None = None,
     ) -> Outcome:
         """End ``lease_id`` whoever holds it, recording who, why, and this action's id."""
+        return self._end(
+            "force_release",
+            expressions.force_update,
+            lock_id,
+            lease_id,
+            ENDED_FORCED + force_id,
+            now_ms=now_ms,
+            skew_ms=skew_ms,
+            slot=slot,
+            actor=actor,
+            reason=reason,
+        )
+
+    def _end(
+        self,
+        operation: str,
+        update: Callable[[str], str],
+        lock_id: str,
+        lease_id: str,
+        ended: str,
+        *,
+        now_ms: int,
+        skew_ms: int,
+        slot: int | None,
+        **extra: Any,
+    ) -> Outcome:
+        """Release and force-release: one write ending the lease, marked ``ended``."""
         values = {
             "lease": lease_id,
             "version": new_version(),
-            "ended": ENDED_FORCED + force_id,
+            "ended": ended,
             "now_ms": now_ms,
             "ttl": expiration_seconds(now_ms + skew_ms),
-            "actor": actor,
-            "reason": reason,
+            **extra,
         }
         p = slot_prefix(slot)
         return self._conditional_update(
-            "force_release",
-            lock_id,
-            expressions.force_update(p),
-            expressions.release_condition(p),
-            values,
-            slot,
+            operation, lock_id, update(p), expressions.release_condition(p), values, slot
         )
 
     def resize_pool(
