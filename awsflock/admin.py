@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from awsflock import errors
 from awsflock.items import ENDED_FORCED
 from awsflock.records import RESERVED_PREFIX, LockRecord, iso_utc
+from awsflock.store import AUDIT_VOID
 
 if TYPE_CHECKING:
     from awsflock.lease import LockTable
@@ -119,7 +120,7 @@ def force_release(
         raise
     if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
         after = outcome.record
-        table.store.delete_audit(audit_key(record.lease_id), action_id)
+        table.store.void_audit(audit_key(record.lease_id), action_id)
         raise errors.NotHeld(
             f"lock {lock_id!r} changed hands before the force-release "
             + (f"(now {after.describe(now)})" if after and not after.released else ""),
@@ -179,10 +180,10 @@ def _ensure_audit(table: LockTable, lock_id: str, slot: int | None, record: Lock
 def _settle_audit(table: LockTable, lease_id: str, record: LockRecord) -> None:
     """A force-release of ``lease_id`` named an earlier lease: if the item's history says that
     lease ended otherwise (released, or taken over), an audit record an earlier run wrote for it
-    (before a force that never took effect) is removed."""
+    (before a force that never took effect) is marked as not applied."""
     end = next((e for lease, e in record.history if lease == lease_id), None)
     if end is not None and not end.startswith(ENDED_FORCED):
-        table.store.delete_audit(audit_key(lease_id), None)
+        table.store.void_audit(audit_key(lease_id), None)
 
 
 def _forced_by_us(record: LockRecord | None, lease_id: str, action_id: str) -> bool:
@@ -217,7 +218,7 @@ def audit_records(table: LockTable, lock_id: str = "") -> list[dict[str, Any]]:
     entries = [
         audit_view(e)
         for e in table.store.scan_items(AUDIT_PREFIX)
-        if not lock_id or e.get("target") == lock_id
+        if (not lock_id or e.get("target") == lock_id) and e.get("status") != AUDIT_VOID
     ]
     return sorted(entries, key=lambda e: e["at"] or "")
 
@@ -233,7 +234,7 @@ COMMAND_ACTIONS = {
     "run": ["UpdateItem", "GetItem"],
     "status": ["GetItem"],
     "list": ["DescribeTable", "Scan"],
-    "force-release": ["GetItem", "UpdateItem", "PutItem", "DeleteItem"],
+    "force-release": ["GetItem", "UpdateItem", "PutItem"],
     "audit": ["DescribeTable", "Scan"],
     "pool-resize": ["GetItem", "UpdateItem"],
 }

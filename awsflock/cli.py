@@ -625,7 +625,7 @@ def force_release_command(
     going up. The holder's next renewal fails (`awsflock run` stops its command).
 
     \b
-    IAM: dynamodb:GetItem, UpdateItem, PutItem and DeleteItem (the audit record).
+    IAM: dynamodb:GetItem, UpdateItem, PutItem (the audit record).
     """
     from awsflock.admin import force_release
 

@@ -66,9 +66,11 @@ ACTIONS = {
     "force_release": "UpdateItem",
     "resize": "UpdateItem",
     "audit": "PutItem",
-    "audit_delete": "DeleteItem",
+    "audit_void": "UpdateItem",
 }
 
+#: An audit record's status once the action it describes turned out not to take effect.
+AUDIT_VOID = "not_applied"
 #: The default time one request may take, retries included, unless the caller's wait is longer.
 DEFAULT_REQUEST_TIMEOUT = 5.0
 #: No try is started with less time than this left.
@@ -748,28 +750,33 @@ class Store:
 
         self._send("audit", call)
 
-    def delete_audit(self, key: str, action_id: str | None) -> None:
-        """Remove the audit record ``key`` (only if written by ``action_id``, when given)."""
+    def void_audit(self, key: str, action_id: str | None) -> None:
+        """Mark the audit record ``key`` as describing an action that did not take effect (only
+        if written by ``action_id``, when given). UpdateItem, so no DeleteItem is needed."""
         from botocore.exceptions import ClientError
 
-        extra: dict[str, Any] = {}
+        condition = "attribute_exists(#k)" + ("" if action_id is None else " AND #a = :a")
+        values: dict[str, Any] = {":v": {"S": AUDIT_VOID}}
+        names = {"#k": A_LOCK_ID, "#s": "status"}
         if action_id is not None:
-            extra = {
-                "ConditionExpression": "#a = :a",
-                "ExpressionAttributeNames": {"#a": "action_id"},
-                "ExpressionAttributeValues": {":a": {"S": action_id}},
-            }
+            names["#a"] = "action_id"
+            values[":a"] = {"S": action_id}
 
         def call() -> None:
             try:
-                self.client.delete_item(
-                    TableName=self.table_name, Key={A_LOCK_ID: {"S": key}}, **extra
+                self.client.update_item(
+                    TableName=self.table_name,
+                    Key={A_LOCK_ID: {"S": key}},
+                    UpdateExpression="SET #s = :v",
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
                 )
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                     raise
 
-        self._send("audit_delete", call)
+        self._send("audit_void", call)
 
     def scan_items(self, prefix: str = "", page_size: int = 500) -> Iterator[dict[str, Any]]:
         """Every item as plain values, page by page."""
