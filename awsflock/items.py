@@ -5,10 +5,10 @@ One item per lock name, keyed by the name. ``lease_id``, ``owner``, ``lease_dura
 reads and writes; the others are ours, and a 0.2.0 client that overwrites an item drops them.
 
 - ``lease``: the LEASE_ID of the current (or last) lease, stable across renewals.
-- ``lease_id``: what 0.2.0 compares before it overwrites an expired lease. We write the LEASE_ID
-  there when a lease is granted and a fresh random value on every other write (renew, release,
-  force-release), so a 0.2.0 client that read the item before any of our writes cannot then
-  overwrite it: its condition no longer holds.
+- ``lease_id``: what 0.2.0 compares before it overwrites (reclaims, renews) or deletes
+  (releases) a lease. We write a fresh random value there on every write, never the LEASE_ID,
+  so a 0.2.0 client that read the item before any of our writes cannot then overwrite it (its
+  condition no longer holds), and can never delete an item of ours. A pool's item has none.
 - ``ended``: how the current lease ended: ``released`` by its holder or ``forced:ID`` by an
   operator; absent while it runs (or after it expired).
 - ``h0_lease``/``h0_end`` ... ``h2_*``: the last three leases and how each ended, shifted on

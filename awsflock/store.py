@@ -151,14 +151,6 @@ class Outcome:
             return None if self.pool is not None else self.lock
         return self.pool.slots.get(self.slot) if self.pool is not None else None
 
-    @property
-    def granted(self) -> bool:
-        return self.applied
-
-
-#: Kept for readers of earlier versions: an acquire's outcome.
-Attempt = Outcome
-
 
 def new_version() -> str:
     """A fresh value for ``lease_id``: awsflock 0.2.0's compare-and-swap changes with it."""
@@ -939,10 +931,6 @@ class Store:
             if not last:
                 return
             kwargs["ExclusiveStartKey"] = last
-
-
-class _ConditionFailed(Exception):
-    pass
 
 
 def _may_have_applied(cause: BaseException | None) -> bool:
