@@ -63,6 +63,8 @@ class Acquisition:
         self.hard_end: float | None = None
         #: The caller has been told the lock is contended / an attempt failed.
         self.told = self.warned = False
+        #: The last step gave back a grant that arrived with too little of its lease left.
+        self.late_grant = False
         self.holder: LockRecord | None = None
         self.error: errors.AwsflockError | None = None
         self.slot = table.rng.randrange(size) if size else None
@@ -120,6 +122,7 @@ class Acquisition:
             self.unsettled.pop(lease_id, None)
             raise
         self.error = None
+        self.late_grant = False
         if not outcome.applied and not store.earlier_try_may_have_applied():
             # Whatever the item shows, this id holds nothing now (a try of it that landed
             # earlier is found below by its id). Only a try that failed in transit could still
@@ -202,6 +205,7 @@ class Acquisition:
             self._release(lease_id, slot)
         # If the wait ends now, say what happened: not "busy" (it was our own grant).
         self.holder = None
+        self.late_grant = True
         self.error = errors.EndpointUnreachable(
             f"DynamoDB at {self.table.store.where()} answered too late: the lease it granted "
             f"had only {format_seconds(max(left, 0.0))} left, and was given back",

@@ -271,9 +271,15 @@ class LockTable:
 
     def _log_retry(self, lock_id: str, run: Acquisition) -> None:
         assert run.error is not None
-        first, run.warned = not run.warned, True
+        # A grant given back for arriving late is said at INFO: the wait goes on, and it is
+        # an error only if the wait ends on it. Other errors: a warning the first time.
+        if run.late_grant:
+            level = logging.INFO
+        else:
+            level = logging.DEBUG if run.warned else logging.WARNING
+            run.warned = True
         log.log(
-            logging.WARNING if first else logging.DEBUG,
+            level,
             "acquire of %r: %s; still trying",
             lock_id,
             run.error.one_line(),

@@ -337,7 +337,9 @@ def _release_quietly(hold: Hold) -> bool:
         end = hold.clock.monotonic() + min(store.request_timeout, RELEASE_AFTER_LOSS)
         with contextlib.suppress(errors.AwsflockError), store.budget(end):
             hold.stop(join_timeout=0.5)
-        return True
+        # Lost while CMD ran (it may have finished just before awsflock noticed): its work was
+        # not all protected, which 124 says; its own status would hide it.
+        return False
     try:
         hold.stop()
     except errors.LeaseLost as exc:

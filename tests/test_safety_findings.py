@@ -633,3 +633,17 @@ def test_a_lease_id_is_granted_at_most_once(make_table, moto):
         skew_ms=5000,
     )
     assert not again.applied
+
+
+def test_a_loss_noticed_just_after_the_command_finished_still_exits_124(make_table):
+    # The chaos checker caught this: a force-release during the command, noticed by the
+    # heartbeat as the command exited 0, and `run` then exited 0 as if all was well.
+    from awsflock.runner import EXIT_LOST, RunOptions, _release_quietly
+
+    table = make_table("a")
+    held = table.hold("late-loss", lease=60)
+    held.start()
+    force_release(table, "late-loss", reason="x", lease_id=held.lease_id, actor="ana")
+    held._lose("renewal refused: force-released")
+    assert _release_quietly(held) is False
+    assert EXIT_LOST == 124 and RunOptions().lease == 60
