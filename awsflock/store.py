@@ -319,7 +319,6 @@ class Store:
         if end is None:
             end = start + self.request_timeout
         tries = 0
-        maybe_applied = False
         self._local.earlier_try_may_have_applied = False
         while True:
             tries += 1
@@ -329,12 +328,12 @@ class Store:
                 with self.translate_errors(operation):
                     return self._try(call, timeout)
             except (errors.Throttled, errors.EndpointUnreachable) as err:
-                maybe_applied = maybe_applied or _may_have_applied(err.__cause__)
                 # Even if a later try is answered, this one may still be applied (late).
-                self._local.earlier_try_may_have_applied = maybe_applied
+                if _may_have_applied(err.__cause__):
+                    self._local.earlier_try_may_have_applied = True
                 pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * _RNG.uniform(0.5, 1)
                 if self.clock.monotonic() + pause + MIN_TRY > end:
-                    err.maybe_applied = maybe_applied
+                    err.maybe_applied = self.earlier_try_may_have_applied()
                     took = self.clock.monotonic() - start
                     err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in " + (
                         f"{took:.1f}s)"
