@@ -27,45 +27,56 @@ if TYPE_CHECKING:
         Throttled,
         UsageError,
     )
-    from awsflock.fencing import StaleToken, fenced_update
-    from awsflock.heartbeat import Hold
+    from awsflock.hold.heartbeat import Hold
     from awsflock.lease import Lease, LockTable
-    from awsflock.records import Identity, LockRecord
+    from awsflock.protocol import Attempt, LockStore, Outcome
+    from awsflock.records import Identity, LockRecord, Pool
+    from awsflock.stores.dynamodb import DynamoDBStore
+    from awsflock.stores.dynamodb.fencing import StaleToken, fenced_update
+    from awsflock.stores.memory import MemoryStore
 
 _WHERE = {
     "AccessDenied": "errors",
     "AwsflockError": "errors",
     "Cancelled": "errors",
     "Clock": "clock",
+    "Attempt": "protocol",
     "ConfigurationError": "errors",
     "CredentialsError": "errors",
+    "DynamoDBStore": "stores.dynamodb",
     "EndpointUnreachable": "errors",
     "FakeClock": "clock",
-    "Hold": "heartbeat",
+    "Hold": "hold.heartbeat",
     "Identity": "records",
     "Lease": "lease",
     "LeaseLost": "errors",
     "LockBusy": "errors",
     "LockRecord": "records",
+    "LockStore": "protocol",
     "LockTable": "lease",
+    "MemoryStore": "stores.memory",
     "NotHeld": "errors",
-    "StaleToken": "fencing",
+    "Outcome": "protocol",
+    "Pool": "records",
+    "StaleToken": "stores.dynamodb.fencing",
     "StoreError": "errors",
     "SystemClock": "clock",
     "TableIncompatible": "errors",
     "TableMissing": "errors",
     "Throttled": "errors",
     "UsageError": "errors",
-    "fenced_update": "fencing",
+    "fenced_update": "stores.dynamodb.fencing",
 }
 
 __all__ = [
     "AccessDenied",
+    "Attempt",
     "AwsflockError",
     "Cancelled",
     "Clock",
     "ConfigurationError",
     "CredentialsError",
+    "DynamoDBStore",
     "EndpointUnreachable",
     "FakeClock",
     "Hold",
@@ -74,8 +85,12 @@ __all__ = [
     "LeaseLost",
     "LockBusy",
     "LockRecord",
+    "LockStore",
     "LockTable",
+    "MemoryStore",
     "NotHeld",
+    "Outcome",
+    "Pool",
     "StaleToken",
     "StoreError",
     "SystemClock",

@@ -1,4 +1,4 @@
-"""One acquisition of a lock, attempt by attempt; the wait loop around it is ``LockTable.acquire``.
+"""One acquisition of a lock, attempt by attempt; the wait loop around it is ``awsflock.waiting``.
 
 Every attempt sends a fresh LEASE_ID, so a grant of an earlier attempt whose answer was lost is
 never renewed by a later one under the same id (which an awsflock 0.2.0 client could then race
@@ -15,17 +15,17 @@ with). The acquisition remembers every id it sent:
 from __future__ import annotations
 
 import logging
+import random
 import uuid
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
 from awsflock import errors
-from awsflock.durations import format_seconds
-from awsflock.records import Identity, LockRecord, iso_utc
-from awsflock.store import MIN_TRY
-
-if TYPE_CHECKING:
-    from awsflock.lease import Lease, LockTable
-    from awsflock.store import Outcome
+from awsflock.clock import Clock
+from awsflock.names import slot_of
+from awsflock.protocol import MIN_TRY, Attempt, LockStore, Outcome
+from awsflock.records import Identity, LockRecord
+from awsflock.text import format_seconds, iso_utc
 
 log = logging.getLogger("awsflock.lease")
 
@@ -33,9 +33,32 @@ log = logging.getLogger("awsflock.lease")
 MIN_LEFT = 0.5
 
 
+def event_fields(name: str, lock_id: str, record: LockRecord | None) -> dict[str, Any]:
+    """Fields of a log event (the JSON format drops lease_id unless at debug level)."""
+    data: dict[str, Any] = {"event": name, "lock_id": lock_id}
+    if record is not None:
+        data["owner"] = record.owner
+        data["fencing_token"] = record.fencing_token
+        data["lease_id"] = record.lease_id
+        if slot_of(record.lease_id) is not None:
+            data["slot"] = slot_of(record.lease_id)
+    return data
+
+
 def new_lease_id() -> str:
     """An unguessable LEASE_ID: uuid4 takes its 122 random bits from os.urandom."""
     return str(uuid.uuid4())
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A lease an acquisition holds: its LEASE_ID and the record as the store wrote it."""
+
+    lease_id: str
+    record: LockRecord
+    slot: int | None
+    attempts: int
+    waited: float
 
 
 class Acquisition:
@@ -43,13 +66,20 @@ class Acquisition:
 
     def __init__(
         self,
-        table: LockTable,
+        store: LockStore,
         lock_id: str,
         lease_s: float,
         identity: Identity,
         size: int | None,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        skew: float,
     ) -> None:
-        self.table = table
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self.skew = skew
         self.lock_id = lock_id
         self.lease_s = lease_s
         self.identity = identity
@@ -58,7 +88,7 @@ class Acquisition:
         #: Sent, maybe granted, not known to be released: LEASE_ID -> slot.
         self.unsettled: dict[str, int | None] = {}
         self.attempts = 0
-        self.start = table.clock.monotonic()
+        self.start = clock.monotonic()
         #: Monotonic time by which everything, clean-up included, is over (None: no limit).
         self.hard_end: float | None = None
         #: The caller has been told the lock is contended / an attempt failed.
@@ -67,15 +97,15 @@ class Acquisition:
         self.late_grant = False
         self.holder: LockRecord | None = None
         self.error: errors.AwsflockError | None = None
-        self.slot = table.rng.randrange(size) if size else None
+        self.slot = rng.randrange(size) if size else None
         #: Pool probes in a row without sleeping (another free slot is tried at once).
         self.quick = 0
 
     # -- one attempt ---------------------------------------------------------------------------
 
-    def step(self) -> Lease | None:
-        """Send one attempt. The lease if we hold one now; else None (``holder`` and ``error``
-        say why)."""
+    def step(self) -> Grant | None:
+        """Send one attempt. The grant if we hold the lock now; else None (``holder`` and
+        ``error`` say why)."""
         self.attempts += 1
         slot = self.slot
         lease_id = new_lease_id() + ("" if slot is None else f".{slot}")
@@ -93,26 +123,26 @@ class Acquisition:
         )
         self.sent.add(lease_id)
         self.unsettled[lease_id] = slot
-        store = self.table.store
-        end = self.table.clock.monotonic() + store.request_timeout
+        store = self.store
+        end = self.clock.monotonic() + store.request_timeout
         if self.hard_end is not None:
             # Leave time to release an attempt that may have landed unanswered.
             end = min(end, self.hard_end - min(1.0, store.request_timeout / 4))
         try:
             with store.budget(end):
-                outcome = store.try_acquire(
-                    self.lock_id,
+                attempt = Attempt(
                     lease_id=lease_id,
                     identity=self.identity,
-                    now_ms=self.table.now_ms(),
+                    now_ms=self._now_ms(),
                     lease_ms=round(self.lease_s * 1000),
-                    skew_ms=round(self.table.skew * 1000),
+                    skew_ms=round(self.skew * 1000),
                     slot=slot,
                     slots=self.size,
                 )
+                outcome = store.take(self.lock_id, attempt)
         except (errors.Throttled, errors.EndpointUnreachable) as err:
             # Transient: the caller keeps trying within its wait. Unless no try of it can have
-            # reached DynamoDB, its outcome is unknown.
+            # reached the store, its outcome is unknown.
             self.error = err
             if not err.maybe_applied:
                 self.unsettled.pop(lease_id, None)
@@ -123,19 +153,22 @@ class Acquisition:
             raise
         self.error = None
         self.late_grant = False
-        if not outcome.applied and not store.earlier_try_may_have_applied():
+        if not outcome.applied and not outcome.in_doubt:
             # Whatever the item shows, this id holds nothing now (a try of it that landed
             # earlier is found below by its id). Only a try that failed in transit could still
             # land later; then the id stays unsettled.
             self.unsettled.pop(lease_id, None)
         return self._look(outcome, lease_id)
 
-    def _look(self, outcome: Outcome, lease_id: str) -> Lease | None:
+    def _now_ms(self) -> int:
+        return round(self.clock.time() * 1000)
+
+    def _look(self, outcome: Outcome, lease_id: str) -> Grant | None:
         if self.size is None:
             return self._look_plain(outcome, lease_id)
         return self._look_pool(outcome, lease_id)
 
-    def _look_plain(self, outcome: Outcome, lease_id: str) -> Lease | None:
+    def _look_plain(self, outcome: Outcome, lease_id: str) -> Grant | None:
         if outcome.pool is not None:
             raise errors.ConfigurationError(
                 f"{self.lock_id!r} is a pool of {outcome.pool.size} slots, but this holder asked "
@@ -148,14 +181,14 @@ class Acquisition:
         self.holder = record
         return None
 
-    def _look_pool(self, outcome: Outcome, lease_id: str) -> Lease | None:
+    def _look_pool(self, outcome: Outcome, lease_id: str) -> Grant | None:
         assert self.size is not None
         pool = outcome.pool
         if pool is None:
             if outcome.lock is not None:
                 raise errors.ConfigurationError(
                     f"{self.lock_id!r} is a plain lock (held by "
-                    f"{outcome.lock.describe(self.table.clock.time())}), but this holder asked "
+                    f"{outcome.lock.describe(self.clock.time())}), but this holder asked "
                     f"for a pool of {self.size} slots",
                     hint="use the same --slots (slots=) as every other holder of it",
                 )
@@ -174,40 +207,40 @@ class Acquisition:
                     return lease
         held = [r for r in pool.slots.values() if not r.released]
         self.holder = min(held, key=lambda r: r.expires_at) if held else None
-        free = pool.free_slots(self.size, self.table.clock.time(), self.table.skew)
+        free = pool.free_slots(self.size, self.clock.time(), self.skew)
         if free and self.quick < self.size:
             self.quick += 1
-            self.slot = self.table.rng.choice(free)
+            self.slot = self.rng.choice(free)
         else:
             self.quick = 0
-            self.slot = self.table.rng.randrange(self.size)
+            self.slot = self.rng.randrange(self.size)
         return None
 
     def wants_retry_now(self) -> bool:
         """A pool probe found another free slot: try it without sleeping."""
         return self.size is not None and self.quick > 0 and self.error is None
 
-    def _keep_or_give_up(self, record: LockRecord, lease_id: str, slot: int | None) -> Lease | None:
+    def _keep_or_give_up(self, record: LockRecord, lease_id: str, slot: int | None) -> Grant | None:
         """Our own grant: keep it if enough of the lease is left, else give it up."""
         self.unsettled[lease_id] = slot
-        left = record.expires_at - self.table.clock.time()
+        left = record.expires_at - self.clock.time()
         if left >= self.lease_s * MIN_LEFT:
             self.unsettled.pop(lease_id, None)
-            waited = self.table.clock.monotonic() - self.start
-            return self.table._granted(self.lock_id, lease_id, record, self.attempts, slot, waited)
+            waited = self.clock.monotonic() - self.start
+            return Grant(lease_id, record, slot, self.attempts, waited)
         log.info(
             "a grant of %r from an earlier attempt has only %s of its lease left; giving it up",
             self.lock_id,
             format_seconds(max(left, 0.0)),
             extra={"event": "grant_given_up", "lock_id": self.lock_id, "slot": slot},
         )
-        with self.table.store.budget(self._cleanup_end()):
+        with self.store.budget(self._cleanup_end()):
             self._release(lease_id, slot)
         # If the wait ends now, say what happened: not "busy" (it was our own grant).
         self.holder = None
         self.late_grant = True
         self.error = errors.EndpointUnreachable(
-            f"DynamoDB at {self.table.store.where()} answered too late: the lease it granted "
+            f"{self.store.where()} answered too late: the lease it granted "
             f"had only {format_seconds(max(left, 0.0))} left, and was given back",
             hint="retry; if it keeps happening, check the network or raise --request-timeout",
         )
@@ -215,24 +248,23 @@ class Acquisition:
 
     def _cleanup_end(self) -> float:
         """When a clean-up release must be over: within the acquire's bound, if it has one."""
-        store = self.table.store
-        now = self.table.clock.monotonic()
-        end = now + store.request_timeout
+        now = self.clock.monotonic()
+        end = now + self.store.request_timeout
         if self.hard_end is not None:
             end = max(min(end, self.hard_end), now + MIN_TRY)
         return end
 
     # -- clean-up ------------------------------------------------------------------------------
 
-    def give_back(self, lease: Lease) -> None:
-        """Release a lease this acquisition returned but its caller cannot use (cancelled)."""
-        self.unsettled[lease.lease_id] = lease.slot
+    def give_back(self, grant: Grant) -> None:
+        """Release a grant this acquisition returned but its caller cannot use (cancelled)."""
+        self.unsettled[grant.lease_id] = grant.slot
         self.abandon()
 
     def abandon(self, keep: str | None = None) -> None:
         """Release every unsettled attempt but ``keep``. One that cannot be confirmed is named
         on stderr with the command that frees it."""
-        store = self.table.store
+        store = self.store
         end = self._cleanup_end()
         for lease_id, slot in list(self.unsettled.items()):
             if lease_id == keep:
@@ -244,7 +276,7 @@ class Acquisition:
                 "an attempt to acquire %r may have been granted without an answer; if so, the "
                 "lock is held until %s under LEASE_ID %s: free it with `awsflock release %s %s`",
                 self.lock_id,
-                iso_utc(self.table.clock.time() + self.lease_s),
+                iso_utc(self.clock.time() + self.lease_s),
                 lease_id,
                 self.lock_id,
                 lease_id,
@@ -255,11 +287,11 @@ class Acquisition:
     def _release(self, lease_id: str, slot: int | None) -> bool:
         """Release one of our attempts; True once it is certainly not held."""
         try:
-            outcome = self.table.store.release(
+            outcome = self.store.release(
                 self.lock_id,
                 lease_id,
-                now_ms=self.table.now_ms(),
-                skew_ms=round(self.table.skew * 1000),
+                now_ms=self._now_ms(),
+                skew_ms=round(self.skew * 1000),
                 slot=slot,
             )
         except errors.AwsflockError as err:

@@ -1,23 +1,21 @@
-"""Operator actions: force-release with an audit trail, the audit log, the IAM policy."""
+"""Operator actions: force-release with an audit trail, the audit log, pool resizing."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
-from awsflock.items import ENDED_FORCED
-from awsflock.records import RESERVED_PREFIX, LockRecord, iso_utc
-from awsflock.store import AUDIT_VOID
+from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
+from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID
+from awsflock.records import ENDED_FORCED, LockRecord
+from awsflock.text import iso_utc
 
 if TYPE_CHECKING:
     from awsflock.lease import LockTable
 
 log = logging.getLogger("awsflock.admin")
-
-AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
 
 
 def audit_key(lease_id: str) -> str:
@@ -29,7 +27,7 @@ def audit_key(lease_id: str) -> str:
 
 def default_actor(table: LockTable) -> str:
     """Who is acting: the AWS caller identity where it can be learned, else user@host."""
-    arn = table.store.caller_identity()
+    arn = table.store.actor()
     if arn:
         return arn
     ident = table.identity
@@ -52,8 +50,6 @@ def force_release(
     write is conditional on exactly that lease, so a new holder that acquired in between is
     never affected. Returns the audit record written.
     """
-    from awsflock.lease import check_lease_id, check_lock_id, slot_of
-
     check_lock_id(lock_id)
     if lease_id is not None:
         lease_id = check_lease_id(lease_id)
@@ -113,7 +109,7 @@ def force_release(
     except errors.StoreError as exc:
         if exc.maybe_applied:
             exc.hint = (
-                "it may have been applied: when DynamoDB answers, run `awsflock force-release "
+                "it may have been applied: when the store answers, run `awsflock force-release "
                 f"{lock_id} --lease-id {record.lease_id} --reason ...` (it then says whether "
                 "it was; the audit record is written either way)"
             )
@@ -217,60 +213,19 @@ def audit_records(table: LockTable, lock_id: str = "") -> list[dict[str, Any]]:
     """Audit records, oldest first (one scan of the table, filtered to audit items)."""
     entries = [
         audit_view(e)
-        for e in table.store.scan_items(AUDIT_PREFIX)
+        for e in table.store.audit_entries()
         if (not lock_id or e.get("target") == lock_id) and e.get("status") != AUDIT_VOID
     ]
     return sorted(entries, key=lambda e: e["at"] or "")
 
 
-# -- IAM ----------------------------------------------------------------------------------------
-
-#: What each command needs on the table.
-COMMAND_ACTIONS = {
-    "table-create": ["CreateTable", "DescribeTable", "DescribeTimeToLive", "UpdateTimeToLive"],
-    "acquire": ["UpdateItem", "GetItem"],
-    "renew": ["UpdateItem"],
-    "release": ["UpdateItem", "GetItem"],
-    "run": ["UpdateItem", "GetItem"],
-    "status": ["GetItem"],
-    "list": ["DescribeTable", "Scan"],
-    "force-release": ["GetItem", "UpdateItem", "PutItem"],
-    "audit": ["DescribeTable", "Scan"],
-    "pool-resize": ["GetItem", "UpdateItem"],
-}
-READ_ONLY = ("status", "list", "audit")
-
-
-def iam_policy(
-    table: str, *, read_only: bool = False, region: str = "*", account: str = "*"
-) -> str:
-    """The least-privilege IAM policy document for the table, as JSON."""
-    arn = f"arn:aws:dynamodb:{region}:{account}:table/{table}"
-
-    def statement(sid: str, commands: tuple[str, ...]) -> dict[str, Any]:
-        actions = sorted({f"dynamodb:{a}" for c in commands for a in COMMAND_ACTIONS[c]})
-        return {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": arn}
-
-    if read_only:
-        statements = [statement("AwsflockReadOnly", READ_ONLY)]
-    else:
-        statements = [
-            statement("AwsflockLocks", tuple(c for c in COMMAND_ACTIONS if c != "table-create")),
-            # Only for whoever runs `awsflock table-create` once; drop it for everyone else.
-            statement("AwsflockTableSetup", ("table-create",)),
-        ]
-    return json.dumps({"Version": "2012-10-17", "Statement": statements}, indent=2)
-
-
 def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None, int]:
     """Change a pool's size. Shrinking needs the slots that go away to be free. Holders that
     still use the old size get a clear error at their next acquire. (old size, new size)."""
-    from awsflock.lease import check_lock_id, check_slots
-
     check_lock_id(lock_id)
     if check_slots(lock_id, slots) is None:
         raise errors.UsageError("a pool has at least 2 slots", hint="pass --slots 2 or more")
-    pool = table.store.get_pool(lock_id)
+    pool = table.store.read(lock_id).pool
     if pool is None:
         raise errors.NotHeld(f"there is no pool {lock_id!r}", hint="check the name")
     if slots == pool.size:

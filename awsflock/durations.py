@@ -10,6 +10,7 @@ import math
 import re
 
 from awsflock.errors import UsageError
+from awsflock.text import format_seconds as format_seconds  # for callers of durations
 
 _PLAIN_NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*")
 
@@ -114,18 +115,3 @@ def skew_seconds(text: str | float | int) -> float:
             hint=f"give between 0 and {int(MAX_SKEW)} seconds (default 5s)",
         )
     return value
-
-
-def format_seconds(seconds: float) -> str:
-    """Short human form: '4m12s', '2h', '1d3h', '0.4s'."""
-    if seconds < 0:
-        return "-" + format_seconds(-seconds)
-    if seconds < 10 and seconds != int(seconds):
-        return f"{seconds:.1f}s"
-    total = round(seconds)
-    parts: list[str] = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if total >= size or (unit == "s" and not parts):
-            parts.append(f"{total // size}{unit}")
-            total %= size
-    return "".join(parts[:2])

@@ -9,7 +9,7 @@
     │   └── LeaseLost                       a held lease was lost while in use
     ├── Cancelled (exit 130)                the caller asked to stop waiting (a signal)
     ├── ConfigurationError (exit 1)         no region, bad profile, slot-count disagreement
-    └── StoreError (exit 1)                 DynamoDB said no or could not be reached
+    └── StoreError (exit 1)                 the store said no or could not be reached
         ├── TableMissing
         ├── TableIncompatible
         ├── CredentialsError
@@ -17,8 +17,8 @@
         ├── EndpointUnreachable
         └── Throttled
 
-botocore's exceptions are translated into these in exactly one place,
-``awsflock.store.Store.translate_errors``.
+A store raises only these: the DynamoDB store translates botocore's exceptions in exactly one
+place, ``awsflock.stores.dynamodb.translate``.
 """
 
 from __future__ import annotations

@@ -1,102 +1,44 @@
-"""The lease logic: acquire with prompt, cheap waiting; renew; release. Speaks to a ``Store``.
+"""The library's entry point: ``LockTable`` (acquire, renew, release, hold, read) and ``Lease``.
 
-The single attempt and its clean-up live in ``awsflock.acquisition``; the wait loop is
-``LockTable.acquire``. What a refused renew or release means (released, force-released, expired,
-taken by another, or a retry of our own that already happened) is decided by ``_verdict``.
+It speaks to any ``LockStore`` (``awsflock.protocol``). One acquire attempt and its clean-up
+live in ``awsflock.acquisition``, the wait loop around them in ``awsflock.waiting``, holding with
+a heartbeat in ``awsflock.hold``. What a refused renew or release means (released,
+force-released, expired, taken by another, or a retry of our own that already happened) is
+decided here, by ``_verdict``.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
-from awsflock.acquisition import Acquisition, new_lease_id
+from awsflock.acquisition import Acquisition, Grant, event_fields, new_lease_id
 from awsflock.clock import Clock, SystemClock
-from awsflock.durations import format_seconds, lease_seconds, skew_seconds, wait_limit
-from awsflock.items import ENDED_FORCED, ENDED_RELEASED
-from awsflock.records import RESERVED_PREFIX, Identity, LockRecord
-from awsflock.store import DEFAULT_REQUEST_TIMEOUT, Outcome, Store
+from awsflock.durations import lease_seconds, skew_seconds, wait_limit
+from awsflock.hold.heartbeat import Hold, LostCallback
+from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
+from awsflock.protocol import DEFAULT_REQUEST_TIMEOUT, LockStore, Outcome
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Identity, LockRecord, Pool
+from awsflock.text import format_seconds
+from awsflock.waiting import wait_for
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
-
-    from awsflock.heartbeat import Hold, LostCallback
 
 __all__ = ["WAIT_FOREVER", "Lease", "LockTable", "new_lease_id"]
 
 log = logging.getLogger("awsflock.lease")
 
-#: DynamoDB allows partition keys of up to 2048 bytes (UTF-8).
-MAX_LOCK_ID_BYTES = 2048
-#: A waiter polls about once a second (jittered), so it sees a release within about a second.
-POLL_INTERVAL = 1.0
-POLL_JITTER = 0.25
 DEFAULT_SKEW = 5.0
 DEFAULT_LEASE = 2 * 3600.0  # awsflock 0.2.0's default for acquire and renew
 DEFAULT_WAIT = 60.0
 #: ``acquire(wait=WAIT_FOREVER)`` waits until the lock is free; ``wait=0`` does not wait.
 WAIT_FOREVER = None
-
-# LEASE_IDs are UUID4 strings, the form awsflock 0.2.0 printed, so its leases stay usable;
-# a pool slot's LEASE_ID adds ".SLOT", so renew and release need nothing else.
-_LEASE_ID = re.compile(
-    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?:\.(\d{1,3}))?"
-)
-#: Most slots a pool may have (its item holds every slot; DynamoDB items stop at 400 KB).
-MAX_SLOTS = 100
-
-
-def check_lease_id(lease_id: str) -> str:
-    text = lease_id.strip().lower()
-    if not _LEASE_ID.fullmatch(text):
-        raise errors.UsageError(
-            f"{lease_id!r} is not a LEASE_ID",
-            hint="pass the value `awsflock acquire` printed (a UUID like 1b4e28ba-2fa1-...)",
-        )
-    return text
-
-
-def slot_of(lease_id: str) -> int | None:
-    """The pool slot a LEASE_ID belongs to (None for a plain lock)."""
-    match = _LEASE_ID.fullmatch(lease_id)
-    return int(match.group(1)) if match and match.group(1) is not None else None
-
-
-def check_slots(lock_id: str, slots: int | None) -> int | None:
-    """The pool size to use: None for a plain lock (no --slots, or --slots 1)."""
-    if slots is None:
-        return None
-    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
-        raise errors.UsageError(
-            f"--slots must be between 1 and {MAX_SLOTS}, got {slots!r}",
-            hint="a pool of N resources takes --slots N",
-        )
-    return None if slots == 1 else slots
-
-
-def check_lock_id(lock_id: str) -> str:
-    if not lock_id or not lock_id.strip():
-        raise errors.UsageError("LOCK_ID is empty", hint="name the lock, e.g. 'deploy-prod'")
-    size = len(lock_id.encode("utf-8", "surrogatepass"))
-    if size > MAX_LOCK_ID_BYTES:
-        raise errors.UsageError(
-            f"LOCK_ID is {size} bytes long; DynamoDB allows at most {MAX_LOCK_ID_BYTES}",
-            hint="use a shorter name",
-        )
-    try:
-        lock_id.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise errors.UsageError("LOCK_ID is not valid text", hint="use plain UTF-8") from exc
-    if lock_id.startswith(RESERVED_PREFIX):
-        raise errors.UsageError(
-            f"LOCK_ID may not start with {RESERVED_PREFIX!r}", hint="awsflock keeps it for itself"
-        )
-    return lock_id
 
 
 def _ms(seconds: float) -> int:
@@ -161,12 +103,20 @@ class Lease:
 
 
 class LockTable:
-    """A DynamoDB lock table. Cheap to make: no AWS client until the first request."""
+    """Locks in one store. ``LockTable(store=...)`` runs on any ``LockStore``;
+    ``LockTable("name", region=..., endpoint_url=...)`` (or ``LockTable.dynamodb(...)``) builds
+    the DynamoDB store. Cheap to make: no AWS client until the first request.
+
+    The clock, the random source and the identity written into records are injectable, so
+    tests of waiting and expiry need no sleeping. A store and its table share one clock: given
+    a store, the table uses the store's clock unless ``clock`` is passed too.
+    """
 
     def __init__(
         self,
         table_name: str = "awsflock",
         *,
+        store: LockStore | None = None,
         client: DynamoDBClient | None = None,
         region: str | None = None,
         profile: str | None = None,
@@ -176,23 +126,49 @@ class LockTable:
         skew: float | str = DEFAULT_SKEW,
         owner: str | None = None,
         identity: Identity | None = None,
-        store: Store | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
-        self.clock: Clock = clock or SystemClock()
-        self.store = store or Store(
+        self.clock: Clock = clock or (store.clock if store is not None else SystemClock())
+        if store is None:
+            from awsflock.stores.dynamodb import DynamoDBStore
+
+            store = DynamoDBStore(
+                table_name,
+                client,
+                region=region,
+                profile=profile,
+                endpoint_url=endpoint_url,
+                request_timeout=request_timeout,
+                clock=self.clock,
+            )
+        self.store: LockStore = store
+        self.table_name = store.table_name
+        self.rng = rng or random.Random()
+        self.skew = skew_seconds(skew)
+        self.identity = identity or Identity.of_this_process(owner)
+
+    @classmethod
+    def dynamodb(
+        cls,
+        table_name: str = "awsflock",
+        *,
+        client: DynamoDBClient | None = None,
+        region: str | None = None,
+        profile: str | None = None,
+        endpoint_url: str | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        **options: Any,
+    ) -> LockTable:
+        """A table on the DynamoDB store (what ``LockTable(table_name, ...)`` does)."""
+        return cls(
             table_name,
-            client,
+            client=client,
             region=region,
             profile=profile,
             endpoint_url=endpoint_url,
             request_timeout=request_timeout,
-            clock=self.clock,
+            **options,
         )
-        self.table_name = self.store.table_name
-        self.rng = rng or random.Random()
-        self.skew = skew_seconds(skew)
-        self.identity = identity or Identity.of_this_process(owner)
 
     def now_ms(self) -> int:
         """Now, by this table's clock, in epoch milliseconds."""
@@ -220,166 +196,54 @@ class LockTable:
         size = check_slots(lock_id, slots)
         lease_s = lease_seconds(lease)
         wait_s = None if wait is None else wait_limit(wait)
-        run = Acquisition(self, lock_id, lease_s, identity or self.identity, size)
-        deadline = None if wait_s is None else run.start + wait_s
-        # The whole acquire, clean-up included, ends within the wait plus one request timeout.
-        run.hard_end = None if deadline is None else deadline + self.store.request_timeout
-        try:
-            while True:
-                _check_cancel(cancel, "while waiting")
-                got = run.step()
-                if got is not None:
-                    run.abandon(keep=got.lease_id)
-                    if cancel is not None and cancel.is_set():
-                        run.give_back(got)
-                        _check_cancel(cancel, "just as the lock was granted")
-                    return got
-                if run.wants_retry_now():
-                    continue
-                if run.error is None and not run.told:
-                    run.told = True
-                    self._log_contended(lock_id, run.holder, wait_s, size)
-                pause = self._next_pause(run.holder, deadline)
-                if pause is None:
-                    break
-                if run.error is not None:
-                    self._log_retry(lock_id, run)
-                if cancel is not None:
-                    if self.clock.wait(cancel, pause):
-                        continue  # checked at the top of the loop
-                else:
-                    self.clock.sleep(pause)
-        except BaseException:
-            run.abandon()
-            raise
-        run.abandon()
-        if run.error is not None:
-            raise run.error
-        waited = self.clock.monotonic() - run.start
-        holder = run.holder
-        desc = holder.describe(self.clock.time()) if holder else "another lease"
-        what = (
-            f"all {size} slots of pool {lock_id!r} are held; the next to free up"
-            if size
-            else (f"lock {lock_id!r}")
-        )
-        raise errors.LockBusy(
-            f"{what} is held by {desc}"
-            + (f"; gave up after {format_seconds(waited)}" if waited >= 1 else ""),
-            holder=holder,
-        )
-
-    def _log_retry(self, lock_id: str, run: Acquisition) -> None:
-        assert run.error is not None
-        # A grant given back for arriving late is said at INFO: the wait goes on, and it is
-        # an error only if the wait ends on it. Other errors: a warning the first time.
-        if run.late_grant:
-            level = logging.INFO
-        else:
-            level = logging.DEBUG if run.warned else logging.WARNING
-            run.warned = True
-        log.log(
-            level,
-            "acquire of %r: %s; still trying",
+        run = Acquisition(
+            self.store,
             lock_id,
-            run.error.one_line(),
-            extra={
-                "event": "acquire_error",
-                "lock_id": lock_id,
-                "error": type(run.error).__name__,
-            },
+            lease_s,
+            identity or self.identity,
+            size,
+            clock=self.clock,
+            rng=self.rng,
+            skew=self.skew,
         )
+        grant = wait_for(
+            run, wait_s=wait_s, clock=self.clock, rng=self.rng, skew=self.skew, cancel=cancel
+        )
+        return self._granted(lock_id, grant)
 
-    def _log_contended(
-        self, lock_id: str, holder: LockRecord | None, wait_s: float | None, pool: int | None
-    ) -> None:
-        plan = (
-            "waiting forever"
-            if wait_s is None
-            else f"waiting up to {format_seconds(wait_s)}"
-            if wait_s > 0
-            else "not waiting"
-        )
-        what = (
-            f"all {pool} slots of pool {lock_id!r} are held; the next to free up by"
-            if pool
-            else (f"lock {lock_id!r} is held by")
-        )
-        log.info(
-            "%s %s; %s",
-            what,
-            holder.describe(self.clock.time()) if holder else "another lease",
-            plan,
-            extra=self._event("contended", lock_id, holder),
-        )
-
-    def _next_pause(self, holder: LockRecord | None, deadline: float | None) -> float | None:
-        """How long to sleep before the next try, or None to give up now."""
-        pause = POLL_INTERVAL * (1 + self.rng.uniform(-POLL_JITTER, POLL_JITTER))
-        if holder is not None and not holder.released:
-            # Wake no later than the moment the holder's lease can be reclaimed.
-            reclaim_in = holder.expires_at + self.skew - self.clock.time() + 0.05
-            if reclaim_in > 0:
-                pause = min(pause, reclaim_in)
-        if deadline is not None:
-            left = deadline - self.clock.monotonic()
-            if left <= 0:
-                return None
-            # The last try happens at the deadline, never before it.
-            pause = min(pause, left)
-        return max(pause, 0.0)
-
-    def _granted(
-        self,
-        lock_id: str,
-        lease_id: str,
-        record: LockRecord,
-        attempts: int,
-        slot: int | None,
-        waited: float,
-    ) -> Lease:
+    def _granted(self, lock_id: str, grant: Grant) -> Lease:
+        record = grant.record
         # The lease it replaced ran out and was taken over (not released, not forced).
         reclaimed = record if record.history and not record.history[0][1] else None
         lease = self._lease_from(
             record,
             lock_id,
-            lease_id,
-            waited=waited,
+            grant.lease_id,
+            waited=grant.waited,
             reclaimed=reclaimed,
-            slot=slot,
+            slot=grant.slot,
         )
         if reclaimed is not None:
             log.info(
                 "reclaimed %r from an expired lease",
                 lock_id,
-                extra=self._event("reclaimed_expired", lock_id, record),
+                extra=event_fields("reclaimed_expired", lock_id, record),
             )
         log.info(
             "acquired %r (fencing token %s) after %s and %d request(s)",
             lock_id,
             lease.fencing_token,
-            format_seconds(waited),
-            attempts,
+            format_seconds(grant.waited),
+            grant.attempts,
             extra={
-                **self._event("acquired", lock_id, record),
-                "waited_s": round(waited, 3),
-                "attempts": attempts,
-                "slot": slot,
+                **event_fields("acquired", lock_id, record),
+                "waited_s": round(grant.waited, 3),
+                "attempts": grant.attempts,
+                "slot": grant.slot,
                 "expires_in_s": round(record.expires_at - self.clock.time(), 3),
             },
         )
         return lease
-
-    def _event(self, name: str, lock_id: str, record: LockRecord | None) -> dict[str, Any]:
-        """Fields of a log event (the JSON format drops lease_id unless at debug level)."""
-        data: dict[str, Any] = {"event": name, "lock_id": lock_id}
-        if record is not None:
-            data["owner"] = record.owner
-            data["fencing_token"] = record.fencing_token
-            data["lease_id"] = record.lease_id
-            if slot_of(record.lease_id) is not None:
-                data["slot"] = slot_of(record.lease_id)
-        return data
 
     def hold(
         self,
@@ -399,8 +263,6 @@ class LockTable:
         ``with table.hold("x", lease=60) as held: ... held.check()``. Acquires on entry
         (waiting up to ``wait``), releases on exit, raises LeaseLost on exit if it was lost.
         """
-        from awsflock.heartbeat import Hold
-
         return Hold(
             self,
             lock_id,
@@ -456,14 +318,14 @@ class LockTable:
             lock_id,
             format_seconds(lease_s),
             extra={
-                **self._event("renewed", lock_id, record),
+                **event_fields("renewed", lock_id, record),
                 "expires_in_s": round(record.expires_at - self.clock.time(), 3),
             },
         )
         return self._lease_from(record, lock_id, lease_id, slot=slot)
 
     def _lease_from(self, record: LockRecord, lock_id: str, lease_id: str, **extra: Any) -> Lease:
-        """A Lease as the item (just written) describes it."""
+        """A Lease as the record (just written) describes it."""
         return Lease(
             table=self,
             lock_id=lock_id,
@@ -491,21 +353,34 @@ class LockTable:
         record = outcome.record
         if not outcome.applied:
             verdict = _verdict(outcome, lock_id, lease_id, "release", self.clock.time())
-            if outcome.lock is None and self.store.earlier_try_may_have_applied():
-                # An earlier try of this release landed unanswered, and the ended item has
-                # since been deleted by TTL: the release happened.
+            if outcome.lock is None and outcome.in_doubt:
+                # An earlier try of this release landed unanswered, and the ended record has
+                # since been removed (TTL): the release happened.
                 verdict = None
             if verdict is not None:
                 raise verdict
-        event = self._event("released", lock_id, record)
+        event = event_fields("released", lock_id, record)
         if record is not None and record.acquired_at is not None and outcome.applied:
             event["held_s"] = round(self.clock.time() - record.acquired_at, 3)
         log.info("released %r", lock_id, extra=event)
 
+    # -- reading and administration ----------------------------------------------------------
 
-def _check_cancel(cancel: threading.Event | None, when: str) -> None:
-    if cancel is not None and cancel.is_set():
-        raise errors.Cancelled(f"stopped {when}; nothing is held", hint="")
+    def state(self, lock_id: str) -> LockRecord | Pool | None:
+        """What the store says of ``lock_id`` now: its record, its pool, or None (never taken,
+        or ended and removed since). One consistent read."""
+        check_lock_id(lock_id)
+        outcome = self.store.read(lock_id)
+        return outcome.pool if outcome.pool is not None else outcome.lock
+
+    def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
+        """Every lock and pool whose name starts with ``prefix``, streamed in the store's order."""
+        return self.store.locks(prefix)
+
+    def create(self, *, progress: Callable[[str], None] | None = None, **options: Any) -> bool:
+        """Make the store ready (``table-create``); True if created now. ``options`` are the
+        store's own (the DynamoDB store's ``billing_mode`` and ``capacity``)."""
+        return self.store.create(progress=progress or (lambda _message: None), **options)
 
 
 def _verdict(

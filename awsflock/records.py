@@ -1,9 +1,7 @@
-"""What a lock item says, as plain Python: who holds it, until when, with which fencing token.
+"""The library's types: who asks (``Identity``), what a lock says (``LockRecord``: who holds it,
+until when, with which fencing token, how its last leases ended) and a pool's slots (``Pool``).
 
-The item layout (one item per lock name, partition key ``lock_id``) is shared with awsflock 0.2.0:
-``lease_id``, ``owner``, ``lease_duration`` and ``expiration_time`` (epoch seconds, the TTL
-attribute) mean the same to both. The other attributes are ours; a 0.2.0 client that overwrites
-the item drops them, and the protocol copes with that (see ``awsflock.store``).
+Every store reads its rows or items into these; nothing here knows how a store keeps them.
 """
 
 from __future__ import annotations
@@ -15,10 +13,14 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from awsflock.durations import format_seconds
+from awsflock.text import format_seconds, iso_utc
 
-#: Keys of awsflock's own items (audit records, pool slots) start with this; no lock name may.
+#: Keys of awsflock's own records (audit records) start with this; no lock name may.
 RESERVED_PREFIX = "#awsflock#"
+
+#: ``LockRecord.ended`` values: released by its holder, or force-released (then the action's id).
+ENDED_RELEASED = "released"
+ENDED_FORCED = "forced:"
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class LockRecord:
     forced_at: float | None = None
     #: True when the item was written by awsflock 0.2.0 (it lacks our attributes).
     legacy: bool = False
+    #: The store's raw fields (for debugging; their names are the store's own).
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -104,7 +107,7 @@ class LockRecord:
 
     @property
     def forced(self) -> bool:
-        return self.ended.startswith("forced:")
+        return self.ended.startswith(ENDED_FORCED)
 
     def forced_text(self) -> str:
         """'force-released by X at T: why', for messages."""
@@ -145,9 +148,15 @@ class LockRecord:
         return text
 
 
-def iso_utc(epoch: float) -> str:
-    """ISO-8601 in UTC to the second, e.g. 2026-11-22T06:10:00Z."""
-    import datetime as _dt
+@dataclass(frozen=True)
+class Pool:
+    """A pool's state: its size (None if unknown: written before sizes were kept) and each
+    used slot's record."""
 
-    stamp = _dt.datetime.fromtimestamp(epoch, tz=_dt.timezone.utc)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+    lock_id: str
+    size: int | None
+    slots: dict[int, LockRecord]
+
+    def free_slots(self, size: int, now: float, skew: float) -> list[int]:
+        """Slots an acquire could take now."""
+        return [i for i in range(size) if i not in self.slots or self.slots[i].is_free(now, skew)]

@@ -6,13 +6,10 @@ rename them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from awsflock.durations import format_seconds
-from awsflock.records import LockRecord, iso_utc
-
-if TYPE_CHECKING:
-    from awsflock.items import Pool
+from awsflock.records import LockRecord, Pool
+from awsflock.text import format_seconds, iso_utc
 
 HELD, EXPIRED, FREE = "held", "expired", "free"
 

@@ -44,10 +44,9 @@ def moto() -> Iterator[object]:
         import botocore.session
 
         client = botocore.session.get_session().create_client("dynamodb", region_name="us-east-1")
-        from awsflock.store import Store
-        from awsflock.tables import create_table
+        from awsflock.stores.dynamodb import DynamoDBStore as Store
 
-        create_table(Store("awsflock", client))
+        Store("awsflock", client).create()
         yield client
 
 

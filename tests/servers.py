@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from awsflock.store import LOCAL_ACCESS_KEY
+from awsflock.stores.dynamodb.client import LOCAL_ACCESS_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where scripts/test installs dynalite (git-ignored).

@@ -12,7 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from awsflock.store import LOCAL_ACCESS_KEY, Store
+from awsflock.stores.dynamodb import DynamoDBStore as Store
+from awsflock.stores.dynamodb.client import LOCAL_ACCESS_KEY
 
 
 class _Recorder(BaseHTTPRequestHandler):

@@ -54,7 +54,7 @@ def test_lost_answer_in_a_pool_is_recognised_as_ours(make_table, moto):
     lease = make_table("a", client=client, clock=clock).acquire("lp", lease=60, wait=30, slots=2)
     with pytest.raises(errors.LockBusy):
         make_table("b", clock=clock).acquire("lp", lease=60, wait=0, slots=2)
-    state = make_table().store.get_pool("lp")
+    state = make_table().store.read("lp").pool
     assert sum(1 for r in state.slots.values() if r.lease_id == lease.lease_id) == 1
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from awsflock import errors
 from awsflock.cli import cli
-from awsflock.lease import check_lease_id, check_lock_id, slot_of
+from awsflock.names import check_lease_id, check_lock_id, slot_of
 
 PROPERTY = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

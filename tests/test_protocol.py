@@ -7,7 +7,7 @@ import pytest
 from awsflock import errors
 from awsflock.lease import LockTable
 from awsflock.records import Identity
-from awsflock.store import Store
+from awsflock.stores.dynamodb import DynamoDBStore as Store
 from tests.helpers import CountingClient, FlakyClient, LosingClient, ScheduledClock
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from awsflock import errors
-from awsflock.heartbeat import Hold
-from awsflock.runner import kill_timing
+from awsflock.hold.heartbeat import Hold
+from awsflock.hold.runner import kill_timing
 
 # lease: (default kill-after, guard = how long before expiry the command is dead, margin)
 TIMINGS = {

@@ -19,8 +19,9 @@ from awsflock import errors
 from awsflock.admin import audit_records, force_release, resize_pool
 from awsflock.clock import FakeClock
 from awsflock.lease import LockTable
+from awsflock.protocol import Attempt
 from awsflock.records import Identity
-from awsflock.store import Store
+from awsflock.stores.dynamodb import DynamoDBStore as Store
 from tests.helpers import CountingClient, LosingClient, ScheduledClock
 
 TABLE = "awsflock"
@@ -161,7 +162,7 @@ def test_a_landed_grant_found_inside_the_skew_window_is_not_reported(make_table,
     client = OutageClient(moto, clock, until=start + 12)  # lease 10, skew 5: inside the window
     lease = make_table("a", client=client, clock=clock).acquire("stale", lease=10, wait=60)
     assert lease.expires_at - clock.time() >= 5
-    assert make_table("b", clock=clock).store.get("stale").lease_id == lease.lease_id
+    assert make_table("b", clock=clock).store.read("stale").record.lease_id == lease.lease_id
 
 
 def test_a_landed_pool_grant_that_ran_out_is_not_reported(make_table, moto):
@@ -171,7 +172,7 @@ def test_a_landed_pool_grant_that_ran_out_is_not_reported(make_table, moto):
     table = make_table("a", client=client, clock=clock, rng=Slots(0, 0, 0, 0))
     lease = table.acquire("stalepool", lease=10, wait=60, slots=2)
     assert lease.expires_at - clock.time() >= 5
-    pool = make_table("b", clock=clock).store.get_pool("stalepool")
+    pool = make_table("b", clock=clock).store.read("stalepool").pool
     held = [r for r in pool.slots.values() if not r.released and r.expires_at > clock.time()]
     assert [r.lease_id for r in held] == [lease.lease_id]
 
@@ -241,7 +242,7 @@ def test_a_pool_probe_whose_answer_was_lost_is_not_left_held(make_table, moto):
     client = OutageClient(moto, clock, until=clock.time() + 3)
     table = make_table("a", client=client, clock=clock, rng=Slots(0, 1, 1, 1))
     lease = table.acquire("phantom", lease=600, wait=60, slots=2)
-    pool = table.store.get_pool("phantom")
+    pool = table.store.read("phantom").pool
     held = [r.lease_id for r in pool.slots.values() if not r.released]
     assert held == [lease.lease_id]
 
@@ -354,7 +355,7 @@ def test_a_release_of_an_expired_and_taken_lease_says_so(make_table, clock):
 
 
 def test_a_signal_just_after_the_grant_releases_and_never_starts_the_command(make_table, tmp_path):
-    from awsflock.runner import RunOptions, run
+    from awsflock.hold.runner import RunOptions, run
 
     table = make_table("a")
     real_acquire = table.acquire
@@ -443,7 +444,7 @@ def test_a_late_plain_release_never_lands_on_the_pool_that_replaced_it(make_tabl
     item = item_of(moto, "gpu")
     # No TTL attribute, so DynamoDB never deletes the pool; no lease_id for 0.2.0 to match.
     assert "expiration_time" not in item and "lease_id" not in item
-    assert make_table("b").store.get_pool("gpu").slots[slot.slot].lease_id == slot.lease_id
+    assert make_table("b").store.read("gpu").pool.slots[slot.slot].lease_id == slot.lease_id
 
 
 def test_a_020_lease_cannot_be_released_or_renewed_once_its_item_is_a_pool(make_table, moto, clock):
@@ -598,7 +599,7 @@ def test_a_try_that_may_land_after_a_later_try_was_answered_is_not_forgotten(
         make_table("a", client=ScriptedClient(moto, script)).acquire("f3", lease=600, wait=0)
     holder.release()
     late[0]()  # it lands now, granting a lease nobody knows...
-    granted = make_table("x").store.get("f3")
+    granted = make_table("x").store.read("f3").record
     assert granted is not None and not granted.released
     # ...but it was named on stderr with the command that frees it.
     named = [r.getMessage() for r in caplog.records if "may have been granted" in r.getMessage()]
@@ -624,13 +625,15 @@ def test_a_lease_id_is_granted_at_most_once(make_table, moto):
     # A duplicate of an acquire that lands after its lease was released changes nothing.
     lease = make_table("a").acquire("once", lease=60, wait=0)
     lease.release()
-    again = Store(TABLE, moto).try_acquire(
+    again = Store(TABLE, moto).take(
         "once",
-        lease_id=lease.lease_id,
-        identity=Identity(owner="a"),
-        now_ms=round(lease.table.clock.time() * 1000),
-        lease_ms=60_000,
-        skew_ms=5000,
+        Attempt(
+            lease_id=lease.lease_id,
+            identity=Identity(owner="a"),
+            now_ms=round(lease.table.clock.time() * 1000),
+            lease_ms=60_000,
+            skew_ms=5000,
+        ),
     )
     assert not again.applied
 
@@ -638,7 +641,7 @@ def test_a_lease_id_is_granted_at_most_once(make_table, moto):
 def test_a_loss_noticed_just_after_the_command_finished_still_exits_124(make_table):
     # The chaos checker caught this: a force-release during the command, noticed by the
     # heartbeat as the command exited 0, and `run` then exited 0 as if all was well.
-    from awsflock.runner import EXIT_LOST, RunOptions, _release_quietly
+    from awsflock.hold.runner import EXIT_LOST, RunOptions, _release_quietly
 
     table = make_table("a")
     held = table.hold("late-loss", lease=60)

@@ -8,7 +8,7 @@ import pytest
 from botocore import exceptions as bx
 
 from awsflock import errors
-from awsflock.store import Store
+from awsflock.stores.dynamodb import DynamoDBStore as Store
 
 
 def _botocore_errors() -> list[type[bx.BotoCoreError]]:

@@ -20,7 +20,7 @@ def main() -> int:
     import botocore.session
 
     from awsflock import StaleToken, fenced_update
-    from awsflock.store import LOCAL_ACCESS_KEY
+    from awsflock.stores.dynamodb.client import LOCAL_ACCESS_KEY
 
     client = botocore.session.get_session().create_client(
         "dynamodb",

@@ -1,32 +1,42 @@
-"""The lock operations in DynamoDB, one conditional request each. With ``tables`` (table
-administration) this is the only code that talks to DynamoDB; ``items`` holds the item layout
-and ``expressions`` the conditions (the protocol is described there).
+"""A lock table in DynamoDB: the ``LockStore`` whose every step is one conditional UpdateItem.
 
-All times are the caller's wall clock in milliseconds, written into the item. The fencing
-counter only goes up while the item lives; when the item is recreated (deleted by TTL or by
-hand, or overwritten by awsflock 0.2.0, which drops our attributes) it restarts from a floor
-derived from the clock (``now_ms * 1000``), which exceeds every earlier token because the TTL
-attribute is never earlier than the lease's end plus the skew window, and a lease is reclaimed
-only after that window: the NTP assumption (see the README). A failed write learns the item's
-state from the same request (``ReturnValuesOnConditionCheckFailure=ALL_OLD``), or from one
-consistent read where the endpoint ignores that parameter.
+With ``items`` (the item layout), ``expressions`` (the conditions), ``translate`` (errors),
+``client`` and ``tables`` (table administration), this sub-package is the only code that speaks
+DynamoDB. A failed write learns the item's state from the same request
+(``ReturnValuesOnConditionCheckFailure=ALL_OLD``), or from one consistent read where the
+endpoint ignores that parameter.
+
+Each call is retried here (botocore makes one try), with jittered backoff, within the caller's
+budget; each try runs in a worker thread bounded in real time, so an answer that trickles in
+cannot outlast the budget.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 import re
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from awsflock import errors, expressions
+from awsflock import errors
 from awsflock.clock import Clock, SystemClock
-from awsflock.items import (
+from awsflock.protocol import (
+    AUDIT_PREFIX,
+    AUDIT_VOID,
+    DEFAULT_REQUEST_TIMEOUT,
+    MIN_TRY,
+    Attempt,
+    Outcome,
+)
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, RESERVED_PREFIX, LockRecord, Pool
+from awsflock.stores.dynamodb import expressions
+from awsflock.stores.dynamodb.client import caller_identity, make_client
+from awsflock.stores.dynamodb.items import (
     A_CI_URL,
     A_COMMAND,
     A_HOST,
@@ -34,81 +44,34 @@ from awsflock.items import (
     A_LOCK_ID,
     A_PID,
     A_USER,
-    ENDED_FORCED,
-    ENDED_RELEASED,
-    Pool,
     from_attr,
     is_pool_item,
+    pool_from_item,
     record_from_item,
     slot_prefix,
     to_attr,
 )
-from awsflock.records import RESERVED_PREFIX, Identity, LockRecord
+from awsflock.stores.dynamodb.translate import (
+    KEY_REFUSAL,
+    TABLE_HINT,
+    key_problem,
+    may_have_applied,
+    not_awsflock_table,
+    translate_errors,
+)
 
 if TYPE_CHECKING:
-    from botocore.session import Session
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
 _NAME = re.compile(r"#(\w+)")
 _VALUE = re.compile(r":(\w+)")
 
-#: The IAM action each store call needs, for "access denied" messages and ``iam-policy``.
-ACTIONS = {
-    "acquire": "UpdateItem",
-    "renew": "UpdateItem",
-    "release": "UpdateItem",
-    "get": "GetItem",
-    "scan": "Scan",
-    "create_table": "CreateTable",
-    "describe_table": "DescribeTable",
-    "ttl": "UpdateTimeToLive",
-    "describe_ttl": "DescribeTimeToLive",
-    "force_release": "UpdateItem",
-    "resize": "UpdateItem",
-    "audit": "PutItem",
-    "audit_void": "UpdateItem",
-}
-
-#: An audit record's status once the action it describes turned out not to take effect.
-AUDIT_VOID = "not_applied"
-#: The default time one request may take, retries included, unless the caller's wait is longer.
-DEFAULT_REQUEST_TIMEOUT = 5.0
-#: No try is started with less time than this left.
-MIN_TRY = 0.25
 #: A try whose answer has not fully arrived this long after its timeout is given up.
 TRY_GRACE = 0.25
 BACKOFF_BASE = 0.05
 BACKOFF_CAP = 1.0
 _RNG = random.Random()
 _T = TypeVar("_T")
-
-_THROTTLE_CODES = {
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-}
-_CREDENTIAL_CODES = {
-    "UnrecognizedClientException",
-    "InvalidSignatureException",
-    "ExpiredTokenException",
-    "ExpiredToken",
-    "MissingAuthenticationToken",
-    "MissingAuthenticationTokenException",
-    "IncompleteSignature",
-    "InvalidClientTokenId",
-}
-_UNAVAILABLE_CODES = {"InternalServerError", "ServiceUnavailable", "InternalFailure"}
-#: How DynamoDB and local servers refuse a request whose key does not fit the table's.
-_KEY_REFUSAL = re.compile(
-    r"required keys was not given|key element does not match the schema|Missing the key"
-    r"|Type mismatch for key",
-    re.IGNORECASE,
-)
-
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
-#: The access key (and secret) for a loopback endpoint when botocore finds no credentials.
-#: Letters and digits only: DynamoDB Local refuses any other access key id.
-LOCAL_ACCESS_KEY = "awsflocklocal"
 
 
 def _request(*expressions: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -131,84 +94,13 @@ def expiration_seconds(ms: int) -> int:
     return math.ceil(ms / 1000)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What one conditional write did, and the item's state: after it if ``applied``, else as
-    it was when the condition failed.
-
-    ``lock`` is the item read as a plain lock (None: no item); ``pool`` the item read as a pool
-    (None: the item is not a pool); ``slot`` the slot the write was about."""
-
-    applied: bool
-    lock: LockRecord | None
-    pool: Pool | None = None
-    slot: int | None = None
-
-    @property
-    def record(self) -> LockRecord | None:
-        """The lease the write was about: the plain lock's, or the slot's."""
-        if self.slot is None:
-            return None if self.pool is not None else self.lock
-        return self.pool.slots.get(self.slot) if self.pool is not None else None
-
-
 def new_version() -> str:
     """A fresh value for ``lease_id``: awsflock 0.2.0's compare-and-swap changes with it."""
     return str(uuid.uuid4())
 
 
-def is_loopback(endpoint_url: str | None) -> bool:
-    if not endpoint_url:
-        return False
-    from urllib.parse import urlsplit
-
-    host = urlsplit(endpoint_url).hostname or ""
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
-
-
-_KEY_TYPES = {"S": "a string", "N": "a number", "B": "binary"}
-_TABLE_HINT = (
-    "name the lock table with --tablename (or AWSFLOCK_TABLE), or create one with "
-    "`awsflock table-create --tablename NEW`"
-)
-
-
-def key_problem(table: dict[str, Any]) -> str | None:
-    """How a DescribeTable answer's key differs from awsflock's (``lock_id``, a string, no sort
-    key), e.g. "'pk', a string"; None if it is awsflock's."""
-    types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
-    keys = [(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])]
-    if keys == [(A_LOCK_ID, "HASH")] and types.get(A_LOCK_ID) == "S":
-        return None
-    parts = []
-    for name, kind in keys:
-        what = f"{name!r}, {_KEY_TYPES.get(types.get(name, ''), 'of unknown type')}"
-        parts.append(what if kind == "HASH" else f"sort key {what}")
-    return " with ".join(parts) or "unknown"
-
-
-def not_awsflock_table(table_name: str, key: str) -> errors.TableIncompatible:
-    return errors.TableIncompatible(
-        f"table {table_name!r} is not an awsflock table: its key is {key} "
-        f"(want {A_LOCK_ID}, a string)",
-        hint=_TABLE_HINT,
-    )
-
-
-def _skip_instance_metadata(session: Session) -> None:
-    """Take the EC2 instance metadata service out of ``session``'s credential chain.
-
-    Only for loopback endpoints, which do not check that a key is real. botocore asks that
-    service last, when nothing else gave credentials: on a host where 169.254.169.254 does not
-    answer (not EC2, packets dropped) that costs two one-second timeouts (token, then role) on
-    every command. The container provider stays: it asks nothing unless its environment
-    variable (set by ECS, CodeBuild) is.
-    """
-    session.get_component("credential_provider").remove("iam-role")
-
-
-class Store:
-    """A lock table in DynamoDB. Builds its botocore client on first use, once."""
+class DynamoDBStore:
+    """A lock table in DynamoDB (a ``LockStore``). Builds its botocore client on first use."""
 
     def __init__(
         self,
@@ -243,7 +135,12 @@ class Store:
             # (a bad endpoint URL, an unparsable config file, a failing credential_process)
             # are translated like every request's.
             with self.translate_errors("connect"):
-                client = self._make_client()
+                client = make_client(
+                    profile=self.profile,
+                    region=self.region,
+                    endpoint_url=self.endpoint_url,
+                    request_timeout=self.request_timeout,
+                )
             # Each try's read timeout is what is left of the caller's budget (botocore reads
             # it from the request context; versions without that use the client's default).
             client.meta.events.register("before-call.dynamodb", self._set_try_timeout)
@@ -255,47 +152,42 @@ class Store:
         if timeout is not None:
             context["read_timeout"] = timeout
 
-    def _make_client(self) -> DynamoDBClient:
-        # botocore directly: importing boto3 on top of it only adds start-up time.
-        import botocore.session
-        from botocore.config import Config
-
-        session = botocore.session.Session(profile=self.profile)
-        region = self.region or session.get_config_variable("region")
-        kwargs: dict[str, Any] = {}
-        if is_loopback(self.endpoint_url):
-            # A local server (dev-server, moto, dynalite, DynamoDB Local) needs no real account:
-            # harmless defaults, used only when the user set nothing and the endpoint is this
-            # machine. Credentials the user has (env, AWS_PROFILE, credentials file, SSO...) win:
-            # DynamoDB Local keeps one set of tables per access key, so awsflock must sign with
-            # the key the user's other tools use.
-            region = region or "us-east-1"
-            _skip_instance_metadata(session)
-            if session.get_credentials() is None:
-                kwargs["aws_access_key_id"] = LOCAL_ACCESS_KEY
-                kwargs["aws_secret_access_key"] = LOCAL_ACCESS_KEY
-        if not region:
-            raise errors.ConfigurationError(
-                "no AWS region configured",
-                hint="pass --region, or set AWS_REGION (or AWS_DEFAULT_REGION)",
-            )
-        config = Config(
-            # One try per call: awsflock retries itself (``_send``), within the caller's budget.
-            retries={"mode": "standard", "total_max_attempts": 1},
-            connect_timeout=min(3.0, self.request_timeout),
-            read_timeout=self.request_timeout,
-        )
-        client: DynamoDBClient = session.create_client(  # type: ignore[assignment]
-            # botocore types every client as BaseClient; this one is DynamoDB's. Naming the
-            # API version spares botocore a scan of every service it knows at start-up.
-            "dynamodb",
-            region_name=region,
+    def translate_errors(self, operation: str) -> contextlib.AbstractContextManager[None]:
+        """botocore's exceptions raised inside, as awsflock's (see ``translate``)."""
+        return translate_errors(
+            operation,
+            table=self.table_name,
+            where=self._where(),
+            profile=self.profile,
+            region=self.region,
             endpoint_url=self.endpoint_url,
-            config=config,
-            api_version="2012-08-10",
-            **kwargs,
+            foreign=self._foreign_table,
         )
-        return client
+
+    def actor(self) -> str | None:
+        """The AWS caller's ARN, or None where it cannot be learned (local endpoints, errors)."""
+        return caller_identity(
+            profile=self.profile, region=self.region, endpoint_url=self.endpoint_url
+        )
+
+    def create(
+        self,
+        *,
+        progress: Callable[[str], None] = lambda _message: None,
+        billing_mode: str = "PAY_PER_REQUEST",
+        capacity: tuple[int, int] = (5, 5),
+    ) -> bool:
+        """Create the table (or accept a compatible one), wait until ACTIVE, enable TTL."""
+        from awsflock.stores.dynamodb.tables import create_table
+
+        return create_table(
+            self.client,
+            self.table_name,
+            self.translate_errors,
+            billing_mode=billing_mode,
+            capacity=capacity,
+            progress=progress,
+        )
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -329,11 +221,11 @@ class Store:
                     return self._try(call, timeout)
             except (errors.Throttled, errors.EndpointUnreachable) as err:
                 # Even if a later try is answered, this one may still be applied (late).
-                if _may_have_applied(err.__cause__):
+                if may_have_applied(err.__cause__):
                     self._local.earlier_try_may_have_applied = True
                 pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * _RNG.uniform(0.5, 1)
                 if self.clock.monotonic() + pause + MIN_TRY > end:
-                    err.maybe_applied = self.earlier_try_may_have_applied()
+                    err.maybe_applied = self._in_doubt()
                     took = self.clock.monotonic() - start
                     err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in " + (
                         f"{took:.1f}s)"
@@ -341,7 +233,7 @@ class Store:
                     raise
                 self.clock.sleep(pause)
 
-    def earlier_try_may_have_applied(self) -> bool:
+    def _in_doubt(self) -> bool:
         """Whether the last call made by this thread had a failed try that may have reached
         DynamoDB (it may land even after a later try was answered)."""
         return bool(getattr(self._local, "earlier_try_may_have_applied", False))
@@ -374,142 +266,9 @@ class Store:
 
     # -- errors -------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def translate_errors(self, operation: str) -> Iterator[None]:
-        """Turn botocore's exceptions into awsflock's, naming the fix. The one place that does."""
-        from botocore import exceptions as bx
-
-        action = "dynamodb:" + ACTIONS.get(operation, operation)
-        table = self.table_name
-        try:
-            yield
-        except bx.ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            message = exc.response.get("Error", {}).get("Message", "")
-            if code == "ResourceNotFoundException":
-                raise errors.TableMissing(
-                    f"table {table!r} does not exist",
-                    hint=f"run `awsflock table-create --tablename {table}`",
-                ) from exc
-            if code == "AccessDeniedException":
-                raise errors.AccessDenied(
-                    f"access denied for {action} on table {table!r}",
-                    hint="grant it to this identity (see `awsflock iam-policy`)",
-                ) from exc
-            if code in _CREDENTIAL_CODES:
-                raise errors.CredentialsError(
-                    f"AWS rejected the credentials ({code})",
-                    hint="check AWS_PROFILE / AWS_ACCESS_KEY_ID or refresh your session",
-                ) from exc
-            if code in _THROTTLE_CODES:
-                raise errors.Throttled(
-                    f"DynamoDB kept throttling {action} on {table!r} after retries",
-                    hint="retry later, or raise the table's capacity",
-                ) from exc
-            if code in _UNAVAILABLE_CODES:
-                raise errors.EndpointUnreachable(
-                    f"DynamoDB is unavailable ({code})", hint="retry later"
-                ) from exc
-            if code == "ValidationException" and operation != "describe_table":
-                # Never sent for a lock table's requests: most likely the table's key is not
-                # lock_id. Only now is it worth one DescribeTable to name it.
-                foreign = self._foreign_table(message)
-                if foreign is not None:
-                    raise foreign from exc
-            detail = f"{code}: {message}" if message else code
-            raise errors.StoreError(f"DynamoDB refused {action} ({detail})") from exc
-        except bx.NoCredentialsError as exc:
-            raise errors.CredentialsError(
-                "no AWS credentials found",
-                hint="set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
-            ) from exc
-        except bx.PartialCredentialsError as exc:
-            raise errors.CredentialsError(
-                f"incomplete AWS credentials: {_one_line(exc)}", hint="set both key id and secret"
-            ) from exc
-        except bx.NoRegionError as exc:
-            raise errors.ConfigurationError(
-                "no AWS region configured", hint="pass --region, or set AWS_REGION"
-            ) from exc
-        except (bx.EndpointConnectionError, bx.ConnectionClosedError) as exc:
-            raise errors.EndpointUnreachable(
-                f"cannot reach DynamoDB at {self._where()}",
-                hint="check --endpoint-url/--region and the network",
-            ) from exc
-        except (bx.ConnectTimeoutError, bx.ReadTimeoutError) as exc:
-            raise errors.EndpointUnreachable(
-                f"DynamoDB at {self._where()} did not answer in time",
-                hint="check the network and retry",
-            ) from exc
-        except bx.HTTPClientError as exc:
-            raise errors.EndpointUnreachable(
-                f"connection to DynamoDB at {self._where()} failed: {_one_line(exc)}",
-                hint="check the network and retry",
-            ) from exc
-        except bx.ProfileNotFound as exc:
-            raise errors.ConfigurationError(
-                f"AWS profile {self.profile or exc.kwargs.get('profile')!r} not found",
-                hint="check --profile/AWS_PROFILE against ~/.aws/config",
-            ) from exc
-        except bx.ParamValidationError as exc:
-            raise errors.UsageError(f"invalid request: {_one_line(exc)}") from exc
-        except (bx.SSOError, bx.TokenRetrievalError) as exc:
-            login = "aws sso login" + (f" --profile {self.profile}" if self.profile else "")
-            raise errors.CredentialsError(
-                f"the AWS SSO session cannot be used ({_one_line(exc)})",
-                hint=f"run `{login}` and retry",
-            ) from exc
-        except bx.LoginError as exc:
-            raise errors.CredentialsError(
-                f"the AWS login session cannot be used ({_one_line(exc)})",
-                hint="run `aws login` and retry",
-            ) from exc
-        except bx.CredentialRetrievalError as exc:
-            source = exc.kwargs.get("provider") or "their source"
-            hint = "check the profile's credential source, or use another --profile"
-            if source == "custom-process":
-                source = "the profile's credential_process"
-                hint = "run it by hand to see why and fix it, or use another --profile"
-            detail = _one_line(str(exc.kwargs.get("error_msg", "")))
-            raise errors.CredentialsError(
-                f"could not get AWS credentials from {source}"
-                + (f": {detail}" if detail else " (it failed)"),
-                hint=hint,
-            ) from exc
-        except bx.ConfigParseError as exc:
-            raise errors.ConfigurationError(
-                f"cannot parse the AWS config file {exc.kwargs.get('path', '')}".rstrip(),
-                hint="fix its syntax, or point AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE "
-                "at a valid file",
-            ) from exc
-        except bx.InvalidRegionError as exc:
-            raise errors.ConfigurationError(
-                f"{self.region or exc.kwargs.get('region_name')!r} is not an AWS region",
-                hint="pass --region like eu-west-1",
-            ) from exc
-        except bx.ConnectionError as exc:  # TLS, proxy: the request did not get through
-            raise errors.EndpointUnreachable(
-                f"connection to DynamoDB at {self._where()} failed: {_one_line(exc)}",
-                hint="check --endpoint-url, proxy and certificate settings, and the network",
-            ) from exc
-        except bx.BotoCoreError as exc:
-            raise errors.ConfigurationError(
-                f"the AWS SDK failed: {type(exc).__name__}: {_one_line(exc)}",
-                hint="check --profile, --region, --endpoint-url and ~/.aws/config "
-                "(AWS_CONFIG_FILE)",
-            ) from exc
-        except ValueError as exc:
-            if not str(exc).startswith("Invalid endpoint"):
-                raise  # a bug, not a setting: let it be reported as one
-            raise errors.ConfigurationError(
-                f"invalid DynamoDB endpoint URL {self.endpoint_url!r}",
-                hint="give a URL like http://127.0.0.1:8000 or "
-                "https://dynamodb.eu-west-1.amazonaws.com (--endpoint-url, AWSFLOCK_ENDPOINT_URL)",
-            ) from exc
-
     def where(self) -> str:
-        """The endpoint, for messages."""
-        return self._where()
+        """The endpoint, for messages: "DynamoDB at ..."."""
+        return f"DynamoDB at {self._where()}"
 
     def _where(self) -> str:
         if self.endpoint_url:
@@ -522,12 +281,12 @@ class Store:
         try:
             table = self.client.describe_table(TableName=self.table_name)["Table"]
         except Exception:  # denied or failing: judge by the refusal alone
-            if not _KEY_REFUSAL.search(refusal):
+            if not KEY_REFUSAL.search(refusal):
                 return None
             return errors.TableIncompatible(
                 f"table {self.table_name!r} is not an awsflock table: its key is not "
                 f"{A_LOCK_ID}, a string ({refusal})",
-                hint=_TABLE_HINT,
+                hint=TABLE_HINT,
             )
         key = key_problem(dict(table))
         return None if key is None else not_awsflock_table(self.table_name, key)
@@ -548,22 +307,13 @@ class Store:
 
     # -- lock operations ----------------------------------------------------------------------
 
-    def try_acquire(
-        self,
-        lock_id: str,
-        *,
-        lease_id: str,
-        identity: Identity,
-        now_ms: int,
-        lease_ms: int,
-        skew_ms: int,
-        slot: int | None = None,
-        slots: int | None = None,
-    ) -> Outcome:
-        """Take the lock (or slot ``slot`` of a pool of ``slots``) if it is free."""
+    def take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        """Take the lock (or the attempt's slot of its pool) if it is free (see ``LockStore``)."""
+        identity, now_ms, skew_ms = attempt.identity, attempt.now_ms, attempt.skew_ms
+        lease_ms, slot, slots = attempt.lease_ms, attempt.slot, attempt.slots
         expires_ms = now_ms + lease_ms
         values: dict[str, Any] = {
-            "lease": lease_id,
+            "lease": attempt.lease_id,
             "version": new_version(),
             "owner": identity.owner,
             "lease_duration": _seconds_number(lease_ms),
@@ -718,13 +468,13 @@ class Store:
         )
         return outcome.applied
 
-    def put_audit(self, key: str, fields: dict[str, Any], *, replace: bool = True) -> None:
+    def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
         """Write one audit record under ``key``: replacing one of that key, or (``replace`` is
         False) only if there is none."""
         from botocore.exceptions import ClientError
 
         item = {A_LOCK_ID: {"S": key}, A_KIND: {"S": "audit"}}
-        item.update({k: to_attr(v) for k, v in fields.items() if v not in (None, "")})
+        item.update({k: to_attr(v) for k, v in entry.items() if v not in (None, "")})
         extra: dict[str, Any] = {}
         if not replace:
             extra = {
@@ -769,40 +519,14 @@ class Store:
 
         self._send("audit_void", call)
 
-    def scan_items(self, prefix: str = "", page_size: int = 500) -> Iterator[dict[str, Any]]:
-        """Every item as plain values, page by page."""
-        for item in self._scan(prefix, page_size):
+    def audit_entries(self, page_size: int = 500) -> Iterator[dict[str, Any]]:
+        """Every audit record's fields, page by page."""
+        for item in self._scan(AUDIT_PREFIX, page_size):
             yield {k: from_attr(a) for k, a in item.items()}
-
-    def caller_identity(self) -> str | None:
-        """The AWS caller's ARN, or None where it cannot be learned (local endpoints, errors)."""
-        if is_loopback(self.endpoint_url):
-            return None
-        try:
-            import botocore.session
-            from botocore.config import Config
-
-            session = botocore.session.Session(profile=self.profile)
-            sts = session.create_client(
-                "sts",
-                region_name=self.region or session.get_config_variable("region") or "us-east-1",
-                config=Config(connect_timeout=3, read_timeout=5, retries={"max_attempts": 2}),
-            )
-            return str(sts.get_caller_identity()["Arn"])  # type: ignore[attr-defined]
-        except Exception:  # any failure only means "unknown": the caller falls back to user@host
-            return None
 
     def read(self, lock_id: str) -> Outcome:
         """One strongly consistent read of a lock's item (plain or pool)."""
         return self._outcome(False, self._get_item(lock_id), lock_id, None)
-
-    def get(self, lock_id: str) -> LockRecord | None:
-        """A plain lock's state (None if there is no item, or it is a pool)."""
-        return self.read(lock_id).record
-
-    def get_pool(self, lock_id: str) -> Pool | None:
-        """A pool's state (None if there is no item, or it is a plain lock)."""
-        return self.read(lock_id).pool
 
     def _get_item(self, key: str) -> dict[str, Any] | None:
         response = self._send(
@@ -822,7 +546,7 @@ class Store:
     ) -> Outcome:
         if not item:
             return Outcome(applied, None, None, slot)
-        pool = Pool.from_item(lock_id, item) if is_pool_item(item) else None
+        pool = pool_from_item(lock_id, item) if is_pool_item(item) else None
         return Outcome(applied, record_from_item(item), pool, slot)
 
     def _conditional_update(
@@ -866,11 +590,9 @@ class Store:
             return True, item
 
         applied, item = self._send(operation, call)
-        in_transit = self.earlier_try_may_have_applied()
-        try:
-            return self._after_update(operation, applied, item, lock_id, slot)
-        finally:
-            self._local.earlier_try_may_have_applied = in_transit
+        in_doubt = self._in_doubt()
+        outcome = self._after_update(operation, applied, item, lock_id, slot)
+        return dataclasses.replace(outcome, in_doubt=in_doubt) if in_doubt else outcome
 
     def _after_update(
         self,
@@ -897,7 +619,7 @@ class Store:
 
     # -- table ---------------------------------------------------------------------------------
 
-    def scan_locks(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord | Pool]:
+    def locks(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord | Pool]:
         """Every plain lock and pool (not awsflock's other items), page by page."""
         for item in self._scan(prefix, page_size):
             key = item.get(A_LOCK_ID, {}).get("S")
@@ -905,12 +627,12 @@ class Store:
                 raise errors.TableIncompatible(
                     f"table {self.table_name!r} is not an awsflock table: its items have no "
                     f"{A_LOCK_ID} string",
-                    hint=_TABLE_HINT,
+                    hint=TABLE_HINT,
                 )
             if key.startswith(RESERVED_PREFIX):
                 continue
             if is_pool_item(item):
-                yield Pool.from_item(key, item)
+                yield pool_from_item(key, item)
             else:
                 yield record_from_item(item)
 
@@ -930,25 +652,6 @@ class Store:
             if not last:
                 return
             kwargs["ExclusiveStartKey"] = last
-
-
-def _may_have_applied(cause: BaseException | None) -> bool:
-    """Whether a failed try may have reached DynamoDB and been applied there: a timeout or a
-    connection lost after sending, or a server error. Not: a refused connection, a connect
-    timeout, throttling."""
-    from botocore import exceptions as bx
-
-    if isinstance(cause, (bx.EndpointConnectionError, bx.ConnectTimeoutError)):
-        return False
-    if isinstance(cause, bx.ClientError):
-        code = cause.response.get("Error", {}).get("Code", "")
-        return code not in _THROTTLE_CODES
-    return True
-
-
-def _one_line(exc: BaseException | str) -> str:
-    """botocore's message on one line (a credential_process may print several)."""
-    return " ".join(str(exc).split())
 
 
 def _seconds_number(ms: int) -> int | float:

@@ -1,19 +1,28 @@
 """Table administration for ``awsflock table-create``: create the lock table (or accept a
-compatible one), wait until it is ACTIVE, enable TTL. Part of the store layer (it speaks
-DynamoDB through a ``Store``'s client and error translation), kept apart from the lock protocol.
+compatible one), wait until it is ACTIVE, enable TTL. Kept apart from the lock steps; it speaks
+DynamoDB through the store's client and error translation (``DynamoDBStore.create``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
-from awsflock.items import A_EXPIRATION_TIME, A_LOCK_ID
-from awsflock.store import Store, key_problem, not_awsflock_table
+from awsflock.stores.dynamodb.items import A_EXPIRATION_TIME, A_LOCK_ID
+from awsflock.stores.dynamodb.translate import key_problem, not_awsflock_table
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+#: Turns botocore's errors inside into awsflock's, for the operation named.
+Translate = Callable[[str], AbstractContextManager[None]]
 
 
 def create_table(
-    store: Store,
+    client: DynamoDBClient,
+    name: str,
+    translate: Translate,
     *,
     billing_mode: str = "PAY_PER_REQUEST",
     capacity: tuple[int, int] = (5, 5),
@@ -29,7 +38,7 @@ def create_table(
 
     sleep = sleep or _time.sleep
     kwargs: dict[str, Any] = {
-        "TableName": store.table_name,
+        "TableName": name,
         "KeySchema": [{"AttributeName": A_LOCK_ID, "KeyType": "HASH"}],
         "AttributeDefinitions": [{"AttributeName": A_LOCK_ID, "AttributeType": "S"}],
         "BillingMode": billing_mode,
@@ -43,54 +52,61 @@ def create_table(
 
     created = True
     try:
-        with store.translate_errors("create_table"):
+        with translate("create_table"):
             try:
-                store.client.create_table(**kwargs)
-                progress(f"creating table {store.table_name!r}")
+                client.create_table(**kwargs)
+                progress(f"creating table {name!r}")
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
                     raise
                 raise _TableExists() from None
     except _TableExists:
         created = False
-        progress(f"table {store.table_name!r} already exists; checking it")
-    _wait_active(store, progress, sleep, timeout)
-    _ensure_ttl(store, progress)
+        progress(f"table {name!r} already exists; checking it")
+    _wait_active(client, name, translate, progress, sleep, timeout)
+    _ensure_ttl(client, name, translate, progress)
     return created
 
 
 def _wait_active(
-    store: Store, progress: Callable[[str], None], sleep: Callable[[float], None], timeout: float
+    client: DynamoDBClient,
+    name: str,
+    translate: Translate,
+    progress: Callable[[str], None],
+    sleep: Callable[[float], None],
+    timeout: float,
 ) -> None:
     waited = 0.0
     while True:
-        with store.translate_errors("describe_table"):
-            table = store.client.describe_table(TableName=store.table_name)["Table"]
+        with translate("describe_table"):
+            table = client.describe_table(TableName=name)["Table"]
         key = key_problem(dict(table))
         if key is not None:
-            raise not_awsflock_table(store.table_name, key)
+            raise not_awsflock_table(name, key)
         status = table.get("TableStatus", "")
         if status == "ACTIVE":
-            progress(f"table {store.table_name!r} is ACTIVE")
+            progress(f"table {name!r} is ACTIVE")
             return
         if waited >= timeout:
             raise errors.StoreError(
-                f"table {store.table_name!r} still {status} after {int(timeout)}s",
+                f"table {name!r} still {status} after {int(timeout)}s",
                 hint="check it in the AWS console and run table-create again",
             )
-        progress(f"table {store.table_name!r} is {status}; waiting")
+        progress(f"table {name!r} is {status}; waiting")
         sleep(0.5)
         waited += 0.5
 
 
-def _ensure_ttl(store: Store, progress: Callable[[str], None]) -> None:
+def _ensure_ttl(
+    client: DynamoDBClient, name: str, translate: Translate, progress: Callable[[str], None]
+) -> None:
     from botocore.exceptions import ClientError
 
     try:
-        with store.translate_errors("describe_ttl"):
+        with translate("describe_ttl"):
             desc: Any
             try:
-                desc = store.client.describe_time_to_live(TableName=store.table_name)
+                desc = client.describe_time_to_live(TableName=name)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") in ("UnknownOperationException",):
                     desc = {}
@@ -106,9 +122,9 @@ def _ensure_ttl(store: Store, progress: Callable[[str], None]) -> None:
             else:
                 progress(f"TTL on {A_EXPIRATION_TIME!r} is enabled")
             return
-        with store.translate_errors("ttl"):
-            store.client.update_time_to_live(
-                TableName=store.table_name,
+        with translate("ttl"):
+            client.update_time_to_live(
+                TableName=name,
                 TimeToLiveSpecification={"Enabled": True, "AttributeName": A_EXPIRATION_TIME},
             )
         progress(f"TTL enabled on {A_EXPIRATION_TIME!r}")

@@ -18,7 +18,7 @@ read-then-put never succeeds across a write of ours.
 
 from __future__ import annotations
 
-from awsflock.items import HISTORY, history_names
+from awsflock.stores.dynamodb.items import HISTORY, history_names
 
 
 def owned(p: str = "") -> str:

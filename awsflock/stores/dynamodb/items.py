@@ -23,10 +23,9 @@ number of slots (1 against N included) meet in one conditional write and are ref
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from awsflock.records import LockRecord
+from awsflock.records import LockRecord, Pool
 
 # Attribute names. The first five are shared with awsflock 0.2.0 and must keep their meaning.
 A_LOCK_ID = "lock_id"
@@ -49,10 +48,6 @@ A_FORCED_BY = "forced_by"
 A_FORCED_REASON = "forced_reason"
 A_FORCED_MS = "forced_ms"
 A_KIND = "kind"  # on awsflock's own items: "audit"
-
-#: ``ended`` values.
-ENDED_RELEASED = "released"
-ENDED_FORCED = "forced:"  # followed by the force-release's id
 
 #: How many earlier leases an item remembers (h0 is the latest).
 HISTORY = 3
@@ -155,28 +150,16 @@ def record_from_item(item: dict[str, Any]) -> LockRecord:
     )
 
 
-@dataclass(frozen=True)
-class Pool:
-    """A pool's state: its size and each used slot's record."""
-
-    lock_id: str
-    size: int | None
-    slots: dict[int, LockRecord]
-
-    def free_slots(self, size: int, now: float, skew: float) -> list[int]:
-        """Slots an acquire could take now."""
-        return [i for i in range(size) if i not in self.slots or self.slots[i].is_free(now, skew)]
-
-    @classmethod
-    def from_item(cls, lock_id: str, item: dict[str, Any]) -> Pool:
-        size = from_attr(item[A_SLOTS]) if A_SLOTS in item else None
-        used = set()
-        for key in item:
-            match = _SLOT_KEY.fullmatch(key)
-            if match and match.group(2) == A_LEASE:
-                used.add(int(match.group(1)))
-        slots = {i: record_from_item(slot_item(item, i, lock_id)) for i in sorted(used)}
-        return cls(lock_id, int(size) if size is not None else None, slots)
+def pool_from_item(lock_id: str, item: dict[str, Any]) -> Pool:
+    """A pool item's size and used slots."""
+    size = from_attr(item[A_SLOTS]) if A_SLOTS in item else None
+    used = set()
+    for key in item:
+        match = _SLOT_KEY.fullmatch(key)
+        if match and match.group(2) == A_LEASE:
+            used.add(int(match.group(1)))
+    slots = {i: record_from_item(slot_item(item, i, lock_id)) for i in sorted(used)}
+    return Pool(lock_id, int(size) if size is not None else None, slots)
 
 
 def is_pool_item(item: dict[str, Any]) -> bool:

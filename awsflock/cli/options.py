@@ -146,7 +146,7 @@ def common_options(func: F) -> F:
         debug: bool,
         **kwargs: Any,
     ) -> Any:
-        from awsflock import logs
+        from awsflock.cli import logs
 
         common = Common(
             tablename=tablename,

@@ -12,19 +12,55 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from awsflock import errors
 from awsflock.clock import Clock
-from awsflock.durations import format_seconds, lease_seconds
+from awsflock.durations import lease_seconds
+from awsflock.protocol import LockStore
+from awsflock.text import format_seconds
 
 if TYPE_CHECKING:
-    from awsflock.lease import Lease, LockTable
     from awsflock.records import Identity
 
 log = logging.getLogger("awsflock.heartbeat")
 
 LostCallback = Callable[["Hold", errors.LeaseLost], None]
+
+
+class HeldLease(Protocol):
+    """What a hold needs of its lease (``awsflock.lease.Lease``)."""
+
+    lease_id: str
+    owner: str
+    fencing_token: int | None
+    slot: int | None
+    expires_at: float
+    acquired_at: float
+    released: bool
+
+    def renew(self, lease: float | str | None = None) -> Any: ...
+
+    def release(self) -> None: ...
+
+
+class Leases(Protocol):
+    """What a hold needs of its table (``awsflock.lease.LockTable``, which makes holds: typed
+    here so that this module does not import that one)."""
+
+    clock: Clock
+    store: LockStore
+
+    def acquire(
+        self,
+        lock_id: str,
+        *,
+        lease: float | str = ...,
+        wait: float | str | None = ...,
+        identity: Identity | None = ...,
+        slots: int | None = ...,
+        cancel: threading.Event | None = ...,
+    ) -> HeldLease: ...
 
 
 def default_margin(lease: float) -> float:
@@ -42,7 +78,7 @@ class Hold:
 
     def __init__(
         self,
-        table: LockTable,
+        table: Leases,
         lock_id: str,
         *,
         lease: float | str = 60.0,
@@ -75,7 +111,7 @@ class Hold:
         self.lost = threading.Event()
         self.renewals = 0
         self._state = threading.Lock()  # guards _lease, _next_renew, _failures, _lost_error
-        self._lease: Lease | None = None
+        self._lease: HeldLease | None = None
         self._next_renew = 0.0
         self._failures = 0
         self._lost_error: errors.LeaseLost | None = None
@@ -85,7 +121,7 @@ class Hold:
     # -- the caller's view ---------------------------------------------------------------------
 
     @property
-    def lease(self) -> Lease:
+    def lease(self) -> HeldLease:
         if self._lease is None:
             raise errors.UsageError("the hold has not been started", hint="call start() first")
         return self._lease
@@ -128,7 +164,7 @@ class Hold:
         self.start_renewing()
         return self
 
-    def acquire(self) -> Lease:
+    def acquire(self) -> HeldLease:
         """The first half of ``start()``: take the lock, without the renewal thread yet."""
         if self._lease is not None:
             raise errors.UsageError("the hold was already started")
@@ -224,7 +260,7 @@ class Hold:
         end = self.clock.monotonic() + min(store.request_timeout, self.deadline() - now)
         try:
             with store.budget(end):
-                self.table.renew(lease, lease=self.lease_s)
+                lease.renew(self.lease_s)
         except errors.NotHeld as exc:
             self._lose(f"renewal refused: {exc.message}")
             return

@@ -1,6 +1,6 @@
 """stderr for the CLI: short text for people, one JSON object per line for machines.
 
-The library only logs through named loggers (``awsflock.lease``, ``awsflock.store``, ...); this
+The library only logs through named loggers (``awsflock.lease``, ``awsflock.heartbeat``, ...); this
 module is where the CLI decides what reaches stderr. Lease ids appear only at debug level. The
 CLI's own lines (errors, conflicts, progress) go through ``say``, so that under
 ``--log-format json`` every line awsflock writes to stderr is one JSON object with the same

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
-from awsflock.durations import format_seconds
+from awsflock.text import format_seconds
 
 if TYPE_CHECKING:
     from types import FrameType
 
-    from awsflock.heartbeat import Hold
+    from awsflock.hold.heartbeat import Hold
     from awsflock.lease import LockTable
 
 log = logging.getLogger("awsflock.runner")

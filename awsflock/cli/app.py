@@ -1,0 +1,219 @@
+"""The ``awsflock`` group: every failure becomes one stderr line and an exit code, here.
+
+The commands live in the modules beside this one, one per group of commands; each parses, calls
+the library, and prints. stdout carries results only (a LEASE_ID, JSON); all else is stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from awsflock import errors
+from awsflock.cli import logs
+from awsflock.cli.options import STATE
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def emit(data: dict[str, Any]) -> None:
+    click.echo(json.dumps(data, sort_keys=True))
+
+
+def print_lease(lease: Any, as_json: bool) -> None:
+    """stdout of acquire and renew: the LEASE_ID alone (0.2.0's contract), or JSON."""
+    if as_json:
+        emit(lease.as_dict())
+    else:
+        click.echo(lease.lease_id)
+
+
+class _Cli(click.Group):
+    """The top-level group: every failure becomes one stderr line and an exit code, here."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        argv = kwargs.get("args")
+        argv = list(sys.argv[1:] if argv is None else argv)
+        # Only awsflock's own --debug option (its callback) turns tracebacks on: a --debug in
+        # run's command, after --, or as an option's value is not awsflock's.
+        STATE["debug"] = False
+        STATE["ran"] = False
+        # Errors found while click parses come before the --log-format option is read: pick
+        # the format from awsflock's own words now (the option's callback confirms it later).
+        logs.set_format(self._early_log_format(argv))
+        # `run` keeps 1, 2 and 3 for the command's own statuses: its own failures are 125.
+        words = [a for a in argv if not a.startswith("-")]
+        own = 125 if words[:1] == ["run"] else None
+        sys.exit(_call(lambda: super(_Cli, self).main(*args, **kwargs), own))
+
+    def _early_log_format(self, argv: list[str]) -> str:
+        """--log-format as click will read it: the last one among awsflock's own words (not
+        after --, not in run's command, not an option's value), else AWSFLOCK_LOG_FORMAT."""
+        import os
+
+        command = self.commands.get(argv[0]) if argv else None
+        words = argv[1:]
+        if isinstance(command, RunCommand):
+            words = command.split(words)[0]
+        elif "--" in words:
+            words = words[: words.index("--")]
+        takes_value = _options_taking_a_value(command) if command is not None else set()
+        found = ""
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if word == "--log-format" and i + 1 < len(words):
+                found = words[i + 1]
+            elif word.startswith("--log-format="):
+                found = word.partition("=")[2]
+            if word in takes_value:
+                i += 1  # its value is not an option
+            i += 1
+        if found not in logs.FORMATS:  # none, or one click will refuse
+            found = os.environ.get("AWSFLOCK_LOG_FORMAT", "")
+        return found if found in logs.FORMATS else "text"
+
+
+def _options_taking_a_value(command: click.Command) -> set[str]:
+    return {
+        name
+        for param in command.params
+        if isinstance(param, click.Option) and not param.is_flag and not param.count
+        for name in param.opts
+    }
+
+
+def _call(call: Any, own_failure: int | None = None) -> int:
+    """Run the CLI; map every exception to an exit code and one stderr line."""
+
+    def fail(code: int, message: str, error: str, label: str = "error", **extra: Any) -> int:
+        if own_failure is not None and code in (1, 2, 3) and not STATE.get("ran"):
+            code = own_failure
+        logs.say(
+            message, level="error", event="error", label=label, exit_code=code, error=error, **extra
+        )
+        return code
+
+    try:
+        result = call()
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        return fail(130, "aborted", "Abort", label="")
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `awsflock`
+            if logs.current_format() == "text":
+                click.echo(exc.format_message(), err=True)
+                return exc.exit_code
+            return fail(exc.exit_code, "no command given (see 'awsflock --help')", "UsageError")
+        # One line, naming the problem and where the fix is documented.
+        where = exc.ctx.command_path if exc.ctx is not None else "awsflock"
+        message = " ".join(exc.format_message().split())
+        return fail(
+            exc.exit_code,
+            f"{message} (see '{where} --help')",
+            type(exc).__name__,
+            label="usage error",
+        )
+    except click.ClickException as exc:
+        return fail(exc.exit_code, exc.format_message(), type(exc).__name__)
+    except errors.AwsflockError as exc:
+        trace = None
+        if STATE["debug"]:
+            import traceback
+
+            if logs.current_format() == "text":
+                traceback.print_exc()
+            else:
+                trace = traceback.format_exc()
+        label = {2: "usage error", 3: "not held" if isinstance(exc, errors.NotHeld) else "busy"}
+        return fail(
+            exc.exit_code,
+            exc.one_line(),
+            type(exc).__name__,
+            label=label.get(exc.exit_code, "error"),
+            traceback=trace,
+        )
+    except KeyboardInterrupt:
+        return fail(130, "interrupted", "KeyboardInterrupt", label="")
+    except BrokenPipeError:
+        return own_failure if own_failure is not None and not STATE.get("ran") else 1
+    except Exception as exc:
+        trace = None
+        if STATE["debug"]:
+            if logs.current_format() == "text":
+                raise
+            import traceback
+
+            trace = traceback.format_exc()
+        return fail(
+            1,
+            f"{type(exc).__name__}: {exc} "
+            "(run again with --debug for details, and please report it)",
+            type(exc).__name__,
+            label="internal error",
+            traceback=trace,
+        )
+    return result if isinstance(result, int) else 0
+
+
+@click.group(cls=_Cli, context_settings=CONTEXT, no_args_is_help=True)
+@click.version_option(None, "--version", package_name="awsflock", prog_name="awsflock")
+def cli() -> None:
+    """flock(1) for machines that share nothing but an AWS account.
+
+    Locks are lease records in one DynamoDB table, taken and given back with
+    conditional writes. `acquire` prints a LEASE_ID; `renew` and `release` take it.
+
+    \b
+    Exit codes: 0 done, 1 AWS/network/configuration error, 2 usage error,
+    3 lock held by another / lease not held.
+
+    \b
+    Durations: '300', '300s', '15m', '3 minutes', '100hrs', '1 day', '2h30m'.
+    """
+
+
+class RunCommand(click.Command):
+    """`run LOCK_ID [OPTIONS] [--] CMD [ARGS]...`: awsflock's options may come before or after
+    LOCK_ID; the first word after LOCK_ID that is not an option (or everything after `--`)
+    starts CMD, whose own options are never parsed by awsflock."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        head, tail = self.split(args)
+        ctx.meta["awsflock.command"] = tail
+        return super().parse_args(ctx, head)
+
+    def split(self, args: list[str]) -> tuple[list[str], list[str]]:
+        """(awsflock's own words, CMD and its arguments)."""
+        takes_value = _options_taking_a_value(self)
+        positional = 0
+        i = 0
+        while i < len(args):
+            word = args[i]
+            if word == "--":
+                return args[:i], args[i + 1 :]
+            if word.startswith("-") and word != "-":
+                if word in takes_value:
+                    i += 1  # its value
+            else:
+                positional += 1
+                if positional == 2:
+                    return args[:i], args[i:]
+            i += 1
+        return args, []
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "LOCK_ID [OPTIONS] [--] CMD [ARGS]...")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point."""
+    cli.main(args=argv, prog_name="awsflock")
+
+
+__all__ = ["CONTEXT", "RunCommand", "cli", "emit", "main", "print_lease"]

@@ -1,0 +1,117 @@
+"""The lock commands scripts use: ``acquire``, ``renew``, ``release``."""
+
+from __future__ import annotations
+
+import click
+
+from awsflock import errors
+from awsflock.cli import logs
+from awsflock.cli.app import CONTEXT, cli, emit, print_lease
+from awsflock.cli.options import (
+    Common,
+    common_options,
+    json_option,
+    lease_option,
+    owner_option,
+    slots_option,
+    wait_options,
+)
+
+
+@cli.command("acquire", context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@common_options
+@lease_option("2 hours", "How long the lease lasts unless renewed.")
+@wait_options
+@owner_option
+@json_option
+@slots_option
+@click.option(
+    "--conflict-exit-code",
+    type=click.IntRange(0, 255),
+    default=3,
+    show_default=True,
+    help="Exit status when the lock stays held by another.",
+)
+def acquire(
+    common: Common,
+    lock_id: str,
+    lease_duration: float,
+    wait_time: float | None,
+    no_wait: bool,
+    owner: str | None,
+    as_json: bool,
+    conflict_exit_code: int,
+    slots: int | None,
+) -> None:
+    """Take LOCK_ID and print the LEASE_ID (exit 3 if another holds it).
+
+    Waits up to --wait-time (default 60s), checking about once a second.
+
+    \b
+    IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
+    the holder with a failed conditional write).
+    """
+    table = common.table(owner)
+    wait = 0.0 if no_wait else wait_time
+    try:
+        lease = table.acquire(lock_id, lease=lease_duration, wait=wait, slots=slots)
+    except errors.LockBusy as exc:
+        if not common.quiet:
+            logs.say(
+                exc.one_line(),
+                level="warning",
+                event="busy",
+                lock_id=lock_id,
+                owner=exc.holder.owner if exc.holder is not None else None,
+                exit_code=conflict_exit_code,
+                error=type(exc).__name__,
+            )
+        raise click.exceptions.Exit(conflict_exit_code) from None
+    print_lease(lease, as_json)
+
+
+@cli.command("renew", context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@click.argument("lease_id", metavar="LEASE_ID")
+@common_options
+@lease_option("2 hours", "New lease length, counted from now.")
+@owner_option
+@json_option
+def renew(
+    common: Common,
+    lock_id: str,
+    lease_id: str,
+    lease_duration: float,
+    owner: str | None,
+    as_json: bool,
+) -> None:
+    """Extend the lease LEASE_ID on LOCK_ID and print the LEASE_ID (exit 3 if not held).
+
+    The LEASE_ID stays the same, so scripts that capture the output as awsflock
+    0.2.0 taught them keep working, and so do scripts that do not.
+
+    \b
+    IAM: dynamodb:UpdateItem.
+    """
+    table = common.table(owner)
+    lease = table.renew_lease(lock_id, lease_id, lease=lease_duration)
+    print_lease(lease, as_json)
+
+
+@cli.command("release", context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@click.argument("lease_id", metavar="LEASE_ID")
+@common_options
+@json_option
+def release(common: Common, lock_id: str, lease_id: str, as_json: bool) -> None:
+    """Release LOCK_ID held by LEASE_ID (exit 3 if that lease does not hold it).
+
+    \b
+    IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
+    the item with a failed conditional write).
+    """
+    table = common.table()
+    table.release_lease(lock_id, lease_id)
+    if as_json:
+        emit({"lock_id": lock_id, "released": True})

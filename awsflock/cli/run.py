@@ -1,0 +1,101 @@
+"""``awsflock run``: hold a lock while a command runs (the work is in ``awsflock.hold.runner``)."""
+
+from __future__ import annotations
+
+import click
+
+from awsflock import durations, errors
+from awsflock.cli.app import CONTEXT, RunCommand, cli
+from awsflock.cli.options import (
+    STATE,
+    Common,
+    DurationType,
+    common_options,
+    lease_option,
+    owner_option,
+    slots_option,
+    wait_options,
+)
+
+
+@cli.command("run", cls=RunCommand, context_settings=CONTEXT)
+@click.argument("lock_id", metavar="LOCK_ID")
+@click.option("-c", "shell", metavar="STRING", help="Run STRING with /bin/sh -c instead of CMD.")
+@common_options
+@lease_option("1 minute", "Lease length; renewed every third of it while CMD runs.")
+@wait_options
+@owner_option
+@slots_option
+@click.option(
+    "--kill-after",
+    type=DurationType(durations.parse_seconds),
+    default=None,
+    show_default="10s, or lease/5 if shorter",
+    help="If the lease is lost: KILL this long after TERM. An explicit value must leave the "
+    "command dead before the lease ends (see above).",
+)
+@click.option(
+    "-E",
+    "--conflict-exit-code",
+    type=click.IntRange(0, 255),
+    default=75,
+    show_default=True,
+    help="Exit status when the lock was not acquired (--no-wait or wait timed out).",
+)
+def run_command(
+    common: Common,
+    lock_id: str,
+    shell: str | None,
+    lease_duration: float,
+    wait_time: float | None,
+    no_wait: bool,
+    owner: str | None,
+    kill_after: float | None,
+    conflict_exit_code: int,
+    slots: int | None,
+) -> None:
+    """Hold LOCK_ID while CMD runs; exit with CMD's status.
+
+    \b
+      awsflock run deploy-prod -- terraform apply -auto-approve
+      awsflock run --no-wait -E 0 nightly-report -- ./report.sh
+      awsflock run backup -c 'pg_dump db | gzip > /backups/db.gz'
+
+    The lease (default 1 minute) is renewed every third of its length. CMD gets
+    AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN
+    (and AWSFLOCK_SLOT with --slots).
+    Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
+
+    If the lease is lost (a renewal refused, or none succeeded by kill-after + G
+    before expiry, G = 1s or lease/10 if shorter), CMD's group gets TERM, then
+    KILL after --kill-after, so CMD is dead G before its lease ends. An explicit
+    --kill-after must satisfy kill-after + G < 2/3 of the lease, so renewal gets
+    its chance first; the default (10s, or lease/5) always does.
+
+    \b
+    Exit: CMD's status; 75 lock not acquired (-E overrides); 124 lease lost and
+    CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
+    128+N CMD killed by signal N.
+    """
+    from awsflock.hold.runner import RunOptions, run
+
+    command = click.get_current_context().meta.get("awsflock.command", [])
+    if shell is not None and command:
+        raise errors.UsageError("give either -c STRING or a command, not both")
+    argv = ["/bin/sh", "-c", shell] if shell is not None else list(command)
+    import shlex
+
+    from awsflock.records import Identity
+
+    table = common.table(owner)
+    table.identity = Identity.of_this_process(owner, command=shlex.join(argv)[:300])
+    options = RunOptions(
+        lease=lease_duration,
+        wait=0.0 if no_wait else wait_time,
+        kill_after=kill_after,
+        conflict_exit_code=conflict_exit_code,
+        slots=slots,
+    )
+    code = run(table, lock_id, argv, options)
+    STATE["ran"] = True
+    raise click.exceptions.Exit(code)

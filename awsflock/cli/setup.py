@@ -1,0 +1,144 @@
+"""Setting up: ``table-create`` (and its 0.2.0 name ``create-table``), ``iam-policy``,
+``dev-server``."""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import click
+
+from awsflock import errors
+from awsflock.cli import logs
+from awsflock.cli.app import CONTEXT, cli
+from awsflock.cli.options import (
+    Common,
+    common_options,
+)
+
+
+@cli.command("table-create", context_settings=CONTEXT)
+@common_options
+@click.option(
+    "--billing-mode",
+    type=click.Choice(
+        ["on-demand", "provisioned", "PAY_PER_REQUEST", "PROVISIONED"], case_sensitive=False
+    ),
+    default="on-demand",
+    show_default=True,
+    help="On-demand costs nothing while idle; provisioned uses --read/--write-capacity.",
+)
+@click.option(
+    "--read-capacity",
+    type=click.IntRange(1, 40000),
+    default=5,
+    show_default=True,
+    help="Read capacity units (only with --billing-mode provisioned).",
+)
+@click.option(
+    "--write-capacity",
+    type=click.IntRange(1, 40000),
+    default=5,
+    show_default=True,
+    help="Write capacity units (only with --billing-mode provisioned).",
+)
+def table_create(
+    common: Common, billing_mode: str, read_capacity: int, write_capacity: int
+) -> None:
+    """Create the lock table (idempotent), wait until it is active, enable TTL.
+
+    \b
+    IAM: dynamodb:CreateTable, DescribeTable, DescribeTimeToLive, UpdateTimeToLive.
+    """
+    mode = "PROVISIONED" if billing_mode.lower() == "provisioned" else "PAY_PER_REQUEST"
+    ctx = click.get_current_context()
+    explicit = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    given = [
+        "--" + name.replace("_", "-")
+        for name in ("read_capacity", "write_capacity")
+        if ctx.get_parameter_source(name) in explicit
+    ]
+    if given and mode != "PROVISIONED":
+        # Silently creating an on-demand table would ignore what the user asked for.
+        named = " and ".join(given)
+        verb = "apply" if len(given) > 1 else "applies"
+        raise errors.UsageError(
+            f"{named} only {verb} to provisioned billing, and the table would be on-demand",
+            hint=f"add --billing-mode provisioned, or drop {named}",
+        )
+    table = common.table()
+
+    def progress(message: str) -> None:
+        if common.quiet:
+            return
+        if message.startswith("warning: "):
+            logs.say(message[9:], level="warning", event="table_create", label="warning")
+        else:
+            logs.say(message, event="table_create", table=common.tablename)
+
+    created = table.create(
+        progress=progress, billing_mode=mode, capacity=(read_capacity, write_capacity)
+    )
+    if not common.quiet:
+        logs.say(
+            f"table {common.tablename!r} is ready" + ("" if created else " (it already existed)"),
+            event="table_ready",
+            table=common.tablename,
+            created=created,
+        )
+
+
+# 0.2.0's code named the command create-table while its README said table-create: keep both.
+_create_table_alias = copy.copy(table_create)
+_create_table_alias.hidden = True
+cli.add_command(_create_table_alias, "create-table")
+
+
+@cli.command("iam-policy", context_settings=CONTEXT)
+@click.option("--tablename", envvar="AWSFLOCK_TABLE", default="awsflock", show_default=True)
+@click.option("--read-only", is_flag=True, help="Only what status, list and audit need.")
+@click.option("--region", default="*", show_default=True, help="Region in the table ARN.")
+@click.option("--account", default="*", show_default=True, help="Account id in the table ARN.")
+def iam_policy_command(tablename: str, read_only: bool, region: str, account: str) -> None:
+    """Print the least-privilege IAM policy for the lock table.
+
+    The "AwsflockTableSetup" statement is only for whoever runs table-create.
+    """
+    from awsflock.stores.dynamodb.iam import iam_policy
+
+    click.echo(iam_policy(tablename, read_only=read_only, region=region, account=account))
+
+
+@cli.command("dev-server", context_settings=CONTEXT)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8000,
+    show_default=True,
+    help="Port on 127.0.0.1 (0 picks a free one).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print only the export line.")
+def dev_server(port: int, quiet: bool) -> None:
+    """Run a local DynamoDB-compatible endpoint (in memory) until Ctrl-C.
+
+    Prints the line to export so that awsflock in other shells uses it; commands
+    pointed at a loopback endpoint need no AWS credentials or region. Needs the
+    'local' extra: pip install 'awsflock[local]'.
+    """
+    from awsflock.stores.dynamodb.devserver import serve
+
+    def ready(url: str) -> None:
+        click.echo(f"export AWSFLOCK_ENDPOINT_URL={url}")
+        sys.stdout.flush()
+        if not quiet:
+            logs.say(
+                f"DynamoDB-compatible dev server listening on {url} (in memory; "
+                "Ctrl-C stops it). In another shell: export AWSFLOCK_ENDPOINT_URL="
+                f"{url}; awsflock table-create",
+                event="dev_server",
+                endpoint_url=url,
+            )
+
+    serve(port, ready)
+    if not quiet:
+        logs.say("dev server stopped", event="dev_server")

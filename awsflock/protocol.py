@@ -1,0 +1,188 @@
+"""The store interface: every step of the lock protocol as one atomic, conditional operation.
+
+The lease logic (``awsflock.lease`` and the modules it uses) speaks only to a ``LockStore``, and
+a store speaks only the library's types: ``Attempt`` in, ``Outcome`` (``LockRecord``, ``Pool``)
+out. A store decides nothing: each method checks its condition and writes, atomically, or
+changes nothing; what a refusal means is decided by the caller from the state it returns.
+
+Times are the *caller's* wall clock in epoch milliseconds (``now_ms``); ``skew_ms`` is the
+window the clocks of all holders are assumed to agree within (the NTP assumption, see the
+README). A lease is *live* until its ``expires_ms``; it may be taken over only once it ran out
+more than ``skew_ms`` ago by the taker's clock.
+
+Fencing tokens only go up per lock (and per pool slot) while its record lives; a record that is
+created again (removed by the store's expiry, or overwritten by awsflock 0.2.0) starts from
+``now_ms * 1000``, above every earlier token: a record is removed only after its lease's end
+plus the skew window.
+
+A request that failed in transit may still be applied later: stores raise ``StoreError``
+subclasses with ``maybe_applied`` set then, and an answered call whose earlier try failed so
+says ``Outcome.in_doubt``.
+
+Adding a backend: implement ``LockStore`` in ``awsflock/stores/<name>/`` and make it pass the
+conformance suite (``tests/conformance/``); ``awsflock.stores.memory`` is the smallest example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from awsflock.clock import Clock
+from awsflock.records import RESERVED_PREFIX, Identity, LockRecord, Pool
+
+#: Keys of audit records start with this.
+AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
+#: An audit record's ``status`` once the action it describes turned out not to take effect.
+AUDIT_VOID = "not_applied"
+#: The default time one call may take, retries included, unless the caller's wait is longer.
+DEFAULT_REQUEST_TIMEOUT = 5.0
+#: No try of a call is started with less time than this left.
+MIN_TRY = 0.25
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One acquire attempt: a new lease for ``lease_id``, from ``now_ms`` for ``lease_ms``.
+
+    ``slot``/``slots``: slot ``slot`` of a pool of ``slots`` (both None for a plain lock).
+    """
+
+    lease_id: str
+    identity: Identity
+    now_ms: int
+    lease_ms: int
+    skew_ms: int
+    slot: int | None = None
+    slots: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one conditional step did, and the lock's state: after it if ``applied``, else as
+    it was when the condition failed.
+
+    ``lock`` is the record read as a plain lock (None: no record at all); ``pool`` the record
+    read as a pool (None: it is not one); ``slot`` the slot the step was about. ``in_doubt``: a
+    try of this call failed in transit before the answered one, and may still be applied.
+    """
+
+    applied: bool
+    lock: LockRecord | None
+    pool: Pool | None = None
+    slot: int | None = None
+    in_doubt: bool = False
+
+    @property
+    def record(self) -> LockRecord | None:
+        """The lease the step was about: the plain lock's, or the slot's."""
+        if self.slot is None:
+            return None if self.pool is not None else self.lock
+        return self.pool.slots.get(self.slot) if self.pool is not None else None
+
+
+class LockStore(Protocol):
+    """Where the lock records live. Each lock method is one atomic conditional step."""
+
+    #: What the store is called in messages (a table name).
+    table_name: str
+    #: How long one call may take, its own retries included, unless a ``budget`` says otherwise.
+    request_timeout: float
+    #: The clock budgets are measured by (``monotonic``) and retries wait on (``sleep``).
+    clock: Clock
+
+    def where(self) -> str:
+        """Where the store is, for messages ("DynamoDB at http://...")."""
+        ...
+
+    def budget(self, end: float) -> AbstractContextManager[None]:
+        """Calls made inside end, retries included, by ``end`` (``clock.monotonic()`` time); an
+        outer, earlier end wins."""
+        ...
+
+    def take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        """Take-if-free: write ``attempt``'s lease if the lock (or its slot) is free, that is,
+        never taken, ended (released or force-released), or its lease ran out more than
+        ``skew_ms`` before ``now_ms``; and ``attempt.lease_id`` was never granted on it before
+        (neither current nor among the last three leases); and the record's kind agrees: a
+        plain attempt needs a record that is not a pool, a pool attempt one of the same size,
+        or a free plain lock (which becomes the pool). The new lease's fencing token is the
+        last one plus one. The ended or expired lease goes to the top of the history."""
+        ...
+
+    def renew(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        slot: int | None = None,
+    ) -> Outcome:
+        """Extend the lease to ``now_ms + lease_ms`` if it is ``lease_id``, not ended and not
+        run out at ``now_ms`` (a renew never revives a lease), and the slot is still in the
+        pool (a plain lease: the record is not a pool)."""
+        ...
+
+    def release(
+        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
+    ) -> Outcome:
+        """End the lease (marked released at ``now_ms``) if it is ``lease_id`` and not ended
+        (a plain lease: the record is not a pool). The record and its counter stay."""
+        ...
+
+    def force_release(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        force_id: str,
+        now_ms: int,
+        skew_ms: int,
+        actor: str,
+        reason: str,
+        slot: int | None = None,
+    ) -> Outcome:
+        """As ``release``, for an operator: marked forced by ``force_id``, with who and why."""
+        ...
+
+    def read(self, lock_id: str) -> Outcome:
+        """The lock's state, read consistently (``applied`` is False)."""
+        ...
+
+    def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
+        """Every plain lock and pool whose name starts with ``prefix``, in the store's order."""
+        ...
+
+    def resize_pool(
+        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+    ) -> bool:
+        """Set the pool's size to ``new`` if it is still ``old`` (None: no size recorded) and
+        every slot that goes away is free. True if done."""
+        ...
+
+    def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
+        """Write audit record ``key`` (under ``AUDIT_PREFIX``): replacing one of that key, or,
+        ``replace`` False, only if there is none. Empty fields are left out."""
+        ...
+
+    def void_audit(self, key: str, action_id: str | None) -> None:
+        """Set audit record ``key``'s ``status`` to ``AUDIT_VOID`` if it exists (and was
+        written by ``action_id``, when given)."""
+        ...
+
+    def audit_entries(self) -> Iterator[dict[str, Any]]:
+        """Every audit record's fields, in the store's order."""
+        ...
+
+    def create(self, *, progress: Callable[[str], None] = ...) -> bool:
+        """Make the store ready for locks (create its table); True if it was created now,
+        False if it was there already. Says what it does through ``progress``."""
+        ...
+
+    def actor(self) -> str | None:
+        """Who this store's caller is, as the store knows it (an IAM ARN), or None."""
+        ...

@@ -1,0 +1,110 @@
+"""The botocore client a DynamoDB store uses: built on first use (importing botocore is most
+of a command's start-up), one try per call, and harmless defaults for loopback endpoints."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from awsflock import errors
+
+if TYPE_CHECKING:
+    from botocore.session import Session
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+#: The access key (and secret) for a loopback endpoint when botocore finds no credentials.
+#: Letters and digits only: DynamoDB Local refuses any other access key id.
+LOCAL_ACCESS_KEY = "awsflocklocal"
+
+
+def is_loopback(endpoint_url: str | None) -> bool:
+    if not endpoint_url:
+        return False
+    from urllib.parse import urlsplit
+
+    host = urlsplit(endpoint_url).hostname or ""
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def _skip_instance_metadata(session: Session) -> None:
+    """Take the EC2 instance metadata service out of ``session``'s credential chain.
+
+    Only for loopback endpoints, which do not check that a key is real. botocore asks that
+    service last, when nothing else gave credentials: on a host where 169.254.169.254 does not
+    answer (not EC2, packets dropped) that costs two one-second timeouts (token, then role) on
+    every command. The container provider stays: it asks nothing unless its environment
+    variable (set by ECS, CodeBuild) is.
+    """
+    session.get_component("credential_provider").remove("iam-role")
+
+
+def make_client(
+    *,
+    profile: str | None,
+    region: str | None,
+    endpoint_url: str | None,
+    request_timeout: float,
+) -> DynamoDBClient:
+    """A DynamoDB client making one try per call (awsflock retries itself), with loopback
+    defaults for local servers."""
+    # botocore directly: importing boto3 on top of it only adds start-up time.
+    import botocore.session
+    from botocore.config import Config
+
+    session = botocore.session.Session(profile=profile)
+    region = region or session.get_config_variable("region")
+    kwargs: dict[str, Any] = {}
+    if is_loopback(endpoint_url):
+        # A local server (dev-server, moto, dynalite, DynamoDB Local) needs no real account:
+        # harmless defaults, used only when the user set nothing and the endpoint is this
+        # machine. Credentials the user has (env, AWS_PROFILE, credentials file, SSO...) win:
+        # DynamoDB Local keeps one set of tables per access key, so awsflock must sign with
+        # the key the user's other tools use.
+        region = region or "us-east-1"
+        _skip_instance_metadata(session)
+        if session.get_credentials() is None:
+            kwargs["aws_access_key_id"] = LOCAL_ACCESS_KEY
+            kwargs["aws_secret_access_key"] = LOCAL_ACCESS_KEY
+    if not region:
+        raise errors.ConfigurationError(
+            "no AWS region configured",
+            hint="pass --region, or set AWS_REGION (or AWS_DEFAULT_REGION)",
+        )
+    config = Config(
+        # One try per call: awsflock retries itself (``_send``), within the caller's budget.
+        retries={"mode": "standard", "total_max_attempts": 1},
+        connect_timeout=min(3.0, request_timeout),
+        read_timeout=request_timeout,
+    )
+    client: DynamoDBClient = session.create_client(  # type: ignore[assignment]
+        # botocore types every client as BaseClient; this one is DynamoDB's. Naming the
+        # API version spares botocore a scan of every service it knows at start-up.
+        "dynamodb",
+        region_name=region,
+        endpoint_url=endpoint_url,
+        config=config,
+        api_version="2012-08-10",
+        **kwargs,
+    )
+    return client
+
+
+def caller_identity(
+    *, profile: str | None, region: str | None, endpoint_url: str | None
+) -> str | None:
+    """The AWS caller's ARN, or None where it cannot be learned (local endpoints, errors)."""
+    if is_loopback(endpoint_url):
+        return None
+    try:
+        import botocore.session
+        from botocore.config import Config
+
+        session = botocore.session.Session(profile=profile)
+        sts = session.create_client(
+            "sts",
+            region_name=region or session.get_config_variable("region") or "us-east-1",
+            config=Config(connect_timeout=3, read_timeout=5, retries={"max_attempts": 2}),
+        )
+        return str(sts.get_caller_identity()["Arn"])  # type: ignore[attr-defined]
+    except Exception:  # any failure only means "unknown": the caller falls back to user@host
+        return None

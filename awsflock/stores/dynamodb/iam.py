@@ -1,0 +1,42 @@
+"""The least-privilege IAM policy for a lock table (``awsflock iam-policy``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: What each command needs on the table.
+COMMAND_ACTIONS = {
+    "table-create": ["CreateTable", "DescribeTable", "DescribeTimeToLive", "UpdateTimeToLive"],
+    "acquire": ["UpdateItem", "GetItem"],
+    "renew": ["UpdateItem"],
+    "release": ["UpdateItem", "GetItem"],
+    "run": ["UpdateItem", "GetItem"],
+    "status": ["GetItem"],
+    "list": ["DescribeTable", "Scan"],
+    "force-release": ["GetItem", "UpdateItem", "PutItem"],
+    "audit": ["DescribeTable", "Scan"],
+    "pool-resize": ["GetItem", "UpdateItem"],
+}
+READ_ONLY = ("status", "list", "audit")
+
+
+def iam_policy(
+    table: str, *, read_only: bool = False, region: str = "*", account: str = "*"
+) -> str:
+    """The least-privilege IAM policy document for the table, as JSON."""
+    arn = f"arn:aws:dynamodb:{region}:{account}:table/{table}"
+
+    def statement(sid: str, commands: tuple[str, ...]) -> dict[str, Any]:
+        actions = sorted({f"dynamodb:{a}" for c in commands for a in COMMAND_ACTIONS[c]})
+        return {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": arn}
+
+    if read_only:
+        statements = [statement("AwsflockReadOnly", READ_ONLY)]
+    else:
+        statements = [
+            statement("AwsflockLocks", tuple(c for c in COMMAND_ACTIONS if c != "table-create")),
+            # Only for whoever runs `awsflock table-create` once; drop it for everyone else.
+            statement("AwsflockTableSetup", ("table-create",)),
+        ]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, indent=2)

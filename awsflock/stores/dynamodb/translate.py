@@ -1,0 +1,243 @@
+"""DynamoDB's errors as awsflock's: every botocore exception and error code is turned into one
+of ``awsflock.errors`` here, with the fix named, and nowhere else."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any, Callable
+
+from awsflock import errors
+from awsflock.stores.dynamodb.items import A_LOCK_ID
+
+#: The IAM action each store call needs, for "access denied" messages and ``iam-policy``.
+ACTIONS = {
+    "acquire": "UpdateItem",
+    "renew": "UpdateItem",
+    "release": "UpdateItem",
+    "get": "GetItem",
+    "scan": "Scan",
+    "create_table": "CreateTable",
+    "describe_table": "DescribeTable",
+    "ttl": "UpdateTimeToLive",
+    "describe_ttl": "DescribeTimeToLive",
+    "force_release": "UpdateItem",
+    "resize": "UpdateItem",
+    "audit": "PutItem",
+    "audit_void": "UpdateItem",
+}
+
+_THROTTLE_CODES = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+}
+_CREDENTIAL_CODES = {
+    "UnrecognizedClientException",
+    "InvalidSignatureException",
+    "ExpiredTokenException",
+    "ExpiredToken",
+    "MissingAuthenticationToken",
+    "MissingAuthenticationTokenException",
+    "IncompleteSignature",
+    "InvalidClientTokenId",
+}
+_UNAVAILABLE_CODES = {"InternalServerError", "ServiceUnavailable", "InternalFailure"}
+#: How DynamoDB and local servers refuse a request whose key does not fit the table's.
+KEY_REFUSAL = re.compile(
+    r"required keys was not given|key element does not match the schema|Missing the key"
+    r"|Type mismatch for key",
+    re.IGNORECASE,
+)
+
+_KEY_TYPES = {"S": "a string", "N": "a number", "B": "binary"}
+TABLE_HINT = (
+    "name the lock table with --tablename (or AWSFLOCK_TABLE), or create one with "
+    "`awsflock table-create --tablename NEW`"
+)
+
+
+def key_problem(table: dict[str, Any]) -> str | None:
+    """How a DescribeTable answer's key differs from awsflock's (``lock_id``, a string, no sort
+    key), e.g. "'pk', a string"; None if it is awsflock's."""
+    types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
+    keys = [(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])]
+    if keys == [(A_LOCK_ID, "HASH")] and types.get(A_LOCK_ID) == "S":
+        return None
+    parts = []
+    for name, kind in keys:
+        what = f"{name!r}, {_KEY_TYPES.get(types.get(name, ''), 'of unknown type')}"
+        parts.append(what if kind == "HASH" else f"sort key {what}")
+    return " with ".join(parts) or "unknown"
+
+
+def not_awsflock_table(table_name: str, key: str) -> errors.TableIncompatible:
+    return errors.TableIncompatible(
+        f"table {table_name!r} is not an awsflock table: its key is {key} "
+        f"(want {A_LOCK_ID}, a string)",
+        hint=TABLE_HINT,
+    )
+
+
+@contextlib.contextmanager
+def translate_errors(
+    operation: str,
+    *,
+    table: str,
+    where: str,
+    profile: str | None = None,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    foreign: Callable[[str], errors.TableIncompatible | None] = lambda _refusal: None,
+) -> Iterator[None]:
+    """Turn botocore's exceptions into awsflock's, naming the fix. The one place that does.
+
+    ``where`` names the endpoint; ``foreign`` names the table's own key after a refused key.
+    """
+    from botocore import exceptions as bx
+
+    action = "dynamodb:" + ACTIONS.get(operation, operation)
+    try:
+        yield
+    except bx.ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        message = exc.response.get("Error", {}).get("Message", "")
+        if code == "ResourceNotFoundException":
+            raise errors.TableMissing(
+                f"table {table!r} does not exist",
+                hint=f"run `awsflock table-create --tablename {table}`",
+            ) from exc
+        if code == "AccessDeniedException":
+            raise errors.AccessDenied(
+                f"access denied for {action} on table {table!r}",
+                hint="grant it to this identity (see `awsflock iam-policy`)",
+            ) from exc
+        if code in _CREDENTIAL_CODES:
+            raise errors.CredentialsError(
+                f"AWS rejected the credentials ({code})",
+                hint="check AWS_PROFILE / AWS_ACCESS_KEY_ID or refresh your session",
+            ) from exc
+        if code in _THROTTLE_CODES:
+            raise errors.Throttled(
+                f"DynamoDB kept throttling {action} on {table!r} after retries",
+                hint="retry later, or raise the table's capacity",
+            ) from exc
+        if code in _UNAVAILABLE_CODES:
+            raise errors.EndpointUnreachable(
+                f"DynamoDB is unavailable ({code})", hint="retry later"
+            ) from exc
+        if code == "ValidationException" and operation != "describe_table":
+            # Never sent for a lock table's requests: most likely the table's key is not
+            # lock_id. Only now is it worth one DescribeTable to name it.
+            incompatible = foreign(message)
+            if incompatible is not None:
+                raise incompatible from exc
+        detail = f"{code}: {message}" if message else code
+        raise errors.StoreError(f"DynamoDB refused {action} ({detail})") from exc
+    except bx.NoCredentialsError as exc:
+        raise errors.CredentialsError(
+            "no AWS credentials found",
+            hint="set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        ) from exc
+    except bx.PartialCredentialsError as exc:
+        raise errors.CredentialsError(
+            f"incomplete AWS credentials: {_one_line(exc)}", hint="set both key id and secret"
+        ) from exc
+    except bx.NoRegionError as exc:
+        raise errors.ConfigurationError(
+            "no AWS region configured", hint="pass --region, or set AWS_REGION"
+        ) from exc
+    except (bx.EndpointConnectionError, bx.ConnectionClosedError) as exc:
+        raise errors.EndpointUnreachable(
+            f"cannot reach DynamoDB at {where}",
+            hint="check --endpoint-url/--region and the network",
+        ) from exc
+    except (bx.ConnectTimeoutError, bx.ReadTimeoutError) as exc:
+        raise errors.EndpointUnreachable(
+            f"DynamoDB at {where} did not answer in time",
+            hint="check the network and retry",
+        ) from exc
+    except bx.HTTPClientError as exc:
+        raise errors.EndpointUnreachable(
+            f"connection to DynamoDB at {where} failed: {_one_line(exc)}",
+            hint="check the network and retry",
+        ) from exc
+    except bx.ProfileNotFound as exc:
+        raise errors.ConfigurationError(
+            f"AWS profile {profile or exc.kwargs.get('profile')!r} not found",
+            hint="check --profile/AWS_PROFILE against ~/.aws/config",
+        ) from exc
+    except bx.ParamValidationError as exc:
+        raise errors.UsageError(f"invalid request: {_one_line(exc)}") from exc
+    except (bx.SSOError, bx.TokenRetrievalError) as exc:
+        login = "aws sso login" + (f" --profile {profile}" if profile else "")
+        raise errors.CredentialsError(
+            f"the AWS SSO session cannot be used ({_one_line(exc)})",
+            hint=f"run `{login}` and retry",
+        ) from exc
+    except bx.LoginError as exc:
+        raise errors.CredentialsError(
+            f"the AWS login session cannot be used ({_one_line(exc)})",
+            hint="run `aws login` and retry",
+        ) from exc
+    except bx.CredentialRetrievalError as exc:
+        source = exc.kwargs.get("provider") or "their source"
+        hint = "check the profile's credential source, or use another --profile"
+        if source == "custom-process":
+            source = "the profile's credential_process"
+            hint = "run it by hand to see why and fix it, or use another --profile"
+        detail = _one_line(str(exc.kwargs.get("error_msg", "")))
+        raise errors.CredentialsError(
+            f"could not get AWS credentials from {source}"
+            + (f": {detail}" if detail else " (it failed)"),
+            hint=hint,
+        ) from exc
+    except bx.ConfigParseError as exc:
+        raise errors.ConfigurationError(
+            f"cannot parse the AWS config file {exc.kwargs.get('path', '')}".rstrip(),
+            hint="fix its syntax, or point AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE "
+            "at a valid file",
+        ) from exc
+    except bx.InvalidRegionError as exc:
+        raise errors.ConfigurationError(
+            f"{region or exc.kwargs.get('region_name')!r} is not an AWS region",
+            hint="pass --region like eu-west-1",
+        ) from exc
+    except bx.ConnectionError as exc:  # TLS, proxy: the request did not get through
+        raise errors.EndpointUnreachable(
+            f"connection to DynamoDB at {where} failed: {_one_line(exc)}",
+            hint="check --endpoint-url, proxy and certificate settings, and the network",
+        ) from exc
+    except bx.BotoCoreError as exc:
+        raise errors.ConfigurationError(
+            f"the AWS SDK failed: {type(exc).__name__}: {_one_line(exc)}",
+            hint="check --profile, --region, --endpoint-url and ~/.aws/config (AWS_CONFIG_FILE)",
+        ) from exc
+    except ValueError as exc:
+        if not str(exc).startswith("Invalid endpoint"):
+            raise  # a bug, not a setting: let it be reported as one
+        raise errors.ConfigurationError(
+            f"invalid DynamoDB endpoint URL {endpoint_url!r}",
+            hint="give a URL like http://127.0.0.1:8000 or "
+            "https://dynamodb.eu-west-1.amazonaws.com (--endpoint-url, AWSFLOCK_ENDPOINT_URL)",
+        ) from exc
+
+
+def may_have_applied(cause: BaseException | None) -> bool:
+    """Whether a failed try may have reached DynamoDB and been applied there: a timeout or a
+    connection lost after sending, or a server error. Not: a refused connection, a connect
+    timeout, throttling."""
+    from botocore import exceptions as bx
+
+    if isinstance(cause, (bx.EndpointConnectionError, bx.ConnectTimeoutError)):
+        return False
+    if isinstance(cause, bx.ClientError):
+        code = cause.response.get("Error", {}).get("Code", "")
+        return code not in _THROTTLE_CODES
+    return True
+
+
+def _one_line(exc: BaseException | str) -> str:
+    """botocore's message on one line (a credential_process may print several)."""
+    return " ".join(str(exc).split())

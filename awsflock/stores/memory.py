@@ -1,0 +1,421 @@
+"""An in-memory ``LockStore``: the DynamoDB store's semantics in one process, thread-safe.
+
+For tests of code that takes locks (as moto is for boto3 users) and for the deterministic
+simulator: every step checks the same condition and writes the same state as the DynamoDB
+store's one conditional UpdateItem, under one mutex. The conformance suite holds both to it.
+
+    from awsflock import LockTable
+    from awsflock.stores.memory import MemoryStore
+
+    table = LockTable(store=MemoryStore())
+    with table.acquire("deploy", lease=60) as lease: ...
+
+Besides the interface it has what a simulation needs: ``expire_records(now)`` removes records
+whose expiry time has passed (DynamoDB's TTL deletion), and ``legacy_*`` act as an awsflock
+0.2.0 client does on its table (read, conditional put, conditional delete).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from awsflock.clock import Clock, SystemClock
+from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, DEFAULT_REQUEST_TIMEOUT, Attempt, Outcome
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Identity, LockRecord, Pool
+
+#: How many earlier leases a record remembers.
+HISTORY = 3
+
+
+@dataclass
+class _Lease:
+    """One lease's state: a plain lock's, or one pool slot's."""
+
+    lease: str = ""  # the LEASE_ID ("" on a record only awsflock 0.2.0 wrote)
+    version: str = ""  # changes on every write: 0.2.0's compare-and-swap value
+    identity: Identity | None = None
+    lease_ms: int = 0
+    expires_ms: int | None = None  # None: written by 0.2.0 (whole-second expiry only)
+    expires_s: int | None = None  # the record's expiry time (DynamoDB's TTL attribute)
+    acquired_ms: int | None = None
+    fence: int | None = None
+    ended: str = ""
+    #: The last leases, latest first; None where DynamoDB's item has an empty history slot.
+    history: list[tuple[str, str] | None] = field(default_factory=lambda: [None] * HISTORY)
+    forced_by: str = ""
+    forced_reason: str = ""
+    forced_ms: int | None = None
+
+    def owned_by(self, lease_id: str) -> bool:
+        return self.lease == lease_id if self.lease else self.version == lease_id
+
+    def live(self, now_ms: int) -> bool:
+        if self.expires_ms is not None:
+            return self.expires_ms > now_ms
+        return self.expires_s is not None and self.expires_s > now_ms // 1000
+
+    def free(self, cutoff_ms: int, *, legacy_too: bool) -> bool:
+        if not self.lease and not legacy_too:
+            return True  # a pool slot never used
+        if self.ended:
+            return True
+        if self.expires_ms is not None:
+            return self.expires_ms < cutoff_ms
+        return legacy_too and self.expires_s is not None and self.expires_s < cutoff_ms // 1000
+
+    def granted(self, lease_id: str) -> bool:
+        return self.lease == lease_id or any(h and h[0] == lease_id for h in self.history)
+
+    def record(self, lock_id: str, slots: int | None) -> LockRecord:
+        who = self.identity or Identity(owner="")
+        return LockRecord(
+            lock_id=lock_id,
+            lease_id=self.lease or self.version,
+            version=self.version,
+            owner=who.owner,
+            host=who.host,
+            pid=who.pid,
+            user=who.user,
+            ci_url=who.ci_url,
+            command=who.command,
+            acquired_at=None if self.acquired_ms is None else self.acquired_ms / 1000,
+            expires_at=(
+                self.expires_ms / 1000
+                if self.expires_ms is not None
+                else float(self.expires_s or 0)
+            ),
+            lease_duration=self.lease_ms / 1000,
+            fencing_token=self.fence,
+            ended=self.ended,
+            history=tuple(h for h in self.history if h is not None),
+            slots=slots,
+            forced_by=self.forced_by,
+            forced_reason=self.forced_reason,
+            forced_at=None if self.forced_ms is None else self.forced_ms / 1000,
+            legacy=self.fence is None and self.expires_ms is None,
+        )
+
+
+@dataclass
+class _Record:
+    """What the DynamoDB store keeps in one item: a plain lock's lease at the top, and, once it
+    is a pool, its size and slots (the plain lease's last state stays, for retried releases)."""
+
+    top: _Lease = field(default_factory=_Lease)
+    slots: int | None = None
+    pool: dict[int, _Lease] = field(default_factory=dict)
+
+
+def _seconds(ms: int) -> int:
+    """Whole epoch seconds at or after ``ms`` (an expiry time is never early)."""
+    return math.ceil(ms / 1000)
+
+
+class MemoryStore:
+    """Lock records in this process's memory (a ``LockStore``); safe to share between threads.
+
+    ``clock`` is only what ``LockTable(store=...)`` uses unless given one: the steps take their
+    times from the caller, as every store's do.
+    """
+
+    def __init__(
+        self,
+        table_name: str = "memory",
+        *,
+        clock: Clock | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ) -> None:
+        self.table_name = table_name
+        self.clock: Clock = clock or SystemClock()
+        self.request_timeout = request_timeout
+        self._mutex = threading.Lock()
+        self._records: dict[str, _Record] = {}
+        self._audit: dict[str, dict[str, Any]] = {}
+        self.created = False
+
+    def where(self) -> str:
+        return f"the in-memory store {self.table_name!r}"
+
+    @contextlib.contextmanager
+    def budget(self, end: float) -> Iterator[None]:
+        """Every call is answered at once: there is nothing to bound."""
+        yield
+
+    def create(self, *, progress: Callable[[str], None] = lambda _message: None) -> bool:
+        created, self.created = not self.created, True
+        progress(f"in-memory store {self.table_name!r} is ready")
+        return created
+
+    def actor(self) -> str | None:
+        return None
+
+    # -- the lock steps --------------------------------------------------------------------------
+
+    def take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        now_ms, slot = attempt.now_ms, attempt.slot
+        cutoff_ms = now_ms - attempt.skew_ms
+        with self._mutex:
+            record = self._records.get(lock_id)
+            if slot is None:
+                ok = (
+                    record is None
+                    or (record.top.free(cutoff_ms, legacy_too=True) and record.slots is None)
+                ) and (record is None or not record.top.granted(attempt.lease_id))
+            else:
+                lease = record.pool.get(slot) if record else None
+                size_agrees = record is None or (
+                    record.slots == attempt.slots
+                    if record.slots is not None
+                    else record.top.free(cutoff_ms, legacy_too=True)
+                )
+                ok = (
+                    (lease is None or lease.free(cutoff_ms, legacy_too=False))
+                    and size_agrees
+                    and (lease is None or not lease.granted(attempt.lease_id))
+                )
+            if not ok:
+                return self._outcome(False, lock_id, record, slot)
+            if record is None:
+                record = self._records[lock_id] = _Record()
+            old = record.top if slot is None else record.pool.get(slot, _Lease())
+            expires_ms = now_ms + attempt.lease_ms
+            new = _Lease(
+                lease=attempt.lease_id,
+                version=_version(),
+                identity=attempt.identity,
+                lease_ms=attempt.lease_ms,
+                expires_ms=expires_ms,
+                expires_s=_seconds(expires_ms + attempt.skew_ms),
+                acquired_ms=now_ms,
+                fence=(now_ms * 1000 if old.fence is None else old.fence) + 1,
+                history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
+            )
+            if slot is None:
+                record.top = new
+            else:
+                record.pool[slot] = new
+                record.slots = attempt.slots
+                # A pool never expires, and gives awsflock 0.2.0 nothing to take.
+                record.top.expires_s = None
+                record.top.version = ""
+            return self._outcome(True, lock_id, record, slot)
+
+    def renew(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        slot: int | None = None,
+    ) -> Outcome:
+        with self._mutex:
+            record = self._records.get(lock_id)
+            lease = self._lease(record, slot)
+            ok = (
+                record is not None
+                and lease is not None
+                and lease.owned_by(lease_id)
+                and not lease.ended
+                and lease.live(now_ms)
+                and (
+                    record.slots is None
+                    if slot is None
+                    else record.slots is not None and record.slots > slot
+                )
+            )
+            if not ok or lease is None:
+                return self._outcome(False, lock_id, record, slot)
+            expires_ms = now_ms + lease_ms
+            lease.lease = lease_id
+            lease.version = _version()
+            lease.lease_ms = lease_ms
+            lease.expires_ms = expires_ms
+            lease.expires_s = _seconds(expires_ms + skew_ms)
+            return self._outcome(True, lock_id, record, slot)
+
+    def release(
+        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
+    ) -> Outcome:
+        return self._end(lock_id, lease_id, ENDED_RELEASED, now_ms, skew_ms, slot)
+
+    def force_release(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        force_id: str,
+        now_ms: int,
+        skew_ms: int,
+        actor: str,
+        reason: str,
+        slot: int | None = None,
+    ) -> Outcome:
+        forced = {"forced_by": actor, "forced_reason": reason, "forced_ms": now_ms}
+        return self._end(lock_id, lease_id, ENDED_FORCED + force_id, now_ms, skew_ms, slot, forced)
+
+    def _end(
+        self,
+        lock_id: str,
+        lease_id: str,
+        ended: str,
+        now_ms: int,
+        skew_ms: int,
+        slot: int | None,
+        forced: dict[str, Any] | None = None,
+    ) -> Outcome:
+        with self._mutex:
+            record = self._records.get(lock_id)
+            lease = self._lease(record, slot)
+            ok = (
+                record is not None
+                and lease is not None
+                and lease.owned_by(lease_id)
+                and not lease.ended
+                and (slot is not None or record.slots is None)
+            )
+            if not ok or lease is None:
+                return self._outcome(False, lock_id, record, slot)
+            lease.ended = ended
+            lease.lease = lease_id
+            lease.version = _version()
+            lease.expires_ms = now_ms
+            lease.expires_s = _seconds(now_ms + skew_ms)
+            for name, value in (forced or {}).items():
+                setattr(lease, name, value)
+            return self._outcome(True, lock_id, record, slot)
+
+    def read(self, lock_id: str) -> Outcome:
+        with self._mutex:
+            return self._outcome(False, lock_id, self._records.get(lock_id), None)
+
+    def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
+        with self._mutex:
+            names = [name for name in self._records if name.startswith(prefix)]
+        for name in names:
+            outcome = self.read(name)
+            if outcome.pool is not None:
+                yield outcome.pool
+            elif outcome.lock is not None:
+                yield outcome.lock
+
+    def resize_pool(
+        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+    ) -> bool:
+        with self._mutex:
+            record = self._records.get(lock_id)
+            slots = None if record is None else record.slots
+            if slots != old:
+                return False
+            cutoff_ms = now_ms - skew_ms
+            for slot in range(new, old or 0):
+                lease = record.pool.get(slot) if record else None
+                if lease is not None and not lease.free(cutoff_ms, legacy_too=False):
+                    return False
+            if record is None:
+                record = self._records[lock_id] = _Record()
+            record.slots = new
+            return True
+
+    # -- audit -------------------------------------------------------------------------------
+
+    def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
+        with self._mutex:
+            if replace or key not in self._audit:
+                self._audit[key] = {k: v for k, v in entry.items() if v not in (None, "")}
+
+    def void_audit(self, key: str, action_id: str | None) -> None:
+        with self._mutex:
+            entry = self._audit.get(key)
+            if entry is not None and (action_id is None or entry.get("action_id") == action_id):
+                entry["status"] = AUDIT_VOID
+
+    def audit_entries(self) -> Iterator[dict[str, Any]]:
+        with self._mutex:
+            entries = [dict(e) for k, e in self._audit.items() if k.startswith(AUDIT_PREFIX)]
+        yield from entries
+
+    # -- for simulations -----------------------------------------------------------------------
+
+    def expire_records(self, now: float) -> list[str]:
+        """Remove the records whose expiry time (whole seconds) is before ``now``, as DynamoDB's
+        TTL deletion may; a pool never expires. Returns the names removed."""
+        with self._mutex:
+            gone = [
+                name
+                for name, record in self._records.items()
+                if record.slots is None
+                and record.top.expires_s is not None
+                and record.top.expires_s < now
+            ]
+            for name in gone:
+                del self._records[name]
+            return gone
+
+    def legacy_read(self, lock_id: str) -> LockRecord | None:
+        """The record as awsflock 0.2.0 reads it (``lease_id`` is the compare-and-swap value;
+        None if there is no record, or it is a pool, which 0.2.0 cannot parse)."""
+        with self._mutex:
+            record = self._records.get(lock_id)
+            if record is None or record.slots is not None:
+                return None
+            top = record.top
+            return dataclasses.replace(top.record(lock_id, None), lease_id=top.version)
+
+    def legacy_put(
+        self, lock_id: str, lease_id: str, owner: str, expires_s: int, *, expect: str | None
+    ) -> bool:
+        """awsflock 0.2.0's put: replace the whole record by a lease of its own, if the record's
+        compare-and-swap value is still ``expect`` (None: if there is no record)."""
+        with self._mutex:
+            record = self._records.get(lock_id)
+            current = None if record is None else record.top.version
+            if current != expect or (record is not None and expect is None):
+                return False
+            lease = _Lease(
+                version=lease_id,
+                identity=Identity(owner=owner),
+                expires_s=expires_s,
+            )
+            self._records[lock_id] = _Record(top=lease)
+            return True
+
+    def legacy_delete(self, lock_id: str, expect: str) -> bool:
+        """awsflock 0.2.0's release: delete the record if its compare-and-swap value is
+        ``expect``."""
+        with self._mutex:
+            record = self._records.get(lock_id)
+            if record is None or record.top.version != expect:
+                return False
+            del self._records[lock_id]
+            return True
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _lease(record: _Record | None, slot: int | None) -> _Lease | None:
+        if record is None:
+            return None
+        return record.top if slot is None else record.pool.get(slot)
+
+    @staticmethod
+    def _outcome(applied: bool, lock_id: str, record: _Record | None, slot: int | None) -> Outcome:
+        if record is None:
+            return Outcome(applied, None, None, slot)
+        lock = record.top.record(lock_id, record.slots)
+        if record.slots is None:
+            return Outcome(applied, lock, None, slot)
+        slots = {i: lease.record(lock_id, record.slots) for i, lease in sorted(record.pool.items())}
+        return Outcome(applied, lock, Pool(lock_id, record.slots, slots), slot)
+
+
+def _version() -> str:
+    return str(uuid.uuid4())
