@@ -28,7 +28,7 @@ from awsflock.text import format_seconds
 from awsflock.waiting import wait_for
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from awsflock.stores.dynamodb.client import DynamoDBClient
 
 __all__ = ["WAIT_FOREVER", "Lease", "LockTable", "new_lease_id"]
 

@@ -66,3 +66,38 @@ def make_table(moto, clock):
         )
 
     return make
+
+
+@pytest.fixture(params=["dynamodb", "memory"])
+def make_any_table(request, clock):
+    """As ``make_table``, on each store in turn: the DynamoDB store on in-process moto, and the
+    in-memory store. For tests of the protocol that hold on every store."""
+    from awsflock.lease import LockTable
+    from awsflock.records import Identity
+
+    if request.param == "dynamodb":
+        from awsflock.stores.dynamodb import DynamoDBStore
+
+        client = request.getfixturevalue("moto")
+
+        def new_store(clock):
+            return DynamoDBStore("awsflock", client, clock=clock)
+    else:
+        from awsflock.stores.memory import MemoryStore
+
+        memory = MemoryStore()
+
+        def new_store(clock):
+            return memory
+
+    def make(owner: str = "host-a", **kwargs):
+        table_clock = kwargs.pop("clock", clock)
+        return LockTable(
+            store=new_store(table_clock),
+            clock=table_clock,
+            identity=Identity(owner=owner, host=owner, pid=100),
+            **kwargs,
+        )
+
+    make.kind = request.param
+    return make

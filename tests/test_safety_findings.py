@@ -21,7 +21,6 @@ from awsflock.clock import FakeClock
 from awsflock.lease import LockTable
 from awsflock.protocol import Attempt
 from awsflock.records import Identity
-from awsflock.stores.dynamodb import DynamoDBStore as Store
 from tests.helpers import CountingClient, LosingClient, ScheduledClock
 
 TABLE = "awsflock"
@@ -250,26 +249,26 @@ def test_a_pool_probe_whose_answer_was_lost_is_not_left_held(make_table, moto):
 # -- 6. holders that disagree on the number of slots -------------------------------------------
 
 
-def test_slots_1_against_a_pool_is_refused(make_table):
-    make_table("a").acquire("p6", lease=60, wait=0, slots=2)
-    make_table("b").acquire("p6", lease=60, wait=0, slots=2)
+def test_slots_1_against_a_pool_is_refused(make_any_table):
+    make_any_table("a").acquire("p6", lease=60, wait=0, slots=2)
+    make_any_table("b").acquire("p6", lease=60, wait=0, slots=2)
     with pytest.raises(errors.ConfigurationError, match="pool of 2 slots"):
-        make_table("c").acquire("p6", lease=60, wait=0, slots=1)
+        make_any_table("c").acquire("p6", lease=60, wait=0, slots=1)
     with pytest.raises(errors.ConfigurationError, match="pool of 2 slots"):
-        make_table("c").acquire("p6", lease=60, wait=0)
+        make_any_table("c").acquire("p6", lease=60, wait=0)
 
 
-def test_a_pool_against_a_held_plain_lock_is_refused(make_table):
-    make_table("a").acquire("p6b", lease=60, wait=0)
+def test_a_pool_against_a_held_plain_lock_is_refused(make_any_table):
+    make_any_table("a").acquire("p6b", lease=60, wait=0)
     with pytest.raises(errors.ConfigurationError, match="plain lock"):
-        make_table("b").acquire("p6b", lease=60, wait=0, slots=2)
+        make_any_table("b").acquire("p6b", lease=60, wait=0, slots=2)
 
 
 # -- 7. a force-released holder is told so -------------------------------------------------------
 
 
-def test_release_after_force_release_is_not_held_naming_who_and_why(make_table, clock):
-    table = make_table("a")
+def test_release_after_force_release_is_not_held_naming_who_and_why(make_any_table, clock):
+    table = make_any_table("a")
     lease = table.acquire("f7", lease=600, wait=0)
     force_release(table, "f7", reason="runner died", lease_id=lease.lease_id, actor="ana")
     with pytest.raises(errors.NotHeld, match=r"force-released by ana .*runner died"):
@@ -278,8 +277,8 @@ def test_release_after_force_release_is_not_held_naming_who_and_why(make_table, 
         lease.renew()
 
 
-def test_hold_ends_with_lease_lost_after_force_release(make_table):
-    table = make_table("a")
+def test_hold_ends_with_lease_lost_after_force_release(make_any_table):
+    table = make_any_table("a")
     held = table.hold("f7h", lease=60)
     held.start()
     force_release(table, "f7h", reason="stuck", lease_id=held.lease_id, actor="ana")
@@ -312,17 +311,17 @@ def test_an_audit_put_whose_answer_was_lost_is_written_once(make_table, moto):
 # -- 9. pool shrink, then a late renew ------------------------------------------------------------
 
 
-def test_renew_of_a_slot_removed_by_a_resize_is_refused(make_table, clock):
-    holders = [make_table(f"h{i}", rng=Slots(i)) for i in range(3)]
+def test_renew_of_a_slot_removed_by_a_resize_is_refused(make_any_table, clock):
+    holders = [make_any_table(f"h{i}", rng=Slots(i)) for i in range(3)]
     leases = [h.acquire("p9", lease=30, wait=0, slots=3) for h in holders]
     assert [lease.slot for lease in leases] == [0, 1, 2]
     clock.advance(30 + 6)  # slot 2's holder is paused past its lease and the skew window
     for lease in leases[:2]:
         lease.table.clock = FakeClock(clock.time() - 36)  # the others keep theirs alive
         lease.renew()
-    resize_pool(make_table("op"), "p9", 2)
+    resize_pool(make_any_table("op"), "p9", 2)
     # Its clock is far behind, so by its clock the lease still runs: the slot check refuses.
-    late = make_table("h2", clock=FakeClock(clock.time() - 36))
+    late = make_any_table("h2", clock=FakeClock(clock.time() - 36))
     with pytest.raises(errors.NotHeld, match="slot 2 no longer exists"):
         late.renew_lease("p9", leases[2].lease_id, lease=30)
 
@@ -331,33 +330,35 @@ def test_renew_of_a_slot_removed_by_a_resize_is_refused(make_table, clock):
 
 
 @pytest.mark.parametrize("handoffs", [1, 2, 3])
-def test_a_release_retried_after_hand_offs_is_recognised(make_table, moto, clock, handoffs):
-    table = make_table("a")
+def test_a_release_retried_after_hand_offs_is_recognised(make_any_table, clock, handoffs):
+    table = make_any_table("a")
     lease = table.acquire("r10", lease=60, wait=0)
     now_ms = round(clock.time() * 1000)
-    Store(TABLE, moto).release("r10", lease.lease_id, now_ms=now_ms, skew_ms=5000)
+    lease.table.store.release("r10", lease.lease_id, now_ms=now_ms, skew_ms=5000)
     for n in range(handoffs):
-        other = make_table(f"o{n}").acquire("r10", lease=60, wait=0)
+        other = make_any_table(f"o{n}").acquire("r10", lease=60, wait=0)
         if n < handoffs - 1:
             other.release()
     table.release_lease("r10", lease.lease_id)  # the retry of the first release: done
 
 
-def test_a_release_of_an_expired_and_taken_lease_says_so(make_table, clock):
-    lease = make_table("a").acquire("r10b", lease=10, wait=0)
+def test_a_release_of_an_expired_and_taken_lease_says_so(make_any_table, clock):
+    lease = make_any_table("a").acquire("r10b", lease=10, wait=0)
     clock.advance(16)
-    make_table("b").acquire("r10b", lease=10, wait=0)
+    make_any_table("b").acquire("r10b", lease=10, wait=0)
     with pytest.raises(errors.NotHeld, match="expired and was taken over; now held by b"):
-        make_table("a").release_lease("r10b", lease.lease_id)
+        make_any_table("a").release_lease("r10b", lease.lease_id)
 
 
 # -- 11. a signal between the grant and the command's start --------------------------------------
 
 
-def test_a_signal_just_after_the_grant_releases_and_never_starts_the_command(make_table, tmp_path):
+def test_a_signal_just_after_the_grant_releases_and_never_starts_the_command(
+    make_any_table, tmp_path
+):
     from awsflock.hold.runner import RunOptions, run
 
-    table = make_table("a")
+    table = make_any_table("a")
     real_acquire = table.acquire
 
     def acquire_then_signal(*args: Any, **kwargs: Any) -> Any:
@@ -371,15 +372,15 @@ def test_a_signal_just_after_the_grant_releases_and_never_starts_the_command(mak
     code = run(table, "s11", ["/bin/touch", str(marker)], RunOptions(lease=60, wait=0))
     assert code == 128 + signal.SIGUSR1
     assert not marker.exists()
-    assert make_table("b").acquire("s11", lease=60, wait=0)
+    assert make_any_table("b").acquire("s11", lease=60, wait=0)
 
 
 # -- 12. audit records for the longest names ------------------------------------------------------
 
 
-def test_force_release_of_the_longest_name_is_audited(make_table):
+def test_force_release_of_the_longest_name_is_audited(make_any_table):
     name = "n" * 2048
-    table = make_table("a")
+    table = make_any_table("a")
     lease = table.acquire(name, lease=60, wait=0)
     force_release(table, name, reason="long", lease_id=lease.lease_id, actor="ana")
     records = audit_records(table, name)
@@ -389,18 +390,18 @@ def test_force_release_of_the_longest_name_is_audited(make_table):
 # -- 16. one meaning of wait=0 in the library ------------------------------------------------------
 
 
-def test_library_wait_zero_means_do_not_wait_as_number_or_text(make_table):
-    make_table("a").acquire("w16", lease=60, wait=0)
+def test_library_wait_zero_means_do_not_wait_as_number_or_text(make_any_table):
+    make_any_table("a").acquire("w16", lease=60, wait=0)
     for wait in (0, "0", "0s"):
         with pytest.raises(errors.LockBusy):
-            make_table("b").acquire("w16", lease=60, wait=wait)
+            make_any_table("b").acquire("w16", lease=60, wait=wait)
 
 
-def test_wait_forever_is_a_named_constant(make_table):
+def test_wait_forever_is_a_named_constant(make_any_table):
     from awsflock.lease import WAIT_FOREVER
 
     assert WAIT_FOREVER is None
-    assert make_table("a").acquire("w16b", lease=60, wait=WAIT_FOREVER)
+    assert make_any_table("a").acquire("w16b", lease=60, wait=WAIT_FOREVER)
 
 
 # -- helpers checked ------------------------------------------------------------------------------
@@ -470,11 +471,11 @@ def test_020_can_never_delete_an_item_of_ours(make_table, moto):
     assert not delete_like_020(moto, "e1", lease.lease_id)
 
 
-def test_a_release_retried_after_the_lock_became_a_pool_is_recognised(make_table, moto, clock):
-    table = make_table("a")
+def test_a_release_retried_after_the_lock_became_a_pool_is_recognised(make_any_table, clock):
+    table = make_any_table("a")
     lease = table.acquire("conv", lease=60, wait=0)
-    Store(TABLE, moto).release("conv", lease.lease_id, now_ms=table.now_ms(), skew_ms=5000)
-    make_table("b").acquire("conv", lease=60, wait=0, slots=2)
+    lease.table.store.release("conv", lease.lease_id, now_ms=table.now_ms(), skew_ms=5000)
+    make_any_table("b").acquire("conv", lease=60, wait=0, slots=2)
     table.release_lease("conv", lease.lease_id)  # the retry: done, not "not held"
 
 
@@ -621,11 +622,11 @@ def test_a_release_whose_item_ttl_deleted_before_the_retry_is_a_success(make_tab
     make_table("a", client=ScriptedClient(moto, script)).release_lease("f4", lease.lease_id)
 
 
-def test_a_lease_id_is_granted_at_most_once(make_table, moto):
+def test_a_lease_id_is_granted_at_most_once(make_any_table):
     # A duplicate of an acquire that lands after its lease was released changes nothing.
-    lease = make_table("a").acquire("once", lease=60, wait=0)
+    lease = make_any_table("a").acquire("once", lease=60, wait=0)
     lease.release()
-    again = Store(TABLE, moto).take(
+    again = lease.table.store.take(
         "once",
         Attempt(
             lease_id=lease.lease_id,
@@ -638,12 +639,12 @@ def test_a_lease_id_is_granted_at_most_once(make_table, moto):
     assert not again.applied
 
 
-def test_a_loss_noticed_just_after_the_command_finished_still_exits_124(make_table):
+def test_a_loss_noticed_just_after_the_command_finished_still_exits_124(make_any_table):
     # The chaos checker caught this: a force-release during the command, noticed by the
     # heartbeat as the command exited 0, and `run` then exited 0 as if all was well.
     from awsflock.hold.runner import EXIT_LOST, RunOptions, _release_quietly
 
-    table = make_table("a")
+    table = make_any_table("a")
     held = table.hold("late-loss", lease=60)
     held.start()
     force_release(table, "late-loss", reason="x", lease_id=held.lease_id, actor="ana")

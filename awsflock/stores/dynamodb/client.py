@@ -9,7 +9,8 @@ from awsflock import errors
 
 if TYPE_CHECKING:
     from botocore.session import Session
-    from mypy_boto3_dynamodb.client import DynamoDBClient
+    # Re-exported for the type of LockTable(client=...).
+    from mypy_boto3_dynamodb.client import DynamoDBClient as DynamoDBClient
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 #: The access key (and secret) for a loopback endpoint when botocore finds no credentials.

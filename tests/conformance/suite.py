@@ -1,0 +1,366 @@
+"""The conformance suite: what every ``LockStore`` must do, step by step.
+
+A store passes by subclassing ``StoreConformance`` in a test module and giving a ``store``
+fixture (a ready store; records may be shared with other tests, so every test uses names of its
+own). ``tests/test_conformance.py`` runs it on the in-memory store and on the DynamoDB store on
+in-process moto; ``tests/integration/test_conformance.py`` on moto's server, dynalite and
+DynamoDB Local. A new backend is added by passing it.
+
+Times are the caller's (``now_ms``), taken from the real clock at the start of each test (so a
+server's own expiry never removes a record mid-test) and moved on by hand.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, Attempt, LockStore, Outcome
+from awsflock.records import Identity, LockRecord, Pool
+
+MINUTE = 60_000
+SKEW = 5_000
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Lab:
+    """One test's names, clock and attempts on a store."""
+
+    def __init__(self, store: LockStore) -> None:
+        self.store = store
+        self.prefix = f"conf-{uuid.uuid4().hex[:10]}-"
+        self.now = int(time.time() * 1000)
+
+    def name(self, text: str = "lock") -> str:
+        return self.prefix + text
+
+    def take(
+        self,
+        name: str,
+        lease_id: str | None = None,
+        *,
+        at: int = 0,
+        lease: int = MINUTE,
+        slot: int | None = None,
+        slots: int | None = None,
+        owner: str = "a",
+    ) -> tuple[str, Outcome]:
+        lease_id = lease_id or new_id() + ("" if slot is None else f".{slot}")
+        identity = Identity(owner=owner, host=f"{owner}-host", pid=42, user="u", command="cmd")
+        attempt = Attempt(lease_id, identity, self.now + at, lease, SKEW, slot, slots)
+        return lease_id, self.store.take(name, attempt)
+
+    def renew(
+        self, name: str, lease_id: str, *, at: int = 0, lease: int = MINUTE, slot: int | None = None
+    ) -> Outcome:
+        return self.store.renew(
+            name, lease_id, now_ms=self.now + at, lease_ms=lease, skew_ms=SKEW, slot=slot
+        )
+
+    def release(self, name: str, lease_id: str, *, at: int = 0, slot: int | None = None) -> Outcome:
+        return self.store.release(name, lease_id, now_ms=self.now + at, skew_ms=SKEW, slot=slot)
+
+    def force(
+        self, name: str, lease_id: str, force_id: str, *, at: int = 0, slot: int | None = None
+    ) -> Outcome:
+        return self.store.force_release(
+            name,
+            lease_id,
+            force_id=force_id,
+            now_ms=self.now + at,
+            skew_ms=SKEW,
+            actor="ops",
+            reason="stuck",
+            slot=slot,
+        )
+
+    def held(self, outcome: Outcome) -> LockRecord:
+        record = outcome.record
+        assert record is not None, outcome
+        return record
+
+
+class StoreConformance:
+    """Every test here must pass on every store."""
+
+    @pytest.fixture
+    def lab(self, store: LockStore) -> Lab:
+        return Lab(store)
+
+    # -- take ------------------------------------------------------------------------------------
+
+    def test_take_of_a_lock_never_taken_grants_it_with_a_token_from_the_clock(self, lab: Lab):
+        name = lab.name()
+        lease_id, outcome = lab.take(name, lease=90_000)
+        assert outcome.applied and outcome.pool is None and not outcome.in_doubt
+        record = lab.held(outcome)
+        assert record.lease_id == lease_id
+        assert record.fencing_token == lab.now * 1000 + 1
+        assert record.expires_at == pytest.approx((lab.now + 90_000) / 1000)
+        assert record.acquired_at == pytest.approx(lab.now / 1000)
+        assert record.lease_duration == 90
+        assert (record.owner, record.host, record.pid, record.user) == ("a", "a-host", 42, "u")
+        assert record.command == "cmd" and not record.released and record.history == ()
+        assert lab.store.read(name).record == record
+
+    def test_take_of_a_held_lock_is_refused_and_shows_the_holder(self, lab: Lab):
+        name = lab.name()
+        first, _ = lab.take(name)
+        _, outcome = lab.take(name, at=1000, owner="b")
+        assert not outcome.applied
+        assert lab.held(outcome).lease_id == first and lab.held(outcome).owner == "a"
+
+    def test_an_expired_lease_is_taken_only_after_the_skew_window(self, lab: Lab):
+        name = lab.name()
+        first, _ = lab.take(name, lease=1000)
+        _, within = lab.take(name, at=1000 + SKEW - 1, owner="b")
+        assert not within.applied
+        second, after = lab.take(name, at=1000 + SKEW + 1, owner="b")
+        assert after.applied
+        record = lab.held(after)
+        assert record.lease_id == second and record.owner == "b"
+        assert record.fencing_token == lab.now * 1000 + 2
+        assert record.history[0] == (first, "")  # ran out and was taken over
+
+    def test_a_released_lock_is_taken_at_once_and_the_token_goes_up(self, lab: Lab):
+        name = lab.name()
+        first, taken = lab.take(name)
+        assert lab.release(name, first, at=10).applied
+        _, again = lab.take(name, at=20, owner="b")
+        assert again.applied
+        assert lab.held(again).fencing_token == lab.held(taken).fencing_token + 1
+        assert lab.held(again).history[0] == (first, "released")
+
+    def test_a_lease_id_is_granted_at_most_once_within_the_history(self, lab: Lab):
+        name = lab.name()
+        lease_id, _ = lab.take(name)
+        # A retry of the same attempt, whose first try was granted: refused, and it shows ours.
+        _, retry = lab.take(name, lease_id, at=5)
+        assert not retry.applied and lab.held(retry).lease_id == lease_id
+        current = lease_id
+        for hand_off in range(3):
+            assert lab.release(name, current, at=10 * hand_off + 10).applied
+            _, late = lab.take(name, lease_id, at=10 * hand_off + 11)
+            assert not late.applied, f"granted again after {hand_off} hand-offs"
+            current, taken = lab.take(name, at=10 * hand_off + 12, owner="b")
+            assert taken.applied
+        assert [lease for lease, _ in lab.held(taken).history][-1] == lease_id
+
+    def test_the_history_keeps_the_last_three_leases_latest_first(self, lab: Lab):
+        name = lab.name()
+        ids = []
+        for i in range(5):
+            lease_id, outcome = lab.take(name, at=10 * i)
+            assert outcome.applied
+            ids.append(lease_id)
+            assert lab.release(name, lease_id, at=10 * i + 5).applied
+        history = lab.held(lab.store.read(name)).history
+        assert history == ((ids[3], "released"), (ids[2], "released"), (ids[1], "released"))
+
+    # -- renew -----------------------------------------------------------------------------------
+
+    def test_renew_extends_the_own_lease_from_now(self, lab: Lab):
+        name = lab.name()
+        lease_id, taken = lab.take(name)
+        renewed = lab.renew(name, lease_id, at=30_000, lease=120_000)
+        assert renewed.applied
+        record = lab.held(renewed)
+        assert record.expires_at == pytest.approx((lab.now + 150_000) / 1000)
+        assert record.lease_duration == 120
+        assert record.fencing_token == lab.held(taken).fencing_token
+        assert record.lease_id == lease_id and record.version != lab.held(taken).version
+
+    def test_renew_of_another_lease_is_refused_and_changes_nothing(self, lab: Lab):
+        name = lab.name()
+        lease_id, taken = lab.take(name)
+        refused = lab.renew(name, new_id(), at=10)
+        assert not refused.applied
+        assert lab.held(lab.store.read(name)) == lab.held(taken)
+        assert lab.held(refused).lease_id == lease_id
+
+    def test_renew_never_revives_a_lease_that_ran_out(self, lab: Lab):
+        name = lab.name()
+        lease_id, _ = lab.take(name, lease=1000)
+        assert not lab.renew(name, lease_id, at=1000).applied  # expires_at is not "live"
+        assert lab.renew(name, lease_id, at=999).applied
+
+    def test_renew_of_an_ended_lease_is_refused(self, lab: Lab):
+        name = lab.name()
+        lease_id, _ = lab.take(name)
+        assert lab.release(name, lease_id, at=10).applied
+        refused = lab.renew(name, lease_id, at=20)
+        assert not refused.applied and lab.held(refused).ended == "released"
+
+    def test_renew_release_and_read_of_a_lock_never_taken_find_nothing(self, lab: Lab):
+        name = lab.name("never")
+        for outcome in (
+            lab.renew(name, new_id()),
+            lab.release(name, new_id()),
+            lab.force(name, new_id(), "f1"),
+            lab.store.read(name),
+        ):
+            assert outcome == Outcome(False, None, None, None)
+
+    # -- release and force-release ---------------------------------------------------------------
+
+    def test_release_ends_the_lease_and_a_retried_release_sees_it_ended(self, lab: Lab):
+        name = lab.name()
+        lease_id, taken = lab.take(name)
+        released = lab.release(name, lease_id, at=2000)
+        assert released.applied
+        record = lab.held(released)
+        assert record.released and record.ended == "released" and not record.forced
+        assert record.expires_at == pytest.approx((lab.now + 2000) / 1000)
+        assert record.fencing_token == lab.held(taken).fencing_token
+        again = lab.release(name, lease_id, at=3000)
+        assert not again.applied
+        assert lab.held(again).lease_id == lease_id and lab.held(again).ended == "released"
+
+    def test_release_of_another_lease_is_refused_and_changes_nothing(self, lab: Lab):
+        name = lab.name()
+        _, taken = lab.take(name)
+        refused = lab.release(name, new_id(), at=10)
+        assert not refused.applied
+        assert lab.held(lab.store.read(name)) == lab.held(taken)
+
+    def test_force_release_records_who_why_when_and_its_id(self, lab: Lab):
+        name = lab.name()
+        lease_id, _ = lab.take(name)
+        forced = lab.force(name, lease_id, "f1", at=4000)
+        assert forced.applied
+        record = lab.held(forced)
+        assert record.forced and record.ended == "forced:f1"
+        assert (record.forced_by, record.forced_reason) == ("ops", "stuck")
+        assert record.forced_at == pytest.approx((lab.now + 4000) / 1000)
+        assert not lab.renew(name, lease_id, at=5000).applied
+        refused = lab.release(name, lease_id, at=5000)
+        assert not refused.applied and lab.held(refused).ended == "forced:f1"
+        # A later take clears the marks and remembers how the lease ended.
+        _, taken = lab.take(name, at=6000, owner="b")
+        assert taken.applied
+        record = lab.held(taken)
+        assert not record.forced and record.forced_by == "" and record.forced_at is None
+        assert record.history[0] == (lease_id, "forced:f1")
+
+    def test_force_release_of_a_lease_that_is_not_the_current_one_is_refused(self, lab: Lab):
+        name = lab.name()
+        first, _ = lab.take(name)
+        lab.release(name, first, at=10)
+        lab.take(name, at=20, owner="b")
+        refused = lab.force(name, first, "f2", at=30)
+        assert not refused.applied and lab.held(refused).owner == "b"
+
+    # -- pools -----------------------------------------------------------------------------------
+
+    def test_pool_slots_are_taken_one_lease_and_token_each(self, lab: Lab):
+        name = lab.name("pool")
+        first, zero = lab.take(name, slot=0, slots=3)
+        assert zero.applied and zero.pool is not None and zero.pool.size == 3
+        assert lab.held(zero).lease_id == first and lab.held(zero).slots == 3
+        _, busy = lab.take(name, slot=0, slots=3, at=10, owner="b")
+        assert not busy.applied and lab.held(busy).lease_id == first
+        second, one = lab.take(name, slot=1, slots=3, at=20, owner="b")
+        assert one.applied and lab.held(one).lease_id == second
+        pool = lab.store.read(name).pool
+        assert pool is not None and sorted(pool.slots) == [0, 1]
+        assert pool.free_slots(3, (lab.now + 30) / 1000, SKEW / 1000) == [2]
+        assert lab.renew(name, second, slot=1, at=30).applied
+        assert lab.release(name, first, slot=0, at=40).applied
+        _, again = lab.take(name, slot=0, slots=3, at=50, owner="c")
+        assert again.applied
+        assert lab.held(again).fencing_token == lab.held(zero).fencing_token + 1
+
+    def test_holders_that_disagree_on_the_pool_size_are_refused(self, lab: Lab):
+        name = lab.name("pool")
+        lab.take(name, slot=0, slots=3)
+        _, other_size = lab.take(name, slot=1, slots=4, at=10)
+        assert not other_size.applied and other_size.pool is not None
+        assert other_size.pool.size == 3
+        _, plain = lab.take(name, at=20)
+        assert not plain.applied and plain.pool is not None
+
+    def test_a_held_plain_lock_is_not_made_a_pool_but_a_free_one_is(self, lab: Lab):
+        name = lab.name()
+        plain, _ = lab.take(name)
+        _, refused = lab.take(name, slot=0, slots=2, at=10)
+        assert not refused.applied and refused.pool is None
+        assert refused.lock is not None and refused.lock.lease_id == plain
+        assert lab.release(name, plain, at=20).applied
+        slot_lease, converted = lab.take(name, slot=1, slots=2, at=30)
+        assert converted.applied and converted.pool is not None
+        assert lab.held(converted).lease_id == slot_lease
+        # The plain lease's last state stays, so its retried release is still recognised,
+        # but no plain step changes the pool.
+        retried = lab.release(name, plain, at=40)
+        assert not retried.applied and retried.pool is not None
+        assert retried.lock is not None and retried.lock.lease_id == plain
+        assert retried.lock.ended == "released"
+
+    def test_resize_grows_at_once_and_shrinks_only_over_free_slots(self, lab: Lab):
+        name = lab.name("pool")
+        lab.take(name, slot=0, slots=3)
+        third, _ = lab.take(name, slot=2, slots=3, at=10)
+        assert lab.store.resize_pool(name, 3, 5, now_ms=lab.now + 20, skew_ms=SKEW)
+        assert not lab.store.resize_pool(name, 3, 4, now_ms=lab.now + 30, skew_ms=SKEW)
+        assert not lab.store.resize_pool(name, 5, 2, now_ms=lab.now + 40, skew_ms=SKEW)
+        assert lab.release(name, third, slot=2, at=50).applied
+        assert lab.store.resize_pool(name, 5, 2, now_ms=lab.now + 60, skew_ms=SKEW)
+        pool = lab.store.read(name).pool
+        assert pool is not None and pool.size == 2
+        _, old_size = lab.take(name, slot=1, slots=3, at=70)
+        assert not old_size.applied
+
+    def test_a_slot_removed_by_a_resize_cannot_be_renewed(self, lab: Lab):
+        name = lab.name("pool")
+        lab.take(name, slot=0, slots=3)
+        last, _ = lab.take(name, slot=2, slots=3, at=10, lease=1000)
+        # Shrinking needs the slot free: its lease ran out more than the skew window ago.
+        assert lab.store.resize_pool(name, 3, 2, now_ms=lab.now + 1010 + SKEW + 1, skew_ms=SKEW)
+        assert not lab.renew(name, last, slot=2, at=500).applied
+
+    # -- listing ---------------------------------------------------------------------------------
+
+    def test_locks_lists_plain_locks_and_pools_by_prefix(self, lab: Lab):
+        lab.take(lab.name("a"))
+        lab.take(lab.name("b"), slot=0, slots=2)
+        lab.store.put_audit(AUDIT_PREFIX + "force#" + lab.prefix, {"target": lab.name("a")})
+        found = {(entry.lock_id, type(entry).__name__) for entry in lab.store.locks(lab.prefix)}
+        assert found == {(lab.name("a"), "LockRecord"), (lab.name("b"), "Pool")}
+        assert all(isinstance(e, (LockRecord, Pool)) for e in lab.store.locks(lab.prefix))
+
+    # -- audit -----------------------------------------------------------------------------------
+
+    def test_audit_records_are_written_kept_and_voided(self, lab: Lab):
+        key = AUDIT_PREFIX + "force#" + lab.prefix
+        entry: dict[str, Any] = {"action_id": "x1", "target": lab.name(), "reason": "r", "at_ms": 5}
+        lab.store.put_audit(key, {**entry, "slot": None, "empty": ""})
+        lab.store.put_audit(key, {**entry, "action_id": "x2"}, replace=False)  # kept
+        mine = [e for e in lab.store.audit_entries() if e.get("target") == lab.name()]
+        assert len(mine) == 1
+        assert {k: mine[0][k] for k in entry} == entry
+        assert "slot" not in mine[0] and "empty" not in mine[0]
+        lab.store.void_audit(key, "x2")  # another action's: left alone
+        assert not self._voided(lab)
+        lab.store.void_audit(key, "x1")
+        assert self._voided(lab)
+        lab.store.void_audit(AUDIT_PREFIX + "force#none-" + lab.prefix, None)  # no record: no-op
+        assert not [e for e in lab.store.audit_entries() if "none-" + lab.prefix in str(e)]
+
+    @staticmethod
+    def _voided(lab: Lab) -> bool:
+        mine = [e for e in lab.store.audit_entries() if e.get("target") == lab.name()]
+        return mine[0].get("status") == AUDIT_VOID
+
+    # -- set-up ----------------------------------------------------------------------------------
+
+    def test_create_is_idempotent(self, lab: Lab):
+        lab.store.create()
+        said: list[str] = []
+        assert lab.store.create(progress=said.append) is False
+        assert said

@@ -1,0 +1,130 @@
+"""The package's shape, checked: no import cycles, DynamoDB only in its own sub-package, a
+docstring in every room, every sub-package shipped."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "awsflock"
+DYNAMODB = "awsflock.stores.dynamodb"
+#: Who outside the DynamoDB sub-package may import it: the public names, the convenience
+#: constructor, and the CLI's DynamoDB-only commands (dev-server, iam-policy).
+DYNAMODB_USERS = {"awsflock", "awsflock.lease", "awsflock.cli.setup"}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every module this one imports, anywhere in it (TYPE_CHECKING and function bodies too)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in MODULES else base)
+    return found
+
+
+GRAPH = {name: {m for m in _imports(name, path) if m in MODULES} for name, path in MODULES.items()}
+
+
+def _cycle() -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(GRAPH):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_there_are_no_import_cycles():
+    assert _cycle() is None, " -> ".join(_cycle() or [])
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    GRAPH["awsflock.errors"].add("awsflock.lease")
+    try:
+        assert _cycle() is not None
+    finally:
+        GRAPH["awsflock.errors"].discard("awsflock.lease")
+
+
+def test_only_the_dynamodb_store_imports_botocore():
+    for name, path in MODULES.items():
+        if name.startswith(DYNAMODB):
+            continue
+        sdk = {m for m in _imports(name, path) if m.split(".")[0] in ("botocore", "boto3")}
+        sdk |= {m for m in _imports(name, path) if m.startswith("mypy_boto3")}
+        assert not sdk, f"{name} imports {sdk}"
+
+
+def test_only_the_named_modules_reach_into_the_dynamodb_store():
+    for name in MODULES:
+        if name.startswith(DYNAMODB) or name in DYNAMODB_USERS:
+            continue
+        inside = {m for m in GRAPH[name] if m.startswith(DYNAMODB)}
+        assert not inside, f"{name} imports {inside}"
+
+
+def test_the_lease_logic_speaks_only_to_the_store_interface():
+    for name in ("awsflock.acquisition", "awsflock.waiting", "awsflock.admin", "awsflock.names"):
+        assert not {m for m in GRAPH[name] if m.startswith("awsflock.stores")}, name
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_says_what_it_is_for(name):
+    tree = ast.parse(MODULES[name].read_text())
+    assert ast.get_docstring(tree), f"{name} has no module docstring"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
+def test_every_sub_package_is_shipped():
+    import tomllib
+
+    from setuptools import find_packages
+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    find = config["tool"]["setuptools"]["packages"]["find"]
+    shipped = set(find_packages(str(PACKAGE.parent), include=find["include"]))
+    packages = {n for n, p in MODULES.items() if p.name == "__init__.py"}
+    assert packages <= shipped
