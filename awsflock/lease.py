@@ -380,6 +380,15 @@ class LockTable:
     def create(self, *, progress: Callable[[str], None] | None = None, **options: Any) -> bool:
         """Make the store ready (``table-create``); True if created now. ``options`` are the
         store's own (the DynamoDB store's ``billing_mode`` and ``capacity``)."""
+        import inspect
+
+        known = inspect.signature(self.store.create).parameters
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise errors.UsageError(
+                f"{self.store.where()} has no {', '.join(unknown)} to set",
+                hint="drop those options for this store",
+            )
         return self.store.create(progress=progress or (lambda _message: None), **options)
 
 

@@ -24,3 +24,25 @@ def test_every_error_descends_from_one_root_and_has_an_exit_code():
         assert cls.exit_code in (1, 2, 3, 130), cls
     assert errors.LockBusy.exit_code == 3 and errors.NotHeld.exit_code == 3
     assert errors.UsageError.exit_code == 2 and errors.TableMissing.exit_code == 1
+
+
+def test_the_readme_example_of_the_memory_store_runs():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    example = next(block for block in blocks if "MemoryStore" in block)
+    exec(compile(example, "README.md", "exec"), {})
+
+
+def test_a_lock_table_runs_on_the_memory_store():
+
+    from awsflock import FakeClock, LockTable, MemoryStore
+
+    table = LockTable(store=MemoryStore(clock=FakeClock()))
+    with table.hold("x", lease=30) as held:
+        assert held.fencing_token is not None
+        assert table.state("x").lease_id == held.lease_id
+    assert [r.lock_id for r in table.locks()] == ["x"]
+    assert table.create() is True

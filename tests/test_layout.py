@@ -60,7 +60,7 @@ def _cycle() -> list[str] | None:
         stack.append(node)
         for nxt in sorted(GRAPH[node]):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt) :] + [nxt]
+                return [*stack[stack.index(nxt) :], nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -120,7 +120,6 @@ def test_every_module_says_what_it_is_for(name):
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
 def test_every_sub_package_is_shipped():
     import tomllib
-
     from setuptools import find_packages
 
     config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())

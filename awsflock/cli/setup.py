@@ -76,9 +76,11 @@ def table_create(
         else:
             logs.say(message, event="table_create", table=common.tablename)
 
-    created = table.create(
-        progress=progress, billing_mode=mode, capacity=(read_capacity, write_capacity)
-    )
+    # On-demand is every store's default: only provisioned capacity is an option to pass.
+    options = {}
+    if mode == "PROVISIONED":
+        options = {"billing_mode": mode, "capacity": (read_capacity, write_capacity)}
+    created = table.create(progress=progress, **options)
     if not common.quiet:
         logs.say(
             f"table {common.tablename!r} is ready" + ("" if created else " (it already existed)"),

@@ -9,6 +9,7 @@ from awsflock import errors
 
 if TYPE_CHECKING:
     from botocore.session import Session
+
     # Re-exported for the type of LockTable(client=...).
     from mypy_boto3_dynamodb.client import DynamoDBClient as DynamoDBClient
 
