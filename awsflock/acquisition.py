@@ -228,9 +228,24 @@ class Acquisition:
             self.unsettled.pop(lease_id, None)
             waited = self.clock.monotonic() - self.start
             return Grant(lease_id, record, slot, self.attempts, waited)
+        self._give_up(lease_id, slot, left, "from an earlier attempt")
+        return None
+
+    def still_fresh(self, grant: Grant) -> Grant | None:
+        """``grant`` if at least ``MIN_LEFT`` of its lease is still left once the clean-up of
+        the other attempts is over (which may take a request timeout); else it is given up."""
+        left = grant.record.expires_at - self.clock.time()
+        if left >= self.lease_s * MIN_LEFT:
+            return grant
+        self.unsettled[grant.lease_id] = grant.slot
+        self._give_up(grant.lease_id, grant.slot, left, "kept while other attempts were settled")
+        return None
+
+    def _give_up(self, lease_id: str, slot: int | None, left: float, how: str) -> None:
         log.info(
-            "a grant of %r from an earlier attempt has only %s of its lease left; giving it up",
+            "a grant of %r %s has only %s of its lease left; giving it up",
             self.lock_id,
+            how,
             format_seconds(max(left, 0.0)),
             extra={"event": "grant_given_up", "lock_id": self.lock_id, "slot": slot},
         )
@@ -244,7 +259,6 @@ class Acquisition:
             f"had only {format_seconds(max(left, 0.0))} left, and was given back",
             hint="retry; if it keeps happening, check the network or raise --request-timeout",
         )
-        return None
 
     def _cleanup_end(self) -> float:
         """When a clean-up release must be over: within the acquire's bound, if it has one."""

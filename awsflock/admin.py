@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import os
+import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
@@ -89,7 +89,7 @@ def force_release(
     if confirm is not None and not confirm(record):
         raise errors.UsageError("force-release not confirmed", hint="nothing was changed")
     who = actor or default_actor(table)
-    action_id = os.urandom(8).hex()
+    action_id = uuid.uuid4().hex[:16]
     at_ms = round(now * 1000)
     entry = _entry(lock_id, slot, record, who, reason, at_ms, action_id)
     # On record before it can take effect: one record per lease, keyed by it, so a run whose

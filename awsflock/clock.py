@@ -3,13 +3,16 @@
 Leases are judged by wall-clock time written into DynamoDB, so every host's clock must be
 NTP-synchronised to well within the skew window (see README, "Clocks"). Waiting and timeouts use
 the monotonic clock so a clock step never shortens or stretches a wait.
+
+A clock also decides how awsflock's own threads (the heartbeat) are started, so a simulation in
+virtual time can run them one step at a time (``start_thread``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 
 class Clock(Protocol):
@@ -26,6 +29,20 @@ class Clock(Protocol):
 
     def wait(self, event: threading.Event, seconds: float) -> bool:
         """Block until ``event`` is set or ``seconds`` pass; True if the event is set."""
+
+
+def start_thread(
+    clock: Clock, target: Callable[..., None], args: tuple[Any, ...], name: str
+) -> threading.Thread:
+    """Start ``target(*args)`` in a daemon thread named ``name``: the clock's own way if it has
+    one (a ``start_thread`` method: a simulation's clock runs the thread in virtual time)."""
+    own = getattr(clock, "start_thread", None)
+    if own is not None:
+        thread: threading.Thread = own(target, args, name)
+        return thread
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 class SystemClock:

@@ -52,7 +52,9 @@ def wait_for(
                 if cancel is not None and cancel.is_set():
                     run.give_back(got)
                     _check_cancel(cancel, "just as the lock was granted")
-                return got
+                got = run.still_fresh(got)
+                if got is not None:
+                    return got
             if run.wants_retry_now():
                 continue
             if run.error is None and not run.told:

@@ -651,3 +651,37 @@ def test_a_loss_noticed_just_after_the_command_finished_still_exits_124(make_any
     held._lose("renewal refused: force-released")
     assert _release_quietly(held) is False
     assert EXIT_LOST == 124 and RunOptions().lease == 60
+
+
+def test_a_grant_kept_while_other_attempts_were_settled_is_rechecked():
+    # Found by the simulator: the clean-up of other attempts (a release that takes a request
+    # timeout) ran after the grant had been judged fresh enough, so acquire returned a lease
+    # with less than half of it left.
+    from awsflock.stores.memory import MemoryStore
+
+    clock = FakeClock()
+    sent: list[str] = []
+
+    class SlowCleanUp(MemoryStore):
+        def take(self, lock_id, attempt):
+            sent.append(attempt.lease_id)
+            if len(sent) == 1:  # lands, its answer is lost
+                super().take(lock_id, attempt)
+            if len(sent) <= 2:  # the second is lost on the way: it may land later
+                clock.advance(1)
+                error = errors.EndpointUnreachable("lost")
+                error.maybe_applied = True
+                raise error
+            return super().take(lock_id, attempt)
+
+        def release(self, lock_id, lease_id, **kw):
+            if lease_id == sent[1]:
+                clock.advance(6)  # settling the second attempt takes a while
+            return super().release(
+                lock_id, lease_id, now_ms=round(clock.time() * 1000), skew_ms=5000
+            )
+
+    table = LockTable(store=SlowCleanUp(clock=clock), identity=Identity(owner="a"))
+    lease = table.acquire("slow", lease=10, wait=30)
+    assert lease.remaining() >= 5
+    assert lease.lease_id not in sent[:2]

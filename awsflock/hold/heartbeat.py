@@ -15,7 +15,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from awsflock import errors
-from awsflock.clock import Clock
+from awsflock.clock import Clock, start_thread
 from awsflock.durations import lease_seconds
 from awsflock.protocol import LockStore
 from awsflock.text import format_seconds
@@ -184,13 +184,12 @@ class Hold:
         if self._thread is not None:
             return
         first = max(0.0, self._next_renew - self.clock.time())
-        self._thread = threading.Thread(
-            target=_heartbeat,
-            args=(weakref.ref(self), self._stop, self.clock, first),
-            name=f"awsflock-heartbeat:{self.lock_id}",
-            daemon=True,
+        self._thread = start_thread(
+            self.clock,
+            _heartbeat,
+            (weakref.ref(self), self._stop, self.clock, first),
+            f"awsflock-heartbeat:{self.lock_id}",
         )
-        self._thread.start()
 
     def stop(self, release: bool = True, join_timeout: float | None = None) -> None:
         """Stop renewing and (by default) release. Raises LeaseLost if the lease was lost."""

@@ -345,30 +345,37 @@ class MemoryStore:
 
     # -- for simulations -----------------------------------------------------------------------
 
-    def expire_records(self, now: float) -> list[str]:
+    def expire_records(self, now: float, *, legacy_after: float = 0.0) -> list[str]:
         """Remove the records whose expiry time (whole seconds) is before ``now``, as DynamoDB's
-        TTL deletion may; a pool never expires. Returns the names removed."""
+        TTL deletion may; a pool never expires. A record awsflock 0.2.0 wrote (its expiry time is
+        its lease's end) is removed only ``legacy_after`` seconds after it. Returns the names
+        removed."""
         with self._mutex:
             gone = [
                 name
                 for name, record in self._records.items()
                 if record.slots is None
                 and record.top.expires_s is not None
-                and record.top.expires_s < now
+                and record.top.expires_s + (legacy_after if _legacy(record.top) else 0) < now
             ]
             for name in gone:
                 del self._records[name]
             return gone
 
     def legacy_read(self, lock_id: str) -> LockRecord | None:
-        """The record as awsflock 0.2.0 reads it (``lease_id`` is the compare-and-swap value;
-        None if there is no record, or it is a pool, which 0.2.0 cannot parse)."""
+        """The record as awsflock 0.2.0 reads it: ``lease_id`` is the compare-and-swap value and
+        ``expires_at`` the whole-second expiry time (DynamoDB's TTL attribute, which is all 0.2.0
+        knows). None if there is no record, or it is a pool, which 0.2.0 cannot parse."""
         with self._mutex:
             record = self._records.get(lock_id)
             if record is None or record.slots is not None:
                 return None
             top = record.top
-            return dataclasses.replace(top.record(lock_id, None), lease_id=top.version)
+            return dataclasses.replace(
+                top.record(lock_id, None),
+                lease_id=top.version,
+                expires_at=float(top.expires_s or 0),
+            )
 
     def legacy_put(
         self, lock_id: str, lease_id: str, owner: str, expires_s: int, *, expect: str | None
@@ -415,6 +422,11 @@ class MemoryStore:
             return Outcome(applied, lock, None, slot)
         slots = {i: lease.record(lock_id, record.slots) for i, lease in sorted(record.pool.items())}
         return Outcome(applied, lock, Pool(lock_id, record.slots, slots), slot)
+
+
+def _legacy(lease: _Lease) -> bool:
+    """Written by awsflock 0.2.0: no fencing counter, whole-second expiry only."""
+    return lease.fence is None and lease.expires_ms is None
 
 
 def _version() -> str:

@@ -1,0 +1,151 @@
+"""``scripts/simulate``: run the deterministic simulation for many seeds, or replay one.
+
+    scripts/simulate                                  # seeds 0.. until the budget is spent
+    scripts/simulate --seed 17 --clients 8 --ops 60   # replay one run exactly, with its trace
+    scripts/simulate --duration 600                   # a long soak
+    scripts/simulate --mutant "C fencing"             # put a known bug back: it must be found
+    scripts/simulate --store moto                     # the DynamoDB store, on in-process moto
+
+Exit 0 when no invariant failed, 1 with the seed, the trace and the command that replays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any, Callable
+
+from tests.simulation.mutants import MUTANTS
+from tests.simulation.network import Faults
+from tests.simulation.run import Result, simulate
+
+
+@contextlib.contextmanager
+def moto_store() -> Iterator[Callable[[], Any]]:
+    """A factory of fresh DynamoDB stores on in-process moto (one table per simulation)."""
+    import itertools
+    import os
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    from moto import mock_aws
+
+    from tests.simulation.legacy import DynamoDBStoreWith020
+
+    with mock_aws():
+        import botocore.session
+
+        client = botocore.session.get_session().create_client("dynamodb", region_name="us-east-1")
+        numbers = itertools.count()
+
+        def make() -> Any:
+            store = DynamoDBStoreWith020(f"sim{next(numbers)}", client)
+            store.create()
+            return store
+
+        yield make
+
+
+def run_many(
+    *,
+    seeds: Iterator[int],
+    clients: int,
+    ops: int,
+    budget: int | None,
+    duration: float | None,
+    store: str,
+    faults: Faults | None = None,
+    say: Callable[[str], None] = lambda _line: None,
+) -> tuple[list[Result], Result | None]:
+    """Simulate seed after seed until ``budget`` operations or ``duration`` seconds are spent,
+    or a violation is found (returned second)."""
+    started = time.perf_counter()
+    results: list[Result] = []
+    done = 0
+    with contextlib.ExitStack() as stack:
+        make = stack.enter_context(moto_store()) if store == "moto" else None
+        for seed in seeds:
+            result = simulate(seed, clients=clients, ops=ops, make_store=make, faults=faults)
+            results.append(result)
+            done += result.operations
+            if result.violation:
+                return results, result
+            if len(results) % 50 == 0:
+                say(f"{len(results)} runs, {done} operations, {time.perf_counter() - started:.0f}s")
+            if budget is not None and done >= budget:
+                break
+            if duration is not None and time.perf_counter() - started >= duration:
+                break
+    return results, None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/simulate", description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, help="run (replay) this seed only, with its trace")
+    parser.add_argument("--first-seed", type=int, default=0, help="start the seeds here")
+    parser.add_argument("--clients", type=int, default=8, help="processes per run (default 8)")
+    parser.add_argument("--ops", type=int, default=60, help="operations per client (default 60)")
+    parser.add_argument("--steps", type=int, help="stop after this many operations in all")
+    parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    parser.add_argument("--store", choices=("memory", "moto"), default="memory")
+    parser.add_argument("--mutant", help="put a known bug back (a name's start: '4', 'C fenc')")
+    parser.add_argument(
+        "--late-by", type=float, help="how late a late request may land (default 5 s)"
+    )
+    args = parser.parse_args(argv)
+    faults = Faults()
+    if args.late_by is not None:
+        faults.late_by = (min(0.5, args.late_by), args.late_by)
+    mutant: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if args.mutant:
+        names = [name for name in MUTANTS if name.startswith(args.mutant)]
+        if len(names) != 1:
+            parser.error(f"--mutant {args.mutant!r} names {len(names)} of: {', '.join(MUTANTS)}")
+        mutant = MUTANTS[names[0]]()
+        print(f"mutant: {names[0]}", file=sys.stderr)
+    seeds: Iterator[int]
+    if args.seed is not None:
+        seeds = iter([args.seed])
+    else:
+        seeds = iter(range(args.first_seed, sys.maxsize))
+    budget = args.steps if args.steps or args.duration else 200_000
+    started = time.perf_counter()
+    with mutant:
+        results, failed = run_many(
+            seeds=seeds,
+            clients=args.clients,
+            ops=args.ops,
+            budget=None if args.seed is not None else budget,
+            duration=args.duration,
+            store=args.store,
+            faults=faults,
+            say=lambda line: print(line, file=sys.stderr),
+        )
+    wall = time.perf_counter() - started
+    operations = sum(r.operations for r in results)
+    virtual = sum(r.virtual_seconds for r in results)
+    print(
+        f"{len(results)} runs (seeds {results[0].seed}..{results[-1].seed}), {args.clients} "
+        f"clients each: {operations} client operations, {sum(r.tries for r in results)} "
+        f"requests, {sum(r.writes for r in results)} fenced writes accepted, "
+        f"{virtual:.0f} s of virtual time in {wall:.1f} s "
+        f"({operations / wall:.0f} operations and {virtual / wall:.0f} virtual seconds per "
+        "second)"
+    )
+    if failed is None:
+        print("no invariant failed")
+        return 0
+    print("\n".join(failed.trace[-60:]))
+    print(f"VIOLATION (seed {failed.seed}, after {operations} operations): {failed.violation}")
+    extra = f" --mutant {args.mutant!r}" if args.mutant else ""
+    if args.late_by is not None:
+        extra += f" --late-by {args.late_by}"
+    print(f"replay: {failed.replay(args.ops, args.store)}{extra}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""What the simulated processes do: the real library's API, as users call it.
+
+- ``worker``: acquires (plain locks and a pool, waiting or not), works with fenced writes while
+  its lease is valid by its own clock, renews, and releases or walks away; or uses ``hold()``
+  with its heartbeat and ``check()``.
+- ``operator``: force-releases whatever holds a lock (``awsflock.admin.force_release``) and
+  resizes the pool.
+- ``legacy``: awsflock 0.2.0 on the same table: read, then put conditioned on what it read; renew
+  with a new lease id; release by a conditional delete. It believes it holds a lock until the
+  whole-second expiry time it wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from awsflock import admin, errors
+from awsflock.lease import Lease, LockTable
+from awsflock.records import Identity
+from tests.simulation.checker import Belief, Checker
+
+if TYPE_CHECKING:
+    from tests.simulation.network import SimStore
+    from tests.simulation.world import Proc, World
+
+PLAIN = ("L0", "L1")
+POOL = "P"
+SKEW = 5.0
+
+
+class Shared:
+    """What every process of one simulation may consult: the pool's size, as configured."""
+
+    def __init__(self) -> None:
+        self.pool_size = 3
+
+
+class Client:
+    def __init__(
+        self, world: World, proc: Proc, store: SimStore, checker: Checker, shared: Shared, ops: int
+    ) -> None:
+        self.world = world
+        self.proc = proc
+        self.store = store
+        self.checker = checker
+        self.shared = shared
+        self.ops = ops
+        self.rng = world.rng
+        self.table = LockTable(
+            store=store,  # type: ignore[arg-type]
+            clock=proc.clock,  # type: ignore[arg-type]
+            rng=world.rng,
+            skew=SKEW,
+            identity=Identity(owner=proc.name, host=proc.name, pid=1),
+        )
+
+    def count(self) -> bool:
+        """One more operation; False once the client's budget is spent."""
+        self.checker.operations += 1
+        self.ops -= 1
+        return self.ops >= 0
+
+    def pause(self, low: float, high: float) -> None:
+        self.proc.clock.sleep(self.rng.uniform(low, high))
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def worker(self) -> None:
+        self.work()
+        for name in (*PLAIN, POOL):
+            self.checker.no_phantom(self.proc, name)
+
+    def work(self) -> None:
+        while self.ops > 0:
+            choice = self.rng.random()
+            try:
+                if choice < 0.5:
+                    self.lease_work(self.rng.choice(PLAIN), None)
+                elif choice < 0.75:
+                    self.lease_work(POOL, self.shared.pool_size)
+                elif choice < 0.8:
+                    # A holder that disagrees on the pool: --slots 1 (a plain lock of its name),
+                    # or one more slot than the pool has.
+                    self.lease_work(POOL, self.rng.choice((1, self.shared.pool_size + 1)))
+                else:
+                    self.hold_work()
+            except errors.AwsflockError:
+                pass
+            self.pause(0.0, 3.0)
+
+    def lease_work(self, name: str, slots: int | None) -> None:
+        if not self.count():
+            return
+        wait = self.rng.choice((0.0, 0.0, 5.0, 20.0, 60.0))
+        lease_s = self.rng.choice((5.0, 10.0, 20.0, 40.0))
+        try:
+            lease = self.table.acquire(name, lease=lease_s, wait=wait, slots=slots)
+        except errors.AwsflockError:
+            self.checker.no_phantom(self.proc, name)
+            raise
+        key = (name, lease.slot)
+        self.checker.told_acquired(self.proc, key, lease, lease_s)
+        self.checker.hold(self.proc, key, lease.lease_id, lease.fencing_token, lease.expires_at)
+        self.fenced_write(lease)  # the claim: the first thing a new holder does
+        for _ in range(self.rng.randrange(1, 6)):
+            self.pause(0.0, lease_s / 2)
+            if not self.count():
+                break
+            if lease.remaining() < lease_s / 2 and not self.renew(lease, key):
+                return
+            self.fenced_write(lease)
+        if self.rng.random() < 0.9 and self.count():
+            self.release(lease, key)
+        else:
+            self.checker.drop(lease.lease_id)  # walks away; the lease runs out
+
+    def renew(self, lease: Lease, key: Any) -> bool:
+        try:
+            lease.renew()
+        except errors.NotHeld:
+            self.checker.told_not_held(self.proc, key, lease.lease_id, renewing=True)
+            self.checker.drop(lease.lease_id)
+            return False
+        except errors.AwsflockError:
+            return True  # unanswered: the lease may still be ours, by its old expiry
+        self.checker.told_held(self.proc, key, lease.lease_id, lease.fencing_token, "renewed")
+        self.checker.hold(self.proc, key, lease.lease_id, lease.fencing_token, lease.expires_at)
+        return True
+
+    def release(self, lease: Lease, key: Any) -> None:
+        self.checker.drop(lease.lease_id)  # from the moment it asks, it no longer relies on it
+        for attempt in range(3):
+            try:
+                lease.release()
+            except errors.NotHeld:
+                self.checker.told_not_held(self.proc, key, lease.lease_id, renewing=False)
+                return
+            except errors.AwsflockError as exc:
+                if not exc.maybe_applied or attempt == 2:
+                    return
+                # As a script does: run `awsflock release` again a little later.
+                self.pause(0.5, 15.0)
+                continue
+            self.checker.told_released(self.proc, key, lease.lease_id)
+            return
+
+    def fenced_write(self, lease: Lease) -> None:
+        belief = self.checker.beliefs.get(lease.lease_id)
+        if belief is not None and lease.remaining() > 0:
+            self.checker.write(self.proc, belief)
+
+    def hold_work(self) -> None:
+        if not self.count():
+            return
+        name = self.rng.choice(PLAIN)
+        lease_s = self.rng.choice((6.0, 15.0, 30.0))
+        held = self.table.hold(name, lease=lease_s, wait=self.rng.choice((0.0, 30.0)))
+        try:
+            held.start()
+        except errors.AwsflockError:
+            return
+        key = (name, held.slot)
+        lease_id = held.lease_id
+        self.checker.told_acquired(self.proc, key, held.lease, lease_s)
+        deadline = held.deadline  # the hold's own view: lost past it without a renewal
+
+        def believe() -> None:
+            self.checker.hold(self.proc, key, lease_id, held.fencing_token, deadline())
+
+        believe()
+        try:
+            for _ in range(self.rng.randrange(1, 8)):
+                self.pause(0.0, lease_s)
+                if not self.count():
+                    break
+                held.check()
+                believe()
+                belief = self.checker.beliefs.get(lease_id)
+                if belief is not None:
+                    self.checker.write(self.proc, belief)
+        except errors.LeaseLost:
+            pass
+        finally:
+            self.checker.drop(lease_id)
+            with contextlib.suppress(errors.AwsflockError):
+                held.stop()
+
+    # -- operators -------------------------------------------------------------------------------
+
+    def operator(self) -> None:
+        while self.ops > 0:
+            self.pause(5.0, 40.0)
+            if not self.count():
+                return
+            try:
+                if self.rng.random() < 0.7:
+                    self.force_one()
+                else:
+                    self.resize()
+            except errors.AwsflockError:
+                pass
+
+    def force_one(self) -> None:
+        name = self.rng.choice((*PLAIN, POOL))
+        state = self.table.state(name)
+        if state is None:
+            return
+        if hasattr(state, "slots") and isinstance(state.slots, dict):
+            held = [(s, r) for s, r in state.slots.items() if not r.released]
+            if not held:
+                return
+            slot, record = self.rng.choice(held)
+        else:
+            slot, record = None, state
+        if record.released or record.legacy:
+            return
+        admin.force_release(
+            self.table, name, reason="simulated", lease_id=record.lease_id, actor="op", slot=slot
+        )
+
+    def resize(self) -> None:
+        new = self.rng.choice((2, 3, 4))
+        self.shared.pool_size = admin.resize_pool(self.table, POOL, new)[1]
+
+    # -- awsflock 0.2.0 ------------------------------------------------------------------------
+
+    def legacy(self) -> None:
+        clock = self.proc.clock
+        while self.ops > 0:
+            self.pause(0.0, 5.0)
+            if not self.count():
+                return
+            name = self.rng.choice(PLAIN)
+            lease_s = self.rng.choice((5, 10, 20))
+            try:
+                lease_id = self.legacy_acquire(name, lease_s)
+                if lease_id is None:
+                    continue
+                expires = int(clock.time() + lease_s)
+                self.checker.beliefs[lease_id] = Belief(
+                    self.proc, (name, None), lease_id, None, expires
+                )
+                self.pause(0.0, lease_s * 0.8)
+                if self.rng.random() < 0.3:
+                    renewed = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+                    expires = int(clock.time() + lease_s)
+                    # 0.2.0 renews by a put conditioned on its lease id, without looking at the
+                    # expiry: it believes its lease from then on, whatever the store did.
+                    if self.store.legacy(
+                        "put", name, renewed, self.proc.name, expires, expect=lease_id
+                    ):
+                        self.checker.drop(lease_id)
+                        lease_id = renewed
+                        self.checker.beliefs[lease_id] = Belief(
+                            self.proc, (name, None), lease_id, None, expires
+                        )
+                    self.pause(0.0, lease_s * 0.8)
+                self.checker.drop(lease_id)
+                self.store.legacy("delete", name, lease_id)
+            except errors.AwsflockError:
+                pass
+
+    def legacy_acquire(self, name: str, lease_s: int) -> str | None:
+        clock = self.proc.clock
+        lease_id = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        record = self.store.legacy("read", name)
+        expires = int(clock.time() + lease_s)
+        if record is None:  # no record (or a pool, which 0.2.0 cannot read: its put fails)
+            ok = self.store.legacy("put", name, lease_id, self.proc.name, expires, expect=None)
+            return lease_id if ok else None
+        if clock.time() - int(record.expires_at) > 5:
+            ok = self.store.legacy(
+                "put", name, lease_id, self.proc.name, expires, expect=record.lease_id
+            )
+            return lease_id if ok else None
+        return None
+
+
+class Reported(logging.Handler):
+    """Collects the LEASE_IDs the library named as possibly held without an answer."""
+
+    def __init__(self, checker: Checker) -> None:
+        super().__init__(logging.WARNING)
+        self.checker = checker
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "event", None) == "abandon_failed" and isinstance(record.args, tuple):
+            self.checker.reported.add(str(record.args[2]))

@@ -1,0 +1,79 @@
+"""awsflock 0.2.0's three requests on a DynamoDB table, for simulations on the DynamoDB store:
+the same ``legacy_*`` methods the in-memory store has, made of 0.2.0's own requests (GetItem,
+PutItem conditioned on the ``lease_id`` it read or on there being no item, DeleteItem
+conditioned on its ``lease_id``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from awsflock.records import LockRecord
+from awsflock.stores.dynamodb import DynamoDBStore
+from awsflock.stores.dynamodb.items import record_from_item
+
+
+class DynamoDBStoreWith020(DynamoDBStore):
+    """The DynamoDB store, plus awsflock 0.2.0's requests on its table."""
+
+    def legacy_read(self, lock_id: str) -> LockRecord | None:
+        item = self.client.get_item(
+            TableName=self.table_name, Key={"lock_id": {"S": lock_id}}, ConsistentRead=True
+        ).get("Item")
+        if item is None or "lease_id" not in item or "expiration_time" not in item:
+            return None  # a pool: 0.2.0 cannot read it
+        record = record_from_item(item)
+        return dataclasses.replace(
+            record,
+            lease_id=item["lease_id"]["S"],
+            expires_at=float(item["expiration_time"]["N"]),
+        )
+
+    def legacy_put(
+        self, lock_id: str, lease_id: str, owner: str, expires_s: int, *, expect: str | None
+    ) -> bool:
+        condition: dict[str, Any] = (
+            {
+                "ConditionExpression": "NOT(attribute_exists(#pk))",
+                "ExpressionAttributeNames": {"#pk": "lock_id"},
+            }
+            if expect is None
+            else {
+                "ConditionExpression": "attribute_exists(#lock_id) AND #lease_id = :existing",
+                "ExpressionAttributeNames": {"#lock_id": "lock_id", "#lease_id": "lease_id"},
+                "ExpressionAttributeValues": {":existing": {"S": expect}},
+            }
+        )
+        item = {
+            "lock_id": {"S": lock_id},
+            "lease_id": {"S": lease_id},
+            "owner": {"S": owner},
+            "lease_duration": {"N": "10"},
+            "expiration_time": {"N": str(expires_s)},
+        }
+        return self._conditional(
+            lambda: self.client.put_item(TableName=self.table_name, Item=item, **condition)
+        )
+
+    def legacy_delete(self, lock_id: str, expect: str) -> bool:
+        return self._conditional(
+            lambda: self.client.delete_item(
+                TableName=self.table_name,
+                Key={"lock_id": {"S": lock_id}},
+                ConditionExpression="attribute_exists(#lock_id) AND #lease_id = :existing",
+                ExpressionAttributeNames={"#lock_id": "lock_id", "#lease_id": "lease_id"},
+                ExpressionAttributeValues={":existing": {"S": expect}},
+            )
+        )
+
+    @staticmethod
+    def _conditional(call: Any) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            call()
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True

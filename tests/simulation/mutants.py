@@ -1,0 +1,314 @@
+"""Known bugs, put back on purpose: the simulator must find each within its CI budget.
+
+Findings 1-10 are those of the adversarial review (the issue "Safety holes found by an
+adversarial review"), each reverted the way the code was before its fix; the others are bugs
+of our own making. Each is a context manager that patches the library (or the in-memory store)
+and undoes it on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import weakref
+from collections.abc import Iterator
+from typing import Any, Callable
+
+from awsflock import acquisition, admin, lease
+from awsflock.stores import memory
+from awsflock.stores.memory import MemoryStore, _Lease, _Record
+
+Patch = Callable[[], contextlib.AbstractContextManager[None]]
+
+
+@contextlib.contextmanager
+def _patched(*changes: tuple[Any, str, Any]) -> Iterator[None]:
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in changes]
+    try:
+        for owner, name, value in changes:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+# -- findings of the review ---------------------------------------------------------------------
+
+
+def late_renew() -> contextlib.AbstractContextManager[None]:
+    """1. A renew revives an expired lease and keeps what awsflock 0.2.0 compares, so 0.2.0's
+    reclaim (read, then put on the value it read) succeeds across it."""
+    original = MemoryStore.renew
+
+    def renew(self: MemoryStore, lock_id: str, lease_id: str, **kw: Any) -> Any:
+        record = self._records.get(lock_id)
+        top = record.top if record is not None and kw.get("slot") is None else None
+        if top is not None and top.owned_by(lease_id) and not top.ended:
+            with self._mutex:
+                top.expires_ms = kw["now_ms"] + kw["lease_ms"]  # no live check, same version
+                top.expires_s = memory._seconds(top.expires_ms + kw["skew_ms"])
+                return self._outcome(True, lock_id, record, None)
+        return original(self, lock_id, lease_id, **kw)
+
+    return _patched((MemoryStore, "renew", renew))
+
+
+def one_lease_id_per_acquire() -> contextlib.AbstractContextManager[None]:
+    """2. Every attempt of one acquire sends the same LEASE_ID, which is also what 0.2.0
+    compares, and a store grants a lease again to the id it holds: an attempt that landed
+    unanswered is granted again past its lease while 0.2.0 reclaims the lock."""
+    ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+    step = acquisition.Acquisition.step
+    new_lease_id = acquisition.new_lease_id
+    current: list[Any] = [None]
+
+    def same_id() -> str:
+        return ids.setdefault(current[0], new_lease_id())
+
+    def tracking_step(self: Any) -> Any:
+        current[0] = self
+        return step(self)
+
+    granted = _Lease.granted
+    take = MemoryStore.take
+
+    def take_again(self: MemoryStore, lock_id: str, attempt: Any) -> Any:
+        outcome = take(self, lock_id, attempt)
+        record = self._records.get(lock_id)
+        if record is None or attempt.slot is not None:
+            return outcome
+        top = record.top
+        if not outcome.applied:
+            if top.lease != attempt.lease_id or top.ended or record.slots is not None:
+                return outcome
+            with self._mutex:  # granted again to the id it holds, whatever its age
+                top.expires_ms = attempt.now_ms + attempt.lease_ms
+                top.expires_s = memory._seconds(top.expires_ms + attempt.skew_ms)
+        top.version = attempt.lease_id  # what 0.2.0 compares: the LEASE_ID itself
+        return self._outcome(True, lock_id, record, None)
+
+    return _patched(
+        (acquisition, "new_lease_id", same_id),
+        (acquisition.Acquisition, "step", tracking_step),
+        (_Lease, "granted", lambda self, lease_id: granted(self, lease_id) and False),
+        (MemoryStore, "take", take_again),
+    )
+
+
+def expired_own_grant() -> contextlib.AbstractContextManager[None]:
+    """3. A grant of an earlier, unanswered attempt is accepted however little of it is left."""
+    return _patched((acquisition, "MIN_LEFT", -1e9))
+
+
+def ttl_at_lease_end() -> contextlib.AbstractContextManager[None]:
+    """4. The expiry time (TTL) is the lease's end, not its end plus the skew window: the record
+    may be deleted while a holder whose clock lags still relies on it."""
+    return _ttl_shift(0)
+
+
+def _ttl_shift(extra_ms: int) -> contextlib.AbstractContextManager[None]:
+    take, renew, end = MemoryStore.take, MemoryStore.renew, MemoryStore._end
+
+    def fix(self: MemoryStore, lock_id: str) -> None:
+        record = self._records.get(lock_id)
+        if record is not None and record.slots is None and record.top.expires_ms is not None:
+            record.top.expires_s = memory._seconds(record.top.expires_ms + extra_ms)
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: MemoryStore, lock_id: str, *args: Any, **kw: Any) -> Any:
+            outcome = method(self, lock_id, *args, **kw)
+            if outcome.applied:
+                fix(self, lock_id)
+            return outcome
+
+        return call
+
+    return _patched(
+        (MemoryStore, "take", wrap(take)),
+        (MemoryStore, "renew", wrap(renew)),
+        (MemoryStore, "_end", wrap(end)),
+    )
+
+
+def forgotten_probe() -> contextlib.AbstractContextManager[None]:
+    """5. Attempts that may have landed unanswered are forgotten, not released."""
+    return _patched((acquisition.Acquisition, "abandon", lambda self, keep=None: None))
+
+
+def pool_apart_from_lock() -> contextlib.AbstractContextManager[None]:
+    """6. A pool lives apart from the plain lock of its name (``--slots 1`` against a pool of 2
+    then over-admits)."""
+    methods = ("take", "renew", "release", "force_release", "read", "resize_pool")
+    originals = {name: getattr(MemoryStore, name) for name in methods}
+
+    def wrap(name: str) -> Callable[..., Any]:
+        method = originals[name]
+
+        def call(self: MemoryStore, lock_id: str, *args: Any, **kw: Any) -> Any:
+            slot = _slot_of(name, args, kw)
+            if name == "read":  # one name shows its pool if it has one
+                slot = lock_id + "#pool" in self._records
+            key = lock_id + "#pool" if slot else lock_id
+            outcome = method(self, key, *args, **kw)
+            if isinstance(outcome, bool):
+                return outcome
+            return dataclasses.replace(
+                outcome,
+                lock=outcome.lock
+                if outcome.lock is None
+                else dataclasses.replace(outcome.lock, lock_id=lock_id),
+            )
+
+        return call
+
+    return _patched(*((MemoryStore, name, wrap(name)) for name in methods))
+
+
+def _slot_of(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> bool:
+    if name == "take":
+        return args[0].slots is not None
+    if name == "resize_pool":
+        return True
+    return kw.get("slot") is not None
+
+
+def forced_is_released() -> contextlib.AbstractContextManager[None]:
+    """7. A force-released holder's release is reported done (as if it had released)."""
+    verdict = lease._verdict
+
+    def lenient(outcome: Any, lock_id: str, lease_id: str, operation: str, now: float) -> Any:
+        record = outcome.record
+        if operation == "release" and record is not None and record.forced:
+            return None
+        return verdict(outcome, lock_id, lease_id, operation, now)
+
+    return _patched((lease, "_verdict", lenient))
+
+
+def audit_after_force() -> contextlib.AbstractContextManager[None]:
+    """8. The audit record is written after the force-release, only if its answer came back;
+    a retry that finds its own force done says "nothing was changed"."""
+    force = admin.force_release
+
+    def late_audit(table: Any, lock_id: str, **kw: Any) -> Any:
+        store = table.store
+        put = store.put_audit
+        writes: list[tuple[Any, ...]] = []
+        store.put_audit = lambda key, entry, replace=True: writes.append((key, entry, replace))
+        try:
+            result = force(table, lock_id, **kw)
+        finally:
+            store.put_audit = put
+        for key, entry, replace in writes:
+            put(key, entry, replace=replace)
+        return result
+
+    return _patched(
+        (admin, "force_release", late_audit),
+        (admin, "_forced_by_us", lambda record, lease_id, action_id: False),
+    )
+
+
+def renew_outside_the_pool() -> contextlib.AbstractContextManager[None]:
+    """9. A slot removed by a shrink can still be renewed (and a renew revives)."""
+    original = MemoryStore.renew
+
+    def renew(self: MemoryStore, lock_id: str, lease_id: str, **kw: Any) -> Any:
+        slot = kw.get("slot")
+        record = self._records.get(lock_id)
+        lease_ = record.pool.get(slot) if record is not None and slot is not None else None
+        if lease_ is not None and lease_.lease == lease_id and not lease_.ended:
+            with self._mutex:
+                lease_.expires_ms = kw["now_ms"] + kw["lease_ms"]
+                return self._outcome(True, lock_id, record, slot)
+        return original(self, lock_id, lease_id, **kw)
+
+    return _patched((MemoryStore, "renew", renew))
+
+
+def short_history() -> contextlib.AbstractContextManager[None]:
+    """10. A record remembers one earlier lease, not three: a release retried after two
+    hand-offs is told "not held" although it happened."""
+    take = MemoryStore.take
+
+    def forgetful(self: MemoryStore, lock_id: str, attempt: Any) -> Any:
+        outcome = take(self, lock_id, attempt)
+        if outcome.applied:
+            record: _Record = self._records[lock_id]
+            lease_ = record.top if attempt.slot is None else record.pool[attempt.slot]
+            lease_.history = [lease_.history[0], None, None]
+            return self._outcome(True, lock_id, record, attempt.slot)
+        return outcome
+
+    return _patched((MemoryStore, "take", forgetful))
+
+
+# -- bugs of our own making -------------------------------------------------------------------
+
+
+def skew_backwards() -> contextlib.AbstractContextManager[None]:
+    """A. The skew window applied the wrong way: a lease is taken over skew *before* it ends."""
+    free = _Lease.free
+    return _patched(
+        (
+            _Lease,
+            "free",
+            lambda self, cutoff_ms, *, legacy_too: free(
+                self, cutoff_ms + 10_000, legacy_too=legacy_too
+            ),
+        ),
+    )
+
+
+def renew_any_lease() -> contextlib.AbstractContextManager[None]:
+    """B. Renew does not check the lease id: any client's renew extends (and takes) the lease."""
+    owned = _Lease.owned_by
+    renew = MemoryStore.renew
+
+    def renew_unchecked(self: MemoryStore, *args: Any, **kw: Any) -> Any:
+        _Lease.owned_by = lambda lease_, lease_id: True  # type: ignore[method-assign]
+        try:
+            return renew(self, *args, **kw)
+        finally:
+            _Lease.owned_by = owned  # type: ignore[method-assign]
+
+    return _patched((MemoryStore, "renew", renew_unchecked))
+
+
+def fence_not_bumped() -> contextlib.AbstractContextManager[None]:
+    """C. The fencing counter is not bumped on a takeover: the new holder gets the old token."""
+    take = MemoryStore.take
+
+    def same_token(self: MemoryStore, lock_id: str, attempt: Any) -> Any:
+        record = self._records.get(lock_id)
+        old = None
+        if record is not None:
+            lease_ = record.top if attempt.slot is None else record.pool.get(attempt.slot)
+            old = lease_.fence if lease_ is not None else None
+        outcome = take(self, lock_id, attempt)
+        if outcome.applied and old is not None:
+            record = self._records[lock_id]
+            lease_ = record.top if attempt.slot is None else record.pool[attempt.slot]
+            lease_.fence = old
+            return self._outcome(True, lock_id, record, attempt.slot)
+        return outcome
+
+    return _patched((MemoryStore, "take", same_token))
+
+
+MUTANTS: dict[str, Patch] = {
+    "1 late renew beside awsflock 0.2.0": late_renew,
+    "2 one lease id per acquire": one_lease_id_per_acquire,
+    "3 expired own grant reported": expired_own_grant,
+    "4 TTL at the lease's end": ttl_at_lease_end,
+    "5 unanswered attempts forgotten": forgotten_probe,
+    "6 pool apart from its plain lock": pool_apart_from_lock,
+    "7 force-released holder told released": forced_is_released,
+    "8 audit written after the force-release": audit_after_force,
+    "9 renew of a slot removed by a shrink": renew_outside_the_pool,
+    "10 history of one lease": short_history,
+    "A skew window backwards": skew_backwards,
+    "B renew without the lease id": renew_any_lease,
+    "C fencing counter not bumped": fence_not_bumped,
+}

@@ -1,0 +1,192 @@
+"""One simulation: build the world, let the clients run under faults, check every step.
+
+``simulate(seed, ...)`` returns a ``Result``; a violation is in ``Result.violation`` with the
+trace that led to it. The same arguments replay the same run exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from awsflock.stores.memory import MemoryStore
+from tests.simulation.checker import Checker, Violation
+from tests.simulation.clients import SKEW, Client, Reported, Shared
+from tests.simulation.network import Faults, Network, SimStore
+from tests.simulation.world import World
+
+#: Clock error bound of every process: half the skew window, so any two clocks agree within it.
+CLOCK_ERROR = 2.5
+
+
+@dataclass
+class Result:
+    seed: int
+    clients: int
+    operations: int = 0
+    steps: int = 0
+    tries: int = 0
+    writes: int = 0
+    virtual_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    violation: str | None = None
+    trace: list[str] = field(default_factory=list)
+
+    def replay(self, ops: int, store: str) -> str:
+        return f"scripts/simulate --seed {self.seed} --clients {self.clients} --ops {ops}" + (
+            "" if store == "memory" else f" --store {store}"
+        )
+
+
+def simulate(
+    seed: int,
+    *,
+    clients: int = 8,
+    ops: int = 60,
+    store: str = "memory",
+    faults: Faults | None = None,
+    chaos: bool = True,
+    make_store: Callable[[], Any] | None = None,
+    max_steps: int = 2_000_000,
+) -> Result:
+    """Run ``clients`` processes (workers, one operator, one awsflock 0.2.0 client) for about
+    ``ops`` operations each, on a fresh store."""
+    started = time.perf_counter()
+    world = World(seed)
+    inner = make_store() if make_store is not None else MemoryStore()
+    network = Network(world, faults or Faults())
+    checker = Checker(world, inner)
+    shared = Shared()
+    result = Result(seed, clients)
+    roles = ["operator", "legacy"] + ["worker"] * max(1, clients - 2)
+    workers = []
+    for number, role in enumerate(roles[:clients] if clients >= 3 else ["worker"] * clients):
+        proc = world.process(f"{role[0]}{number}", CLOCK_ERROR)
+        sim_store = SimStore(inner, network, proc.name)
+        sim_store.clock = proc.clock
+        sim_store.watcher = checker
+        client = Client(world, proc, sim_store, checker, shared, ops)
+        world.spawn(proc, getattr(client, role))
+        if role == "worker":
+            workers.append(proc)
+    if chaos:
+        _chaos(world, network, inner, workers, checker)
+    try:
+        with _quiet(checker), _seeded_ids(world):
+            while world.step():
+                _reap(world)
+                checker.check_step()
+                if world.steps > max_steps:
+                    raise Violation(f"no end after {max_steps} steps (a livelock?)")
+            checker.check_end()
+    except Violation as exc:
+        result.violation = checker.violations[0] if checker.violations else str(exc)
+    finally:
+        world.finish()
+    result.operations = checker.operations
+    result.steps = world.steps
+    result.tries = network.tries
+    result.writes = checker.writes
+    result.virtual_seconds = world.now - 1_900_000_000.0
+    result.wall_seconds = time.perf_counter() - started
+    result.trace = list(world.trace)
+    return result
+
+
+def _reap(world: World) -> None:
+    for thread in list(world.threads):
+        if thread.done:
+            if thread.error is not None:
+                raise _unexpected(thread.error, thread.name)
+            world.threads.remove(thread)
+
+
+def _unexpected(error: BaseException, where: str) -> Violation:
+    if isinstance(error, Violation):
+        return error
+    return Violation(
+        f"{where} raised {type(error).__name__}: {error} (the API allows only AwsflockError)"
+    )
+
+
+def _chaos(
+    world: World, network: Network, inner: Any, workers: list[Any], checker: Checker
+) -> None:
+    """Pauses, kills, outages and TTL sweeps, at random times while workers run."""
+    rng = world.rng
+    kills = max(1, len(workers) // 4)
+
+    def running() -> bool:
+        return any(p.alive() for p in world.procs)
+
+    def strike() -> None:
+        if not running():
+            return
+        x = rng.random()
+        live = [p for p in workers if p.alive()]
+        if x < 0.4 and live:
+            proc = rng.choice(live)
+            length = rng.choice((rng.uniform(0.5, 5), rng.uniform(5, 60)))
+            proc.paused_until = max(proc.paused_until, world.now + length)
+            world.note(f"pause {proc.name} for {length:.1f}s")
+        elif x < 0.5 and live and kill_count[0] < kills:
+            proc = rng.choice(live)
+            proc.killed = True
+            kill_count[0] += 1
+            world.note(f"kill {proc.name}")
+        elif x < 0.75:
+            length = rng.choice((rng.uniform(0.5, 8), rng.uniform(8, 50)))
+            kind = rng.choice(("refused", "lost"))
+            network.outage(world.now, length, kind)
+            world.note(f"outage ({kind}) for {length:.1f}s")
+        world.at(world.now + rng.uniform(2, 25), strike)
+
+    def sweep() -> None:
+        if not running():
+            return
+        expire = getattr(inner, "expire_records", None)
+        if expire is not None:
+            # awsflock 0.2.0 writes its lease's end as the expiry time: a record it wrote is
+            # deleted only once that is the skew window past (see the README's limits).
+            for name in expire(world.now, legacy_after=SKEW):
+                world.note(f"TTL deleted {name}")
+                checker.deleted(name)
+        world.at(world.now + rng.uniform(0.5, 4), sweep)
+
+    kill_count = [0]
+    world.at(world.now + rng.uniform(1, 10), strike)
+    world.at(world.now + 1, sweep)
+
+
+@contextmanager
+def _seeded_ids(world: World) -> Iterator[None]:
+    """LEASE_IDs, record versions and action ids from the seed (the library takes them from
+    ``uuid.uuid4``), so that a replay names them alike."""
+    real = uuid.uuid4
+    uuid.uuid4 = lambda: uuid.UUID(int=world.rng.getrandbits(128), version=4)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        uuid.uuid4 = real  # type: ignore[assignment]
+
+
+@contextmanager
+def _quiet(checker: Checker) -> Iterator[None]:
+    """The library's log lines go to the checker (the LEASE_IDs it names), not to stderr."""
+    logger = logging.getLogger("awsflock")
+    handler = Reported(checker)
+    old = (logger.propagate, logger.level)
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate, level = old[0], old[1]
+        logger.setLevel(level)

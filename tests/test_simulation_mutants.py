@@ -1,0 +1,70 @@
+"""The deterministic simulation, part two: the second half of the CI budget; every known bug,
+put back, is found within the budget; a run on the DynamoDB store (in-process moto) keeps every
+invariant too; and the limit the simulator found (a request landing long after it was made) is
+pinned down."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests.simulation.__main__ import run_many
+from tests.simulation.mutants import MUTANTS
+from tests.simulation.network import Faults
+from tests.test_simulation import HALF_BUDGET
+
+#: Each known bug must be found within this many client operations (seeds 0, 1, ...).
+MUTANT_BUDGET = 60_000
+
+
+def test_the_second_half_of_the_budget_keeps_every_invariant():
+    results, failed = run_many(
+        seeds=itertools.count(100_000),
+        clients=8,
+        ops=60,
+        budget=HALF_BUDGET,
+        duration=None,
+        store="memory",
+    )
+    assert failed is None, f"{failed.violation}\nreplay: {failed.replay(60, 'memory')}"
+    assert sum(r.operations for r in results) >= HALF_BUDGET
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_each_known_bug_put_back_is_found(name):
+    with MUTANTS[name]():
+        results, failed = run_many(
+            seeds=itertools.count(0),
+            clients=8,
+            ops=60,
+            budget=MUTANT_BUDGET,
+            duration=None,
+            store="memory",
+        )
+    spent = sum(r.operations for r in results)
+    assert failed is not None, f"{name}: not found in {spent} operations"
+
+
+def test_the_dynamodb_store_on_moto_keeps_every_invariant():
+    _, failed = run_many(
+        seeds=itertools.count(0), clients=6, ops=30, budget=1_500, duration=None, store="moto"
+    )
+    assert failed is None, f"{failed.violation}\nreplay: {failed.replay(30, 'moto')}"
+
+
+def test_a_request_landing_long_after_it_was_made_can_lower_a_token():
+    # The limit the simulator found (see the README): a take carries the time it was made, and
+    # a fresh record's token starts from that time. One that lands tens of seconds late, after
+    # the record was removed by expiry, starts below tokens granted meanwhile.
+    faults = Faults(late=0.05, late_by=(1.0, 40.0))
+    _, failed = run_many(
+        seeds=itertools.count(0),
+        clients=8,
+        ops=60,
+        budget=60_000,
+        duration=None,
+        store="memory",
+        faults=faults,
+    )
+    assert failed is not None and "token went down" in (failed.violation or "")
