@@ -18,6 +18,7 @@ from tests.test_simulation import HALF_BUDGET
 MUTANT_BUDGET = 60_000
 
 
+@pytest.mark.timeout(900)  # about 70 s alone; far longer beside the servers of other tests
 def test_the_second_half_of_the_budget_keeps_every_invariant():
     results, failed = run_many(
         seeds=itertools.count(100_000),
@@ -31,6 +32,7 @@ def test_the_second_half_of_the_budget_keeps_every_invariant():
     assert sum(r.operations for r in results) >= HALF_BUDGET
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_each_known_bug_put_back_is_found(name):
     with MUTANTS[name]():
@@ -46,6 +48,7 @@ def test_each_known_bug_put_back_is_found(name):
     assert failed is not None, f"{name}: not found in {spent} operations"
 
 
+@pytest.mark.timeout(600)
 def test_the_dynamodb_store_on_moto_keeps_every_invariant():
     _, failed = run_many(
         seeds=itertools.count(0), clients=6, ops=30, budget=1_500, duration=None, store="moto"
