@@ -126,9 +126,24 @@ class LockTable:
         skew: float | str = DEFAULT_SKEW,
         owner: str | None = None,
         identity: Identity | None = None,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        request_timeout: float | None = None,
     ) -> None:
         self.clock: Clock = clock or (store.clock if store is not None else SystemClock())
+        if store is not None:
+            given = {
+                "table_name": table_name != "awsflock",
+                "client": client is not None,
+                "region": region is not None,
+                "profile": profile is not None,
+                "endpoint_url": endpoint_url is not None,
+                "request_timeout": request_timeout is not None,
+            }
+            wrong = [name for name, is_given in given.items() if is_given]
+            if wrong:
+                raise errors.UsageError(
+                    f"{', '.join(wrong)} describe a DynamoDB store, and a store was given",
+                    hint="set them on the store itself, or pass them without store=",
+                )
         if store is None:
             from awsflock.stores.dynamodb import DynamoDBStore
 
@@ -138,7 +153,9 @@ class LockTable:
                 region=region,
                 profile=profile,
                 endpoint_url=endpoint_url,
-                request_timeout=request_timeout,
+                request_timeout=DEFAULT_REQUEST_TIMEOUT
+                if request_timeout is None
+                else request_timeout,
                 clock=self.clock,
             )
         self.store: LockStore = store

@@ -3,8 +3,13 @@
 Each try is one step of an ``Acquisition`` (``awsflock.acquisition``); this module only decides
 the cadence: about once a second (jittered, so waiters spread out), never later than the moment
 the holder's lease becomes reclaimable, with a last try exactly at the deadline; a pool probes
-another free slot at once. A set ``cancel`` event stops the wait (holding nothing). A different
-waiting policy (a queue, fair waiting) is another function of this shape.
+another free slot at once. A set ``cancel`` event stops the wait (holding nothing).
+
+Another waiting policy is another function of this shape, called from ``LockTable.acquire``.
+Whatever its cadence, it must keep the clean-up around the attempts as here: ``abandon`` on
+every exit and around a grant, ``give_back`` when cancelled, ``still_fresh`` before returning.
+Fair (first come, first served) waiting across processes needs more than a cadence: the store
+must keep the line, which means new steps in ``LockStore``.
 """
 
 from __future__ import annotations

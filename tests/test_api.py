@@ -46,3 +46,13 @@ def test_a_lock_table_runs_on_the_memory_store():
         assert table.state("x").lease_id == held.lease_id
     assert [r.lock_id for r in table.locks()] == ["x"]
     assert table.create() is True
+
+
+def test_a_lock_table_given_a_store_refuses_dynamodb_settings():
+    import pytest
+
+    from awsflock import LockTable, MemoryStore, UsageError
+
+    with pytest.raises(UsageError, match="endpoint_url, request_timeout describe a DynamoDB store"):
+        LockTable(store=MemoryStore(), request_timeout=3, endpoint_url="http://x")
+    assert LockTable(store=MemoryStore()).store.request_timeout == 5.0

@@ -17,6 +17,11 @@ class TestMemoryStore(StoreConformance):
 
 
 class TestDynamoDBStoreOnMoto(StoreConformance):
+    # In-process moto applies concurrent requests without a lock (as its threaded server does,
+    # pinned in tests/integration/test_cli_servers.py): 8 concurrent takes of one free lock were
+    # granted more than once in each of 7 runs on 2026-11-23. Not a store to test atomicity on.
+    concurrent_skip = "in-process moto is not atomic under concurrent requests"
+
     @pytest.fixture
     def store(self, moto: object) -> DynamoDBStore:
         return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]

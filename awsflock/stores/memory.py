@@ -313,9 +313,15 @@ class MemoryStore:
         with self._mutex:
             record = self._records.get(lock_id)
             slots = None if record is None else record.slots
+            cutoff_ms = now_ms - skew_ms
             if slots != old:
                 return False
-            cutoff_ms = now_ms - skew_ms
+            if (
+                old is None
+                and record is not None
+                and not record.top.free(cutoff_ms, legacy_too=True)
+            ):
+                return False  # a live plain lock is not made a pool
             for slot in range(new, old or 0):
                 lease = record.pool.get(slot) if record else None
                 if lease is not None and not lease.free(cutoff_ms, legacy_too=False):
@@ -323,6 +329,8 @@ class MemoryStore:
             if record is None:
                 record = self._records[lock_id] = _Record()
             record.slots = new
+            record.top.expires_s = None  # a pool never expires, and gives 0.2.0 nothing
+            record.top.version = ""
             return True
 
     # -- audit -------------------------------------------------------------------------------
@@ -354,8 +362,7 @@ class MemoryStore:
             gone = [
                 name
                 for name, record in self._records.items()
-                if record.slots is None
-                and record.top.expires_s is not None
+                if record.top.expires_s is not None
                 and record.top.expires_s + (legacy_after if _legacy(record.top) else 0) < now
             ]
             for name in gone:
@@ -368,8 +375,8 @@ class MemoryStore:
         knows). None if there is no record, or it is a pool, which 0.2.0 cannot parse."""
         with self._mutex:
             record = self._records.get(lock_id)
-            if record is None or record.slots is not None:
-                return None
+            if record is None or not record.top.version or record.top.expires_s is None:
+                return None  # a pool has neither
             top = record.top
             return dataclasses.replace(
                 top.record(lock_id, None),

@@ -63,10 +63,12 @@ class Checker:
         self.reported: set[str] = set()  # lease ids the library named as unsettled
         #: Lease ids whose release the store applied -> (grants, deletions) of its lock then.
         self.released: dict[str, tuple[int, int]] = {}
-        self.grants: dict[str, int] = {}  # lock name -> grants applied so far
+        self.grants: dict[Key, int] = {}  # lock (slot) -> grants applied so far
         self.deletions: dict[str, int] = {}  # lock name -> records removed by expiry so far
         self.operations = 0
         self.violations: list[str] = []
+        #: Lease ids whose force-release failed without an answer (it may have applied).
+        self.force_unsettled: set[str] = set()
         #: Lease ids some client was told it holds (a lease it gave up is not a phantom).
         self.known: set[str] = set()
 
@@ -81,17 +83,18 @@ class Checker:
 
     def before(self, operation: str, args: tuple[Any, ...]) -> Any:
         """The state a step is applied to (for the steps whose condition is checked after)."""
-        if operation in ("renew", "release", "force_release"):
+        if operation in ("take", "renew", "release", "force_release", "resize"):
             return self.inner.read(args[0])
         return None
 
     def applied(self, operation: str, args: tuple[Any, ...], result: Any, before: Any) -> None:
         if operation == "take" and isinstance(result, Outcome) and result.applied:
             attempt: Attempt = args[1]
-            self.grants[args[0]] = self.grants.get(args[0], 0) + 1
+            key = (args[0], attempt.slot)
+            self._check_take(key, attempt, before)
+            self.grants[key] = self.grants.get(key, 0) + 1
             record = result.record
             assert record is not None
-            key = (args[0], attempt.slot)
             token = record.fencing_token
             if token is not None:
                 last = self.max_token.get(key)
@@ -124,11 +127,41 @@ class Checker:
                 elif operation == "release":
                     name = args[0]
                     self.released[lease_id] = (
-                        self.grants.get(name, 0),
+                        self.grants.get((name, slot), 0),
                         self.deletions.get(name, 0),
                     )
+        elif operation == "resize" and result is True:
+            name, old, new, kw = args
+            pool = before.pool
+            cutoff = kw["now_ms"] - kw["skew_ms"]
+            for slot in range(new, old or 0):
+                record = pool.slots.get(slot) if pool is not None else None
+                if record is not None and not _free(record, cutoff):
+                    self.fail(f"pool {name!r} shrunk to {new} over held slot {slot}")
         elif operation == "legacy_put" and result:
             self.latest[(args[0], None)] = (args[1], None)
+
+    def _check_take(self, key: Key, attempt: Attempt, before: Any) -> None:
+        """An applied take was allowed: the lock (slot) free by the taker's clock, the lease id
+        never granted on it, the pool's size agreed on."""
+        name, slot = key
+        old = _record(before, slot) if before is not None else None
+        cutoff = attempt.now_ms - attempt.skew_ms
+        if old is not None and not _free(old, cutoff):
+            self.fail(
+                f"take of {key} by {attempt.lease_id[:8]} over a live lease {old.lease_id[:8]}"
+            )
+        if old is not None and attempt.lease_id in (old.lease_id, *(h[0] for h in old.history)):
+            self.fail(f"lease id {attempt.lease_id[:8]} granted twice on {key}")
+        pool = before.pool if before is not None else None
+        if slot is None and pool is not None:
+            self.fail(f"a plain take applied to pool {name!r}")
+        if slot is not None and pool is not None and pool.size not in (None, attempt.slots):
+            self.fail(f"a take for {attempt.slots} slots applied to pool {name!r} of {pool.size}")
+        if slot is not None and pool is None and before is not None and before.lock is not None:
+            plain = before.lock
+            if not _free(plain, cutoff):
+                self.fail(f"a live plain lock {name!r} made a pool")
 
     # -- what clients believe --------------------------------------------------------------------
 
@@ -237,7 +270,7 @@ class Checker:
             # The library promises the truth for a release retried after up to three hand-offs
             # of its lock, unless the record was removed by expiry meanwhile.
             grants, deletions = self.released[lease_id]
-            handoffs = self.grants.get(key[0], 0) - grants
+            handoffs = self.grants.get(key, 0) - grants
             if handoffs <= 3 and self.deletions.get(key[0], 0) == deletions:
                 self.fail(
                     f"{proc.name} was told {lease_id[:8]} does not hold {key}, but its release "
@@ -261,6 +294,13 @@ class Checker:
         for entry in entries:
             if entry.get("status") != "not_applied":
                 audited[str(entry.get("lease_id"))] = audited.get(str(entry.get("lease_id")), 0) + 1
+        for lease_id in audited:
+            # A force whose answer never came may have applied: its record stays, as the
+            # command says when it fails (run it again to settle it).
+            if lease_id not in self.forced and lease_id not in self.force_unsettled:
+                self.fail(
+                    f"an audit record of a force-release of {lease_id[:8]} that never applied"
+                )
         for lease_id in self.forced:
             if audited.get(lease_id) != 1:
                 self.fail(
@@ -287,6 +327,16 @@ class Checker:
                         f"phantom holder at the end: {(name, slot)} held by {record.owner} "
                         f"({record.lease_id[:8]}), which does not know it"
                     )
+
+
+def _free(record: LockRecord, cutoff_ms: int) -> bool:
+    """Whether a take at ``cutoff_ms`` (its time minus the skew window) may replace ``record``,
+    as the store's condition judges it (0.2.0's records by their whole-second expiry time)."""
+    if record.released or not record.lease_id:
+        return True
+    if record.legacy:
+        return int(record.expires_at) < cutoff_ms // 1000
+    return round(record.expires_at * 1000) < cutoff_ms
 
 
 def _who(holders: list[Belief]) -> str:

@@ -217,9 +217,18 @@ class Client:
             slot, record = None, state
         if record.released or record.legacy:
             return
-        admin.force_release(
-            self.table, name, reason="simulated", lease_id=record.lease_id, actor="op", slot=slot
-        )
+        try:
+            admin.force_release(
+                self.table,
+                name,
+                reason="simulated",
+                lease_id=record.lease_id,
+                actor="op",
+                slot=slot,
+            )
+        except errors.StoreError:
+            self.checker.force_unsettled.add(record.lease_id)
+            raise
 
     def resize(self) -> None:
         new = self.rng.choice((2, 3, 4))

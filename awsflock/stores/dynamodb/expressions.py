@@ -1,7 +1,7 @@
 """The protocol's DynamoDB condition and update expressions, one builder per step.
 
 Placeholders are ``#`` plus the attribute's name, so a pool slot's expressions are the plain
-lock's with every lease attribute prefixed ``s{i}_`` (``p`` below; see ``awsflock.items``).
+lock's with every lease attribute prefixed ``s{i}_`` (``p`` below; see ``items``).
 Values (``:name``) are filled in by the store. Every step is one conditional UpdateItem:
 
 - **acquire** may take the lock if ``free``: the item is absent, its lease ended, or the lease
@@ -145,10 +145,13 @@ def force_update(p: str) -> str:
 
 def resize_condition(old: int | None, new: int) -> str:
     """A pool may be resized while its size is still ``old`` and the slots that go away are
-    free."""
-    parts = ["attribute_not_exists(#slots)" if old is None else "#slots = :old"]
+    free. Sizing a record that is not a pool (``old`` None) needs its plain lock free, as a pool
+    acquire does."""
+    parts = [f"attribute_not_exists(#slots) AND {FREE_PLAIN}" if old is None else "#slots = :old"]
     parts += [free_slot(f"s{slot}_") for slot in range(new, old or 0)]
     return " AND ".join(parts)
 
 
-RESIZE_UPDATE = "SET #slots = :new"
+#: A pool's item never expires by TTL and gives awsflock 0.2.0 nothing to take (as a pool
+#: acquire leaves it).
+RESIZE_UPDATE = "SET #slots = :new REMOVE #expiration_time, #lease_id"

@@ -462,6 +462,7 @@ class DynamoDBStore:
             "old": old,
             "new": new,
             "cutoff_ms": now_ms - skew_ms,
+            "cutoff_s": (now_ms - skew_ms) // 1000,
         }
         outcome = self._conditional_update(
             "resize", lock_id, expressions.RESIZE_UPDATE, condition, values, None
@@ -522,7 +523,8 @@ class DynamoDBStore:
     def audit_entries(self, page_size: int = 500) -> Iterator[dict[str, Any]]:
         """Every audit record's fields, page by page."""
         for item in self._scan(AUDIT_PREFIX, page_size):
-            yield {k: from_attr(a) for k, a in item.items()}
+            # The key and the kind are this store's layout, not the entry's fields.
+            yield {k: from_attr(a) for k, a in item.items() if k not in (A_LOCK_ID, A_KIND)}
 
     def read(self, lock_id: str) -> Outcome:
         """One strongly consistent read of a lock's item (plain or pool)."""
