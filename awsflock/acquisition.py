@@ -249,24 +249,29 @@ class Acquisition:
             format_seconds(max(left, 0.0)),
             extra={"event": "grant_given_up", "lock_id": self.lock_id, "slot": slot},
         )
-        with self.store.budget(self._cleanup_end()):
-            self._release(lease_id, slot)
+        end = self._cleanup_end()
+        given_back = False
+        if end is not None:
+            with self.store.budget(end):
+                given_back = self._release(lease_id, slot)
         # If the wait ends now, say what happened: not "busy" (it was our own grant).
         self.holder = None
         self.late_grant = True
         self.error = errors.EndpointUnreachable(
             f"{self.store.where()} answered too late: the lease it granted "
-            f"had only {format_seconds(max(left, 0.0))} left, and was given back",
+            f"had only {format_seconds(max(left, 0.0))} left, and "
+            + ("was given back" if given_back else "could not be given back in time (see above)"),
             hint="retry; if it keeps happening, check the network or raise --request-timeout",
         )
 
-    def _cleanup_end(self) -> float:
-        """When a clean-up release must be over: within the acquire's bound, if it has one."""
+    def _cleanup_end(self) -> float | None:
+        """When a clean-up release must be over: within the acquire's bound, if it has one;
+        None when that bound leaves no time for a try (the attempt is then named instead)."""
         now = self.clock.monotonic()
         end = now + self.store.request_timeout
         if self.hard_end is not None:
-            end = max(min(end, self.hard_end), now + MIN_TRY)
-        return end
+            end = min(end, self.hard_end)
+        return end if end - now >= MIN_TRY else None
 
     # -- clean-up ------------------------------------------------------------------------------
 
@@ -279,13 +284,15 @@ class Acquisition:
         """Release every unsettled attempt but ``keep``. One that cannot be confirmed is named
         on stderr with the command that frees it."""
         store = self.store
-        end = self._cleanup_end()
         for lease_id, slot in list(self.unsettled.items()):
             if lease_id == keep:
                 continue
-            with store.budget(end):
-                if self._release(lease_id, slot):
-                    continue
+            # Each release within what is left of the acquire's bound: none once it is spent.
+            end = self._cleanup_end()
+            if end is not None:
+                with store.budget(end):
+                    if self._release(lease_id, slot):
+                        continue
             log.warning(
                 "an attempt to acquire %r may have been granted without an answer; if so, the "
                 "lock is held until %s under LEASE_ID %s: free it with `awsflock release %s %s`",

@@ -1,0 +1,101 @@
+"""An acquire ends within its wait plus one request timeout, clean-up included, however many of
+its attempts are left to settle (found by an adversarial review of the simulator's fix)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from typing import Any, Callable
+
+import pytest
+
+from awsflock import errors
+from awsflock.clock import FakeClock
+from awsflock.lease import LockTable
+from awsflock.protocol import MIN_TRY
+from awsflock.records import Identity
+from awsflock.stores.memory import MemoryStore
+
+
+class SlowStore(MemoryStore):
+    """Calls spend fake time as the DynamoDB store's request layer does (a try gets what is
+    left of the budget, at least MIN_TRY); scripted ones are lost, applied or not."""
+
+    def __init__(self, clock: FakeClock, script: list[tuple[str, str]], timeout: float) -> None:
+        super().__init__(clock=clock, request_timeout=timeout)
+        self.fake = clock
+        self.script = script
+        self._end: float | None = None
+
+    @contextlib.contextmanager
+    def budget(self, end: float):  # type: ignore[override]
+        outer = self._end
+        self._end = end if outer is None else min(outer, end)
+        try:
+            yield
+        finally:
+            self._end = outer
+
+    def _call(self, op: str, apply: Callable[[], Any]) -> Any:
+        action = self.script.pop(0)[1] if self.script and self.script[0][0] in (op, "*") else "ok"
+        now = self.fake.monotonic()
+        end = self._end if self._end is not None else now + self.request_timeout
+        spent = max(MIN_TRY, min(self.request_timeout, end - now))
+        if action == "ok":
+            self.fake.advance(0.01)
+            return apply()
+        if action == "applied":
+            apply()
+        self.fake.advance(spent)
+        error = errors.EndpointUnreachable(f"{op}: no answer")
+        error.maybe_applied = True
+        raise error
+
+    def take(self, lock_id, attempt):  # type: ignore[no-untyped-def]
+        return self._call("take", lambda: super(SlowStore, self).take(lock_id, attempt))
+
+    def release(self, lock_id, lease_id, **kw):  # type: ignore[no-untyped-def]
+        return self._call(
+            "release", lambda: super(SlowStore, self).release(lock_id, lease_id, **kw)
+        )
+
+
+def _acquire(store: SlowStore, clock: FakeClock, **kw: Any) -> tuple[float, list[str]]:
+    warned: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == "abandon_failed":
+                warned.append(str(record.args[2]))  # type: ignore[index]
+
+    handler = Catch()
+    logging.getLogger("awsflock").addHandler(handler)
+    start = clock.monotonic()
+    try:
+        table = LockTable(store=store, rng=random.Random(1), identity=Identity(owner="a"))
+        with contextlib.suppress(errors.AwsflockError):
+            table.acquire("x", **kw)
+    finally:
+        logging.getLogger("awsflock").removeHandler(handler)
+    return clock.monotonic() - start, warned
+
+
+def test_a_grant_given_up_after_the_clean_up_stays_within_the_bound():
+    clock = FakeClock()
+    script = [("take", "lost"), ("take", "ok")] + [("release", "lost")] * 3
+    store = SlowStore(clock, script, timeout=5.0)
+    took, warned = _acquire(store, clock, lease=9, wait=6)
+    assert took <= 6 + 5
+    held = store.read("x").lock
+    assert held is not None and not held.released
+    assert held.lease_id in warned  # not given back in time: named, not said "given back"
+
+
+@pytest.mark.parametrize("wait", [0.0, 20.0])
+def test_many_unsettled_attempts_stay_within_the_bound(wait):
+    clock = FakeClock()
+    store = SlowStore(clock, [("*", "lost")] * 1000, timeout=1.0)
+    took, warned = _acquire(store, clock, lease=60, wait=wait)
+    assert took <= wait + 1.0
+    assert warned  # what could not be released in time is named
