@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from awsflock import acquisition, admin, lease
+from awsflock.hold import heartbeat
 from awsflock.stores import memory
 from awsflock.stores.memory import MemoryStore, _Lease, _Record
 
@@ -297,6 +298,12 @@ def fence_not_bumped() -> contextlib.AbstractContextManager[None]:
     return _patched((MemoryStore, "take", same_token))
 
 
+def margin_backwards() -> contextlib.AbstractContextManager[None]:
+    """D. The heartbeat's safety margin applied the wrong way: a hold counts its lease as kept
+    for twice the skew window past its end, without a renewal."""
+    return _patched((heartbeat, "default_margin", lambda lease: -10.0))
+
+
 MUTANTS: dict[str, Patch] = {
     "1 late renew beside awsflock 0.2.0": late_renew,
     "2 one lease id per acquire": one_lease_id_per_acquire,
@@ -311,4 +318,5 @@ MUTANTS: dict[str, Patch] = {
     "A skew window backwards": skew_backwards,
     "B renew without the lease id": renew_any_lease,
     "C fencing counter not bumped": fence_not_bumped,
+    "D heartbeat margin backwards": margin_backwards,
 }

@@ -76,18 +76,18 @@ def simulate(
             workers.append(proc)
     if chaos:
         _chaos(world, network, inner, workers, checker)
-    try:
-        with _quiet(checker), _seeded_ids(world):
+    with _quiet(checker), _seeded_ids(world):
+        try:
             while world.step():
                 _reap(world)
                 checker.check_step()
                 if world.steps > max_steps:
                     raise Violation(f"no end after {max_steps} steps (a livelock?)")
             checker.check_end()
-    except Violation as exc:
-        result.violation = checker.violations[0] if checker.violations else str(exc)
-    finally:
-        world.finish()
+        except Violation as exc:
+            result.violation = checker.violations[0] if checker.violations else str(exc)
+        finally:
+            world.finish()
     result.operations = checker.operations
     result.steps = world.steps
     result.tries = network.tries
