@@ -239,6 +239,11 @@ def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None,
         skew_ms=round(table.skew * 1000),
     )
     if not done:
+        # A retry of a resize whose first try landed unanswered is refused (the size is no
+        # longer ``old``): if the pool has the size asked for, it is done.
+        after = table.store.read(lock_id).pool
+        done = after is not None and after.size == slots
+    if not done:
         raise errors.LockBusy(
             f"cannot shrink pool {lock_id!r} to {slots}: a slot that would go away is held "
             "(or the pool changed meanwhile)",

@@ -685,3 +685,19 @@ def test_a_grant_kept_while_other_attempts_were_settled_is_rechecked():
     lease = table.acquire("slow", lease=10, wait=30)
     assert lease.remaining() >= 5
     assert lease.lease_id not in sent[:2]
+
+
+def test_a_resize_whose_answer_was_lost_and_was_retried_is_reported_done():
+    # The store's retry of a resize that landed unanswered is refused (the size is no longer
+    # the old one); pool-resize must not then say the pool could not be resized.
+    from awsflock.stores.memory import MemoryStore
+
+    class LostAnswer(MemoryStore):
+        def resize_pool(self, lock_id, old, new, **kw):
+            super().resize_pool(lock_id, old, new, **kw)  # lands; its answer is lost
+            return super().resize_pool(lock_id, old, new, **kw)  # the retry is refused
+
+    table = LockTable(store=LostAnswer(clock=FakeClock()), identity=Identity(owner="a"))
+    table.acquire("gpu", lease=60, wait=0, slots=2)
+    assert resize_pool(table, "gpu", 4) == (2, 4)
+    assert table.state("gpu").size == 4

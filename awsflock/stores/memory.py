@@ -219,20 +219,9 @@ class MemoryStore:
     ) -> Outcome:
         with self._mutex:
             record = self._records.get(lock_id)
-            lease = self._lease(record, slot)
-            ok = (
-                record is not None
-                and lease is not None
-                and lease.owned_by(lease_id)
-                and not lease.ended
-                and lease.live(now_ms)
-                and (
-                    record.slots is None
-                    if slot is None
-                    else record.slots is not None and record.slots > slot
-                )
-            )
-            if not ok or lease is None:
+            lease = self._running(record, slot, lease_id)
+            in_pool = slot is None or (record is not None and (record.slots or 0) > slot)
+            if lease is None or record is None or not lease.live(now_ms) or not in_pool:
                 return self._outcome(False, lock_id, record, slot)
             expires_ms = now_ms + lease_ms
             lease.lease = lease_id
@@ -274,15 +263,8 @@ class MemoryStore:
     ) -> Outcome:
         with self._mutex:
             record = self._records.get(lock_id)
-            lease = self._lease(record, slot)
-            ok = (
-                record is not None
-                and lease is not None
-                and lease.owned_by(lease_id)
-                and not lease.ended
-                and (slot is not None or record.slots is None)
-            )
-            if not ok or lease is None:
+            lease = self._running(record, slot, lease_id)
+            if lease is None:
                 return self._outcome(False, lock_id, record, slot)
             lease.ended = ended
             lease.lease = lease_id
@@ -419,6 +401,18 @@ class MemoryStore:
         if record is None:
             return None
         return record.top if slot is None else record.pool.get(slot)
+
+    @classmethod
+    def _running(cls, record: _Record | None, slot: int | None, lease_id: str) -> _Lease | None:
+        """The lease, if it is ``lease_id``'s and not ended, and a plain lease's record is not a
+        pool: what renew, release and force-release all need (the DynamoDB store's
+        ``owned AND not_ended``, and ``PLAIN_NOT_POOL`` for a plain lease)."""
+        lease = cls._lease(record, slot)
+        if lease is None or record is None or not lease.owned_by(lease_id) or lease.ended:
+            return None
+        if slot is None and record.slots is not None:
+            return None
+        return lease
 
     @staticmethod
     def _outcome(applied: bool, lock_id: str, record: _Record | None, slot: int | None) -> Outcome:
