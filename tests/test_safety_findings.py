@@ -701,3 +701,34 @@ def test_a_resize_whose_answer_was_lost_and_was_retried_is_reported_done():
     table.acquire("gpu", lease=60, wait=0, slots=2)
     assert resize_pool(table, "gpu", 4) == (2, 4)
     assert table.state("gpu").size == 4
+
+
+def test_a_bare_server_error_after_the_write_applied_leaves_no_phantom(make_table, moto):
+    # Found by an adversarial review against moto's server: a proxy (or the server itself)
+    # answered 502 after the acquire's write applied. That was taken as "refused, nothing
+    # written", leaving the lock held under a LEASE_ID nobody was told of.
+    from botocore.exceptions import ClientError
+
+    class BadGatewayAfterWrite(CountingClient):
+        def __getattr__(self, name):
+            inner = super().__getattr__(name)
+            if name != "update_item":
+                return inner
+
+            def call(*args, **kwargs):
+                result = inner(*args, **kwargs)
+                if self.calls["update_item"] == 1:
+                    raise ClientError(
+                        {
+                            "Error": {"Code": "502", "Message": "Bad Gateway"},
+                            "ResponseMetadata": {"HTTPStatusCode": 502},
+                        },
+                        "UpdateItem",
+                    )
+                return result
+
+            return call
+
+    table = make_table("a", client=BadGatewayAfterWrite(moto))
+    lease = table.acquire("gw", lease=3600, wait=0)
+    assert make_table("b").store.read("gw").record.lease_id == lease.lease_id

@@ -123,7 +123,10 @@ def translate_errors(
                 f"DynamoDB kept throttling {action} on {table!r} after retries",
                 hint="retry later, or raise the table's capacity",
             ) from exc
-        if code in _UNAVAILABLE_CODES:
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        if code in _UNAVAILABLE_CODES or status >= 500:
+            # A server error (also a bare 5xx from a proxy or load balancer in front of the
+            # endpoint) may come after the request was applied: transient, and in doubt.
             raise errors.EndpointUnreachable(
                 f"DynamoDB is unavailable ({code})", hint="retry later"
             ) from exc
