@@ -23,8 +23,8 @@ from typing import Any
 from awsflock import errors
 from awsflock.clock import Clock
 from awsflock.names import slot_of
-from awsflock.protocol import MIN_TRY, Attempt, LockStore, Outcome
-from awsflock.records import Identity, LockRecord
+from awsflock.protocol import MIN_TRY, Attempt, Drops, LockStore, Outcome
+from awsflock.records import NO_LINE, Identity, Line, LockRecord
 from awsflock.text import format_seconds, iso_utc
 
 log = logging.getLogger("awsflock.lease")
@@ -98,8 +98,16 @@ class Acquisition:
         self.holder: LockRecord | None = None
         self.error: errors.AwsflockError | None = None
         self.slot = rng.randrange(size) if size else None
+        #: How many slots of the pool the last answer showed free.
+        self.free_slots = size or 0
         #: Pool probes in a row without sleeping (another free slot is tried at once).
         self.quick = 0
+        #: The lock's line of fair waiters, as the last answer showed it.
+        self.line: Line = NO_LINE
+        #: A fair waiter at the head of the line takes with its ticket (and removes the lapsed
+        #: places ahead of it, ``drop``); None: the take needs the line clear.
+        self.ticket: str | None = None
+        self.drop: Drops = ()
 
     # -- one attempt ---------------------------------------------------------------------------
 
@@ -138,6 +146,8 @@ class Acquisition:
                     skew_ms=round(self.skew * 1000),
                     slot=slot,
                     slots=self.size,
+                    ticket=self.ticket,
+                    drop=self.drop,
                 )
                 outcome = store.take(self.lock_id, attempt)
         except (errors.Throttled, errors.EndpointUnreachable) as err:
@@ -158,17 +168,27 @@ class Acquisition:
             # earlier is found below by its id). Only a try that failed in transit could still
             # land later; then the id stays unsettled.
             self.unsettled.pop(lease_id, None)
-        return self._look(outcome, lease_id)
+        return self.look(outcome)
 
     def _now_ms(self) -> int:
         return round(self.clock.time() * 1000)
 
-    def _look(self, outcome: Outcome, lease_id: str) -> Grant | None:
+    def look(self, outcome: Outcome) -> Grant | None:
+        """Learn from an answer (a take's, or a waiter's poll): our own grant if it shows one,
+        else None, with ``holder``, ``line`` and the pool slot to try next updated."""
+        self.line = outcome.line
         if self.size is None:
-            return self._look_plain(outcome, lease_id)
-        return self._look_pool(outcome, lease_id)
+            return self._look_plain(outcome)
+        return self._look_pool(outcome)
 
-    def _look_plain(self, outcome: Outcome, lease_id: str) -> Grant | None:
+    def free(self) -> bool:
+        """Whether the last answer showed the lock (or a slot of the pool) free to take now."""
+        now = self.clock.time()
+        if self.size is None:
+            return self.holder is None or self.holder.is_free(now, self.skew)
+        return self.free_slots > 0
+
+    def _look_plain(self, outcome: Outcome) -> Grant | None:
         if outcome.pool is not None:
             raise errors.ConfigurationError(
                 f"{self.lock_id!r} is a pool of {outcome.pool.size} slots, but this holder asked "
@@ -181,9 +201,10 @@ class Acquisition:
         self.holder = record
         return None
 
-    def _look_pool(self, outcome: Outcome, lease_id: str) -> Grant | None:
+    def _look_pool(self, outcome: Outcome) -> Grant | None:
         assert self.size is not None
         pool = outcome.pool
+        self.free_slots = self.size if pool is None else 0
         if pool is None:
             if outcome.lock is not None:
                 raise errors.ConfigurationError(
@@ -208,6 +229,7 @@ class Acquisition:
         held = [r for r in pool.slots.values() if not r.released]
         self.holder = min(held, key=lambda r: r.expires_at) if held else None
         free = pool.free_slots(self.size, self.clock.time(), self.skew)
+        self.free_slots = len(free)
         if free and self.quick < self.size:
             self.quick += 1
             self.slot = self.rng.choice(free)

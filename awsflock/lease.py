@@ -21,6 +21,7 @@ from awsflock.acquisition import Acquisition, Grant, event_fields, new_lease_id
 from awsflock.clock import Clock, SystemClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
 from awsflock.hold.heartbeat import Hold, LostCallback
+from awsflock.line import new_ticket, wait_in_line
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import DEFAULT_REQUEST_TIMEOUT, LockStore, Outcome
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Identity, LockRecord, Pool
@@ -202,12 +203,15 @@ class LockTable:
         identity: Identity | None = None,
         slots: int | None = None,
         cancel: threading.Event | None = None,
+        fair: bool = False,
     ) -> Lease:
         """Take the lock, waiting up to ``wait`` seconds (0: don't wait; ``WAIT_FOREVER``).
 
         With ``slots=N`` (N > 1) the lock is a pool of N slots: up to N holders at once, each
-        told its slot (``Lease.slot``). Raises LockBusy (with ``.holder``) when it stayed held,
-        and Cancelled (holding nothing) once ``cancel`` is set.
+        told its slot (``Lease.slot``). With ``fair=True`` a waiting acquire takes a place in
+        the lock's line and is served in order of arrival (``awsflock.line``); without it, it
+        never goes ahead of a live waiter in line. Raises LockBusy (with ``.holder``) when it
+        stayed held, and Cancelled (holding nothing) once ``cancel`` is set.
         """
         check_lock_id(lock_id)
         size = check_slots(lock_id, slots)
@@ -223,9 +227,21 @@ class LockTable:
             rng=self.rng,
             skew=self.skew,
         )
-        grant = wait_for(
-            run, wait_s=wait_s, clock=self.clock, rng=self.rng, skew=self.skew, cancel=cancel
-        )
+        if fair and wait_s != 0:
+            grant = wait_in_line(
+                run,
+                wait_s=wait_s,
+                clock=self.clock,
+                rng=self.rng,
+                skew=self.skew,
+                cancel=cancel,
+                ticket=new_ticket(self.rng),
+            )
+        else:
+            # A fair acquire that does not wait takes no place: it is one plain try.
+            grant = wait_for(
+                run, wait_s=wait_s, clock=self.clock, rng=self.rng, skew=self.skew, cancel=cancel
+            )
         return self._granted(lock_id, grant)
 
     def _granted(self, lock_id: str, grant: Grant) -> Lease:
@@ -274,6 +290,7 @@ class LockTable:
         identity: Identity | None = None,
         slots: int | None = None,
         cancel: threading.Event | None = None,
+        fair: bool = False,
     ) -> Hold:
         """A lock held while you work, renewed every lease/3 in the background.
 
@@ -291,6 +308,7 @@ class LockTable:
             identity=identity,
             slots=slots,
             cancel=cancel,
+            fair=fair,
         )
 
     # -- renew and release -----------------------------------------------------------------

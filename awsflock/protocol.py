@@ -15,6 +15,13 @@ created again (removed by the store's expiry, or overwritten by awsflock 0.2.0) 
 ``now_ms * 1000``, above every earlier token: a record is removed only after its lease's end
 plus the skew window.
 
+Fair waiting keeps a line in the lock's record: a waiter ``join``s (taking the next number),
+polls with ``beat``, and ``leave``s when it gives up. Only the head of the line (no live place
+with a lower number) takes the lock, removing its place in the same step; an attempt without a
+ticket takes it only while the line is clear (empty, or unpolled for ``LINE_LAPSE_MS`` plus the
+skew window). The line only ever adds conditions to a take, so it cannot weaken mutual
+exclusion or fencing; waiters judge a place lapsed by watching it not change (``drop``).
+
 A request that failed in transit may still be applied later: stores raise ``StoreError``
 subclasses with ``maybe_applied`` set then, and an answered call whose earlier try failed so
 says ``Outcome.in_doubt``.
@@ -31,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from awsflock.clock import Clock
-from awsflock.records import RESERVED_PREFIX, Identity, LockRecord, Pool
+from awsflock.records import NO_LINE, RESERVED_PREFIX, Identity, Line, LockRecord, Pool, Waiter
 
 #: Keys of audit records start with this.
 AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
@@ -41,6 +48,12 @@ AUDIT_VOID = "not_applied"
 DEFAULT_REQUEST_TIMEOUT = 5.0
 #: No try of a call is started with less time than this left.
 MIN_TRY = 0.25
+#: A place in line lapses when its waiter has not polled for this long (three poll periods).
+LINE_LAPSE_MS = 3000
+
+#: Places to remove from a line with the step, each only if its last poll is still the one seen:
+#: (ticket, seen_ms).
+Drops = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,9 @@ class Attempt:
     """One acquire attempt: a new lease for ``lease_id``, from ``now_ms`` for ``lease_ms``.
 
     ``slot``/``slots``: slot ``slot`` of a pool of ``slots`` (both None for a plain lock).
+    ``ticket``: the attempt of a fair waiter at the head of the line, whose place it holds
+    (None: an attempt that takes no place and needs the line clear); ``drop``: lapsed places
+    ahead of it, removed with the take.
     """
 
     lease_id: str
@@ -57,6 +73,8 @@ class Attempt:
     skew_ms: int
     slot: int | None = None
     slots: int | None = None
+    ticket: str | None = None
+    drop: Drops = ()
 
 
 @dataclass(frozen=True)
@@ -67,6 +85,7 @@ class Outcome:
     ``lock`` is the record read as a plain lock (None: no record at all); ``pool`` the record
     read as a pool (None: it is not one); ``slot`` the slot the step was about. ``in_doubt``: a
     try of this call failed in transit before the answered one, and may still be applied.
+    ``line``: the lock's line of fair waiters.
     """
 
     applied: bool
@@ -74,6 +93,7 @@ class Outcome:
     pool: Pool | None = None
     slot: int | None = None
     in_doubt: bool = False
+    line: Line = NO_LINE
 
     @property
     def record(self) -> LockRecord | None:
@@ -109,7 +129,27 @@ class LockStore(Protocol):
         (neither current nor among the last three leases); and the record's kind agrees: a
         plain attempt needs a record that is not a pool, a pool attempt one of the same size,
         or a free plain lock (which becomes the pool). The new lease's fencing token is the
-        last one plus one. The ended or expired lease goes to the top of the history."""
+        last one plus one. The ended or expired lease goes to the top of the history.
+
+        The line: without ``attempt.ticket``, it must be clear (no place, or no poll of any for
+        ``LINE_LAPSE_MS`` + ``skew_ms`` before ``now_ms``); with one, that place must exist and
+        every ``drop`` place still show its ``seen_ms``; the take removes them all."""
+        ...
+
+    def join(self, lock_id: str, waiter: Waiter) -> Outcome:
+        """Take a place in the lock's line: add ``waiter`` if the lock's record exists, the
+        ticket has no place yet, and the line's next number is still ``waiter.number``. The
+        next number becomes one more; ``waiter.seen_ms`` is the line's latest poll."""
+        ...
+
+    def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
+        """A poll of a waiter: set its place's ``seen_ms`` (and the line's latest poll) to
+        ``now_ms`` if the place exists and every ``drop`` place still shows its ``seen_ms``;
+        those are removed."""
+        ...
+
+    def leave(self, lock_id: str, ticket: str) -> Outcome:
+        """Remove the ticket's place from the line, if it is there (``applied``: it was)."""
         ...
 
     def renew(

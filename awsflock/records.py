@@ -1,5 +1,6 @@
 """The library's types: who asks (``Identity``), what a lock says (``LockRecord``: who holds it,
-until when, with which fencing token, how its last leases ended) and a pool's slots (``Pool``).
+until when, with which fencing token, how its last leases ended), a pool's slots (``Pool``) and
+a place in a lock's line of fair waiters (``Waiter``).
 
 Every store reads its rows or items into these; nothing here knows how a store keeps them.
 """
@@ -69,6 +70,48 @@ def ci_run_url(env: Any) -> str:
 
 
 @dataclass(frozen=True)
+class Waiter:
+    """One place in a lock's line of fair waiters (``--fair``), as the store keeps it.
+
+    ``number`` orders the line: the store hands them out one by one as waiters join, so a lower
+    number arrived earlier. ``seen_ms`` is the waiter's last poll by its own clock; a place
+    whose ``seen_ms`` stops changing has lapsed (its waiter died or went away).
+    """
+
+    ticket: str
+    number: int
+    identity: Identity
+    since_ms: int
+    seen_ms: int
+
+    def describe(self) -> str:
+        """'owner (host h, pid p, CI URL)', for a waiter's stderr and ``status``."""
+        who = self.identity
+        details = [f"host {who.host}"] if who.host and who.host != who.owner else []
+        if who.pid:
+            details.append(f"pid {who.pid}")
+        if who.ci_url:
+            details.append(who.ci_url)
+        return (who.owner or "unknown owner") + (f" ({', '.join(details)})" if details else "")
+
+
+@dataclass(frozen=True)
+class Line:
+    """A lock's line of fair waiters: its places in order of arrival, the number the next
+    arrival gets, and the latest poll of any waiter (``polled_ms``, by that waiter's clock)."""
+
+    next_number: int = 0
+    waiters: tuple[Waiter, ...] = ()
+    polled_ms: int | None = None
+
+    def find(self, ticket: str) -> Waiter | None:
+        return next((w for w in self.waiters if w.ticket == ticket), None)
+
+
+NO_LINE = Line()
+
+
+@dataclass(frozen=True)
 class LockRecord:
     """One lock item as read from the table. Times are epoch seconds (floats)."""
 
@@ -97,6 +140,8 @@ class LockRecord:
     forced_at: float | None = None
     #: True when the item was written by awsflock 0.2.0 (it lacks our attributes).
     legacy: bool = False
+    #: The lock's line of fair waiters (on a plain lock's record; a pool has its own).
+    line: Line = field(default=NO_LINE, compare=False, repr=False)
     #: The store's raw fields (for debugging; their names are the store's own).
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -156,6 +201,7 @@ class Pool:
     lock_id: str
     size: int | None
     slots: dict[int, LockRecord]
+    line: Line = field(default=NO_LINE, compare=False, repr=False)
 
     def free_slots(self, size: int, now: float, skew: float) -> list[int]:
         """Slots an acquire could take now."""

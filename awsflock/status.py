@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from awsflock.records import LockRecord, Pool
+from awsflock.protocol import LINE_LAPSE_MS
+from awsflock.records import Line, LockRecord, Pool
 from awsflock.text import format_seconds, iso_utc
 
 HELD, EXPIRED, FREE = "held", "expired", "free"
@@ -32,6 +33,8 @@ def view(
     data: dict[str, Any] = {"lock_id": lock_id, "state": state}
     if record is None:
         return data
+    if record.line.waiters:
+        data["line"] = line_view(record.line, now, skew)
     data["fencing_token"] = record.fencing_token
     if record.released:
         if record.forced_by:
@@ -63,8 +66,58 @@ def view(
     return data
 
 
+def line_view(line: Line, now: float, skew: float) -> list[dict[str, Any]]:
+    """The line of fair waiters, in order (``status --json``'s ``line``). A place whose waiter
+    has not polled for the lapse bound plus the skew window, by our clock, is ``lapsed``."""
+    places = []
+    for place, waiter in enumerate(line.waiters, start=1):
+        who = waiter.identity
+        polled = now - waiter.seen_ms / 1000
+        places.append(
+            {
+                "place": place,
+                "owner": who.owner,
+                "host": who.host or None,
+                "pid": who.pid or None,
+                "user": who.user or None,
+                "ci_url": who.ci_url or None,
+                "waiting_since": iso_utc(waiter.since_ms / 1000),
+                "waiting_for_s": round(now - waiter.since_ms / 1000, 3),
+                "last_poll_s_ago": round(polled, 3),
+                "lapsed": polled > LINE_LAPSE_MS / 1000 + skew,
+            }
+        )
+    return places
+
+
+def render_line(places: list[dict[str, Any]]) -> list[str]:
+    """One row per place in line, for ``status``."""
+    rows = []
+    for entry in places:
+        details = [entry[k] for k in ("host", "ci_url") if entry.get(k)]
+        if entry.get("pid"):
+            details.insert(1 if entry.get("host") else 0, f"pid {entry['pid']}")
+        who = entry["owner"] + (f" ({', '.join(str(d) for d in details)})" if details else "")
+        since = f"waiting since {entry['waiting_since']} ({format_seconds(entry['waiting_for_s'])})"
+        lapsed = "  (LAPSED: not polling)" if entry["lapsed"] else ""
+        rows.append(f"{entry['place']}. {who}, {since}{lapsed}")
+    return rows
+
+
+def _with_line(text: str, data: dict[str, Any]) -> str:
+    places = data.get("line")
+    if not places:
+        return text
+    head = f"in line:  {len(places)} waiting (--fair), served in this order"
+    return "\n".join([text, head, *("  " + row for row in render_line(places))])
+
+
 def render_status(data: dict[str, Any], label: str = "lock") -> str:
-    """``status`` for people: a few aligned lines."""
+    """``status`` for people: a few aligned lines, then the line of waiters, if any."""
+    return _with_line(_render_status(data, label), data)
+
+
+def _render_status(data: dict[str, Any], label: str) -> str:
     lock = data["lock_id"]
     state = data["state"]
     if state == FREE and "owner" not in data:
@@ -125,13 +178,16 @@ def pool_view(state: Pool, now: float, skew: float, show_lease_id: bool = False)
         del entry["lock_id"]
         slots.append({"slot": number, **entry})
     held = sum(1 for e in slots if e["state"] == HELD)
-    return {
+    data = {
         "lock_id": state.lock_id,
         "state": HELD if held else FREE,
         "slots": size,
         "held_slots": held,
         "slot_states": slots,
     }
+    if state.line.waiters:
+        data["line"] = line_view(state.line, now, skew)
+    return data
 
 
 def render_pool(data: dict[str, Any]) -> str:
@@ -139,10 +195,10 @@ def render_pool(data: dict[str, Any]) -> str:
     for entry in data["slot_states"]:
         text = render_status({"lock_id": str(entry["slot"]), **entry}, label="slot")
         lines.append("  " + text.replace("\n", "\n  "))
-    return "\n".join(lines)
+    return _with_line("\n".join(lines), data)
 
 
-LIST_HEADER = f"{'STATE':<8} {'EXPIRES':<14} {'HELD FOR':<9} {'OWNER':<24} LOCK_ID"
+LIST_HEADER = f"{'STATE':<8} {'EXPIRES':<14} {'HELD FOR':<9} {'OWNER':<24} {'WAITING':<7} LOCK_ID"
 
 
 def render_list_row(data: dict[str, Any]) -> str:
@@ -152,7 +208,10 @@ def render_list_row(data: dict[str, Any]) -> str:
         soonest = min((e["expires_in_s"] for e in busy), default=None)
         until = "-" if soonest is None else f"in {format_seconds(soonest)}"
         summary = f"pool {len(busy)}/{data['slots']} held"
-        return f"{data['state']:<8} {until:<14} {'-':<9} {summary:<24} {data['lock_id']}"
+        waiting = _waiting(data)
+        return (
+            f"{data['state']:<8} {until:<14} {'-':<9} {summary:<24} {waiting:<7} {data['lock_id']}"
+        )
     state = data["state"]
     expires = held = owner = "-"
     if state != FREE:
@@ -164,4 +223,10 @@ def render_list_row(data: dict[str, Any]) -> str:
             state = "LONG"
     if len(owner) > 24:
         owner = owner[:23] + "…"
-    return f"{state:<8} {expires:<14} {held:<9} {owner:<24} {data['lock_id']}"
+    return f"{state:<8} {expires:<14} {held:<9} {owner:<24} {_waiting(data):<7} {data['lock_id']}"
+
+
+def _waiting(data: dict[str, Any]) -> str:
+    """How many live waiters are in line ('-': none)."""
+    live = sum(1 for place in data.get("line", ()) if not place["lapsed"])
+    return str(live) if live else "-"

@@ -5,11 +5,10 @@ the cadence: about once a second (jittered, so waiters spread out), never later 
 the holder's lease becomes reclaimable, with a last try exactly at the deadline; a pool probes
 another free slot at once. A set ``cancel`` event stops the wait (holding nothing).
 
-Another waiting policy is another function of this shape, called from ``LockTable.acquire``.
-Whatever its cadence, it must keep the clean-up around the attempts as here: ``abandon`` on
-every exit and around a grant, ``give_back`` when cancelled, ``still_fresh`` before returning.
-Fair (first come, first served) waiting across processes needs more than a cadence: the store
-must keep the line, which means new steps in ``LockStore``.
+Another waiting policy is another function of this shape, called from ``LockTable.acquire``
+(``awsflock.line`` is the fair one). Whatever its cadence, it must keep the clean-up around
+the attempts as here: ``abandon`` on every exit and around a grant (``settle``), ``give_back``
+when cancelled, ``still_fresh`` before returning.
 """
 
 from __future__ import annotations
@@ -50,26 +49,22 @@ def wait_for(
     run.hard_end = None if deadline is None else deadline + run.store.request_timeout
     try:
         while True:
-            _check_cancel(cancel, "while waiting")
+            check_cancel(cancel, "while waiting")
             got = run.step()
             if got is not None:
-                run.abandon(keep=got.lease_id)
-                if cancel is not None and cancel.is_set():
-                    run.give_back(got)
-                    _check_cancel(cancel, "just as the lock was granted")
-                got = run.still_fresh(got)
+                got = settle(run, got, cancel)
                 if got is not None:
                     return got
             if run.wants_retry_now():
                 continue
             if run.error is None and not run.told:
                 run.told = True
-                _log_contended(run, wait_s, clock)
+                log_contended(run, wait_s, clock)
             pause = next_pause(run.holder, deadline, clock=clock, rng=rng, skew=skew)
             if pause is None:
                 break
             if run.error is not None:
-                _log_retry(run)
+                log_retry(run)
             if cancel is not None:
                 if clock.wait(cancel, pause):
                     continue  # checked at the top of the loop
@@ -81,14 +76,39 @@ def wait_for(
     run.abandon()
     if run.error is not None:
         raise run.error
+    raise busy_error(run, clock)
+
+
+def settle(run: Acquisition, got: Grant, cancel: threading.Event | None) -> Grant | None:
+    """A grant, once the other attempts are cleaned up: given back if cancelled meanwhile
+    (raising Cancelled) or if too little of it is left (None: the wait goes on)."""
+    run.abandon(keep=got.lease_id)
+    if cancel is not None and cancel.is_set():
+        run.give_back(got)
+        check_cancel(cancel, "just as the lock was granted")
+    return run.still_fresh(got)
+
+
+def busy_error(run: Acquisition, clock: Clock) -> errors.LockBusy:
+    """LockBusy naming what kept the lock: its holder, or the line of fair waiters."""
     waited = clock.monotonic() - run.start
-    holder = run.holder
-    desc = holder.describe(clock.time()) if holder else "another lease"
-    raise errors.LockBusy(
-        f"{_what(run)} is held by {desc}"
+    return errors.LockBusy(
+        _held(run, clock.time(), " is held by")
         + (f"; gave up after {format_seconds(waited)}" if waited >= 1 else ""),
-        holder=holder,
+        holder=run.holder,
     )
+
+
+def _held(run: Acquisition, now: float, verb: str) -> str:
+    """What keeps the lock from this acquire: its holder, or fair waiters in line before it."""
+    count = len(run.line.waiters)
+    if run.ticket is None and count and run.free():
+        return (
+            f"lock {run.lock_id!r} is free, but {count} "
+            f"{'waiter is' if count == 1 else 'waiters are'} in line for it (--fair) and go first"
+        )
+    holder = run.holder
+    return f"{_what(run)}{verb} {holder.describe(now) if holder else 'another lease'}"
 
 
 def next_pause(
@@ -121,12 +141,12 @@ def _what(run: Acquisition) -> str:
     return f"lock {run.lock_id!r}"
 
 
-def _check_cancel(cancel: threading.Event | None, when: str) -> None:
+def check_cancel(cancel: threading.Event | None, when: str) -> None:
     if cancel is not None and cancel.is_set():
         raise errors.Cancelled(f"stopped {when}; nothing is held", hint="")
 
 
-def _log_retry(run: Acquisition) -> None:
+def log_retry(run: Acquisition) -> None:
     assert run.error is not None
     # A grant given back for arriving late is said at INFO: the wait goes on, and it is an
     # error only if the wait ends on it. Other errors: a warning the first time.
@@ -148,7 +168,7 @@ def _log_retry(run: Acquisition) -> None:
     )
 
 
-def _log_contended(run: Acquisition, wait_s: float | None, clock: Clock) -> None:
+def log_contended(run: Acquisition, wait_s: float | None, clock: Clock) -> None:
     plan = (
         "waiting forever"
         if wait_s is None
@@ -156,12 +176,12 @@ def _log_contended(run: Acquisition, wait_s: float | None, clock: Clock) -> None
         if wait_s > 0
         else "not waiting"
     )
-    what = f"{_what(run)} is held by" if not run.size else f"{_what(run)} by"
-    holder = run.holder
     log.info(
-        "%s %s; %s",
-        what,
-        holder.describe(clock.time()) if holder else "another lease",
+        "%s; %s",
+        _held(run, clock.time(), " by" if run.size else " is held by"),
         plan,
-        extra=event_fields("contended", run.lock_id, holder),
+        extra={
+            **event_fields("contended", run.lock_id, run.holder),
+            "waiting_in_line": len(run.line.waiters),
+        },
     )

@@ -10,6 +10,7 @@ from awsflock.cli.app import CONTEXT, cli, emit, print_lease
 from awsflock.cli.options import (
     Common,
     common_options,
+    fair_option,
     json_option,
     lease_option,
     owner_option,
@@ -26,6 +27,7 @@ from awsflock.cli.options import (
 @owner_option
 @json_option
 @slots_option
+@fair_option
 @click.option(
     "--conflict-exit-code",
     type=click.IntRange(0, 255),
@@ -43,10 +45,13 @@ def acquire(
     as_json: bool,
     conflict_exit_code: int,
     slots: int | None,
+    fair: bool,
 ) -> None:
     """Take LOCK_ID and print the LEASE_ID (exit 3 if another holds it).
 
-    Waits up to --wait-time (default 60s), checking about once a second.
+    Waits up to --wait-time (default 60s), checking about once a second. With
+    --fair, waiters are served in order of arrival; without it, an acquire
+    never goes ahead of a live --fair waiter.
 
     \b
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
@@ -55,7 +60,7 @@ def acquire(
     table = common.table(owner)
     wait = 0.0 if no_wait else wait_time
     try:
-        lease = table.acquire(lock_id, lease=lease_duration, wait=wait, slots=slots)
+        lease = table.acquire(lock_id, lease=lease_duration, wait=wait, slots=slots, fair=fair)
     except errors.LockBusy as exc:
         if not common.quiet:
             logs.say(

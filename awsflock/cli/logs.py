@@ -99,6 +99,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, sort_keys=False, default=str)
 
 
+#: Shown by default, without a "warning:" prefix (awsflock.line's place-in-line messages).
+NOTICE = logging.INFO + 5
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         prefix = "awsflock: "
@@ -117,7 +121,9 @@ def setup(verbose: int = 0, quiet: bool = False, fmt: str = "text") -> None:
         # Choosing JSON means wanting the events, which are logged at INFO.
         level = logging.INFO
     else:
-        level = logging.WARNING
+        # NOTICE: what a waiter should see without -v (its place in line).
+        level = NOTICE
+    logging.addLevelName(NOTICE, "NOTICE")
     set_format(fmt)
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":

@@ -210,3 +210,13 @@ def slots_option(func: F) -> F:
         default=None,
         help="Make LOCK_ID a pool of N slots: up to N holders at once, each told its slot.",
     )(func)
+
+
+def fair_option(func: F) -> F:
+    return click.option(
+        "--fair",
+        is_flag=True,
+        envvar="AWSFLOCK_FAIR",
+        help="Wait in line: waiters are served in order of arrival, and each is shown its "
+        "place [env AWSFLOCK_FAIR=1].",
+    )(func)

@@ -11,6 +11,7 @@ from awsflock.cli.options import (
     Common,
     DurationType,
     common_options,
+    fair_option,
     lease_option,
     owner_option,
     slots_option,
@@ -26,6 +27,7 @@ from awsflock.cli.options import (
 @wait_options
 @owner_option
 @slots_option
+@fair_option
 @click.option(
     "--kill-after",
     type=DurationType(durations.parse_seconds),
@@ -53,6 +55,7 @@ def run_command(
     kill_after: float | None,
     conflict_exit_code: int,
     slots: int | None,
+    fair: bool,
 ) -> None:
     """Hold LOCK_ID while CMD runs; exit with CMD's status.
 
@@ -95,6 +98,7 @@ def run_command(
         kill_after=kill_after,
         conflict_exit_code=conflict_exit_code,
         slots=slots,
+        fair=fair,
     )
     code = run(table, lock_id, argv, options)
     STATE["ran"] = True

@@ -60,6 +60,7 @@ class Leases(Protocol):
         identity: Identity | None = ...,
         slots: int | None = ...,
         cancel: threading.Event | None = ...,
+        fair: bool = ...,
     ) -> HeldLease: ...
 
 
@@ -90,8 +91,10 @@ class Hold:
         join_timeout: float = 10.0,
         slots: int | None = None,
         cancel: threading.Event | None = None,
+        fair: bool = False,
     ) -> None:
         self.table = table
+        self.fair = fair
         self.lock_id = lock_id
         self.lease_s = lease_seconds(lease)
         self.wait_s = wait
@@ -175,6 +178,7 @@ class Hold:
             identity=self.identity,
             slots=self.slots,
             cancel=self.cancel,
+            fair=self.fair,
         )
         self._next_renew = self._lease.acquired_at + self.interval
         return self._lease

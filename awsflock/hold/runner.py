@@ -57,6 +57,7 @@ class RunOptions:
     kill_after: float | None = None  # None: default_kill_after(lease)
     conflict_exit_code: int = EXIT_NOT_ACQUIRED
     slots: int | None = None
+    fair: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -210,6 +211,7 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
         on_lost=lambda _hold, _err: lost.set(),
         slots=options.slots,
         cancel=cancel,
+        fair=options.fair,
     )
     try:
         try:

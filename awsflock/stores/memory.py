@@ -27,8 +27,24 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from awsflock.clock import Clock, SystemClock
-from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, DEFAULT_REQUEST_TIMEOUT, Attempt, Outcome
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Identity, LockRecord, Pool
+from awsflock.protocol import (
+    AUDIT_PREFIX,
+    AUDIT_VOID,
+    DEFAULT_REQUEST_TIMEOUT,
+    LINE_LAPSE_MS,
+    Attempt,
+    Drops,
+    Outcome,
+)
+from awsflock.records import (
+    ENDED_FORCED,
+    ENDED_RELEASED,
+    Identity,
+    Line,
+    LockRecord,
+    Pool,
+    Waiter,
+)
 
 #: How many earlier leases a record remembers.
 HISTORY = 3
@@ -111,6 +127,23 @@ class _Record:
     top: _Lease = field(default_factory=_Lease)
     slots: int | None = None
     pool: dict[int, _Lease] = field(default_factory=dict)
+    #: The line of fair waiters: ticket -> place; the next number; the latest poll.
+    line: dict[str, Waiter] = field(default_factory=dict)
+    next_number: int = 0
+    polled_ms: int | None = None
+
+    def line_clear(self, now_ms: int, skew_ms: int) -> bool:
+        """No live place in line: none at all, or none polled lately (by the caller's clock)."""
+        return not self.line or (
+            self.polled_ms is not None and self.polled_ms < now_ms - LINE_LAPSE_MS - skew_ms
+        )
+
+    def unchanged(self, drop: Drops) -> bool:
+        return all(t in self.line and self.line[t].seen_ms == seen for t, seen in drop)
+
+    def remove(self, tickets: list[str]) -> None:
+        for ticket in tickets:
+            del self.line[ticket]
 
 
 def _seconds(ms: int) -> int:
@@ -180,8 +213,20 @@ class MemoryStore:
                     and size_agrees
                     and (lease is None or not lease.granted(attempt.lease_id))
                 )
+            if attempt.ticket is None:
+                ok = ok and (record is None or record.line_clear(now_ms, attempt.skew_ms))
+            else:
+                ok = (
+                    ok
+                    and record is not None
+                    and attempt.ticket in record.line
+                    and record.unchanged(attempt.drop)
+                )
             if not ok:
                 return self._outcome(False, lock_id, record, slot)
+            if attempt.ticket is not None:
+                assert record is not None
+                record.remove([attempt.ticket, *(t for t, _ in attempt.drop)])
             if record is None:
                 record = self._records[lock_id] = _Record()
             old = record.top if slot is None else record.pool.get(slot, _Lease())
@@ -274,6 +319,38 @@ class MemoryStore:
             for name, value in (forced or {}).items():
                 setattr(lease, name, value)
             return self._outcome(True, lock_id, record, slot)
+
+    def join(self, lock_id: str, waiter: Waiter) -> Outcome:
+        with self._mutex:
+            record = self._records.get(lock_id)
+            if (
+                record is None
+                or waiter.ticket in record.line
+                or record.next_number != waiter.number
+            ):
+                return self._outcome(False, lock_id, record, None)
+            record.line[waiter.ticket] = waiter
+            record.next_number = waiter.number + 1
+            record.polled_ms = waiter.seen_ms
+            return self._outcome(True, lock_id, record, None)
+
+    def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
+        with self._mutex:
+            record = self._records.get(lock_id)
+            if record is None or ticket not in record.line or not record.unchanged(drop):
+                return self._outcome(False, lock_id, record, None)
+            record.line[ticket] = dataclasses.replace(record.line[ticket], seen_ms=now_ms)
+            record.polled_ms = now_ms
+            record.remove([t for t, _ in drop])
+            return self._outcome(True, lock_id, record, None)
+
+    def leave(self, lock_id: str, ticket: str) -> Outcome:
+        with self._mutex:
+            record = self._records.get(lock_id)
+            if record is None or ticket not in record.line:
+                return self._outcome(False, lock_id, record, None)
+            record.remove([ticket])
+            return self._outcome(True, lock_id, record, None)
 
     def read(self, lock_id: str) -> Outcome:
         with self._mutex:
@@ -419,10 +496,16 @@ class MemoryStore:
         if record is None:
             return Outcome(applied, None, None, slot)
         lock = record.top.record(lock_id, record.slots)
+        line = Line(
+            record.next_number,
+            tuple(sorted(record.line.values(), key=lambda w: w.number)),
+            record.polled_ms if record.line else None,
+        )
+        lock = dataclasses.replace(lock, line=line)
         if record.slots is None:
-            return Outcome(applied, lock, None, slot)
+            return Outcome(applied, lock, None, slot, line=line)
         slots = {i: lease.record(lock_id, record.slots) for i, lease in sorted(record.pool.items())}
-        return Outcome(applied, lock, Pool(lock_id, record.slots, slots), slot)
+        return Outcome(applied, lock, Pool(lock_id, record.slots, slots, line), slot, line=line)
 
 
 def _legacy(lease: _Lease) -> bool:

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, Attempt, LockStore, Outcome
-from awsflock.records import Identity, LockRecord, Pool
+from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, LINE_LAPSE_MS, Attempt, LockStore, Outcome
+from awsflock.records import Identity, LockRecord, Pool, Waiter
 
 MINUTE = 60_000
 SKEW = 5_000
@@ -27,6 +27,10 @@ SKEW = 5_000
 
 def new_id() -> str:
     return str(uuid.uuid4())
+
+
+def ticket(n: int) -> str:
+    return f"{n:016x}"
 
 
 class Lab:
@@ -50,11 +54,26 @@ class Lab:
         slot: int | None = None,
         slots: int | None = None,
         owner: str = "a",
+        ticket: str | None = None,
+        drop: tuple[tuple[str, int], ...] = (),
     ) -> tuple[str, Outcome]:
         lease_id = lease_id or new_id() + ("" if slot is None else f".{slot}")
         identity = Identity(owner=owner, host=f"{owner}-host", pid=42, user="u", command="cmd")
-        attempt = Attempt(lease_id, identity, self.now + at, lease, SKEW, slot, slots)
+        attempt = Attempt(
+            lease_id, identity, self.now + at, lease, SKEW, slot, slots, ticket=ticket, drop=drop
+        )
         return lease_id, self.store.take(name, attempt)
+
+    def join(
+        self, name: str, ticket: str, number: int, *, at: int = 0, owner: str = "w"
+    ) -> Outcome:
+        who = Identity(owner=owner, host=f"{owner}-host", pid=7, user="u", ci_url="https://ci/1")
+        return self.store.join(name, Waiter(ticket, number, who, self.now + at, self.now + at))
+
+    def beat(
+        self, name: str, ticket: str, *, at: int = 0, drop: tuple[tuple[str, int], ...] = ()
+    ) -> Outcome:
+        return self.store.beat(name, ticket, now_ms=self.now + at, drop=drop)
 
     def renew(
         self, name: str, lease_id: str, *, at: int = 0, lease: int = MINUTE, slot: int | None = None
@@ -335,6 +354,111 @@ class StoreConformance:
         assert pool is not None and pool.size == 3
         _, slot = lab.take(name, slot=2, slots=3, at=40)
         assert slot.applied
+
+    # -- the line of fair waiters ---------------------------------------------------------------
+
+    def test_join_needs_a_record_and_hands_out_numbers_in_order(self, lab: Lab):
+        name = lab.name()
+        refused = lab.join(name, ticket(1), 0)
+        assert not refused.applied and refused.lock is None  # a place never creates a record
+        lab.take(name)
+        first = lab.join(name, ticket(1), 0, owner="ana")
+        assert first.applied
+        assert [(w.ticket, w.number) for w in first.line.waiters] == [(ticket(1), 0)]
+        assert first.line.next_number == 1 and first.line.polled_ms == lab.now
+        # A join with a number already handed out is refused (another waiter was first).
+        late = lab.join(name, ticket(2), 0, at=5)
+        assert not late.applied and late.line.next_number == 1
+        second = lab.join(name, ticket(2), 1, at=5, owner="bo")
+        assert second.applied
+        waiter = second.line.waiters[0]
+        assert (waiter.identity.owner, waiter.identity.host, waiter.identity.pid) == (
+            "ana",
+            "ana-host",
+            7,
+        )
+        assert waiter.identity.ci_url == "https://ci/1" and waiter.since_ms == lab.now
+        assert [w.number for w in second.line.waiters] == [0, 1]
+        # A retried join (its first try landed): refused, and it shows the place.
+        again = lab.join(name, ticket(2), 2, at=6)
+        assert not again.applied and again.line.find(ticket(2)) is not None
+        assert lab.store.read(name).line == second.line
+
+    def test_beat_marks_a_place_polled_and_drops_only_unchanged_places(self, lab: Lab):
+        name = lab.name()
+        lab.take(name)
+        for number in range(3):
+            assert lab.join(name, ticket(number), number).applied
+        beat = lab.beat(name, ticket(2), at=1000)
+        assert beat.applied and beat.line.find(ticket(2)).seen_ms == lab.now + 1000  # type: ignore[union-attr]
+        assert beat.line.polled_ms == lab.now + 1000
+        # Dropping a place that polled since it was seen: refused, nothing changes.
+        assert lab.beat(name, ticket(0), at=1500).applied
+        stale = lab.beat(name, ticket(2), at=2000, drop=((ticket(0), lab.now),))
+        assert not stale.applied and len(stale.line.waiters) == 3
+        dropped = lab.beat(name, ticket(2), at=2000, drop=((ticket(1), lab.now),))
+        assert dropped.applied
+        assert [w.ticket for w in dropped.line.waiters] == [ticket(0), ticket(2)]
+        assert not lab.beat(name, ticket(1), at=2500).applied  # a lapsed place is gone
+        assert not lab.beat(lab.name("other"), ticket(1)).applied
+
+    def test_leave_removes_a_place_once(self, lab: Lab):
+        name = lab.name()
+        lab.take(name)
+        lab.join(name, ticket(1), 0)
+        left = lab.store.leave(name, ticket(1))
+        assert left.applied and left.line.waiters == ()
+        assert not lab.store.leave(name, ticket(1)).applied
+        assert lab.join(name, ticket(1), 1).applied  # the number goes on
+
+    def test_a_take_without_a_ticket_needs_the_line_clear(self, lab: Lab):
+        name = lab.name()
+        first, _ = lab.take(name)
+        lab.join(name, ticket(1), 0)
+        assert lab.release(name, first, at=10).applied
+        _, jumped = lab.take(name, at=20, owner="b")
+        assert not jumped.applied and len(jumped.line.waiters) == 1
+        # The line is no line once nobody polled for the lapse plus the skew window.
+        _, still = lab.take(name, at=LINE_LAPSE_MS + SKEW - 1, owner="b")
+        assert not still.applied
+        _, taken = lab.take(name, at=LINE_LAPSE_MS + SKEW + 1, owner="b")
+        assert taken.applied and len(taken.line.waiters) == 1  # left to lapse, not removed
+
+    def test_the_head_of_the_line_takes_with_its_ticket_and_leaves_the_line(self, lab: Lab):
+        name = lab.name()
+        first, held = lab.take(name)
+        for number in range(3):
+            lab.join(name, ticket(number), number, at=number)
+        # While held, the head's take is refused like any other.
+        _, busy = lab.take(name, at=5, ticket=ticket(0))
+        assert not busy.applied
+        assert lab.release(name, first, at=10).applied
+        # The head takes, dropping nobody; its place leaves with the take.
+        lease_id, taken = lab.take(name, at=20, ticket=ticket(0), owner="w0")
+        assert taken.applied and lab.held(taken).lease_id == lease_id
+        assert lab.held(taken).fencing_token == lab.held(held).fencing_token + 1
+        assert [w.ticket for w in taken.line.waiters] == [ticket(1), ticket(2)]
+        assert lab.release(name, lease_id, at=30).applied
+        # A take with a ticket that has no place is refused (its place lapsed meanwhile).
+        assert not lab.take(name, at=40, ticket=ticket(9))[1].applied
+        # The next one takes, dropping a lapsed place ahead of it only if it is unchanged.
+        assert not lab.take(name, at=40, ticket=ticket(2), drop=((ticket(1), lab.now),))[1].applied
+        lease_id, taken = lab.take(name, at=40, ticket=ticket(2), drop=((ticket(1), lab.now + 1),))
+        assert taken.applied and taken.line.waiters == ()
+        # The line is empty: a take without a ticket goes through again.
+        assert lab.release(name, lease_id, at=50).applied
+        assert lab.take(name, at=60)[1].applied
+
+    def test_a_pool_has_one_line_whose_head_takes_any_free_slot(self, lab: Lab):
+        name = lab.name("pool")
+        a, _ = lab.take(name, slot=0, slots=2)
+        lab.take(name, slot=1, slots=2)
+        lab.join(name, ticket(1), 0)
+        assert lab.release(name, a, at=10, slot=0).applied
+        assert not lab.take(name, at=20, slot=0, slots=2, owner="b")[1].applied  # line first
+        lease_id, taken = lab.take(name, at=20, slot=0, slots=2, ticket=ticket(1))
+        assert taken.applied and taken.pool is not None and taken.line.waiters == ()
+        assert taken.pool.slots[0].lease_id == lease_id
 
     # -- atomicity -------------------------------------------------------------------------------
 

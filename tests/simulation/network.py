@@ -223,6 +223,18 @@ class SimStore:
             "force_release", args, lambda: self.inner.force_release(lock_id, lease_id, **kw)
         )
 
+    def join(self, lock_id: str, waiter: Any) -> Outcome:
+        args = (lock_id, waiter)
+        return self._send("join", args, lambda: self.inner.join(lock_id, waiter))  # type: ignore[no-any-return]
+
+    def beat(self, lock_id: str, ticket: str, **kw: Any) -> Outcome:
+        args = (lock_id, ticket, kw)
+        return self._send("beat", args, lambda: self.inner.beat(lock_id, ticket, **kw))  # type: ignore[no-any-return]
+
+    def leave(self, lock_id: str, ticket: str) -> Outcome:
+        args = (lock_id, ticket)
+        return self._send("leave", args, lambda: self.inner.leave(lock_id, ticket))  # type: ignore[no-any-return]
+
     def read(self, lock_id: str) -> Outcome:
         return self._send("read", (lock_id,), lambda: self.inner.read(lock_id))  # type: ignore[no-any-return]
 

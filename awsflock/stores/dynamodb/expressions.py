@@ -12,13 +12,21 @@ Values (``:name``) are filled in by the store. Every step is one conditional Upd
   a renew never revives an expired lease.
 - **release** and **force-release** need the lease to be ours (the named one) and not ended.
 
+The line of fair waiters (see ``items``) adds conditions to an acquire and never changes a
+lease: an acquire without a ticket needs the line ``LINE_CLEAR``; a fair waiter's acquire needs
+its own place and removes it (with lapsed places ahead, each only if its last poll is still the
+one the waiter saw). ``join`` appends a place under the next number (a compare-and-set on
+``qn``), ``beat`` records a poll, ``leave`` removes a place; none of them creates an item.
+
 Every write changes ``lease_id`` (awsflock 0.2.0's compare-and-swap value), so a 0.2.0 client's
 read-then-put never succeeds across a write of ours.
 """
 
 from __future__ import annotations
 
-from awsflock.stores.dynamodb.items import HISTORY, history_names
+from awsflock.protocol import Drops
+from awsflock.stores.dynamodb.items import HISTORY, POLLED, history_names
+from awsflock.stores.dynamodb.items import PLACE as W
 
 
 def owned(p: str = "") -> str:
@@ -70,13 +78,21 @@ def never_granted(p: str) -> str:
     return "NOT (" + " OR ".join(f"{name} = :lease" for name in known) + ")"
 
 
-def acquire_condition(p: str) -> str:
+def acquire_condition(p: str, line: str = "") -> str:
+    """``line``: the line's part (``LINE_CLEAR``, or ``in_line`` for a fair waiter's take)."""
     if not p:
-        return f"{FREE_PLAIN} AND {PLAIN_NOT_POOL} AND {never_granted(p)}"
-    return f"{free_slot(p)} AND {POOL_SIZE_AGREES} AND {never_granted(p)}"
+        condition = f"{FREE_PLAIN} AND {PLAIN_NOT_POOL} AND {never_granted(p)}"
+    else:
+        condition = f"{free_slot(p)} AND {POOL_SIZE_AGREES} AND {never_granted(p)}"
+    return f"{condition} AND {line}" if line else condition
 
 
-def acquire_update(p: str, holder_sets: list[str], holder_removes: list[str]) -> str:
+def acquire_update(
+    p: str,
+    holder_sets: list[str],
+    holder_removes: list[str],
+    line: tuple[str, str] | None = None,
+) -> str:
     """Write a new lease; remember the one it replaces. SET clauses read the item as it was
     before the update (DynamoDB's rule; moto applies them in order, hence oldest first)."""
     sets = []
@@ -108,6 +124,9 @@ def acquire_update(p: str, holder_sets: list[str], holder_removes: list[str]) ->
         # give awsflock 0.2.0 nothing to reclaim, renew or release (a plain lock's `lease` and
         # `ended` stay, so a retried release of that plain lease is still recognised).
         removes += ["#expiration_time", "#lease_id"]
+    if line is not None:  # a fair waiter's take also leaves the line (see leave_line)
+        sets.append(line[0])
+        removes.append(line[1])
     return "SET " + ", ".join(sets) + " REMOVE " + ", ".join(removes)
 
 
@@ -155,3 +174,45 @@ def resize_condition(old: int | None, new: int) -> str:
 #: A pool's item never expires by TTL and gives awsflock 0.2.0 nothing to take (as a pool
 #: acquire leaves it).
 RESIZE_UPDATE = "SET #slots = :new REMOVE #expiration_time, #lease_id"
+
+
+#: An acquire that takes no place in line: nobody waits in line, or nobody polled lately.
+LINE_CLEAR = "(attribute_not_exists(#qlen) OR #qlen = :zero OR #qpoll < :qcut)"
+
+
+def unchanged(drop: Drops) -> str:
+    """Each lapsed place in ``drop`` still shows the poll it was seen with."""
+    return " AND ".join(f"#{POLLED}{t} = :{POLLED}{t}" for t, _ in drop)
+
+
+def in_line(ticket: str, drop: Drops) -> str:
+    """A fair waiter's place exists, and the lapsed places it removes have not changed."""
+    return " AND ".join([f"attribute_exists(#{W}{ticket})", *([unchanged(drop)] if drop else [])])
+
+
+def leave_line(tickets: list[str]) -> tuple[str, str]:
+    """The SET and REMOVE clauses that take ``tickets``' places out of the line."""
+    removes = [f"#{prefix}{t}" for t in tickets for prefix in (W, POLLED)]
+    return "#qlen = if_not_exists(#qlen, :zero) - :gone", ", ".join(removes)
+
+
+def join_condition(first: bool, ticket: str) -> str:
+    """The record exists (a place never creates one), the ticket has no place, and the next
+    number is still the one the waiter takes."""
+    number = "attribute_not_exists(#qn)" if first else "#qn = :number"
+    return f"attribute_exists(#lock_id) AND attribute_not_exists(#{W}{ticket}) AND {number}"
+
+
+def join_update(ticket: str) -> str:
+    return (
+        f"SET #{W}{ticket} = :entry, #{POLLED}{ticket} = :seen, #qn = :next,"
+        " #qlen = if_not_exists(#qlen, :zero) + :one, #qpoll = :seen"
+    )
+
+
+def beat_update(ticket: str, drop: Drops) -> str:
+    update = f"SET #{POLLED}{ticket} = :now_ms, #qpoll = :now_ms"
+    if not drop:
+        return update
+    sets, removes = leave_line([t for t, _ in drop])
+    return f"{update}, {sets} REMOVE {removes}"

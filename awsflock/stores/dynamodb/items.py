@@ -15,6 +15,11 @@ reads and writes; the others are ours, and a 0.2.0 client that overwrites an ite
   every grant, so a release whose answer was lost and that is retried after up to three
   hand-offs is still recognised.
 
+The line of fair waiters lives in the same item too: ``qn`` (the number the next waiter gets),
+``qlen`` (how many places), ``qpoll`` (the latest poll of any waiter, epoch ms), and per waiter
+``w_<ticket>`` (its number and who it is, as compact JSON, written once) and ``b_<ticket>``
+(its last poll, epoch ms).
+
 A pool of N slots lives in the same item: ``slots`` = N, and slot i's lease attributes are
 prefixed ``s{i}_``. Because plain lock and pool share one item, holders that disagree on the
 number of slots (1 against N included) meet in one conditional write and are refused.
@@ -22,10 +27,11 @@ number of slots (1 against N included) meet in one conditional write and are ref
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
-from awsflock.records import LockRecord, Pool
+from awsflock.records import Identity, Line, LockRecord, Pool, Waiter
 
 # Attribute names. The first five are shared with awsflock 0.2.0 and must keep their meaning.
 A_LOCK_ID = "lock_id"
@@ -48,6 +54,14 @@ A_FORCED_BY = "forced_by"
 A_FORCED_REASON = "forced_reason"
 A_FORCED_MS = "forced_ms"
 A_KIND = "kind"  # on awsflock's own items: "audit"
+A_LINE_NEXT = "qn"
+A_LINE_LEN = "qlen"
+A_LINE_POLLED = "qpoll"
+PLACE = "w_"  # + ticket: the waiter's number and identity (JSON)
+POLLED = "b_"  # + ticket: the waiter's last poll (epoch ms)
+
+#: A ticket: 16 lowercase hex digits (it is part of attribute names).
+TICKET = re.compile(r"[0-9a-f]{16}")
 
 #: How many earlier leases an item remembers (h0 is the latest).
 HISTORY = 3
@@ -150,7 +164,7 @@ def record_from_item(item: dict[str, Any]) -> LockRecord:
     )
 
 
-def pool_from_item(lock_id: str, item: dict[str, Any]) -> Pool:
+def pool_from_item(lock_id: str, item: dict[str, Any], line: Line | None = None) -> Pool:
     """A pool item's size and used slots."""
     size = from_attr(item[A_SLOTS]) if A_SLOTS in item else None
     used = set()
@@ -159,8 +173,59 @@ def pool_from_item(lock_id: str, item: dict[str, Any]) -> Pool:
         if match and match.group(2) == A_LEASE:
             used.add(int(match.group(1)))
     slots = {i: record_from_item(slot_item(item, i, lock_id)) for i in sorted(used)}
-    return Pool(lock_id, int(size) if size is not None else None, slots)
+    return Pool(lock_id, int(size) if size is not None else None, slots, line or Line())
 
 
 def is_pool_item(item: dict[str, Any]) -> bool:
     return A_SLOTS in item
+
+
+def place_entry(waiter: Waiter) -> str:
+    """The ``w_<ticket>`` value: compact JSON, written once when the waiter joins."""
+    who = waiter.identity
+    data = {
+        "n": waiter.number,
+        "o": who.owner,
+        "h": who.host,
+        "p": who.pid,
+        "u": who.user,
+        "c": who.ci_url,
+        "t": waiter.since_ms,
+    }
+    return json.dumps({k: v for k, v in data.items() if v not in ("", None)}, separators=(",", ":"))
+
+
+def line_from_item(item: dict[str, Any]) -> Line:
+    """The item's line of fair waiters, in order of arrival."""
+    waiters = []
+    for key, attr in item.items():
+        if not key.startswith(PLACE) or not TICKET.fullmatch(key[len(PLACE) :]):
+            continue
+        ticket = key[len(PLACE) :]
+        try:
+            data = json.loads(from_attr(attr))
+            seen = from_attr(item[POLLED + ticket])
+            waiter = Waiter(
+                ticket=ticket,
+                number=int(data["n"]),
+                identity=Identity(
+                    owner=str(data.get("o", "")),
+                    host=str(data.get("h", "")),
+                    pid=int(data.get("p", 0)),
+                    user=str(data.get("u", "")),
+                    ci_url=str(data.get("c", "")),
+                ),
+                since_ms=int(data.get("t", 0)),
+                seen_ms=int(seen),
+            )
+        except (KeyError, TypeError, ValueError):
+            continue  # not a place we wrote: ignored, as any foreign attribute is
+        waiters.append(waiter)
+    waiters.sort(key=lambda w: w.number)
+    next_number = from_attr(item.get(A_LINE_NEXT, {"N": "0"}))
+    polled = from_attr(item[A_LINE_POLLED]) if A_LINE_POLLED in item and waiters else None
+    return Line(
+        int(next_number) if isinstance(next_number, (int, float)) else 0,
+        tuple(waiters),
+        int(polled) if isinstance(polled, (int, float)) else None,
+    )

@@ -29,11 +29,20 @@ from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
+    LINE_LAPSE_MS,
     MIN_TRY,
     Attempt,
+    Drops,
     Outcome,
 )
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, RESERVED_PREFIX, LockRecord, Pool
+from awsflock.records import (
+    ENDED_FORCED,
+    ENDED_RELEASED,
+    RESERVED_PREFIX,
+    LockRecord,
+    Pool,
+    Waiter,
+)
 from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb.client import caller_identity, make_client
 from awsflock.stores.dynamodb.items import (
@@ -44,8 +53,12 @@ from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
     A_PID,
     A_USER,
+    POLLED,
+    TICKET,
     from_attr,
     is_pool_item,
+    line_from_item,
+    place_entry,
     pool_from_item,
     record_from_item,
     slot_prefix,
@@ -326,7 +339,18 @@ class DynamoDBStore:
             "cutoff_ms": now_ms - skew_ms,
             "cutoff_s": (now_ms - skew_ms) // 1000,
             "slots": slots,
+            "zero": 0,
+            "qcut": now_ms - LINE_LAPSE_MS - skew_ms,
         }
+        line_sets = None
+        if attempt.ticket is None:
+            line = expressions.LINE_CLEAR
+        else:
+            _check_tickets(attempt.ticket, attempt.drop)
+            line = expressions.in_line(attempt.ticket, attempt.drop)
+            line_sets = expressions.leave_line([attempt.ticket, *(t for t, _ in attempt.drop)])
+            values["gone"] = 1 + len(attempt.drop)
+            values.update(_drop_values(attempt.drop))
         # Who holds it, for waiters' messages; absent fields are removed so that a previous
         # holder's value never lingers.
         holder = {
@@ -347,10 +371,57 @@ class DynamoDBStore:
         return self._conditional_update(
             "acquire",
             lock_id,
-            expressions.acquire_update(p, sets, removes),
-            expressions.acquire_condition(p),
+            expressions.acquire_update(p, sets, removes, line_sets),
+            expressions.acquire_condition(p, line),
             values,
             slot,
+        )
+
+    def join(self, lock_id: str, waiter: Waiter) -> Outcome:
+        """Take a place in the lock's line under the next number (see ``LockStore.join``)."""
+        _check_tickets(waiter.ticket, ())
+        values = {
+            "entry": place_entry(waiter),
+            "seen": waiter.seen_ms,
+            "number": waiter.number,
+            "next": waiter.number + 1,
+            "zero": 0,
+            "one": 1,
+        }
+        return self._conditional_update(
+            "join",
+            lock_id,
+            expressions.join_update(waiter.ticket),
+            expressions.join_condition(waiter.number == 0, waiter.ticket),
+            values,
+            None,
+        )
+
+    def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
+        """A waiter's poll: its place's last poll is now (see ``LockStore.beat``)."""
+        _check_tickets(ticket, drop)
+        values: dict[str, Any] = {"now_ms": now_ms, "zero": 0, "gone": len(drop)}
+        values.update(_drop_values(drop))
+        return self._conditional_update(
+            "beat",
+            lock_id,
+            expressions.beat_update(ticket, drop),
+            expressions.in_line(ticket, drop),
+            values,
+            None,
+        )
+
+    def leave(self, lock_id: str, ticket: str) -> Outcome:
+        """Remove the ticket's place from the line."""
+        _check_tickets(ticket, ())
+        sets, removes = expressions.leave_line([ticket])
+        return self._conditional_update(
+            "leave",
+            lock_id,
+            f"SET {sets} REMOVE {removes}",
+            expressions.in_line(ticket, ()),
+            {"zero": 0, "gone": 1},
+            None,
         )
 
     def renew(
@@ -548,8 +619,10 @@ class DynamoDBStore:
     ) -> Outcome:
         if not item:
             return Outcome(applied, None, None, slot)
-        pool = pool_from_item(lock_id, item) if is_pool_item(item) else None
-        return Outcome(applied, record_from_item(item), pool, slot)
+        line = line_from_item(item)
+        pool = pool_from_item(lock_id, item, line) if is_pool_item(item) else None
+        record = dataclasses.replace(record_from_item(item), line=line)
+        return Outcome(applied, record, pool, slot, line=line)
 
     def _conditional_update(
         self,
@@ -633,10 +706,11 @@ class DynamoDBStore:
                 )
             if key.startswith(RESERVED_PREFIX):
                 continue
+            line = line_from_item(item)
             if is_pool_item(item):
-                yield pool_from_item(key, item)
+                yield pool_from_item(key, item, line)
             else:
-                yield record_from_item(item)
+                yield dataclasses.replace(record_from_item(item), line=line)
 
     def _scan(self, prefix: str, page_size: int, **extra: Any) -> Iterator[dict[str, Any]]:
         # A scan of a table keyed otherwise would list nothing (or foreign items), and a prefix
@@ -654,6 +728,17 @@ class DynamoDBStore:
             if not last:
                 return
             kwargs["ExclusiveStartKey"] = last
+
+
+def _check_tickets(ticket: str, drop: Drops) -> None:
+    """Tickets become parts of attribute names: only the library's own form is accepted."""
+    for t in (ticket, *(t for t, _ in drop)):
+        if not TICKET.fullmatch(t):
+            raise errors.UsageError(f"not a ticket: {t!r}", hint="tickets are 16 hex digits")
+
+
+def _drop_values(drop: Drops) -> dict[str, Any]:
+    return {f"{POLLED}{t}": seen for t, seen in drop}
 
 
 def _seconds_number(ms: int) -> int | float:

@@ -1,0 +1,333 @@
+"""Fair waiting (``--fair``): a line of waiters kept in the lock's record, served in order.
+
+A fair acquire first tries as any acquire does (one request when the lock is free and nobody
+waits in line). Held, it joins the line: the store hands out numbers one by one, so the line is
+in order of arrival whatever the clocks say. Each poll (about once a second, jittered) is a
+``beat`` that marks the place alive and returns the lock's state; the waiter at the head of the
+line (no live place with a lower number) takes the lock as soon as a poll shows it free, and
+its place leaves the line in the same write. Acquires without ``--fair`` take no place, and the
+store refuses them while anyone in line polled lately.
+
+A place lapses when its waiter stops polling: a waiter that saw a place ahead of it unchanged
+for ``LINE_LAPSE_MS`` of its own monotonic time removes it, only if it is still unchanged (so a
+slow but live waiter keeps its place, and the judgement needs no clock agreement). A waiter
+whose place lapsed while it lived (paused, cut off) notices and joins again at the end.
+
+The clean-up rules of ``awsflock.waiting`` hold here too; on every exit the place leaves the
+line (or, if that request fails, lapses).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import threading
+
+from awsflock import errors
+from awsflock.acquisition import Acquisition, Grant
+from awsflock.clock import Clock
+from awsflock.protocol import LINE_LAPSE_MS, Drops, Outcome
+from awsflock.records import Line, Waiter
+from awsflock.text import format_seconds, iso_utc
+from awsflock.waiting import busy_error, check_cancel, log_contended, log_retry, next_pause, settle
+
+log = logging.getLogger("awsflock.lease")
+
+#: Joins refused because another waiter took the number first, tried again at once up to this.
+JOIN_RACES = 5
+#: The level of "your place in line" messages: above INFO, so the CLI shows them by default
+#: (it shows NOTICE and up unless -q), below WARNING, as nothing is wrong.
+NOTICE = logging.INFO + 5
+
+
+def new_ticket(rng: random.Random | None = None) -> str:
+    """A place's ticket: 16 hex digits (from the seeded source in a simulation)."""
+    return f"{rng.getrandbits(64):016x}" if rng is not None else secrets.token_hex(8)
+
+
+class Place:
+    """This waiter's place in the lock's line, and what it has watched of the others."""
+
+    def __init__(self, run: Acquisition, ticket: str) -> None:
+        self.run = run
+        self.ticket = ticket
+        self.number: int | None = None
+        #: "out": no place; "in": holds one; "maybe": a join may have landed unanswered.
+        self.state = "out"
+        #: ticket -> (the last poll seen, when it was first seen: our monotonic time)
+        self.watched: dict[str, tuple[int, float]] = {}
+        self.shown: tuple[object, ...] | None = None
+
+    @property
+    def clock(self) -> Clock:
+        return self.run.clock
+
+    def observe(self, line: Line) -> None:
+        """Take in the line as an answer showed it."""
+        now = self.clock.monotonic()
+        watched = {}
+        for waiter in line.waiters:
+            seen = self.watched.get(waiter.ticket)
+            keep = seen is not None and seen[0] == waiter.seen_ms
+            watched[waiter.ticket] = seen if keep and seen else (waiter.seen_ms, now)
+        self.watched = watched
+        mine = line.find(self.ticket)
+        if mine is not None:
+            self.state, self.number = "in", mine.number
+        elif self.state == "maybe":
+            self.state = "out"  # the join did not land (if it lands late, the place lapses)
+        elif self.state == "in":
+            self.state = "out"
+            log.warning(
+                "lost the place in line for %r (no poll arrived for %s: paused, or cut off); "
+                "joining again at the end",
+                self.run.lock_id,
+                format_seconds(LINE_LAPSE_MS / 1000),
+                extra={"event": "lost_place", "lock_id": self.run.lock_id},
+            )
+
+    def lapsed(self, waiter: Waiter) -> bool:
+        seen = self.watched.get(waiter.ticket)
+        if seen is None or seen[0] != waiter.seen_ms:
+            return False
+        return self.clock.monotonic() - seen[1] >= LINE_LAPSE_MS / 1000
+
+    def ahead(self) -> list[Waiter]:
+        if self.number is None:
+            return []
+        return [w for w in self.run.line.waiters if w.number < self.number]
+
+    def drops(self) -> Drops:
+        """Lapsed places ahead of ours, to remove with our next write."""
+        return tuple((w.ticket, w.seen_ms) for w in self.ahead() if self.lapsed(w))
+
+    def live_ahead(self) -> list[Waiter]:
+        return [w for w in self.ahead() if not self.lapsed(w)]
+
+    def at_head(self) -> bool:
+        return self.state == "in" and not self.live_ahead()
+
+    def tell(self) -> None:
+        """Say our place and who is ahead, when that changed."""
+        if self.state != "in":
+            return
+        ahead = self.live_ahead()
+        holder = self.run.holder
+        if holder is not None and holder.is_free(self.clock.time(), self.run.skew):
+            holder = None
+        held = holder is not None
+        shown = (len(ahead), tuple(w.ticket for w in ahead), holder and holder.lease_id)
+        if shown == self.shown:
+            return
+        self.shown = shown
+        position = len(ahead) + 1
+        parts: list[str] = []
+        if held and holder is not None:
+            since = holder.acquired_at
+            parts.append(
+                f"{holder.owner or 'unknown owner'} holding"
+                + (f" since {iso_utc(since)[11:19]}" if since else "")
+            )
+        if ahead:
+            parts.append(
+                f"{len(ahead)} waiting: " + ", ".join(w.identity.owner or "?" for w in ahead)
+            )
+        log.log(
+            NOTICE,
+            "%s in line for %r%s",
+            ordinal(position),
+            self.run.lock_id,
+            f" (ahead: {', '.join(parts)})" if parts else "",
+            extra={
+                "event": "in_line",
+                "lock_id": self.run.lock_id,
+                "position": position,
+                "ahead": [w.identity.owner for w in ahead],
+                "holder": holder.owner if held and holder is not None else None,
+            },
+        )
+
+
+def ordinal(n: int) -> str:
+    if 10 <= n % 100 <= 20:
+        return f"{n}th"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th') }"
+
+
+def wait_in_line(
+    run: Acquisition,
+    *,
+    wait_s: float | None,
+    clock: Clock,
+    rng: random.Random,
+    skew: float,
+    cancel: threading.Event | None = None,
+    ticket: str | None = None,
+) -> Grant:
+    """``waiting.wait_for``, first come first served: the same bounds, errors and clean-up."""
+    deadline = None if wait_s is None else run.start + wait_s
+    run.hard_end = None if deadline is None else deadline + run.store.request_timeout
+    place = Place(run, ticket or new_ticket())
+    try:
+        got = _wait(run, place, deadline, wait_s, clock, rng, skew, cancel)
+    except BaseException:
+        run.abandon()
+        _leave(run, place)
+        raise
+    _leave(run, place)
+    return got
+
+
+def _wait(
+    run: Acquisition,
+    place: Place,
+    deadline: float | None,
+    wait_s: float | None,
+    clock: Clock,
+    rng: random.Random,
+    skew: float,
+    cancel: threading.Event | None,
+) -> Grant:
+    while True:
+        check_cancel(cancel, "while waiting")
+        got = _poll(run, place)
+        if got is not None:
+            got = settle(run, got, cancel)
+            if got is not None:
+                return got
+        if run.error is None:
+            if not run.told:
+                run.told = True
+                log_contended(run, wait_s, clock)
+            place.tell()
+        # The head wakes when the holder's lease can be reclaimed; the others poll as usual.
+        holder = run.holder if place.at_head() or place.state != "in" else None
+        pause = next_pause(holder, deadline, clock=clock, rng=rng, skew=skew)
+        if pause is None:
+            break
+        if run.error is not None:
+            log_retry(run)
+        if cancel is not None:
+            clock.wait(cancel, pause)
+        else:
+            clock.sleep(pause)
+    run.abandon()
+    if run.error is not None:
+        raise run.error
+    raise busy_error(run, clock)
+
+
+def _poll(run: Acquisition, place: Place) -> Grant | None:
+    """One poll: try or join while out of line; in line, beat, and take once at the head of
+    the line with the lock free. A transient error is left in ``run.error``."""
+    if place.state == "out":
+        run.ticket, run.drop = None, ()
+        got = run.step()
+        if got is not None or run.error is not None:
+            return got
+        place.observe(run.line)
+        if not _join(run, place):
+            return None
+    else:
+        outcome = _beat(run, place)
+        if outcome is None:
+            return None
+        got = run.look(outcome)
+        if got is not None:
+            return got  # an earlier attempt of ours had landed
+        place.observe(outcome.line)
+        if place.state == "out":
+            return None
+    if not (place.at_head() and run.free()):
+        return None
+    run.ticket, run.drop = place.ticket, place.drops()
+    got = run.step()
+    if got is not None and run.line.find(place.ticket) is None:
+        place.state = "out"  # the place left the line with the take
+    elif run.error is None:
+        place.observe(run.line)
+    return got
+
+
+def _join(run: Acquisition, place: Place) -> bool:
+    """Take a place at the end of the line; True once in it."""
+    for _ in range(JOIN_RACES):
+        waiter = Waiter(
+            ticket=place.ticket,
+            number=run.line.next_number,
+            identity=run.identity,
+            since_ms=round(run.clock.time() * 1000),
+            seen_ms=round(run.clock.time() * 1000),
+        )
+        outcome = _send(run, place, lambda w=waiter: run.store.join(run.lock_id, w), maybe="maybe")
+        if outcome is None:
+            return False
+        run.look(outcome)
+        place.observe(outcome.line)
+        if place.state == "in":
+            log.debug(
+                "joined the line for %r as number %d",
+                run.lock_id,
+                place.number,
+                extra={"event": "joined_line", "lock_id": run.lock_id},
+            )
+            return True
+        if outcome.lock is None:
+            return False  # no record to join (removed meanwhile): the next poll takes it
+    return False
+
+
+def _beat(run: Acquisition, place: Place) -> Outcome | None:
+    now_ms = round(run.clock.time() * 1000)
+    drop = place.drops()
+    outcome = _send(
+        run, place, lambda: run.store.beat(run.lock_id, place.ticket, now_ms=now_ms, drop=drop)
+    )
+    if outcome is not None and not outcome.applied and drop and outcome.line.find(place.ticket):
+        # A place we took for lapsed polled after all: beat without removing it.
+        outcome = _send(
+            run, place, lambda: run.store.beat(run.lock_id, place.ticket, now_ms=now_ms)
+        )
+    return outcome
+
+
+def _send(run: Acquisition, place: Place, call: object, maybe: str | None = None) -> Outcome | None:
+    """One line request within the acquire's bounds; a transient error is left in
+    ``run.error`` (and a join that may have landed leaves the place "maybe")."""
+    assert callable(call)
+    end = run.clock.monotonic() + run.store.request_timeout
+    if run.hard_end is not None:
+        end = min(end, run.hard_end - min(1.0, run.store.request_timeout / 4))
+    try:
+        with run.store.budget(end):
+            outcome: Outcome = call()
+    except (errors.Throttled, errors.EndpointUnreachable) as err:
+        run.error = err
+        if maybe is not None and err.maybe_applied:
+            place.state = maybe
+        return None
+    run.error = None
+    return outcome
+
+
+def _leave(run: Acquisition, place: Place) -> None:
+    """Leave the line, if we may be in it. A failure leaves a place that lapses by itself."""
+    if place.state == "out":
+        return
+    end = run.clock.monotonic() + run.store.request_timeout
+    if run.hard_end is not None:
+        end = min(end, run.hard_end)
+    if end - run.clock.monotonic() <= 0:
+        return
+    try:
+        with run.store.budget(end):
+            run.store.leave(run.lock_id, place.ticket)
+        place.state = "out"
+    except errors.AwsflockError as err:
+        log.debug(
+            "leaving the line for %r failed (%s); the place lapses in %s",
+            run.lock_id,
+            err.one_line(),
+            format_seconds(LINE_LAPSE_MS / 1000),
+        )
