@@ -29,6 +29,11 @@ EVENT_FIELDS = (
     "reason",
     "actor",
     "error",
+    # fair waiting: the place in line (1 = next), who is ahead, who holds it
+    "position",
+    "ahead",
+    "holder",
+    "waiting_in_line",
 )
 SECRET_FIELDS = ("lease_id",)
 
