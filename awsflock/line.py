@@ -224,6 +224,10 @@ def _poll(run: Acquisition, place: Place) -> Grant | None:
     if place.state == "out":
         run.ticket, run.drop = None, ()
         got = run.step()
+        # A pool probe that met a held slot while others are free and nobody waits probes again
+        # at once, as an unfair acquire does: joining a line would only add requests.
+        while got is None and run.wants_retry_now() and not run.line.waiters:
+            got = run.step()
         if got is not None or run.error is not None:
             return got
         place.observe(run.line)
@@ -233,6 +237,7 @@ def _poll(run: Acquisition, place: Place) -> Grant | None:
         outcome = _beat(run, place)
         if outcome is None:
             return None
+        run.quick = 0  # in a pool, the head aims at a free slot (see Acquisition._look_pool)
         got = run.look(outcome)
         if got is not None:
             return got  # an earlier attempt of ours had landed

@@ -146,6 +146,50 @@ def reclaim(tool: Tool, lease_s: int, old: bool) -> float:
     return time.perf_counter() - died
 
 
+def line(tool: Tool, proxy: FaultProxy, waiters: int, fair: bool, window: float) -> dict[str, Any]:
+    """``waiters`` processes queue (0.2 s apart) behind a holder, with or without --fair.
+    Measures their requests per waiter per second while they wait (proxy counts), then hands
+    the lock on five times: seconds from each release to the next grant, and whether grants
+    came in order of arrival."""
+    name = lock()
+    holder = tool.run("acquire", name, "--lease-duration", "10m").stdout.strip()
+    extra = ["--fair"] if fair else []
+    procs = []
+    for _ in range(waiters):
+        args = ("acquire", name, "--wait-time", "600", "--lease-duration", "10m", "-q", *extra)
+        procs.append(tool.popen(*args))
+        time.sleep(0.2)
+    time.sleep(3.0)  # every waiter is past its start-up and polling
+    proxy.reset_counts()
+    time.sleep(window)
+    per_waiter = sum(proxy.counts.values()) / waiters / window
+    latencies, order = [], []
+    for _ in range(min(5, waiters)):
+        tool.run("release", name, holder)
+        released = time.perf_counter()
+        while True:
+            done = [i for i, p in enumerate(procs) if i not in order and p.poll() is not None]
+            if done:
+                break
+            if time.perf_counter() - released > 120:
+                raise RuntimeError("no waiter was granted the lock within 120 s")
+            time.sleep(0.01)
+        latencies.append(time.perf_counter() - released)
+        order.append(done[0])
+        holder = (procs[done[0]].stdout.read() if procs[done[0]].stdout else "").strip()
+    for proc in procs:
+        proc.kill()
+        proc.communicate()
+    tool.run("release", name, holder, check=False)
+    return {
+        "requests_per_waiter_per_s": per_waiter,
+        "hand_off_median_s": median(latencies),
+        "hand_off_max_s": max(latencies),
+        "in_arrival_order": order == sorted(order),
+        "order": order,
+    }
+
+
 def peak_rss_mb(argv: list[str], env: dict[str, str]) -> float:
     return peak_rss_kb(argv, env) / 1024
 
@@ -192,6 +236,9 @@ def main() -> int:
     parser.add_argument("--new", type=Path, default=DEFAULT_NEW, help="this awsflock's executable")
     parser.add_argument("--quick", action="store_true", help="fewer repeats, shorter waits")
     parser.add_argument("--list-items", type=int, default=100_000)
+    parser.add_argument(
+        "--only-line", action="store_true", help="only the fair-waiting measures (and requests)"
+    )
     args = parser.parse_args()
     new_bin: Path = args.new
     repeats = 3 if args.quick else 10
@@ -206,6 +253,7 @@ def main() -> int:
         },
     }
     rows: list[tuple[str, Any, Any, str]] = []
+    line_rows: list[tuple[str, Any, Any, str]] = []
 
     server = MotoServer().start()
     try:
@@ -243,73 +291,113 @@ def main() -> int:
                 results[label] = {k: median(v) for k, v in samples.items()}
                 rows.append((label, results[label]["new"], results[label]["0.2.0"], "s"))
 
-            interleave("--help start-up", lambda t: lambda: t.run("--help"))
+            if not args.only_line:
+                interleave("--help start-up", lambda t: lambda: t.run("--help"))
 
-            def cycle(tool: Tool) -> Callable[[], None]:
-                def go() -> None:
+                def cycle(tool: Tool) -> Callable[[], None]:
+                    def go() -> None:
+                        name = lock()
+                        lease = tool.run("acquire", name).stdout.strip()
+                        tool.run("release", name, lease)
+
+                    return go
+
+                interleave("acquire+release cycle", cycle)
+
+                def renew(tool: Tool) -> Callable[[], None]:
                     name = lock()
                     lease = tool.run("acquire", name).stdout.strip()
-                    tool.run("release", name, lease)
+                    return lambda: tool.run("renew", name, lease)
 
-                return go
+                interleave("renew", renew)
 
-            interleave("acquire+release cycle", cycle)
+                for waited in waits:
+                    samples: dict[str, list[float]] = {"new": [], "0.2.0": []}
+                    for _ in range(1 if waited > 10 else max(1, repeats // 3)):
+                        for tool in (new, old):
+                            samples[tool.name].append(handoff(tool, waited))
+                    label = f"hand-off after waiting {waited:g}s"
+                    results[label] = {k: median(v) for k, v in samples.items()}
+                    rows.append((label, results[label]["new"], results[label]["0.2.0"], "s"))
 
-            def renew(tool: Tool) -> Callable[[], None]:
-                name = lock()
-                lease = tool.run("acquire", name).stdout.strip()
-                return lambda: tool.run("renew", name, lease)
+                k, cycles = 4, (3 if args.quick else 5)
+                label = f"throughput, {k} contending processes"
+                results[label] = {
+                    "new": throughput(new, k, cycles, False),
+                    "0.2.0": throughput(old, k, cycles, True),
+                }
+                rows.append((label, results[label]["new"], results[label]["0.2.0"], "grants/s"))
 
-            interleave("renew", renew)
+            window = 5.0 if args.quick else 10.0
+            for waiters in (5, 20):
+                fair = line(new, proxy, waiters, True, window)
+                unfair = line(new, proxy, waiters, False, window)
+                results[f"line of {waiters}"] = {"fair": fair, "unfair": unfair}
+                line_rows.append(
+                    (
+                        f"line of {waiters}: requests per waiter per second",
+                        fair["requests_per_waiter_per_s"],
+                        unfair["requests_per_waiter_per_s"],
+                        "req/s",
+                    )
+                )
+                line_rows.append(
+                    (
+                        f"line of {waiters}: hand-off, median of 5",
+                        fair["hand_off_median_s"],
+                        unfair["hand_off_median_s"],
+                        "s",
+                    )
+                )
+                line_rows.append(
+                    (
+                        f"line of {waiters}: hand-off, slowest of 5",
+                        fair["hand_off_max_s"],
+                        unfair["hand_off_max_s"],
+                        "s",
+                    )
+                )
+                line_rows.append(
+                    (
+                        f"line of {waiters}: 5 grants in arrival order",
+                        float(fair["in_arrival_order"]),
+                        float(unfair["in_arrival_order"]),
+                        "yes=1",
+                    )
+                )
 
-            for waited in waits:
-                samples: dict[str, list[float]] = {"new": [], "0.2.0": []}
-                for _ in range(1 if waited > 10 else max(1, repeats // 3)):
-                    for tool in (new, old):
-                        samples[tool.name].append(handoff(tool, waited))
-                label = f"hand-off after waiting {waited:g}s"
-                results[label] = {k: median(v) for k, v in samples.items()}
+            if not args.only_line:
+                lease_s = 5
+                label = f"reclaim after a SIGKILLed holder (lease {lease_s}s, skew 5s)"
+                results[label] = {
+                    "new": reclaim(new, lease_s, False),
+                    "0.2.0": reclaim(old, lease_s, True),
+                }
                 rows.append((label, results[label]["new"], results[label]["0.2.0"], "s"))
 
-            k, cycles = 4, (3 if args.quick else 5)
-            label = f"throughput, {k} contending processes"
-            results[label] = {
-                "new": throughput(new, k, cycles, False),
-                "0.2.0": throughput(old, k, cycles, True),
-            }
-            rows.append((label, results[label]["new"], results[label]["0.2.0"], "grants/s"))
-
-            lease_s = 5
-            label = f"reclaim after a SIGKILLed holder (lease {lease_s}s, skew 5s)"
-            results[label] = {
-                "new": reclaim(new, lease_s, False),
-                "0.2.0": reclaim(old, lease_s, True),
-            }
-            rows.append((label, results[label]["new"], results[label]["0.2.0"], "s"))
-
-            hold_s = 10 if args.quick else 60
-            name = lock()
-            label = f"peak memory: run holding a lock for {hold_s}s"
-            results[label] = {
-                "new": peak_rss_mb(
-                    [str(new_bin), "run", name, "--", "sleep", str(hold_s)], new.env
-                ),
-                "0.2.0 (acquire; it has no run)": peak_rss_mb(
-                    [str(args.old), "acquire", lock()], old.env
-                ),
-            }
-            rows.append(
-                (
-                    label,
-                    results[label]["new"],
-                    results[label]["0.2.0 (acquire; it has no run)"],
-                    "MB",
+                hold_s = 10 if args.quick else 60
+                name = lock()
+                label = f"peak memory: run holding a lock for {hold_s}s"
+                results[label] = {
+                    "new": peak_rss_mb(
+                        [str(new_bin), "run", name, "--", "sleep", str(hold_s)], new.env
+                    ),
+                    "0.2.0 (acquire; it has no run)": peak_rss_mb(
+                        [str(args.old), "acquire", lock()], old.env
+                    ),
+                }
+                rows.append(
+                    (
+                        label,
+                        results[label]["new"],
+                        results[label]["0.2.0 (acquire; it has no run)"],
+                        "MB",
+                    )
                 )
-            )
     finally:
         server.stop()
 
-    if args.list_items:
+    if args.list_items and not args.only_line:
         dyn = Dynalite().start()
         try:
             env = {
@@ -335,6 +423,12 @@ def main() -> int:
         ratio = f"{a / b:.2f}" if isinstance(b, (int, float)) and b else "-"
         b_text = f"{b:10.3f}" if isinstance(b, (int, float)) else f"{'-':>10}"
         print(f"{label:<58} {a:10.3f} {b_text} {ratio:>8}  {unit}")
+    print(
+        f"\n{'fair waiting (this awsflock)':<58} {'--fair':>10} {'unfair':>10} {'fair/un':>8}  unit"
+    )
+    for label, a, b, unit in line_rows:
+        ratio = f"{a / b:.2f}" if b else "-"
+        print(f"{label:<58} {a:10.3f} {b:10.3f} {ratio:>8}  {unit}")
     out = ROOT / "bench-results"
     out.mkdir(exist_ok=True)
     path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"

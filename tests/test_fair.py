@@ -265,3 +265,19 @@ def test_a_paused_waiter_loses_its_place_and_joins_again_at_the_end():
     # w1 is paused (SIGSTOP) for 20 s while in line: its place lapses, w2 goes first.
     run = line_world([0.0, 1.0, 2.0], hold=30.0, wait=300.0, pause={1: (3.0, 20.0)})
     assert run.order() == ["w0", "w2", "w1"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_fair_acquire_of_a_pool_with_a_free_slot_takes_no_place(seed):
+    store = MemoryStore()
+    counts: dict[str, int] = {}
+    for owner in ("a", "b"):
+        LockTable(store=store, identity=Identity(owner=owner)).acquire("gpus", slots=3)
+    table = LockTable(
+        store=_Counting(store, counts, "c"),  # type: ignore[arg-type]
+        rng=random.Random(seed),
+        identity=Identity(owner="c"),
+    )
+    lease = table.acquire("gpus", slots=3, fair=True, wait=60)
+    assert lease.slot is not None
+    assert "c:join" not in counts and counts["c:take"] <= 3
