@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from awsflock.hold.heartbeat import Hold
     from awsflock.lease import Lease, LockTable
     from awsflock.protocol import Attempt, LockStore, Outcome
-    from awsflock.records import Identity, LockRecord, Pool
+    from awsflock.records import Identity, Line, LockRecord, Pool, Waiter
     from awsflock.stores.dynamodb import DynamoDBStore
     from awsflock.stores.dynamodb.fencing import StaleToken, fenced_update
     from awsflock.stores.memory import MemoryStore
@@ -51,6 +51,7 @@ _WHERE = {
     "Lease": "lease",
     "LeaseLost": "errors",
     "LockBusy": "errors",
+    "Line": "records",
     "LockRecord": "records",
     "LockStore": "protocol",
     "LockTable": "lease",
@@ -58,6 +59,7 @@ _WHERE = {
     "NotHeld": "errors",
     "Outcome": "protocol",
     "Pool": "records",
+    "Waiter": "records",
     "StaleToken": "stores.dynamodb.fencing",
     "StoreError": "errors",
     "SystemClock": "clock",
@@ -83,6 +85,7 @@ __all__ = [
     "Identity",
     "Lease",
     "LeaseLost",
+    "Line",
     "LockBusy",
     "LockRecord",
     "LockStore",
@@ -98,6 +101,7 @@ __all__ = [
     "TableMissing",
     "Throttled",
     "UsageError",
+    "Waiter",
     "fenced_update",
 ]
 
