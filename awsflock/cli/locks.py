@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
 import click
 
 from awsflock import errors
@@ -60,7 +65,23 @@ def acquire(
     table = common.table(owner)
     wait = 0.0 if no_wait else wait_time
     try:
-        lease = table.acquire(lock_id, lease=lease_duration, wait=wait, slots=slots, fair=fair)
+        with _stopped_by_signals() as (cancel, received):
+            try:
+                lease = table.acquire(
+                    lock_id, lease=lease_duration, wait=wait, slots=slots, fair=fair, cancel=cancel
+                )
+            except errors.Cancelled:
+                signum = received[0] if received else signal.SIGTERM
+                logs.say(
+                    f"interrupted by signal {signum} while waiting for {lock_id!r}; nothing is "
+                    "held" + (" and the place in line was given up" if fair else ""),
+                    level="warning",
+                    label="warning",
+                    event="interrupted",
+                    lock_id=lock_id,
+                    exit_code=128 + signum,
+                )
+                raise click.exceptions.Exit(128 + signum) from None
     except errors.LockBusy as exc:
         if not common.quiet:
             logs.say(
@@ -74,6 +95,28 @@ def acquire(
             )
         raise click.exceptions.Exit(conflict_exit_code) from None
     print_lease(lease, as_json)
+
+
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[tuple[threading.Event, list[int]]]:
+    """While inside, TERM and HUP end a waiting acquire through its ``cancel`` event (as INT
+    does by KeyboardInterrupt), so that it cleans up: its attempts are released and its place
+    in line is given up, rather than the process dying with them left behind."""
+    cancel, received = threading.Event(), []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        cancel.set()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield cancel, received  # signal handlers can only be set in the main thread
+        return
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield cancel, received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @cli.command("renew", context_settings=CONTEXT)

@@ -363,3 +363,27 @@ def test_a_pool_of_two_serves_six_fair_waiters_in_order(awsflock: Cli, lock_name
     assert [name for _, name, _ in sorted(grants)] == names
     assert {slot for _, _, slot in grants} == {0, 1}
     assert line_of(awsflock, lock_name) == []
+
+
+def test_an_acquire_stopped_by_term_or_hup_gives_up_its_place_at_once(
+    awsflock: Cli, lock_name, spawn
+):
+    (holder,) = hold(awsflock, [lock_name])
+    first, term, hup = arrive(
+        spawn,
+        ["first", "term", "hup"],
+        lambda name: ["acquire", lock_name, "--fair", "--owner", name, "--wait-time", "60"],
+    )
+    for waiter, sig in ((term, signal.SIGTERM), (hup, signal.SIGHUP)):
+        waiter.proc.send_signal(sig)
+        assert waiter.wait(timeout=20) == 128 + sig
+        said = waiter.stderr().splitlines()[-1]
+        assert said == (
+            f"awsflock: warning: interrupted by signal {int(sig)} while waiting for "
+            f"'{lock_name}'; nothing is held and the place in line was given up"
+        )
+        assert waiter.stdout() == ""
+        assert waiter.name not in [place["owner"] for place in line_of(awsflock, lock_name)]
+    release(awsflock, lock_name, holder["lease_id"])
+    assert first.wait(timeout=20) == 0, first.stderr()
+    release(awsflock, lock_name, first.stdout().strip())
