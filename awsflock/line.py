@@ -8,8 +8,8 @@ line (no live place with a lower number) takes the lock as soon as a poll shows 
 its place leaves the line in the same write. Acquires without ``--fair`` take no place, and the
 store refuses them while anyone in line polled lately.
 
-A place lapses when its waiter stops polling: a waiter that saw a place ahead of it unchanged
-for ``LINE_LAPSE_MS`` of its own monotonic time removes it, only if it is still unchanged (so a
+A place lapses when its waiter stops polling: a waiter that saw a place unchanged for
+``LINE_LAPSE_MS`` of its own monotonic time removes it, only if it is still unchanged (so a
 slow but live waiter keeps its place, and the judgement needs no clock agreement). A waiter
 whose place lapsed while it lived (paused, cut off) notices and joins again at the end.
 
@@ -99,8 +99,13 @@ class Place:
         return [w for w in self.run.line.waiters if w.number < self.number]
 
     def drops(self) -> Drops:
-        """Lapsed places ahead of ours, to remove with our next write."""
-        return tuple((w.ticket, w.seen_ms) for w in self.ahead() if self.lapsed(w))
+        """Lapsed places, to remove with our next write: ahead of ours (they hold us up) and
+        behind it (so that no dead waiter's place outlives the line)."""
+        return tuple(
+            (w.ticket, w.seen_ms)
+            for w in self.run.line.waiters
+            if w.ticket != self.ticket and self.lapsed(w)
+        )
 
     def live_ahead(self) -> list[Waiter]:
         return [w for w in self.ahead() if not self.lapsed(w)]

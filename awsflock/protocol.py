@@ -63,7 +63,7 @@ class Attempt:
     ``slot``/``slots``: slot ``slot`` of a pool of ``slots`` (both None for a plain lock).
     ``ticket``: the attempt of a fair waiter at the head of the line, whose place it holds
     (None: an attempt that takes no place and needs the line clear); ``drop``: lapsed places
-    ahead of it, removed with the take.
+    in line, removed with the take.
     """
 
     lease_id: str

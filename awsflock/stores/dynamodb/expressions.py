@@ -14,7 +14,7 @@ Values (``:name``) are filled in by the store. Every step is one conditional Upd
 
 The line of fair waiters (see ``items``) adds conditions to an acquire and never changes a
 lease: an acquire without a ticket needs the line ``LINE_CLEAR``; a fair waiter's acquire needs
-its own place and removes it (with lapsed places ahead, each only if its last poll is still the
+its own place and removes it (with lapsed places it watched, each only if its last poll is still the
 one the waiter saw). ``join`` appends a place under the next number (a compare-and-set on
 ``qn``), ``beat`` records a poll, ``leave`` removes a place; none of them creates an item.
 
