@@ -277,8 +277,8 @@ def test_a_waiter_that_gives_up_leaves_the_line_at_once(awsflock: Cli, lock_name
         "impatient": ["acquire", "--wait-time", "3"],
         "signalled": ["run", "--wait-time", "60", "--", "touch", str(marker)],
     }
-    # The patient one is first in line and nobody removes a place of a waiter behind it, so
-    # only the waiters that give up can have removed theirs.
+    # Others remove a place only 3 s after its waiter's last poll, so a place that is gone as
+    # soon as its waiter exits was given up by that waiter itself.
     patient, impatient, signalled = arrive(
         spawn,
         list(commands),
