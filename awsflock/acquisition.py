@@ -108,6 +108,8 @@ class Acquisition:
         #: places ahead of it, ``drop``); None: the take needs the line clear.
         self.ticket: str | None = None
         self.drop: Drops = ()
+        #: A fair acquire's ticket, whether or not it is in line now (None: not fair).
+        self.own_ticket: str | None = None
 
     # -- one attempt ---------------------------------------------------------------------------
 

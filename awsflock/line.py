@@ -27,15 +27,15 @@ import threading
 from awsflock import errors
 from awsflock.acquisition import Acquisition, Grant
 from awsflock.clock import Clock
-from awsflock.protocol import LINE_LAPSE_MS, Drops, Outcome
+from awsflock.protocol import LINE_LAPSE_MS, MAX_DROPS, Drops, Outcome
 from awsflock.records import Line, Waiter
 from awsflock.text import format_seconds, iso_utc
 from awsflock.waiting import busy_error, check_cancel, log_contended, log_retry, next_pause, settle
 
 log = logging.getLogger("awsflock.lease")
 
-#: Joins refused because another waiter took the number first, tried again at once up to this.
-JOIN_RACES = 5
+#: The place message names at most this many waiters ahead.
+NAMES_SHOWN = 5
 #: The level of "your place in line" messages: above INFO, so the CLI shows them by default
 #: (it shows NOTICE and up unless -q), below WARNING, as nothing is wrong.
 NOTICE = logging.INFO + 5
@@ -53,6 +53,8 @@ class Place:
         self.run = run
         self.ticket = ticket
         self.number: int | None = None
+        #: Our place's last poll as the store has it (a beat always sends a later one).
+        self.seen_ms = 0
         #: "out": no place; "in": holds one; "maybe": a join may have landed unanswered.
         self.state = "out"
         #: ticket -> (the last poll seen, when it was first seen: our monotonic time)
@@ -74,16 +76,25 @@ class Place:
         self.watched = watched
         mine = line.find(self.ticket)
         if mine is not None:
-            self.state, self.number = "in", mine.number
+            self.state, self.number, self.seen_ms = "in", mine.number, mine.seen_ms
         elif self.state == "maybe":
             self.state = "out"  # the join did not land (if it lands late, the place lapses)
         elif self.state == "in":
             self.state = "out"
+            record = self.run.holder
+            if self.number is not None and line.next_number <= self.number:
+                why = "the lock's record was replaced (by awsflock 0.2.0, or deleted by TTL)"
+            elif record is not None and record.legacy:
+                why = "the lock's record was replaced by awsflock 0.2.0"
+            else:
+                why = (
+                    f"no poll of ours arrived for {format_seconds(LINE_LAPSE_MS / 1000)}: "
+                    "paused, or requests too slow"
+                )
             log.warning(
-                "lost the place in line for %r (no poll arrived for %s: paused, or cut off); "
-                "joining again at the end",
+                "lost the place in line for %r (%s); joining again at the end",
                 self.run.lock_id,
-                format_seconds(LINE_LAPSE_MS / 1000),
+                why,
                 extra={"event": "lost_place", "lock_id": self.run.lock_id},
             )
 
@@ -101,11 +112,9 @@ class Place:
     def drops(self) -> Drops:
         """Lapsed places, to remove with our next write: ahead of ours (they hold us up) and
         behind it (so that no dead waiter's place outlives the line)."""
-        return tuple(
-            (w.ticket, w.seen_ms)
-            for w in self.run.line.waiters
-            if w.ticket != self.ticket and self.lapsed(w)
-        )
+        lapsed = [w for w in self.run.line.waiters if w.ticket != self.ticket and self.lapsed(w)]
+        # The oldest first, a bounded number per write: the rest go with the next polls.
+        return tuple((w.ticket, w.seen_ms) for w in lapsed[:MAX_DROPS])
 
     def live_ahead(self) -> list[Waiter]:
         return [w for w in self.ahead() if not self.lapsed(w)]
@@ -135,8 +144,10 @@ class Place:
                 + (f" since {iso_utc(since)[11:19]}" if since else "")
             )
         if ahead:
+            names = [w.identity.owner or "?" for w in ahead[:NAMES_SHOWN]]
+            more = len(ahead) - len(names)
             parts.append(
-                f"{len(ahead)} waiting: " + ", ".join(w.identity.owner or "?" for w in ahead)
+                f"{len(ahead)} waiting: " + ", ".join(names) + (f" and {more} more" if more else "")
             )
         log.log(
             NOTICE,
@@ -174,14 +185,14 @@ def wait_in_line(
     deadline = None if wait_s is None else run.start + wait_s
     run.hard_end = None if deadline is None else deadline + run.store.request_timeout
     place = Place(run, ticket or new_ticket())
+    run.own_ticket = place.ticket
     try:
-        got = _wait(run, place, deadline, wait_s, clock, rng, skew, cancel)
+        # A grant has left the line already (see _wait): nothing may follow its last check.
+        return _wait(run, place, deadline, wait_s, clock, rng, skew, cancel)
     except BaseException:
         run.abandon()
         _leave(run, place)
         raise
-    _leave(run, place)
-    return got
 
 
 def _wait(
@@ -196,9 +207,11 @@ def _wait(
 ) -> Grant:
     while True:
         check_cancel(cancel, "while waiting")
+        polled = clock.monotonic()
         got = _poll(run, place)
         if got is not None:
-            got = settle(run, got, cancel)
+            # Leaving the line may take a request timeout: before the grant is judged fresh.
+            got = settle(run, got, cancel, tidy=lambda: _leave(run, place))
             if got is not None:
                 return got
         if run.error is None:
@@ -211,6 +224,9 @@ def _wait(
         pause = next_pause(holder, deadline, clock=clock, rng=rng, skew=skew)
         if pause is None:
             break
+        # Polls are spaced from their starts: slow requests do not stretch the cadence toward
+        # the lapse (a waiter whose requests take over about 2 s still loses its place).
+        pause = max(0.0, pause - (clock.monotonic() - polled))
         if run.error is not None:
             log_retry(run)
         if cancel is not None:
@@ -245,7 +261,10 @@ def _poll(run: Acquisition, place: Place) -> Grant | None:
         run.quick = 0  # in a pool, the head aims at a free slot (see Acquisition._look_pool)
         got = run.look(outcome)
         if got is not None:
-            return got  # an earlier attempt of ours had landed
+            # An earlier attempt of ours had landed; with our ticket, it took the place too.
+            if outcome.line.find(place.ticket) is None:
+                place.state = "out"
+            return got
         place.observe(outcome.line)
         if place.state == "out":
             return None
@@ -261,41 +280,34 @@ def _poll(run: Acquisition, place: Place) -> Grant | None:
 
 
 def _join(run: Acquisition, place: Place) -> bool:
-    """Take a place at the end of the line; True once in it."""
-    for _ in range(JOIN_RACES):
-        waiter = Waiter(
-            ticket=place.ticket,
-            number=run.line.next_number,
-            identity=run.identity,
-            since_ms=round(run.clock.time() * 1000),
-            seen_ms=round(run.clock.time() * 1000),
+    """Take a place at the end of the line; True once in it (False: the record is gone, and
+    the next poll tries to take the lock)."""
+    now_ms = round(run.clock.time() * 1000)
+    waiter = Waiter(place.ticket, 0, run.identity, since_ms=now_ms, seen_ms=now_ms)
+    outcome = _send(run, place, lambda: run.store.join(run.lock_id, waiter), maybe="maybe")
+    if outcome is None:
+        return False
+    run.look(outcome)
+    place.observe(outcome.line)  # a retry whose first try landed finds the place there too
+    if place.state == "in":
+        log.debug(
+            "joined the line for %r as number %d",
+            run.lock_id,
+            place.number,
+            extra={"event": "joined_line", "lock_id": run.lock_id},
         )
-        outcome = _send(run, place, lambda w=waiter: run.store.join(run.lock_id, w), maybe="maybe")
-        if outcome is None:
-            return False
-        run.look(outcome)
-        place.observe(outcome.line)
-        if place.state == "in":
-            log.debug(
-                "joined the line for %r as number %d",
-                run.lock_id,
-                place.number,
-                extra={"event": "joined_line", "lock_id": run.lock_id},
-            )
-            return True
-        if outcome.lock is None:
-            return False  # no record to join (removed meanwhile): the next poll takes it
-    return False
+    return place.state == "in"
 
 
 def _beat(run: Acquisition, place: Place) -> Outcome | None:
-    now_ms = round(run.clock.time() * 1000)
+    # Always later than the place's last poll, even if our clock stepped back.
+    now_ms = max(round(run.clock.time() * 1000), place.seen_ms + 1)
     drop = place.drops()
     outcome = _send(
         run, place, lambda: run.store.beat(run.lock_id, place.ticket, now_ms=now_ms, drop=drop)
     )
     if outcome is not None and not outcome.applied and drop and outcome.line.find(place.ticket):
-        # A place we took for lapsed polled after all: beat without removing it.
+        # A place we took for lapsed polled after all: beat without removing anything.
         outcome = _send(
             run, place, lambda: run.store.beat(run.lock_id, place.ticket, now_ms=now_ms)
         )

@@ -15,7 +15,7 @@ created again (removed by the store's expiry, or overwritten by awsflock 0.2.0) 
 ``now_ms * 1000``, above every earlier token: a record is removed only after its lease's end
 plus the skew window.
 
-Fair waiting keeps a line in the lock's record: a waiter ``join``s (taking the next number),
+Fair waiting keeps a line in the lock's record: a waiter ``join``s (given the next number),
 polls with ``beat``, and ``leave``s when it gives up. Only the head of the line (no live place
 with a lower number) takes the lock, removing its place in the same step; an attempt without a
 ticket takes it only while the line is clear (empty, or unpolled for ``LINE_LAPSE_MS`` plus the
@@ -50,6 +50,8 @@ DEFAULT_REQUEST_TIMEOUT = 5.0
 MIN_TRY = 0.25
 #: A place in line lapses when its waiter has not polled for this long (three poll periods).
 LINE_LAPSE_MS = 3000
+#: At most this many lapsed places are removed by one step (expressions are limited to 4 KB).
+MAX_DROPS = 20
 
 #: Places to remove from a line with the step, each only if its last poll is still the one seen:
 #: (ticket, seen_ms).
@@ -137,15 +139,17 @@ class LockStore(Protocol):
         ...
 
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
-        """Take a place in the lock's line: add ``waiter`` if the lock's record exists, the
-        ticket has no place yet, and the line's next number is still ``waiter.number``. The
-        next number becomes one more; ``waiter.seen_ms`` is the line's latest poll."""
+        """Take a place at the end of the lock's line: add ``waiter`` under the line's next
+        number (``waiter.number`` is ignored), if the lock's record exists and the ticket has
+        no place yet. The next number becomes one more; ``waiter.seen_ms`` is the line's latest
+        poll."""
         ...
 
     def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
-        """A poll of a waiter: set its place's ``seen_ms`` (and the line's latest poll) to
-        ``now_ms`` if the place exists and every ``drop`` place still shows its ``seen_ms``;
-        those are removed."""
+        """A poll of a waiter: set its place's ``seen_ms`` to ``now_ms`` if the place exists
+        with an earlier ``seen_ms`` (so a beat that lands late changes nothing) and every
+        ``drop`` place still shows its ``seen_ms``; those are removed (at most ``MAX_DROPS``).
+        The line's latest poll becomes ``now_ms`` if that is later: it never goes back."""
         ...
 
     def leave(self, lock_id: str, ticket: str) -> Outcome:

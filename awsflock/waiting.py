@@ -16,10 +16,12 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from typing import Callable
 
 from awsflock import errors
 from awsflock.acquisition import Acquisition, Grant, event_fields
 from awsflock.clock import Clock
+from awsflock.protocol import LINE_LAPSE_MS
 from awsflock.records import LockRecord
 from awsflock.text import format_seconds
 
@@ -79,10 +81,18 @@ def wait_for(
     raise busy_error(run, clock)
 
 
-def settle(run: Acquisition, got: Grant, cancel: threading.Event | None) -> Grant | None:
-    """A grant, once the other attempts are cleaned up: given back if cancelled meanwhile
-    (raising Cancelled) or if too little of it is left (None: the wait goes on)."""
+def settle(
+    run: Acquisition,
+    got: Grant,
+    cancel: threading.Event | None,
+    tidy: Callable[[], None] | None = None,
+) -> Grant | None:
+    """A grant, once the other attempts are cleaned up (and ``tidy`` done: leaving a line):
+    given back if cancelled meanwhile (raising Cancelled) or if too little of it is left once
+    all that took its time (None: the wait goes on)."""
     run.abandon(keep=got.lease_id)
+    if tidy is not None:
+        tidy()
     if cancel is not None and cancel.is_set():
         run.give_back(got)
         check_cancel(cancel, "just as the lock was granted")
@@ -101,14 +111,22 @@ def busy_error(run: Acquisition, clock: Clock) -> errors.LockBusy:
 
 def _held(run: Acquisition, now: float, verb: str) -> str:
     """What keeps the lock from this acquire: its holder, or fair waiters in line before it."""
-    count = len(run.line.waiters)
-    if run.ticket is None and count and run.free():
-        return (
-            f"lock {run.lock_id!r} is free, but {count} "
-            f"{'waiter is' if count == 1 else 'waiters are'} in line for it (--fair) and go first"
-        )
+    count = _live_waiters(run, now)
+    waiting = f"{count} {'waiter is' if count == 1 else 'waiters are'} in line for it (--fair)"
+    if run.own_ticket is None and count and run.free():
+        return f"lock {run.lock_id!r} is free, but {waiting} and go first"
     holder = run.holder
-    return f"{_what(run)}{verb} {holder.describe(now) if holder else 'another lease'}"
+    text = f"{_what(run)}{verb} {holder.describe(now) if holder else 'another lease'}"
+    if run.own_ticket is None and count:
+        text += f", and {waiting}: they go first"
+    return text
+
+
+def _live_waiters(run: Acquisition, now: float) -> int:
+    """Fair waiters in line that polled lately (by our clock, within the skew window), other
+    than this acquire itself."""
+    cutoff_ms = (now - run.skew) * 1000 - LINE_LAPSE_MS
+    return sum(1 for w in run.line.waiters if w.ticket != run.own_ticket and w.seen_ms >= cutoff_ms)
 
 
 def next_pause(

@@ -51,9 +51,11 @@ def line_world(
     pause: dict[int, tuple[float, float]] | None = None,
     clock_error: float = 0.0,
     faults: Faults | None = None,
+    slow: dict[int, float] | None = None,
 ) -> Run:
     """Process i acquires at ``arrivals[i]`` (virtual seconds), holds ``hold`` s, releases.
-    ``kill``: process -> when it is killed; ``pause``: process -> (when, how long)."""
+    ``kill``: process -> when it is killed; ``pause``: process -> (when, how long); ``slow``:
+    process -> how long each of its requests, and each answer, travels (besides the rest)."""
     world = World(seed)
     store = MemoryStore()
     network = Network(world, faults or Faults.none())
@@ -62,7 +64,7 @@ def line_world(
         proc = world.process(f"w{i}", clock_error)
         sim = SimStore(store, network, proc.name)
         sim.clock = proc.clock
-        counting = _Counting(sim, run.requests, proc.name)
+        counting = _Counting(sim, run.requests, proc.name, (slow or {}).get(i, 0.0), proc.clock)
         table = LockTable(
             store=counting,  # type: ignore[arg-type]
             clock=proc.clock,  # type: ignore[arg-type]
@@ -115,10 +117,19 @@ def line_world(
 class _Counting:
     """Counts each process's requests by kind (a request is one call to the store)."""
 
-    def __init__(self, inner: SimStore, counts: dict[str, int], name: str) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        counts: dict[str, int],
+        name: str,
+        delay: float = 0.0,
+        clock: Any = None,
+    ) -> None:
         self._inner = inner
         self._counts = counts
         self._name = name
+        self._delay = delay
+        self._clock = clock
 
     def __getattr__(self, attr: str) -> Any:
         value = getattr(self._inner, attr)
@@ -127,7 +138,12 @@ class _Counting:
             def call(*args: Any, **kwargs: Any) -> Any:
                 key = f"{self._name}:{attr}"
                 self._counts[key] = self._counts.get(key, 0) + 1
-                return value(*args, **kwargs)
+                if self._delay:
+                    self._clock.sleep(self._delay)  # the request travels
+                result = value(*args, **kwargs)
+                if self._delay:
+                    self._clock.sleep(self._delay)  # the answer travels
+                return result
 
             return call
         return value
@@ -291,3 +307,72 @@ def test_a_dead_waiter_behind_the_last_live_one_does_not_outlive_the_line():
     run = line_world([0.0, 1.0, 2.0], hold=10.0, kill={2: 3.0})
     assert run.order() == ["w0", "w1"]
     assert run.store.read(LOCK).line.waiters == ()
+
+
+def test_a_burst_of_dead_waiters_is_cleared_a_bounded_number_per_write():
+    # 24 waiters die in line (a cancelled batch of CI jobs); a live one arrives behind them.
+    # It removes at most MAX_DROPS lapsed places per write (a DynamoDB expression is limited
+    # to 4 KB: the in-memory store refuses more, as DynamoDB would), and still takes the lock
+    # promptly after the release.
+    dead = list(range(1, 25))
+    arrivals = [0.0] + [0.5 + 0.1 * i for i in dead] + [4.0]
+    run = line_world(arrivals, hold=12.0, kill={i: 3.5 for i in dead})
+    assert run.order() == ["w0", "w25"]
+    assert run.grants[1][1] <= 12.0 + 1.5
+    assert run.store.read(LOCK).line.waiters == ()
+
+
+@pytest.mark.parametrize("seed", range(1, 7))
+def test_a_slow_but_live_waiter_keeps_its_place(seed):
+    # The first waiter's requests and answers take 1.1 s each way (2.2 s a round trip), the
+    # others' a few milliseconds: polls are spaced from their starts, so its beats land every
+    # 2.2 s and its place never looks lapsed (3 s unchanged) to the quick waiter behind it.
+    # (Its take and join take 4.4 s: the third arrives after it is in line.)
+    run = line_world([0.0, 1.0, 6.0], seed=seed, hold=20.0, slow={1: 1.1})
+    assert run.order() == ["w0", "w1", "w2"]
+
+
+def test_a_place_wiped_with_the_record_is_said_so(caplog):
+    from types import SimpleNamespace
+
+    from awsflock.line import Place
+    from awsflock.records import Line, Waiter
+
+    clock = _Shifted(0)
+    run = SimpleNamespace(lock_id=LOCK, holder=None, clock=clock, skew=5.0, line=Line())
+    place = Place(run, "00000000000000aa")  # type: ignore[arg-type]
+    me = Waiter(place.ticket, 4, Identity(owner="me"), 1, 1)
+    place.observe(Line(5, (me,), 1))
+    assert place.state == "in"
+    with caplog.at_level(logging.WARNING, logger="awsflock"):
+        place.observe(Line(0, (), None))  # the record was replaced: numbering starts over
+    assert place.state == "out"
+    assert "the lock's record was replaced (by awsflock 0.2.0, or deleted by TTL)" in caplog.text
+    place.observe(Line(5, (me,), 1))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="awsflock"):
+        place.observe(Line(9, (), None))  # the same record: our polls stopped arriving
+    assert "no poll of ours arrived for 3s: paused, or requests too slow" in caplog.text
+
+
+def test_busy_messages_count_only_live_waiters_and_tell_a_non_fair_waiter_who_goes_first():
+    from awsflock.records import Waiter
+
+    store = MemoryStore()
+    holder = LockTable(store=store, identity=Identity(owner="holder"))
+    lease = holder.acquire(LOCK, lease=60)
+    now = round(holder.clock.time() * 1000)
+    lapsed = now - LINE_LAPSE_MS - 5000 - 1  # not polled for the lapse plus the skew window
+    for number, seen in enumerate((now, lapsed, now)):
+        assert store.join(
+            LOCK, Waiter(f"{number:016x}", 0, Identity(owner="w"), seen, seen)
+        ).applied
+    with pytest.raises(errors.LockBusy) as busy:
+        LockTable(store=store).acquire(LOCK, wait=0)
+    assert busy.value.one_line().endswith(
+        "and 2 waiters are in line for it (--fair): they go first"
+    )
+    lease.release()
+    with pytest.raises(errors.LockBusy) as busy:
+        LockTable(store=store).acquire(LOCK, wait=0)
+    assert "is free, but 2 waiters are in line for it (--fair) and go first" in str(busy.value)

@@ -26,12 +26,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
     LINE_LAPSE_MS,
+    MAX_DROPS,
     Attempt,
     Drops,
     Outcome,
@@ -139,6 +141,8 @@ class _Record:
         )
 
     def unchanged(self, drop: Drops) -> bool:
+        if len(drop) > MAX_DROPS:
+            raise errors.UsageError(f"{len(drop)} places to drop at once; at most {MAX_DROPS}")
         return all(t in self.line and self.line[t].seen_ms == seen for t, seen in drop)
 
     def remove(self, tickets: list[str]) -> None:
@@ -323,24 +327,25 @@ class MemoryStore:
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
         with self._mutex:
             record = self._records.get(lock_id)
-            if (
-                record is None
-                or waiter.ticket in record.line
-                or record.next_number != waiter.number
-            ):
+            if record is None or waiter.ticket in record.line:
                 return self._outcome(False, lock_id, record, None)
-            record.line[waiter.ticket] = waiter
-            record.next_number = waiter.number + 1
+            record.line[waiter.ticket] = dataclasses.replace(waiter, number=record.next_number)
+            record.next_number += 1
             record.polled_ms = waiter.seen_ms
             return self._outcome(True, lock_id, record, None)
 
     def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
         with self._mutex:
             record = self._records.get(lock_id)
-            if record is None or ticket not in record.line or not record.unchanged(drop):
+            if (
+                record is None
+                or ticket not in record.line
+                or record.line[ticket].seen_ms >= now_ms
+                or not record.unchanged(drop)
+            ):
                 return self._outcome(False, lock_id, record, None)
             record.line[ticket] = dataclasses.replace(record.line[ticket], seen_ms=now_ms)
-            record.polled_ms = now_ms
+            record.polled_ms = max(record.polled_ms or 0, now_ms)
             record.remove([t for t, _ in drop])
             return self._outcome(True, lock_id, record, None)
 

@@ -362,14 +362,12 @@ class StoreConformance:
         refused = lab.join(name, ticket(1), 0)
         assert not refused.applied and refused.lock is None  # a place never creates a record
         lab.take(name)
-        first = lab.join(name, ticket(1), 0, owner="ana")
+        # The store numbers the places: the number a waiter sends is not used.
+        first = lab.join(name, ticket(1), 7, owner="ana")
         assert first.applied
         assert [(w.ticket, w.number) for w in first.line.waiters] == [(ticket(1), 0)]
         assert first.line.next_number == 1 and first.line.polled_ms == lab.now
-        # A join with a number already handed out is refused (another waiter was first).
-        late = lab.join(name, ticket(2), 0, at=5)
-        assert not late.applied and late.line.next_number == 1
-        second = lab.join(name, ticket(2), 1, at=5, owner="bo")
+        second = lab.join(name, ticket(2), 0, at=5, owner="bo")
         assert second.applied
         waiter = second.line.waiters[0]
         assert (waiter.identity.owner, waiter.identity.host, waiter.identity.pid) == (
@@ -378,11 +376,41 @@ class StoreConformance:
             7,
         )
         assert waiter.identity.ci_url == "https://ci/1" and waiter.since_ms == lab.now
-        assert [w.number for w in second.line.waiters] == [0, 1]
-        # A retried join (its first try landed): refused, and it shows the place.
-        again = lab.join(name, ticket(2), 2, at=6)
-        assert not again.applied and again.line.find(ticket(2)) is not None
+        assert [(w.ticket, w.number) for w in second.line.waiters] == [
+            (ticket(1), 0),
+            (ticket(2), 1),
+        ]
+        # A retried join (its first try landed): refused, and it shows the place as it was.
+        again = lab.join(name, ticket(2), 0, at=6)
+        assert not again.applied and again.line.find(ticket(2)).number == 1  # type: ignore[union-attr]
+        assert again.line.next_number == 2
         assert lab.store.read(name).line == second.line
+
+    def test_a_beat_never_goes_back_in_time(self, lab: Lab):
+        name = lab.name()
+        lab.take(name)
+        lab.join(name, ticket(1), 0)
+        assert lab.beat(name, ticket(1), at=2000).applied
+        # A beat that lands after a later one (or a retry of one that landed) changes nothing,
+        # so it cannot make the line look unpolled to an acquire without a ticket.
+        late = lab.beat(name, ticket(1), at=1000)
+        assert not late.applied and late.line.polled_ms == lab.now + 2000
+        assert not lab.beat(name, ticket(1), at=2000).applied
+        assert lab.beat(name, ticket(1), at=2001).applied
+
+    def test_the_lines_latest_poll_never_goes_back(self, lab: Lab):
+        name = lab.name()
+        lab.take(name)
+        lab.join(name, ticket(1), 0)
+        lab.join(name, ticket(2), 0)
+        assert lab.beat(name, ticket(1), at=3000).applied
+        # A waiter whose clock is behind (or whose beat was made earlier and lands now) still
+        # beats, but the line's latest poll stays the later one.
+        behind = lab.beat(name, ticket(2), at=2000)
+        assert behind.applied and behind.line.find(ticket(2)).seen_ms == lab.now + 2000  # type: ignore[union-attr]
+        assert behind.line.polled_ms == lab.now + 3000
+        assert lab.store.read(name).line.polled_ms == lab.now + 3000
+        assert lab.beat(name, ticket(2), at=3500).line.polled_ms == lab.now + 3500
 
     def test_beat_marks_a_place_polled_and_drops_only_unchanged_places(self, lab: Lab):
         name = lab.name()

@@ -387,3 +387,34 @@ def test_an_acquire_stopped_by_term_or_hup_gives_up_its_place_at_once(
     release(awsflock, lock_name, holder["lease_id"])
     assert first.wait(timeout=20) == 0, first.stderr()
     release(awsflock, lock_name, first.stdout().strip())
+
+
+def test_a_burst_of_dead_places_does_not_stop_a_fair_waiter(awsflock: Cli, lock_name, spawn):
+    # 100 places whose waiters never poll (a cancelled batch of jobs), written straight into
+    # the record. A fair waiter behind them removes them a bounded number per write: a single
+    # write removing all of them would exceed DynamoDB's 4 KB expression limit (DynamoDB Local
+    # enforces it; moto answers such a request with an HTTP 500; dynalite accepts it).
+    from awsflock.records import Identity
+    from awsflock.records import Waiter as Place
+    from awsflock.stores.dynamodb import DynamoDBStore
+    from tests.servers import local_client
+
+    (holder,) = hold(awsflock, [lock_name])
+    store = DynamoDBStore(awsflock.table, local_client(awsflock.endpoint))
+    now_ms = round(time.time() * 1000)
+    for n in range(100):
+        place = Place(f"{n:016x}", 0, Identity(owner=f"dead-{n}"), now_ms, now_ms)
+        assert store.join(lock_name, place).applied
+    (live,) = arrive(
+        spawn, ["live"], lambda name: ["acquire", lock_name, "--fair", "--owner", name]
+    )
+    assert "101st in line" in live.wait_in_line() and "and 95 more" in live.wait_in_line()
+    # Lapse (3 s) plus a poll or two, then five polls removing at most 20 places each.
+    deadline = time.monotonic() + LAPSE + 7 * LONGEST_POLL + 2 * SLACK
+    while [p["owner"] for p in line_of(awsflock, lock_name)] != ["live"]:
+        assert time.monotonic() < deadline, line_of(awsflock, lock_name)
+        time.sleep(0.2)
+    release(awsflock, lock_name, holder["lease_id"])
+    assert live.wait(timeout=20) == 0, live.stderr()
+    assert line_of(awsflock, lock_name) == []
+    release(awsflock, lock_name, live.stdout().strip())

@@ -25,7 +25,7 @@ read-then-put never succeeds across a write of ours.
 from __future__ import annotations
 
 from awsflock.protocol import Drops
-from awsflock.stores.dynamodb.items import HISTORY, POLLED, history_names
+from awsflock.stores.dynamodb.items import HISTORY, NUMBER, POLLED, history_names
 from awsflock.stores.dynamodb.items import PLACE as W
 
 
@@ -192,26 +192,40 @@ def in_line(ticket: str, drop: Drops) -> str:
 
 def leave_line(tickets: list[str]) -> tuple[str, str]:
     """The SET and REMOVE clauses that take ``tickets``' places out of the line."""
-    removes = [f"#{prefix}{t}" for t in tickets for prefix in (W, POLLED)]
+    removes = [f"#{prefix}{t}" for t in tickets for prefix in (W, NUMBER, POLLED)]
     return "#qlen = if_not_exists(#qlen, :zero) - :gone", ", ".join(removes)
 
 
-def join_condition(first: bool, ticket: str) -> str:
-    """The record exists (a place never creates one), the ticket has no place, and the next
-    number is still the one the waiter takes."""
-    number = "attribute_not_exists(#qn)" if first else "#qn = :number"
-    return f"attribute_exists(#lock_id) AND attribute_not_exists(#{W}{ticket}) AND {number}"
+def join_condition(ticket: str) -> str:
+    """The record exists (a place never creates one) and the ticket has no place yet."""
+    return f"attribute_exists(#lock_id) AND attribute_not_exists(#{W}{ticket})"
 
 
 def join_update(ticket: str) -> str:
+    """The place gets the next number and the counter goes up, in one write (SET clauses read
+    the item as it was before it: DynamoDB's rule; moto applies them in order, hence the
+    number before the counter)."""
     return (
-        f"SET #{W}{ticket} = :entry, #{POLLED}{ticket} = :seen, #qn = :next,"
+        f"SET #{W}{ticket} = :entry, #{NUMBER}{ticket} = if_not_exists(#qn, :zero),"
+        f" #{POLLED}{ticket} = :seen, #qn = if_not_exists(#qn, :zero) + :one,"
         " #qlen = if_not_exists(#qlen, :zero) + :one, #qpoll = :seen"
     )
 
 
-def beat_update(ticket: str, drop: Drops) -> str:
-    update = f"SET #{POLLED}{ticket} = :now_ms, #qpoll = :now_ms"
+#: The line's latest poll is only ever raised (DynamoDB has no max(): a beat that would lower it
+#: is sent again without it).
+RAISES_POLLED = "(attribute_not_exists(#qpoll) OR #qpoll < :now_ms)"
+
+
+def beat_condition(ticket: str, drop: Drops, raise_polled: bool) -> str:
+    """The place exists with an earlier poll (a beat that lands late changes nothing, so it
+    cannot make the line look unpolled), and the dropped places are unchanged."""
+    condition = in_line(ticket, drop) + f" AND #{POLLED}{ticket} < :now_ms"
+    return condition + (f" AND {RAISES_POLLED}" if raise_polled else "")
+
+
+def beat_update(ticket: str, drop: Drops, raise_polled: bool) -> str:
+    update = f"SET #{POLLED}{ticket} = :now_ms" + (", #qpoll = :now_ms" if raise_polled else "")
     if not drop:
         return update
     sets, removes = leave_line([t for t, _ in drop])

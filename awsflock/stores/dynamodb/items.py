@@ -17,8 +17,8 @@ reads and writes; the others are ours, and a 0.2.0 client that overwrites an ite
 
 The line of fair waiters lives in the same item too: ``qn`` (the number the next waiter gets),
 ``qlen`` (how many places), ``qpoll`` (the latest poll of any waiter, epoch ms), and per waiter
-``w_<ticket>`` (its number and who it is, as compact JSON, written once) and ``b_<ticket>``
-(its last poll, epoch ms).
+``w_<ticket>`` (who it is, as compact JSON, written once), ``n_<ticket>`` (its number) and
+``b_<ticket>`` (its last poll, epoch ms).
 
 A pool of N slots lives in the same item: ``slots`` = N, and slot i's lease attributes are
 prefixed ``s{i}_``. Because plain lock and pool share one item, holders that disagree on the
@@ -59,6 +59,7 @@ A_LINE_LEN = "qlen"
 A_LINE_POLLED = "qpoll"
 PLACE = "w_"  # + ticket: the waiter's number and identity (JSON)
 POLLED = "b_"  # + ticket: the waiter's last poll (epoch ms)
+NUMBER = "n_"  # + ticket: the waiter's number in line
 
 #: A ticket: 16 lowercase hex digits (it is part of attribute names).
 TICKET = re.compile(r"[0-9a-f]{16}")
@@ -184,7 +185,6 @@ def place_entry(waiter: Waiter) -> str:
     """The ``w_<ticket>`` value: compact JSON, written once when the waiter joins."""
     who = waiter.identity
     data = {
-        "n": waiter.number,
         "o": who.owner,
         "h": who.host,
         "p": who.pid,
@@ -207,7 +207,7 @@ def line_from_item(item: dict[str, Any]) -> Line:
             seen = from_attr(item[POLLED + ticket])
             waiter = Waiter(
                 ticket=ticket,
-                number=int(data["n"]),
+                number=int(from_attr(item[NUMBER + ticket])),
                 identity=Identity(
                     owner=str(data.get("o", "")),
                     host=str(data.get("h", "")),

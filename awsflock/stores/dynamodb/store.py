@@ -30,6 +30,7 @@ from awsflock.protocol import (
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
     LINE_LAPSE_MS,
+    MAX_DROPS,
     MIN_TRY,
     Attempt,
     Drops,
@@ -138,6 +139,8 @@ class DynamoDBStore:
         self._local = threading.local()  # this thread's budget and per-try timeout
         # None until we learn whether a failed conditional write returns the old item.
         self._ccf_returns_item: bool | None = None
+        #: The latest poll of each lock's line that an answer showed (see ``beat``).
+        self._polled: dict[str, int] = {}
 
     # -- client -------------------------------------------------------------------------------
 
@@ -380,19 +383,12 @@ class DynamoDBStore:
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
         """Take a place in the lock's line under the next number (see ``LockStore.join``)."""
         _check_tickets(waiter.ticket, ())
-        values = {
-            "entry": place_entry(waiter),
-            "seen": waiter.seen_ms,
-            "number": waiter.number,
-            "next": waiter.number + 1,
-            "zero": 0,
-            "one": 1,
-        }
+        values = {"entry": place_entry(waiter), "seen": waiter.seen_ms, "zero": 0, "one": 1}
         return self._conditional_update(
             "join",
             lock_id,
             expressions.join_update(waiter.ticket),
-            expressions.join_condition(waiter.number == 0, waiter.ticket),
+            expressions.join_condition(waiter.ticket),
             values,
             None,
         )
@@ -402,14 +398,37 @@ class DynamoDBStore:
         _check_tickets(ticket, drop)
         values: dict[str, Any] = {"now_ms": now_ms, "zero": 0, "gone": len(drop)}
         values.update(_drop_values(drop))
-        return self._conditional_update(
-            "beat",
-            lock_id,
-            expressions.beat_update(ticket, drop),
-            expressions.in_line(ticket, drop),
-            values,
-            None,
-        )
+
+        def send(raise_polled: bool) -> Outcome:
+            outcome = self._conditional_update(
+                "beat",
+                lock_id,
+                expressions.beat_update(ticket, drop, raise_polled),
+                expressions.beat_condition(ticket, drop, raise_polled),
+                values,
+                None,
+            )
+            if outcome.line.polled_ms is not None:
+                self._polled[lock_id] = outcome.line.polled_ms
+            return outcome
+
+        # Raise the line's latest poll unless it is known to be later already (another
+        # waiter's clock is ahead of ours): then, or if that alone refused it, beat without.
+        known = self._polled.get(lock_id)
+        if known is not None and known >= now_ms:
+            return send(False)
+        outcome = send(True)
+        mine = outcome.line.find(ticket)
+        if (
+            not outcome.applied
+            and mine is not None
+            and mine.seen_ms < now_ms
+            and outcome.line.polled_ms is not None
+            and outcome.line.polled_ms >= now_ms
+            and all(_seen(outcome, t) == seen for t, seen in drop)
+        ):
+            return send(False)
+        return outcome
 
     def leave(self, lock_id: str, ticket: str) -> Outcome:
         """Remove the ticket's place from the line."""
@@ -731,10 +750,18 @@ class DynamoDBStore:
 
 
 def _check_tickets(ticket: str, drop: Drops) -> None:
-    """Tickets become parts of attribute names: only the library's own form is accepted."""
+    """Tickets become parts of attribute names: only the library's own form is accepted, and
+    at most MAX_DROPS of them are dropped at once (the expression stays within 4 KB)."""
+    if len(drop) > MAX_DROPS:
+        raise errors.UsageError(f"{len(drop)} places to drop at once; at most {MAX_DROPS}")
     for t in (ticket, *(t for t, _ in drop)):
         if not TICKET.fullmatch(t):
             raise errors.UsageError(f"not a ticket: {t!r}", hint="tickets are 16 hex digits")
+
+
+def _seen(outcome: Outcome, ticket: str) -> int | None:
+    waiter = outcome.line.find(ticket)
+    return None if waiter is None else waiter.seen_ms
 
 
 def _drop_values(drop: Drops) -> dict[str, Any]:

@@ -26,6 +26,10 @@ ACTIONS = {
     "resize": "UpdateItem",
     "audit": "PutItem",
     "audit_void": "UpdateItem",
+    # the line of fair waiters
+    "join": "UpdateItem",
+    "beat": "UpdateItem",
+    "leave": "UpdateItem",
 }
 
 _THROTTLE_CODES = {
