@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from tests.simulation.__main__ import run_many
-from tests.simulation.mutants import MUTANTS
+from tests.simulation.mutants import MUTANTS, ORDER_ONLY
 from tests.simulation.network import Faults
 from tests.test_simulation import HALF_BUDGET
 
@@ -46,6 +46,8 @@ def test_each_known_bug_put_back_is_found(name):
         )
     spent = sum(r.operations for r in results)
     assert failed is not None, f"{name}: not found in {spent} operations"
+    if name in ORDER_ONLY:
+        assert "line of" in (failed.violation or ""), failed.violation
 
 
 @pytest.mark.timeout(600)

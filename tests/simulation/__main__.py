@@ -95,10 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--late-by", type=float, help="how late a late request may land (default 5 s)"
     )
+    parser.add_argument(
+        "--late", type=float, help="the share of tries that land late (default 0.02)"
+    )
     args = parser.parse_args(argv)
     faults = Faults()
     if args.late_by is not None:
         faults.late_by = (min(0.5, args.late_by), args.late_by)
+    if args.late is not None:
+        faults.late = args.late
     mutant: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if args.mutant:
         names = [name for name in MUTANTS if name.startswith(args.mutant)]
@@ -135,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         f"({operations / wall:.0f} operations and {virtual / wall:.0f} virtual seconds per "
         "second)"
     )
+    print(
+        f"{sum(r.fair_grants for r in results)} grants to the head of a line of fair waiters, "
+        f"{sum(r.lapsed for r in results)} lapsed places removed from lines"
+    )
     known = sum(r.known_limit for r in results)
     if known:
         print(f"{known} times the known limit: a late take restarted a deleted lock's tokens")
@@ -146,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = f" --mutant {args.mutant!r}" if args.mutant else ""
     if args.late_by is not None:
         extra += f" --late-by {args.late_by}"
+    if args.late is not None:
+        extra += f" --late {args.late}"
     print(f"replay: {failed.replay(args.ops, args.store)}{extra}")
     return 1
 

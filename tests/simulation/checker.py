@@ -18,6 +18,39 @@
   attempt it could not settle); at the end, none at all.
 - **Audited**: every lease an operator force-released has exactly one audit record.
 - **API contract**: the library raises only ``AwsflockError``s, and returns what it says.
+- **Fair waiters keep their order** (``fair=True``): no step the store applies passes over or
+  removes a *live* place in a lock's (or pool's) line. Passing over: a take with a ticket while
+  a live place with a lower number is in line (only the head of the line takes); a take without
+  one while any live place is in line (non-fair acquires never jump a live line). Removing: a
+  beat or take whose ``drop`` removes a live place (only lapsed places are dropped). A place is
+  *live* at a step when the poll that wrote its current ``seen_ms`` (its join, or the latest of
+  its beats to land) was *made* (its first try sent, which is when its waiter read its clock)
+  less than ``LINE_LAPSE_MS`` of true time before the step was made.
+
+  This is what "fair waiters that stay alive and keep polling are served in order of arrival"
+  can be checked as, step by step. A waiter that keeps polling (every 0.75 to 1.25 s, its beats
+  landing at once) always has a poll made less than 3 s ago, so it is never passed over and its
+  place never dropped: no later arrival is granted before it. A waiter that stops polling stops
+  making polls, and its place stops being live 3 s after the last one: a process paused or
+  killed, and one whose beat met a fault that stalls it (lost, late, answer lost, an outage:
+  each holds the call for its request timeout, 5 s) or was retried for seconds (its ``now_ms``
+  is the first try's). A beat that lands late writes the old time it carries, so it makes its
+  place no younger than that. No process state enters the check: a place whose waiter was just
+  paused or killed is live until 3 s after its last poll, as the protocol promises too (a waiter
+  drops only a place it saw unchanged for 3 s of its monotonic clock, and the place's own take
+  or beat changes it; the store lets a take without a ticket through only once the line's
+  ``polled_ms`` is 3 s plus the skew window old).
+
+  Clocks: a waiter's lapse judgement uses its monotonic clock only (true time here), so fair
+  takes and drops need no allowance. The store judges "line clear" by ``polled_ms`` (the latest
+  time any poll carried, by its waiter's clock: it only ever rises) against the taker's ``now_ms`` (by
+  its own clock) minus ``LINE_LAPSE_MS`` and the skew window. Every simulated clock is within
+  ``CLOCK_ERROR`` (half the skew window) of true time, so two differ by at most the skew window,
+  and the store's allowance covers the worst case exactly: a take it lets through was made at
+  least ``LINE_LAPSE_MS`` of true time after that poll was made. So the check needs no slack
+  and uses true times only; a violation is a take the store should have refused. Not checked:
+  a line lost with its record (TTL deletion, awsflock 0.2.0's overwrite), which the README
+  documents (the waiters join again in the order their joins land).
 """
 
 from __future__ import annotations
@@ -25,8 +58,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from awsflock.protocol import Attempt, Outcome
-from awsflock.records import LockRecord
+from awsflock.protocol import LINE_LAPSE_MS, Attempt, Outcome
+from awsflock.records import Line, LockRecord, Waiter
 from tests.simulation.world import EPOCH, Proc, World
 
 Key = tuple[str, "int | None"]  # (lock name, slot)
@@ -72,6 +105,14 @@ class Checker:
         self.known_limit = 0
         #: Lease ids whose force-release failed without an answer (it may have applied).
         self.force_unsettled: set[str] = set()
+        #: Places in line: (lock name, ticket) -> (its seen_ms, the true time the poll that
+        #: wrote it was made).
+        self.polls: dict[tuple[str, str], tuple[int, float]] = {}
+        #: Lock name -> (ticket, made) of the latest poll to land: what the store's polled_ms is.
+        self.last_poll: dict[str, tuple[str, float]] = {}
+        #: Grants to the head of a line, and lapsed places removed (the fairness check's reach).
+        self.fair_grants = 0
+        self.lapsed = 0
         #: Lease ids some client was told it holds (a lease it gave up is not a phantom).
         self.known: set[str] = set()
 
@@ -90,11 +131,18 @@ class Checker:
             return self.inner.read(args[0])
         return None
 
-    def applied(self, operation: str, args: tuple[Any, ...], result: Any, before: Any) -> None:
-        if operation == "take" and isinstance(result, Outcome) and result.applied:
+    def applied(
+        self, operation: str, args: tuple[Any, ...], result: Any, before: Any, made: float
+    ) -> None:
+        """A step the store applied (``result``: its answer), made at true time ``made``."""
+        if operation in ("join", "beat", "leave"):
+            if isinstance(result, Outcome) and result.applied:
+                self._line_step(operation, args, made)
+        elif operation == "take" and isinstance(result, Outcome) and result.applied:
             attempt: Attempt = args[1]
             key = (args[0], attempt.slot)
             self._check_take(key, attempt, before)
+            self._check_line_take(args[0], attempt, before, made)
             self.grants[key] = self.grants.get(key, 0) + 1
             record = result.record
             assert record is not None
@@ -174,6 +222,84 @@ class Checker:
             plain = before.lock
             if not _free(plain, cutoff):
                 self.fail(f"a live plain lock {name!r} made a pool")
+
+    # -- the line of fair waiters ---------------------------------------------------------------
+
+    def _line_step(self, operation: str, args: tuple[Any, ...], made: float) -> None:
+        name = args[0]
+        if operation == "join":
+            waiter: Waiter = args[1]
+            self.polls[(name, waiter.ticket)] = (waiter.seen_ms, made)
+            self.last_poll[name] = (waiter.ticket, made)
+        elif operation == "beat":
+            ticket, kw = args[1], args[2]
+            self._check_drops(name, kw.get("drop", ()), made, f"a beat of {ticket[:8]}")
+            self.polls[(name, ticket)] = (kw["now_ms"], made)
+            self.last_poll[name] = (ticket, made)
+        else:
+            self.polls.pop((name, args[1]), None)
+
+    def _check_line_take(self, name: str, attempt: Attempt, before: Any, made: float) -> None:
+        """An applied take passed over no live place in line (see the module docstring)."""
+        line: Line = before.line if before is not None else Line()
+        who = f"take by {attempt.lease_id[:8]}"
+        if attempt.ticket is None:
+            for waiter in line.waiters:
+                age = self._poll_age(name, waiter, made)
+                if age < LINE_LAPSE_MS / 1000:
+                    ticket, last = self.last_poll.get(name, ("", made))
+                    self.fail(
+                        f"{who} without a place in line jumped the live line of {name!r}: "
+                        f"place {waiter.number} ({waiter.identity.owner}) polled {age:.3f}s "
+                        f"before it (the latest poll to land, of {ticket[:8]}, was made "
+                        f"{made - last:.3f}s before it)"
+                    )
+            return
+        mine = line.find(attempt.ticket)
+        if mine is None:
+            self.fail(f"{who} with ticket {attempt.ticket[:8]}, not in the line of {name!r}")
+        assert mine is not None
+        self.fair_grants += 1
+        dropped = {ticket for ticket, _ in attempt.drop}
+        for waiter in line.waiters:
+            if waiter.number >= mine.number or waiter.ticket in dropped:
+                continue
+            age = self._poll_age(name, waiter, made)
+            if age < LINE_LAPSE_MS / 1000:
+                self.fail(
+                    f"{who} (place {mine.number}, {mine.identity.owner}) went ahead of the live "
+                    f"place {waiter.number} ({waiter.identity.owner}) in the line of {name!r}, "
+                    f"which polled {age:.3f}s before it"
+                )
+        self._check_drops(name, attempt.drop, made, who)
+        self.polls.pop((name, attempt.ticket), None)
+
+    def _check_drops(
+        self, name: str, drop: tuple[tuple[str, int], ...], made: float, who: str
+    ) -> None:
+        """The places an applied step removed as lapsed (each still showed ``seen_ms``)."""
+        for ticket, seen_ms in drop:
+            polled = self.polls.pop((name, ticket), None)
+            if polled is None or polled[0] != seen_ms:
+                self.fail(f"{who} dropped place {ticket[:8]} of {name!r}, which no poll wrote")
+            assert polled is not None
+            self.lapsed += 1
+            if made - polled[1] < LINE_LAPSE_MS / 1000:
+                self.fail(
+                    f"{who} dropped the live place {ticket[:8]} from the line of {name!r}: it "
+                    f"polled {made - polled[1]:.3f}s before"
+                )
+
+    def _poll_age(self, name: str, waiter: Waiter, made: float) -> float:
+        """How long before ``made`` (true time) the poll behind ``waiter``'s seen_ms was made."""
+        polled = self.polls.get((name, waiter.ticket))
+        if polled is None or polled[0] != waiter.seen_ms:
+            self.fail(
+                f"place {waiter.number} ({waiter.ticket[:8]}) of {name!r} shows a poll "
+                f"({waiter.seen_ms}) no waiter made"
+            )
+        assert polled is not None
+        return made - polled[1]
 
     # -- what clients believe --------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """What the simulated processes do: the real library's API, as users call it.
 
-- ``worker``: acquires (plain locks and a pool, waiting or not), works with fenced writes while
-  its lease is valid by its own clock, renews, and releases or walks away; or uses ``hold()``
-  with its heartbeat and ``check()``.
+- ``worker``: acquires (plain locks and a pool, waiting or not, in line or not: ``fair=True``),
+  works with fenced writes while its lease is valid by its own clock, renews, and releases or
+  walks away; or uses ``hold()`` with its heartbeat and ``check()``.
 - ``operator``: force-releases whatever holds a lock (``awsflock.admin.force_release``) and
   resizes the pool.
 - ``legacy``: awsflock 0.2.0 on the same table: read, then put conditioned on what it read; renew
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 PLAIN = ("L0", "L1")
 POOL = "P"
 SKEW = 5.0
+#: How many acquires wait in line (``fair=True``); the others poll as they always did.
+FAIR = 0.5
 
 
 class Shared:
@@ -96,8 +98,9 @@ class Client:
             return
         wait = self.rng.choice((0.0, 0.0, 5.0, 20.0, 60.0))
         lease_s = self.rng.choice((5.0, 10.0, 20.0, 40.0))
+        fair = self.rng.random() < FAIR
         try:
-            lease = self.table.acquire(name, lease=lease_s, wait=wait, slots=slots)
+            lease = self.table.acquire(name, lease=lease_s, wait=wait, slots=slots, fair=fair)
         except errors.AwsflockError:
             self.checker.no_phantom(self.proc, name)
             raise
@@ -157,7 +160,8 @@ class Client:
             return
         name = self.rng.choice(PLAIN)
         lease_s = self.rng.choice((6.0, 15.0, 30.0))
-        held = self.table.hold(name, lease=lease_s, wait=self.rng.choice((0.0, 30.0)))
+        wait = self.rng.choice((0.0, 30.0))
+        held = self.table.hold(name, lease=lease_s, wait=wait, fair=self.rng.random() < FAIR)
         try:
             held.start()
         except errors.AwsflockError:

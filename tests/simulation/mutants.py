@@ -2,8 +2,8 @@
 
 Findings 1-10 are those of the adversarial review (the issue "Safety holes found by an
 adversarial review"), each reverted the way the code was before its fix; the others are bugs
-of our own making. Each is a context manager that patches the library (or the in-memory store)
-and undoes it on exit.
+of our own making (E-H break the order of fair waiters, never safety). Each is a context
+manager that patches the library (or the in-memory store) and undoes it on exit.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from awsflock import acquisition, admin, lease
+from awsflock import acquisition, admin, lease, line
 from awsflock.hold import heartbeat
 from awsflock.stores import memory
 from awsflock.stores.memory import MemoryStore, _Lease, _Record
@@ -304,6 +304,33 @@ def margin_backwards() -> contextlib.AbstractContextManager[None]:
     return _patched((heartbeat, "default_margin", lambda lease: -10.0))
 
 
+def head_not_checked() -> contextlib.AbstractContextManager[None]:
+    """E. Any fair waiter in line takes the lock when a poll shows it free, not only the head
+    of the line (the store checks only that the taker's place exists)."""
+    return _patched((line.Place, "at_head", lambda self: self.state == "in"))
+
+
+def line_ignored() -> contextlib.AbstractContextManager[None]:
+    """F. A take without a place in line does not look at the line: non-fair acquires jump
+    fair waiters."""
+    return _patched((_Record, "line_clear", lambda self, now_ms, skew_ms: True))
+
+
+def lapse_too_soon() -> contextlib.AbstractContextManager[None]:
+    """G. A waiter takes a place for lapsed after one poll period unchanged, not three: it
+    drops (and goes ahead of) places whose waiters poll a little late (jitter, a retried beat)."""
+    return _patched((line, "LINE_LAPSE_MS", 1000))
+
+
+def line_clear_without_skew() -> contextlib.AbstractContextManager[None]:
+    """H. The store judges a line clear without the skew window: a non-fair taker whose
+    clock runs ahead of a waiter's sees the waiter's last poll older than it is."""
+    clear = _Record.line_clear
+    return _patched(
+        (_Record, "line_clear", lambda self, now_ms, skew_ms: clear(self, now_ms, 0)),
+    )
+
+
 MUTANTS: dict[str, Patch] = {
     "1 late renew beside awsflock 0.2.0": late_renew,
     "2 one lease id per acquire": one_lease_id_per_acquire,
@@ -319,4 +346,12 @@ MUTANTS: dict[str, Patch] = {
     "B renew without the lease id": renew_any_lease,
     "C fencing counter not bumped": fence_not_bumped,
     "D heartbeat margin backwards": margin_backwards,
+    "E any fair waiter takes, not only the head": head_not_checked,
+    "F non-fair take ignores the line": line_ignored,
+    "G place lapses after one poll period": lapse_too_soon,
+    "H line clear without the skew window": line_clear_without_skew,
 }
+
+#: The mutants that break only the order of fair waiters: the fairness invariant must be what
+#: finds them (its messages say "line of" the lock), not some other failure they provoke.
+ORDER_ONLY = {name for name in MUTANTS if name[0] in "EFGH"}

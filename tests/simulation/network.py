@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.protocol import MIN_TRY, Attempt, LockStore, Outcome
+from awsflock.records import Waiter
 from tests.simulation.world import Killed, SimThread, World
 
 BACKOFF_BASE = 0.05
@@ -161,11 +162,11 @@ class SimStore:
             elif fault == "late":
                 low, high = network.faults.late_by
                 when = world.now + world.rng.uniform(low, high)
-                world.at(when, lambda: self._apply_late(operation, args, apply))
+                world.at(when, lambda: self._apply_late(operation, args, apply, start))
                 world.block(wake_at=sent_at + timeout)
             else:
                 network.travel()
-                result = self._apply(operation, args, apply)
+                result = self._apply(operation, args, apply, start)
                 if fault == "answer_lost":
                     world.block(wake_at=sent_at + timeout)
                 else:
@@ -185,20 +186,26 @@ class SimStore:
                 raise error
             world.block(wake_at=world.now + pause)
 
-    def _apply(self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any]) -> Any:
+    def _apply(
+        self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any], made: float
+    ) -> Any:
+        """Apply one try; ``made``: the true time the call was made (its first try sent), which
+        is when the times it carries (``now_ms``, a place's ``seen_ms``) were read."""
         if self.watcher is None:
             return apply()
         before = self.watcher.before(operation, args)
         result = apply()
-        self.watcher.applied(operation, args, result, before)
+        self.watcher.applied(operation, args, result, before, made)
         return result
 
-    def _apply_late(self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any]) -> None:
+    def _apply_late(
+        self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any], made: float
+    ) -> None:
         self.world.note(f"{self.proc_name} {operation}{_short(args)} lands late")
         if self.watcher is not None:
             self.watcher.landing_late = True
         try:
-            self._apply(operation, args, apply)
+            self._apply(operation, args, apply, made)
         finally:
             if self.watcher is not None:
                 self.watcher.landing_late = False
@@ -274,9 +281,17 @@ def _short(args: tuple[Any, ...]) -> str:
     for arg in args:
         if isinstance(arg, Attempt):
             parts.append(f"lease={arg.lease_id[:8]} slot={arg.slot}")
+            if arg.ticket is not None:
+                parts.append(f"ticket={arg.ticket[:8]}")
+            if arg.drop:
+                parts.append("drop=" + ",".join(t[:8] for t, _ in arg.drop))
+        elif isinstance(arg, Waiter):
+            parts.append(f"{arg.ticket[:8]} number={arg.number}")
         elif isinstance(arg, dict):
             if arg.get("slot") is not None:
                 parts.append(f"slot={arg['slot']}")
+            if arg.get("drop"):
+                parts.append("drop=" + ",".join(t[:8] for t, _ in arg["drop"]))
         elif isinstance(arg, str) and len(arg) > 12:
             parts.append(arg[:8])
         else:

@@ -34,6 +34,9 @@ class Result:
     writes: int = 0
     #: Token restarts by a late take on a deleted record: the known limit (README).
     known_limit: int = 0
+    #: Grants to the head of a line of fair waiters; lapsed places removed from a line.
+    fair_grants: int = 0
+    lapsed: int = 0
     virtual_seconds: float = 0.0
     wall_seconds: float = 0.0
     violation: str | None = None
@@ -95,6 +98,8 @@ def simulate(
     result.tries = network.tries
     result.writes = checker.writes
     result.known_limit = checker.known_limit
+    result.fair_grants = checker.fair_grants
+    result.lapsed = checker.lapsed
     result.virtual_seconds = world.now - 1_900_000_000.0
     result.wall_seconds = time.perf_counter() - started
     result.trace = list(world.trace)
