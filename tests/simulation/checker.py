@@ -42,9 +42,9 @@
   ``polled_ms`` is 3 s plus the skew window old).
 
   Clocks: a waiter's lapse judgement uses its monotonic clock only (true time here), so fair
-  takes and drops need no allowance. The store judges "line clear" by ``polled_ms`` (the latest
-  time any poll carried, by its waiter's clock: it only ever rises) against the taker's ``now_ms`` (by
-  its own clock) minus ``LINE_LAPSE_MS`` and the skew window. Every simulated clock is within
+  takes and drops need no allowance. The store judges "line clear" by ``polled_ms`` (the
+  latest time any poll carried, by its waiter's clock: it only ever rises) against the taker's
+  ``now_ms`` (by its own clock) minus ``LINE_LAPSE_MS`` and the skew window. Every simulated clock is within
   ``CLOCK_ERROR`` (half the skew window) of true time, so two differ by at most the skew window,
   and the store's allowance covers the worst case exactly: a take it lets through was made at
   least ``LINE_LAPSE_MS`` of true time after that poll was made. So the check needs no slack
