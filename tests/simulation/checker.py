@@ -44,13 +44,14 @@
   Clocks: a waiter's lapse judgement uses its monotonic clock only (true time here), so fair
   takes and drops need no allowance. The store judges "line clear" by ``polled_ms`` (the
   latest time any poll carried, by its waiter's clock: it only ever rises) against the taker's
-  ``now_ms`` (by its own clock) minus ``LINE_LAPSE_MS`` and the skew window. Every simulated clock is within
-  ``CLOCK_ERROR`` (half the skew window) of true time, so two differ by at most the skew window,
-  and the store's allowance covers the worst case exactly: a take it lets through was made at
-  least ``LINE_LAPSE_MS`` of true time after that poll was made. So the check needs no slack
-  and uses true times only; a violation is a take the store should have refused. Not checked:
-  a line lost with its record (TTL deletion, awsflock 0.2.0's overwrite), which the README
-  documents (the waiters join again in the order their joins land).
+  ``now_ms`` (by its own clock) minus ``LINE_LAPSE_MS`` and the skew window. Every simulated
+  clock is within ``CLOCK_ERROR`` (half the skew window) of true time, so two differ by at most
+  the skew window, and the store's allowance covers the worst case exactly: a take it lets
+  through was made at least ``LINE_LAPSE_MS`` of true time after that poll was made. So the
+  check needs no slack and uses true times only; a violation is a take the store should have
+  refused. Not checked: a line lost with its record (TTL deletion, awsflock 0.2.0's
+  overwrite), which the README documents (the waiters join again in the order their joins
+  land).
 """
 
 from __future__ import annotations
