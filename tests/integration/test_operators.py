@@ -136,7 +136,7 @@ def test_list_streams_every_lock_over_several_pages(big_table):
     assert {r["lock_id"] for r in rows} == {f"job-{i:05d}" for i in range(1200)}
     assert sum(r["state"] == "expired" for r in rows) == 400
     held = big_table("list", "--held").stdout.splitlines()
-    assert held[0].split() == ["STATE", "EXPIRES", "HELD", "FOR", "OWNER", "LOCK_ID"]
+    assert held[0].split() == ["STATE", "EXPIRES", "HELD", "FOR", "OWNER", "WAITING", "LOCK_ID"]
     assert len(held) == 1 + 800
     expired = big_table("list", "--expired", "--json").stdout.splitlines()
     assert len(expired) == 400
