@@ -328,10 +328,16 @@ class LockTable:
         held.released = True
 
     def renew_lease(
-        self, lock_id: str, lease_id: str, *, lease: float | str = DEFAULT_LEASE
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        lease: float | str = DEFAULT_LEASE,
+        keeper: str | None = None,
     ) -> Lease:
         """Extend the lease ``lease_id`` on ``lock_id`` from now. Raises NotHeld if it is not
-        ours any more: released, force-released, expired, or taken by another."""
+        ours any more: released, force-released, expired, or taken by another. ``keeper``:
+        record who keeps it alive from now on (shown by ``status``)."""
         check_lock_id(lock_id)
         lease_id = check_lease_id(lease_id)
         lease_s = lease_seconds(lease)
@@ -343,6 +349,7 @@ class LockTable:
             lease_ms=_ms(lease_s),
             skew_ms=_ms(self.skew),
             slot=slot,
+            **({} if keeper is None else {"keeper": keeper}),
         )
         record = outcome.record
         if not outcome.applied or record is None:

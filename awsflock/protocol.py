@@ -165,10 +165,13 @@ class LockStore(Protocol):
         lease_ms: int,
         skew_ms: int,
         slot: int | None = None,
+        keeper: str | None = None,
     ) -> Outcome:
         """Extend the lease to ``now_ms + lease_ms`` if it is ``lease_id``, not ended and not
         run out at ``now_ms`` (a renew never revives a lease), and the slot is still in the
-        pool (a plain lease: the record is not a pool)."""
+        pool (a plain lease: the record is not a pool). ``keeper``: who keeps the lease alive
+        from now on (``acquire --keep-alive``'s renewer), recorded with it until the next
+        grant."""
         ...
 
     def release(

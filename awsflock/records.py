@@ -140,6 +140,8 @@ class LockRecord:
     forced_at: float | None = None
     #: True when the item was written by awsflock 0.2.0 (it lacks our attributes).
     legacy: bool = False
+    #: Who keeps this lease alive in the background (``acquire --keep-alive``): host, pid.
+    keeper: str = ""
     #: The lock's line of fair waiters (on a plain lock's record; a pool has its own).
     line: Line = field(default=NO_LINE, compare=False, repr=False)
     #: The store's raw fields (for debugging; their names are the store's own).

@@ -56,6 +56,7 @@ def view(
             "held_for_s": round(now - record.acquired_at, 3) if record.acquired_at else None,
             "lease_duration_s": record.lease_duration,
             "legacy_client": record.legacy,
+            "kept_alive_by": record.keeper or None,
             "long_held": bool(record.acquired_at and now - record.acquired_at > LONG_HELD),
         }
     )
@@ -161,6 +162,8 @@ def _render_status(data: dict[str, Any], label: str) -> str:
     rows.append(("expires", f"{data['expires_at']} ({when})"))
     if data.get("lease_duration_s"):
         rows.append(("lease", format_seconds(data["lease_duration_s"])))
+    if data.get("kept_alive_by"):
+        rows.append(("kept alive", f"by {data['kept_alive_by']} (acquire --keep-alive)"))
     if data.get("fencing_token") is not None:
         rows.append(("fencing token", str(data["fencing_token"])))
     if data.get("lease_id"):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -34,6 +37,20 @@ from awsflock.cli.options import (
 @slots_option
 @fair_option
 @click.option(
+    "--keep-alive",
+    is_flag=True,
+    help="Keep the lease alive in the background while the calling shell lives (a short "
+    "lease, 1 minute unless --lease-duration says otherwise, renewed every third of it), and "
+    "release it when that shell exits. `release` stops the renewer.",
+)
+@click.option(
+    "--while-pid",
+    type=click.IntRange(1),
+    metavar="PID",
+    help="With --keep-alive: follow process PID instead of the calling shell (e.g. $$ in a "
+    "script, $PPID in a GitHub Actions step). Implies --keep-alive.",
+)
+@click.option(
     "--conflict-exit-code",
     type=click.IntRange(0, 255),
     default=3,
@@ -51,6 +68,8 @@ def acquire(
     conflict_exit_code: int,
     slots: int | None,
     fair: bool,
+    keep_alive: bool,
+    while_pid: int | None,
 ) -> None:
     """Take LOCK_ID and print the LEASE_ID (exit 3 if another holds it).
 
@@ -62,6 +81,20 @@ def acquire(
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
     the holder with a failed conditional write).
     """
+    keep_alive = keep_alive or while_pid is not None
+    follow = 0
+    if keep_alive:
+        from awsflock.hold import keepalive
+
+        follow = while_pid or os.getppid()
+        if not keepalive.alive(follow):
+            raise errors.UsageError(
+                f"there is no process {follow} to keep the lease alive for",
+                hint="give --while-pid the pid of a running process (e.g. $$)",
+            )
+        source = click.get_current_context().get_parameter_source("lease_duration")
+        if source == click.core.ParameterSource.DEFAULT:
+            lease_duration = KEEP_ALIVE_LEASE
     table = common.table(owner)
     wait = 0.0 if no_wait else wait_time
     try:
@@ -94,7 +127,50 @@ def acquire(
                 error=type(exc).__name__,
             )
         raise click.exceptions.Exit(conflict_exit_code) from None
+    if keep_alive:
+        _keep_alive(common, table, lease, follow)
     print_lease(lease, as_json)
+
+
+#: The default lease of ``acquire --keep-alive``: short, since it is renewed.
+KEEP_ALIVE_LEASE = 60.0
+
+
+def _keep_alive(common: Common, table: Any, lease: Any, follow: int) -> None:
+    """Start the renewer of a lease just taken; if it cannot start, give the lease back."""
+    from awsflock.hold import keepalive
+
+    try:
+        keepalive.spawn(
+            common.store_options(), lease.lock_id, lease.lease_id, lease.lease_duration, follow
+        )
+    except errors.AwsflockError:
+        with contextlib.suppress(errors.AwsflockError):
+            table.release_lease(lease.lock_id, lease.lease_id)
+        raise
+
+
+@cli.command("keep-alive", context_settings=CONTEXT, hidden=True)
+@click.argument("lock_id", metavar="LOCK_ID")
+@click.argument("lease_id", metavar="LEASE_ID")
+@common_options
+@lease_option("1 minute", "Lease length; renewed every third of it.")
+@click.option("--while-pid", type=click.IntRange(1), required=True, metavar="PID")
+@click.option("--while-pid-start", default="-", metavar="TICKS")
+def keep_alive_command(
+    common: Common,
+    lock_id: str,
+    lease_id: str,
+    lease_duration: float,
+    while_pid: int,
+    while_pid_start: str,
+) -> None:
+    """The renewer that `acquire --keep-alive` leaves behind (not for direct use)."""
+    from awsflock.hold.keepalive import serve
+
+    started = "" if while_pid_start == "-" else while_pid_start
+    code = serve(common.table(), lock_id, lease_id, lease_duration, while_pid, started, sys.stdout)
+    raise click.exceptions.Exit(code)
 
 
 @contextlib.contextmanager
@@ -159,7 +235,10 @@ def release(common: Common, lock_id: str, lease_id: str, as_json: bool) -> None:
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
     the item with a failed conditional write).
     """
+    from awsflock.hold import keepalive
+
     table = common.table()
+    keepalive.stop(lease_id)  # a renewer of it on this host stops first, without releasing
     table.release_lease(lock_id, lease_id)
     if as_json:
         emit({"lock_id": lock_id, "released": True})

@@ -53,6 +53,19 @@ class Common:
     skew: float
     request_timeout: float = 5.0
 
+    def store_options(self) -> list[str]:
+        """These options as command-line arguments (for ``acquire --keep-alive``'s renewer)."""
+        argv = ["--tablename", self.tablename, "--skew", f"{self.skew}s"]
+        argv += ["--request-timeout", f"{self.request_timeout}s"]
+        for name, value in (
+            ("--region", self.region),
+            ("--profile", self.profile),
+            ("--endpoint-url", self.endpoint_url),
+        ):
+            if value:
+                argv += [name, value]
+        return argv
+
     def table(self, owner: str | None = None) -> Any:
         """The LockTable these options name (the import of the library happens here)."""
         from awsflock.lease import LockTable

@@ -183,6 +183,14 @@ class Hold:
         self._next_renew = self._lease.acquired_at + self.interval
         return self._lease
 
+    def adopt(self, lease: HeldLease) -> None:
+        """Instead of ``acquire()``: keep a lease already held (``acquire --keep-alive``'s
+        renewer, which is handed the lease by the process that took it)."""
+        if self._lease is not None:
+            raise errors.UsageError("the hold was already started")
+        self._lease = lease
+        self._next_renew = self.clock.time() + self.interval
+
     def start_renewing(self) -> None:
         """The second half of ``start()``: the renewal thread."""
         if self._thread is not None:

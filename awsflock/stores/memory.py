@@ -70,6 +70,7 @@ class _Lease:
     forced_by: str = ""
     forced_reason: str = ""
     forced_ms: int | None = None
+    keeper: str = ""
 
     def owned_by(self, lease_id: str) -> bool:
         return self.lease == lease_id if self.lease else self.version == lease_id
@@ -118,6 +119,7 @@ class _Lease:
             forced_reason=self.forced_reason,
             forced_at=None if self.forced_ms is None else self.forced_ms / 1000,
             legacy=self.fence is None and self.expires_ms is None,
+            keeper=self.keeper,
         )
 
 
@@ -265,6 +267,7 @@ class MemoryStore:
         lease_ms: int,
         skew_ms: int,
         slot: int | None = None,
+        keeper: str | None = None,
     ) -> Outcome:
         with self._mutex:
             record = self._records.get(lock_id)
@@ -278,6 +281,8 @@ class MemoryStore:
             lease.lease_ms = lease_ms
             lease.expires_ms = expires_ms
             lease.expires_s = _seconds(expires_ms + skew_ms)
+            if keeper is not None:
+                lease.keeper = keeper
             return self._outcome(True, lock_id, record, slot)
 
     def release(

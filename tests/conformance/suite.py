@@ -195,6 +195,20 @@ class StoreConformance:
         assert record.fencing_token == lab.held(taken).fencing_token
         assert record.lease_id == lease_id and record.version != lab.held(taken).version
 
+    def test_renew_records_the_keeper_until_the_next_grant(self, lab: Lab):
+        name = lab.name()
+        lease_id, taken = lab.take(name, lease=1000)
+        assert lab.held(taken).keeper == ""
+        kept = lab.store.renew(
+            name, lease_id, now_ms=lab.now + 10, lease_ms=1000, skew_ms=SKEW, keeper="host h, pid 7"
+        )
+        assert kept.applied and lab.held(kept).keeper == "host h, pid 7"
+        # A renew without one leaves it; the next holder's lease starts without it.
+        assert lab.held(lab.renew(name, lease_id, at=20, lease=1000)).keeper == "host h, pid 7"
+        assert lab.release(name, lease_id, at=30).applied
+        _, again = lab.take(name, at=40, owner="b")
+        assert again.applied and lab.held(again).keeper == ""
+
     def test_renew_of_another_lease_is_refused_and_changes_nothing(self, lab: Lab):
         name = lab.name()
         lease_id, taken = lab.take(name)

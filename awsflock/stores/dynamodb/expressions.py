@@ -116,7 +116,9 @@ def acquire_update(
         f"#{p}fence = if_not_exists(#{p}fence, :floor) + :one",
     ]
     sets += [f"#{p}{name} = :{name}" for name in holder_sets]
-    removes = [f"#{p}{name}" for name in ("ended", "forced_by", "forced_reason", "forced_ms")]
+    removes = [
+        f"#{p}{name}" for name in ("ended", "forced_by", "forced_reason", "forced_ms", "keeper")
+    ]
     removes += [f"#{p}{name}" for name in holder_removes]
     if p:
         sets.append("#slots = :slots")
@@ -135,10 +137,12 @@ def renew_condition(p: str) -> str:
     return condition + (f" AND {SLOT_IN_POOL}" if p else f" AND {PLAIN_NOT_POOL}")
 
 
-def renew_update(p: str) -> str:
+def renew_update(p: str, keeper: bool = False) -> str:
+    """``keeper``: also record who keeps the lease alive (a grant removes it)."""
     return (
         f"SET #{p}lease = :lease, #{p}lease_id = :version, #{p}lease_duration = :lease_duration,"
         f" #{p}expiration_time = :ttl, #{p}expires_ms = :expires_ms"
+        + (f", #{p}keeper = :keeper" if keeper else "")
     )
 
 

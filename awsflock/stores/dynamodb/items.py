@@ -54,6 +54,7 @@ A_FORCED_BY = "forced_by"
 A_FORCED_REASON = "forced_reason"
 A_FORCED_MS = "forced_ms"
 A_KIND = "kind"  # on awsflock's own items: "audit"
+A_KEEPER = "keeper"  # who keeps the lease alive (acquire --keep-alive): "host H, pid P, ..."
 A_LINE_NEXT = "qn"
 A_LINE_LEN = "qlen"
 A_LINE_POLLED = "qpoll"
@@ -161,6 +162,7 @@ def record_from_item(item: dict[str, Any]) -> LockRecord:
         forced_reason=str(v.get(A_FORCED_REASON) or ""),
         forced_at=forced_ms / 1000.0 if isinstance(forced_ms, (int, float)) else None,
         legacy=legacy,
+        keeper=str(v.get(A_KEEPER) or ""),
         extra=v,
     )
 

@@ -452,6 +452,7 @@ class DynamoDBStore:
         lease_ms: int,
         skew_ms: int,
         slot: int | None = None,
+        keeper: str | None = None,
     ) -> Outcome:
         """Extend our lease from ``now_ms``, if it is ours, not ended and not run out."""
         expires_ms = now_ms + lease_ms
@@ -464,12 +465,13 @@ class DynamoDBStore:
             "now_ms": now_ms,
             "now_s": now_ms // 1000,
             "slot": slot,
+            "keeper": keeper,
         }
         p = slot_prefix(slot)
         return self._conditional_update(
             "renew",
             lock_id,
-            expressions.renew_update(p),
+            expressions.renew_update(p, keeper is not None),
             expressions.renew_condition(p),
             values,
             slot,

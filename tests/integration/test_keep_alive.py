@@ -1,0 +1,282 @@
+"""``acquire --keep-alive`` against real servers: scripts and CI jobs as they really run it.
+
+Each script is a real shell (``sh -c``) that runs the real ``awsflock`` in ``$(...)``; a job is
+a parent process running its steps as separate shells, and killing what is left at its end as a
+CI runner does. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import BIN, Cli
+
+LEASE = 6.0
+SKEW = 5.0
+#: Room for process start-up and requests on a loaded two-core CI machine.
+SLACK = 3.0
+
+
+def shell(cli: Cli, script: str, **env: str) -> subprocess.Popen[str]:
+    """A script in its own shell, with awsflock on its PATH."""
+    path = f"{BIN.parent}:{os.environ.get('PATH', '')}"
+    return subprocess.Popen(
+        ["sh", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=cli.env(PATH=path, **env),
+        start_new_session=True,  # so that the whole script can be killed, children included
+    )
+
+
+def status(cli: Cli, lock: str) -> dict:
+    result = cli("status", lock, "--json")
+    assert result.returncode in (0, 3), result.stderr
+    return json.loads(result.stdout)
+
+
+def renewer_pid(cli: Cli, lock: str, timeout: float = 20.0) -> int:
+    """The pid of the lease's renewer, as ``status`` shows it (bounded wait)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        keeper = status(cli, lock).get("kept_alive_by") or ""
+        if "pid " in keeper:
+            return int(keeper.split("pid ")[1].split(",")[0])
+        time.sleep(0.1)
+    raise AssertionError(f"no keeper shown for {lock!r}: {status(cli, lock)}")
+
+
+def gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def contender_gets_it(cli: Cli, lock: str, wait: float) -> float:
+    """Seconds until a plain acquire waiting up to ``wait`` gets the lock."""
+    start = time.monotonic()
+    result = cli("acquire", lock, "--owner", "contender", "--wait-time", str(wait))
+    assert result.returncode == 0, result.stderr
+    cli("release", lock, result.stdout.strip())
+    return time.monotonic() - start
+
+
+def test_a_script_keeps_a_short_lease_for_20s_and_releases(awsflock: Cli, lock_name):
+    script = shell(
+        awsflock,
+        f"LEASE_ID=$(awsflock acquire {lock_name} --keep-alive --lease-duration 6s) || exit 9\n"
+        "echo $LEASE_ID\n"
+        "sleep 20\n"
+        f'awsflock release {lock_name} "$LEASE_ID"\n',
+    )
+    pid = renewer_pid(awsflock, lock_name)
+    start = time.monotonic()
+    tries = 0
+    while script.poll() is None and time.monotonic() - start < 60:
+        # A contender that does not wait never gets it while the script runs: 20 s is more than
+        # three leases, so only the renewer keeps it.
+        if time.monotonic() - start < 19:
+            busy = awsflock("acquire", lock_name, "--no-wait", "--owner", "contender")
+            assert busy.returncode == 3, busy.stdout + busy.stderr
+            tries += 1
+        time.sleep(1.0)
+    _, err = script.communicate(timeout=30)
+    assert script.returncode == 0, err
+    assert tries >= 10 and err == ""
+    assert gone(pid), "the renewer is still running after release"
+    assert status(awsflock, lock_name)["state"] == "free"
+
+
+def test_a_killed_script_frees_the_lock_at_once(awsflock: Cli, lock_name):
+    script = shell(
+        awsflock,
+        f"LEASE_ID=$(awsflock acquire {lock_name} --keep-alive --lease-duration 6s) || exit 9\n"
+        "sleep 120\n",
+    )
+    pid = renewer_pid(awsflock, lock_name)
+    os.killpg(script.pid, signal.SIGKILL)  # the script and its children; not the renewer
+    script.communicate(timeout=10)
+    # Within lease + skew at worst; the renewer sees the shell go and releases at once.
+    took = contender_gets_it(awsflock, lock_name, LEASE + SKEW + SLACK)
+    assert took < LEASE + SKEW + SLACK
+    assert took < 3.0, f"the renewer did not release at once ({took:.1f}s)"
+    assert gone(pid)
+
+
+def test_release_stops_the_renewer_and_leaves_nothing(awsflock: Cli, lock_name):
+    result = subprocess.run(
+        ["sh", "-c", f'L=$(awsflock acquire {lock_name} --keep-alive); echo "$L"; sleep 2'],
+        capture_output=True,
+        text=True,
+        env=awsflock.env(PATH=f"{BIN.parent}:{os.environ.get('PATH', '')}"),
+        timeout=60,
+    )
+    lease_id = result.stdout.strip()
+    # The followed shell has exited: the renewer released the lease by itself.
+    assert result.returncode == 0 and lease_id, result.stderr
+    deadline = time.monotonic() + 10
+    while status(awsflock, lock_name)["state"] != "free":
+        assert time.monotonic() < deadline, status(awsflock, lock_name)
+        time.sleep(0.1)
+    # Now with `release`, following this test process (which lives on).
+    taken = awsflock("acquire", lock_name, "--keep-alive", "--while-pid", str(os.getpid()))
+    assert taken.returncode == 0, taken.stderr
+    lease_id = taken.stdout.strip()
+    pid = renewer_pid(awsflock, lock_name)
+    data = status(awsflock, lock_name)
+    assert data["lease_duration_s"] == 60.0  # the keep-alive default
+    assert f"following pid {os.getpid()}" in data["kept_alive_by"]
+    released = awsflock("release", lock_name, lease_id)
+    assert (released.returncode, released.stdout, released.stderr) == (0, "", "")
+    assert gone(pid, timeout=3.0)
+    runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"awsflock-{os.getuid()}"
+    assert not list(runtime.glob(f"keepalive-{lease_id}*"))
+    assert status(awsflock, lock_name)["state"] == "free"
+
+
+def test_a_force_release_is_told_to_the_script_and_to_its_release(awsflock: Cli, lock_name):
+    script = shell(
+        awsflock,
+        f"LEASE_ID=$(awsflock acquire {lock_name} --keep-alive --lease-duration 6s) || exit 9\n"
+        # Wait while it is held (until the operator forced it), then for the renewer to notice
+        # at its next renewal (every 2 s).
+        f"i=0; while [ $i -lt 100 ] && awsflock status {lock_name} >/dev/null; do"
+        " sleep 0.2; i=$((i+1)); done\n"
+        "sleep 3\n"
+        f'awsflock release {lock_name} "$LEASE_ID"\n'
+        "echo release=$?\n",
+    )
+    pid = renewer_pid(awsflock, lock_name)
+    forced = awsflock("force-release", lock_name, "--yes", "--reason", "stuck deploy")
+    assert forced.returncode == 0, forced.stderr
+    out, err = script.communicate(timeout=60)
+    assert "release=3" in out
+    assert "force-released by" in err and "stuck deploy" in err
+    # The renewer wrote the loss to the script's stderr before it went.
+    assert f"the lock '{lock_name}' kept alive for this process was lost" in err
+    assert gone(pid)
+
+
+def test_the_renewer_never_holds_the_callers_output_open(awsflock: Cli, lock_name):
+    # $(...) returns when its output closes: with a renewer holding it, it would never return.
+    start = time.monotonic()
+    result = subprocess.run(
+        [str(BIN), "acquire", lock_name, "--keep-alive", "--while-pid", str(os.getpid())],
+        capture_output=True,
+        text=True,
+        env=awsflock.env(),
+        timeout=30,
+    )
+    took = time.monotonic() - start
+    assert result.returncode == 0, result.stderr
+    assert took < 10, f"acquire --keep-alive took {took:.1f}s"
+    pid = renewer_pid(awsflock, lock_name)
+    fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    assert not [fd for fd in fds if fd.startswith("pipe:")], fds
+    assert os.readlink(f"/proc/{pid}/fd/1") == "/dev/null"
+    # No terminal, a session of its own, and a small process's memory.
+    stat = Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()
+    assert stat[4] == "0" and int(stat[3]) == pid  # tty_nr, session id
+    rss_kb = int(
+        next(
+            line
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith("VmRSS")
+        ).split()[1]
+    )
+    assert rss_kb < 80_000
+    assert awsflock("release", lock_name, result.stdout.strip()).returncode == 0
+    assert gone(pid)
+
+
+def test_while_pid_of_no_process_is_a_usage_error(awsflock: Cli, lock_name):
+    result = awsflock("acquire", lock_name, "--while-pid", "4194303")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "there is no process 4194303" in result.stderr
+    assert status(awsflock, lock_name)["state"] == "free"
+
+
+# -- a CI job, as a runner runs it ---------------------------------------------------------------
+
+RUNNER = r"""
+import os, signal, subprocess, sys, time
+steps, end = sys.argv[1:-1], sys.argv[-1]
+for step in steps:
+    code = subprocess.run(["sh", "-c", step]).returncode
+    print(f"step exit {code}", flush=True)
+if end == "die":
+    os.kill(os.getpid(), signal.SIGKILL)  # the runner dies before any clean-up
+"""
+
+
+def job(cli: Cli, folder: Path, steps: list[str], end: str = "exit") -> subprocess.Popen[str]:
+    """A CI job: one parent process runs each step in a shell of its own, in order (the
+    steps' $PPID is the parent, as a GitHub Actions step's is the runner's worker)."""
+    path = f"{BIN.parent}:{os.environ.get('PATH', '')}"
+    return subprocess.Popen(
+        [sys.executable, "-c", RUNNER, *steps, end],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        cwd=folder,
+        env=cli.env(PATH=path),
+    )
+
+
+def acquire_step(lock: str) -> str:
+    # What the README's recipe does: keep it alive while the job (the runner) lives.
+    acquire = f"awsflock acquire {lock} --keep-alive --while-pid $PPID --lease-duration 6s"
+    return f'echo "$({acquire})" > lease'
+
+
+def test_a_job_holds_one_lock_across_steps_and_releases_in_its_last_step(
+    awsflock: Cli, lock_name, tmp_path
+):
+    steps = [
+        acquire_step(lock_name),
+        f"sleep 9; awsflock status {lock_name} --json > during.json",  # past the 6 s lease
+        f'awsflock release {lock_name} "$(cat lease)"',
+    ]
+    runner = job(awsflock, tmp_path, steps)
+    out, err = runner.communicate(timeout=90)
+    assert out.splitlines() == ["step exit 0"] * 3, err
+    during = json.loads((tmp_path / "during.json").read_text())
+    assert during["state"] == "held" and "following pid" in during["kept_alive_by"]
+    assert status(awsflock, lock_name)["state"] == "free"
+
+
+@pytest.mark.parametrize("end", ["exit", "die"])
+def test_a_job_that_never_runs_its_last_step_frees_the_lock(
+    awsflock: Cli, lock_name, tmp_path, end
+):
+    # "exit": cancelled, the final step skipped, the runner exits: the renewer sees it go and
+    # releases at once. "die": the runner is killed and, like a runner's clean-up of orphans
+    # or a lost machine, the renewer with it: the lease lapses within lease + skew.
+    steps = [acquire_step(lock_name), "sleep 120" if end == "die" else "sleep 2"]
+    runner = job(awsflock, tmp_path, steps, end)
+    pid = renewer_pid(awsflock, lock_name)
+    if end == "die":
+        os.kill(pid, signal.SIGKILL)
+        runner.kill()
+    runner.communicate(timeout=30)
+    took = contender_gets_it(awsflock, lock_name, LEASE + SKEW + 2 * SLACK)
+    assert took < (3.0 if end == "exit" else LEASE + SKEW + SLACK)
+    assert gone(pid)
