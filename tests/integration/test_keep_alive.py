@@ -238,6 +238,7 @@ def job(cli: Cli, folder: Path, steps: list[str], end: str = "exit") -> subproce
         text=True,
         cwd=folder,
         env=cli.env(PATH=path),
+        start_new_session=True,  # the job's processes: killed together when the runner dies
     )
 
 
@@ -275,7 +276,7 @@ def test_a_job_that_never_runs_its_last_step_frees_the_lock(
     pid = renewer_pid(awsflock, lock_name)
     if end == "die":
         os.kill(pid, signal.SIGKILL)
-        runner.kill()
+        os.killpg(runner.pid, signal.SIGKILL)
     runner.communicate(timeout=30)
     took = contender_gets_it(awsflock, lock_name, LEASE + SKEW + 2 * SLACK)
     assert took < (3.0 if end == "exit" else LEASE + SKEW + SLACK)

@@ -1,0 +1,62 @@
+"""The keep-alive renewer's pieces that need no server: following a process, its pid file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from awsflock.hold import keepalive
+
+
+@pytest.fixture(autouse=True)
+def runtime(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_a_live_process_is_followed_and_an_exited_one_is_not():
+    assert keepalive.alive(os.getpid(), keepalive.start_time(os.getpid()))
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = keepalive.start_time(child.pid)
+    child.wait()
+    assert not keepalive.alive(child.pid, started)
+
+
+def test_an_exited_but_unreaped_process_counts_as_gone():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = keepalive.start_time(child.pid)
+    # Not waited for: a zombie until we reap it (as a script's shell may be, briefly).
+    for _ in range(500):
+        with open(f"/proc/{child.pid}/stat") as stat:
+            if stat.read().split(") ")[1].startswith("Z"):
+                break
+        time.sleep(0.01)
+    assert not keepalive.alive(child.pid, started)
+    child.wait()
+
+
+def test_a_recycled_pid_is_not_the_process_followed():
+    # Same pid, another start time: another process.
+    assert not keepalive.alive(os.getpid(), "1")
+
+
+def test_stop_without_a_renewer_does_nothing_and_clears_a_stale_pid_file(runtime):
+    assert keepalive.stop("no-such-lease") is False
+    stale = keepalive.pid_file("lease-1")
+    stale.write_text("4194303 12345")
+    assert keepalive.stop("lease-1") is False
+    assert not stale.exists()
+    assert (runtime / f"awsflock-{os.getuid()}").stat().st_mode & 0o777 == 0o700
+
+
+def test_stop_signals_a_live_renewer_and_waits_for_it(runtime):
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.pause()"],
+    )
+    keepalive.pid_file("lease-2").write_text(f"{sleeper.pid} {keepalive.start_time(sleeper.pid)}")
+    assert keepalive.stop("lease-2") is True
+    assert sleeper.wait(timeout=5) == -10  # USR1's default action ends the stand-in
