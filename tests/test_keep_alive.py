@@ -60,3 +60,10 @@ def test_stop_signals_a_live_renewer_and_waits_for_it(runtime):
     keepalive.pid_file("lease-2").write_text(f"{sleeper.pid} {keepalive.start_time(sleeper.pid)}")
     assert keepalive.stop("lease-2") is True
     assert sleeper.wait(timeout=5) == -10  # USR1's default action ends the stand-in
+
+
+def test_a_plain_release_leaves_no_runtime_directory_and_odd_ids_reach_no_file(runtime):
+    assert keepalive.stop("8796bea3-57de-4a69-ae23-7a2e01a18de7") is False
+    assert not (runtime / f"awsflock-{os.getuid()}").exists()
+    with pytest.raises(Exception, match="not a LEASE_ID"):
+        keepalive.pid_file("../../etc/passwd")

@@ -236,9 +236,11 @@ def release(common: Common, lock_id: str, lease_id: str, as_json: bool) -> None:
     the item with a failed conditional write).
     """
     from awsflock.hold import keepalive
+    from awsflock.names import check_lease_id
 
     table = common.table()
-    keepalive.stop(lease_id)  # a renewer of it on this host stops first, without releasing
+    # A renewer of it on this host (acquire --keep-alive) stops first, without releasing.
+    keepalive.stop(check_lease_id(lease_id))
     table.release_lease(lock_id, lease_id)
     if as_json:
         emit({"lock_id": lock_id, "released": True})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import signal
 import socket
@@ -41,16 +42,23 @@ FOLLOW_EVERY = 0.25
 STOP_WAIT = 2.0
 
 
-def runtime_dir() -> Path:
+def runtime_dir(create: bool = True) -> Path:
     """Where renewers keep their pid files: private to the user."""
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
     path = Path(base) / f"awsflock-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
+    if create:
+        path.mkdir(mode=0o700, exist_ok=True)
     return path
 
 
-def pid_file(lease_id: str) -> Path:
-    return runtime_dir() / f"keepalive-{lease_id}.pid"
+#: What a LEASE_ID may hold to become part of a file name (a uuid, and a pool's ".slot").
+_SAFE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z.-]*")
+
+
+def pid_file(lease_id: str, create: bool = True) -> Path:
+    if not _SAFE_ID.fullmatch(lease_id):
+        raise errors.UsageError(f"not a LEASE_ID: {lease_id!r}")
+    return runtime_dir(create) / f"keepalive-{lease_id}.pid"
 
 
 def start_time(pid: int) -> str:
@@ -136,7 +144,7 @@ def spawn(options: list[str], lock_id: str, lease_id: str, lease_s: float, follo
 def stop(lease_id: str) -> bool:
     """Stop the renewer of ``lease_id`` on this host, if there is one, without its release
     (``awsflock release`` releases). True if one was stopped."""
-    path = pid_file(lease_id)
+    path = pid_file(lease_id, create=False)
     try:
         pid_text, _, started = path.read_text().partition(" ")
         pid = int(pid_text)
