@@ -67,3 +67,56 @@ def test_a_plain_release_leaves_no_runtime_directory_and_odd_ids_reach_no_file(r
     assert not (runtime / f"awsflock-{os.getuid()}").exists()
     with pytest.raises(Exception, match="not a LEASE_ID"):
         keepalive.pid_file("../../etc/passwd")
+
+
+def test_a_renewer_is_stopped_only_for_its_own_lock(runtime):
+    stand_in = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+    keepalive.pid_file("lease-3").write_text(
+        f"{stand_in.pid} {keepalive.start_time(stand_in.pid)} deploy"
+    )
+    # `release other-lock LEASE_ID` (a typo) must not stop the renewer of deploy's lease.
+    assert keepalive.stop("lease-3", "other-lock") is False
+    assert stand_in.poll() is None
+    assert keepalive.stop("lease-3", "deploy") is True
+    assert stand_in.wait(timeout=5) == -10
+
+
+def test_stale_pid_files_are_swept(runtime):
+    dead = keepalive.pid_file("lease-4")
+    dead.write_text("4194303 1 deploy")
+    keepalive.sweep()
+    assert not dead.exists()
+
+
+def test_a_loss_is_appended_to_the_followed_process_log_never_truncating_it(tmp_path):
+    from awsflock import errors
+
+    log = tmp_path / "script.log"
+    log.write_text("line one\nline two\n")
+    with open(log, "a") as stderr:
+        script = subprocess.Popen(["sleep", "30"], stderr=stderr)
+    try:
+        lost = errors.LeaseLost("lease on 'deploy' was lost: renewal refused: it expired")
+        keepalive._tell_lost(lost, script.pid, "deploy")
+    finally:
+        script.kill()
+        script.wait()
+    text = log.read_text()
+    assert text.startswith("line one\nline two\n")
+    assert "the lock 'deploy' kept alive for this process was lost (lease on 'deploy'" in text
+
+
+def test_the_default_follow_is_the_reader_of_our_output():
+    # In LEASE_ID=$(awsflock ...) the reader of awsflock's stdout is the script's shell, also
+    # when bash forks a subshell for it (a redirection inside) or a wrapper runs it (timeout).
+    code = "from awsflock.hold import keepalive; print(keepalive.default_follow())"
+    for form in (
+        '$({py} -c "{code}")',
+        '$({py} -c "{code}" 2>/dev/null)',
+        '$(timeout 20 {py} -c "{code}")',
+    ):
+        inner = form.format(py=sys.executable, code=code)
+        script = f'echo "$$ {inner}"'
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+        shell, followed = out.stdout.split()
+        assert shell == followed, (form, out.stdout, out.stderr)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -26,6 +25,9 @@ from awsflock.cli.options import (
     wait_options,
 )
 
+#: The largest pid Linux hands out (pid_max's limit).
+PID_MAX = 4_194_304
+
 
 @cli.command("acquire", context_settings=CONTEXT)
 @click.argument("lock_id", metavar="LOCK_ID")
@@ -45,7 +47,7 @@ from awsflock.cli.options import (
 )
 @click.option(
     "--while-pid",
-    type=click.IntRange(1),
+    type=click.IntRange(1, PID_MAX),
     metavar="PID",
     help="With --keep-alive: follow process PID instead of the calling shell (e.g. $$ in a "
     "script, $PPID in a GitHub Actions step). Implies --keep-alive.",
@@ -86,7 +88,7 @@ def acquire(
     if keep_alive:
         from awsflock.hold import keepalive
 
-        follow = while_pid or os.getppid()
+        follow = while_pid or keepalive.default_follow()
         if not keepalive.alive(follow):
             raise errors.UsageError(
                 f"there is no process {follow} to keep the lease alive for",
@@ -95,6 +97,21 @@ def acquire(
         source = click.get_current_context().get_parameter_source("lease_duration")
         if source == click.core.ParameterSource.DEFAULT:
             lease_duration = KEEP_ALIVE_LEASE
+        if lease_duration < KEEP_ALIVE_MIN:
+            raise errors.UsageError(
+                f"a kept-alive lease of {lease_duration:g}s is too short to be renewed in time",
+                hint=f"use --lease-duration {KEEP_ALIVE_MIN:g}s or longer with --keep-alive",
+            )
+        if follow == 1:
+            logs.say(
+                "following pid 1 (init), which does not exit: the lock is kept until "
+                "`awsflock release`; give --while-pid the process to follow",
+                level="warning",
+                label="warning",
+                event="keep_alive_init",
+                lock_id=lock_id,
+            )
+        keepalive.sweep()
     table = common.table(owner)
     wait = 0.0 if no_wait else wait_time
     try:
@@ -134,6 +151,8 @@ def acquire(
 
 #: The default lease of ``acquire --keep-alive``: short, since it is renewed.
 KEEP_ALIVE_LEASE = 60.0
+#: The shortest: renewed every third of it, it must leave the heartbeat's margin (1 s).
+KEEP_ALIVE_MIN = 3.0
 
 
 def _keep_alive(common: Common, table: Any, lease: Any, follow: int) -> None:
@@ -220,6 +239,11 @@ def renew(
     """
     table = common.table(owner)
     lease = table.renew_lease(lock_id, lease_id, lease=lease_duration)
+    from awsflock.hold import keepalive
+
+    # A renewer keeping it alive renews at once with its own length, so a shorter renew here
+    # cannot let the lease run out between its renewals.
+    keepalive.renew_now(lease.lease_id, lock_id)
     print_lease(lease, as_json)
 
 
@@ -239,8 +263,15 @@ def release(common: Common, lock_id: str, lease_id: str, as_json: bool) -> None:
     from awsflock.names import check_lease_id
 
     table = common.table()
-    # A renewer of it on this host (acquire --keep-alive) stops first, without releasing.
-    keepalive.stop(check_lease_id(lease_id))
-    table.release_lease(lock_id, lease_id)
+    lease_id = check_lease_id(lease_id)
+    try:
+        table.release_lease(lock_id, lease_id)
+    except errors.NotHeld:
+        keepalive.stop(lease_id, lock_id)  # ended already: its renewer has nothing to keep
+        raise
+    # Released: a renewer of it on this host (acquire --keep-alive) stops, without ending
+    # anything. If the release failed otherwise, the renewer goes on, and ends the lease
+    # when the process it follows is gone.
+    keepalive.stop(lease_id, lock_id)
     if as_json:
         emit({"lock_id": lock_id, "released": True})

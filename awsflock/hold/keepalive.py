@@ -8,11 +8,13 @@ the LEASE_ID; then it closes that pipe too.
 
 ``serve`` is the renewer: a ``Hold`` renews every third of the lease while the followed process
 lives (checked four times a second; a recycled pid is told apart by its start time). When that
-process is gone, or on TERM, INT or HUP, it releases the lease and exits. ``awsflock release``
-stops it first (USR1: exit without releasing) through its pid file, and releases. If the lease
-is lost (refused, or no renewal before the safety deadline) it cannot stop the script: it writes
-the reason to the followed process's stderr where it can (``/proc/PID/fd/2``), and exits; the
-next ``renew`` or ``release`` of the LEASE_ID exits 3 saying why. It leaves no file behind.
+process is gone, on TERM, INT or HUP, or when the lease is lost (a renewal refused, or none got
+through before the safety deadline), it ends the lease itself, marked force-released by the
+renewer with why, so that the script's own ``renew`` and ``release`` exit 3 saying so rather
+than pretending all went well; a loss is also written to the followed process's stderr where
+it can (appended to ``/proc/PID/fd/2``): the renewer cannot stop the script. ``awsflock
+release`` releases, then stops it (USR1: exit without ending anything) through its pid file;
+``renew`` asks it to renew at once with its own length (USR2). It leaves no file behind.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import re
 import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from awsflock import errors
+from awsflock.names import slot_of
 
 if TYPE_CHECKING:
     from awsflock.lease import LockTable
@@ -136,28 +140,32 @@ def spawn(options: list[str], lock_id: str, lease_id: str, lease_s: float, follo
         error.exit_code = int(code) if code.isdigit() else 1
         raise error
     raise errors.AwsflockError(
-        "the keep-alive renewer did not start" + (f": {said}" if said else " within 30s"),
+        "the keep-alive renewer did not start"
+        + (f": {said}" if said else " (it exited at once)" if ready else " within 30s"),
         hint="run `awsflock keep-alive --help`, or acquire without --keep-alive",
     )
 
 
-def stop(lease_id: str) -> bool:
-    """Stop the renewer of ``lease_id`` on this host, if there is one, without its release
-    (``awsflock release`` releases). True if one was stopped."""
-    path = pid_file(lease_id, create=False)
-    try:
-        pid_text, _, started = path.read_text().partition(" ")
-        pid = int(pid_text)
-    except (OSError, ValueError):
-        return False
-    if not alive(pid, started.strip()):
-        path.unlink(missing_ok=True)
+def stop(lease_id: str, lock_id: str | None = None) -> bool:
+    """Stop the renewer of ``lease_id`` (on ``lock_id``) on this host, if there is one,
+    without its release (``awsflock release`` released it). True if one was stopped."""
+    pid = renewer_of(lease_id, lock_id)
+    if pid is None:
         return False
     os.kill(pid, signal.SIGUSR1)
     end = time.monotonic() + STOP_WAIT
-    while time.monotonic() < end and alive(pid, started.strip()):
+    while time.monotonic() < end and alive(pid):
         time.sleep(0.02)
     return True
+
+
+def renew_now(lease_id: str, lock_id: str) -> bool:
+    """Ask the renewer of ``lease_id`` to renew now with its own length (after the script
+    renewed it with another). True if there is one."""
+    pid = renewer_of(lease_id, lock_id)
+    if pid is not None:
+        os.kill(pid, signal.SIGUSR2)
+    return pid is not None
 
 
 def serve(
@@ -171,47 +179,84 @@ def serve(
 ) -> int:
     """The renewer (see the module docstring). Returns its exit status."""
     stopping = threading.Event()
-    release = [True]
+    renew_now = threading.Event()
+    signalled: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
-        if signum == signal.SIGUSR1:
-            release[0] = False  # `awsflock release` is releasing it
+        if signum == signal.SIGUSR2:
+            renew_now.set()  # the script renewed with a length of its own: renew with ours
+            return
+        signalled.append(signum)
         stopping.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, on_signal)
     keeper = f"host {socket.gethostname()}, pid {os.getpid()}, following pid {follow}"
     try:
+        hold = table.hold(lock_id, lease=lease_s)  # checks the lease can be renewed in time
         lease = table.renew_lease(lock_id, lease_id, lease=lease_s, keeper=keeper)
-    except errors.AwsflockError as err:
-        _say(handshake, f"error {err.exit_code} {err.one_line()}")
-        return err.exit_code
-    path = pid_file(lease_id)
-    path.write_text(f"{os.getpid()} {start_time(os.getpid())}")
+        hold.adopt(lease)
+        path = pid_file(lease_id)
+        path.write_text(f"{os.getpid()} {start_time(os.getpid())} {lock_id}")
+    except Exception as err:  # whatever it is, the caller says it and gives the lease back
+        code = err.exit_code if isinstance(err, errors.AwsflockError) else 1
+        text = err.one_line() if isinstance(err, errors.AwsflockError) else repr(err)
+        _say(handshake, f"error {code} {text}")
+        return code
     try:
         _say(handshake, "ok")
         handshake.close()
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 1)  # nothing of the caller's stays open
-        hold = table.hold(lock_id, lease=lease_s)
-        hold.adopt(lease)
         hold.start_renewing()
         while not stopping.wait(FOLLOW_EVERY):
             if hold.lost.is_set() or not alive(follow, follow_started):
                 break
+            if renew_now.is_set():
+                renew_now.clear()
+                with contextlib.suppress(errors.AwsflockError):
+                    hold.lease.renew(lease_s)
+        hold.stop(release=False)
+        if signalled == [signal.SIGUSR1]:
+            return 0  # `awsflock release` released it
         if hold.lost.is_set():
             try:
                 hold.check()
             except errors.LeaseLost as lost:
                 _tell_lost(lost, follow, lock_id)
-            release[0] = True  # if it is still ours (lost by our own deadline), give it back
-        try:
-            hold.stop(release=release[0])
-        except errors.AwsflockError:
-            return 3
-        return 0
+                why = f"its renewal failed ({lost.message})"
+        elif signalled:
+            why = f"its keep-alive renewer was stopped by signal {signalled[0]}"
+        else:
+            why = f"pid {follow}, for which it was kept alive, exited"
+        return _end(table, lock_id, lease_id, keeper, why)
     finally:
-        path.unlink(missing_ok=True)
+        pid_file(lease_id).unlink(missing_ok=True)
+
+
+def _end(table: LockTable, lock_id: str, lease_id: str, keeper: str, why: str) -> int:
+    """End the lease on behalf of its holder, marked so that the holder's own ``renew`` and
+    ``release`` exit 3 saying who ended it and why (a plain release would make a later
+    ``release`` of the script say all was well). A lease already ended, or taken over after it
+    ran out, is left as it is."""
+    store = table.store
+    now_ms = table.now_ms()
+    end = table.clock.monotonic() + store.request_timeout
+    try:
+        with store.budget(end):
+            store.force_release(
+                lock_id,
+                lease_id,
+                force_id=f"keepalive-{os.getpid()}",
+                now_ms=now_ms,
+                skew_ms=round(table.skew * 1000),
+                actor=f"awsflock keep-alive ({keeper})",
+                reason=why,
+                slot=slot_of(lease_id),
+            )
+    except errors.AwsflockError:
+        return 1  # unreachable: the short lease lapses by itself
+    return 0
 
 
 def _say(handshake: IO[str], line: str) -> None:
@@ -222,7 +267,7 @@ def _say(handshake: IO[str], line: str) -> None:
 
 def _tell_lost(lost: errors.LeaseLost, follow: int, lock_id: str) -> None:
     """Write the loss to the followed process's stderr, if it is still there: the script cannot
-    be stopped, but its log shows why its lock went away."""
+    be stopped, but its log shows why its lock went away. Appended, never truncating a log."""
     why = lost.message
     if "it was released" in why:
         return  # released elsewhere (by its LEASE_ID): nothing was lost
@@ -230,5 +275,86 @@ def _tell_lost(lost: errors.LeaseLost, follow: int, lock_id: str) -> None:
         f"awsflock: warning: the lock {lock_id!r} kept alive for this process was lost ({why}); "
         "commands that must stop when it is lost should use `awsflock run`\n"
     )
-    with contextlib.suppress(OSError), open(f"/proc/{follow}/fd/2", "w") as stderr:
-        stderr.write(line)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_NOCTTY
+    try:
+        fd = os.open(f"/proc/{follow}/fd/2", flags)
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        os.write(fd, line.encode())
+    os.close(fd)
+
+
+def renewer_of(lease_id: str, lock_id: str | None = None) -> int | None:
+    """The pid of the live renewer of ``lease_id`` (of ``lock_id``, when given) on this host."""
+    path = pid_file(lease_id, create=False)
+    try:
+        pid_text, started, lock = [*path.read_text().split(" ", 2), "", ""][:3]
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return None
+    if not alive(pid, started):
+        path.unlink(missing_ok=True)
+        return None
+    if lock_id is not None and lock and lock != lock_id:
+        return None
+    return pid
+
+
+def sweep() -> None:
+    """Remove the pid files of renewers that are gone (killed without their clean-up)."""
+    folder = runtime_dir(create=False)
+    for path in folder.glob("keepalive-*.pid") if folder.is_dir() else ():
+        lease_id = path.name[len("keepalive-") : -len(".pid")]
+        with contextlib.suppress(errors.AwsflockError):
+            renewer_of(lease_id)
+
+
+def default_follow() -> int:
+    """What ``acquire --keep-alive`` follows unless told: in ``LEASE_ID=$(awsflock ...)`` the
+    process that reads our output, which is the script's shell whatever runs in between
+    (bash forks a subshell for ``$(cmd 2>/dev/null)``; ``timeout`` is a process of its own);
+    else our parent, passing over subshells (forks with their parent's command line)."""
+    reader = _pipe_reader(1)
+    if reader is not None:
+        return reader
+    pid = os.getppid()
+    while True:
+        parent = _parent(pid)
+        if parent is None or parent <= 1 or _image(pid) is None or _image(pid) != _image(parent):
+            return pid
+        pid = parent
+
+
+def _pipe_reader(fd: int) -> int | None:
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    if not stat.S_ISFIFO(info.st_mode):
+        return None
+    target = f"pipe:[{info.st_ino}]"
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        with contextlib.suppress(OSError):
+            for link in (entry / "fd").iterdir():
+                if os.readlink(link) != target:
+                    continue
+                flags = (entry / "fdinfo" / link.name).read_text().split("flags:")[1].split()[0]
+                if int(flags, 8) & os.O_ACCMODE == os.O_RDONLY:
+                    return int(entry.name)
+    return None
+
+
+def _parent(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if fields is not None else None
+
+
+def _image(pid: int) -> tuple[str, bytes] | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe"), Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None

@@ -118,6 +118,80 @@ def test_a_killed_script_frees_the_lock_at_once(awsflock: Cli, lock_name):
     assert took < LEASE + SKEW + SLACK
     assert took < 3.0, f"the renewer did not release at once ({took:.1f}s)"
     assert gone(pid)
+    # Whoever releases that lease later is told the renewer ended it, and why (not "released").
+    history = status(awsflock, lock_name)
+    assert history["state"] == "free"
+
+
+def test_a_lease_the_renewer_ended_is_not_held_for_its_release(awsflock: Cli, lock_name):
+    result = subprocess.run(
+        ["sh", "-c", f'L=$(awsflock acquire {lock_name} --keep-alive); echo "$L"'],
+        capture_output=True,
+        text=True,
+        env=awsflock.env(PATH=f"{BIN.parent}:{os.environ.get('PATH', '')}"),
+        timeout=60,
+    )
+    lease_id = result.stdout.strip()
+    deadline = time.monotonic() + 10
+    while status(awsflock, lock_name)["state"] != "free":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    late = awsflock("release", lock_name, lease_id)
+    assert late.returncode == 3
+    assert (
+        "awsflock keep-alive" in late.stderr
+        and "for which it was kept alive, exited" in late.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "L=$(awsflock acquire {lock} --keep-alive --lease-duration 6s 2>/dev/null)",
+        "L=$(timeout 60 awsflock acquire {lock} --keep-alive --lease-duration 6s)",
+        "L=$(awsflock acquire {lock} --keep-alive --lease-duration 6s)",
+    ],
+)
+def test_bash_keeps_the_lock_whatever_runs_in_the_substitution(awsflock: Cli, lock_name, form):
+    # bash runs $(cmd 2>/dev/null) in a forked subshell, and timeout is a process of its own:
+    # the renewer follows the script's shell (the reader of the output), not those.
+    script = subprocess.run(
+        [
+            "bash",
+            "-c",
+            form.format(lock=lock_name)
+            + f'\nsleep 8\nawsflock status {lock_name} --json\nawsflock release {lock_name} "$L"',
+        ],
+        capture_output=True,
+        text=True,
+        env=awsflock.env(PATH=f"{BIN.parent}:{os.environ.get('PATH', '')}"),
+        timeout=60,
+    )
+    assert script.returncode == 0, script.stderr
+    assert json.loads(script.stdout)["state"] == "held"
+
+
+def test_too_short_a_lease_or_an_impossible_pid_is_a_usage_error(awsflock: Cli, lock_name):
+    short = awsflock("acquire", lock_name, "--keep-alive", "--lease-duration", "1s")
+    assert short.returncode == 2 and "too short to be renewed" in short.stderr
+    huge = awsflock("acquire", lock_name, "--while-pid", "99999999999999999999")
+    assert huge.returncode == 2 and "Traceback" not in huge.stderr
+    assert status(awsflock, lock_name)["state"] == "free"
+
+
+def test_a_shorter_renew_does_not_let_a_kept_lease_run_out(awsflock: Cli, lock_name):
+    taken = awsflock(
+        "acquire", lock_name, "--while-pid", str(os.getpid()), "--lease-duration", "30s"
+    )
+    assert taken.returncode == 0, taken.stderr
+    lease_id = taken.stdout.strip()
+    assert awsflock("renew", lock_name, lease_id, "--lease-duration", "5s").returncode == 0
+    # The renewer renews at once with its own 30 s, not at its next turn (10 s away).
+    deadline = time.monotonic() + 5
+    while status(awsflock, lock_name).get("lease_duration_s") != 30.0:
+        assert time.monotonic() < deadline, status(awsflock, lock_name)
+        time.sleep(0.1)
+    assert awsflock("release", lock_name, lease_id).returncode == 0
 
 
 def test_release_stops_the_renewer_and_leaves_nothing(awsflock: Cli, lock_name):
