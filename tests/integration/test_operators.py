@@ -29,6 +29,7 @@ STATUS_FIELDS = {
     "held_for_s",
     "lease_duration_s",
     "legacy_client",
+    "kept_alive_by",
     "long_held",
 }
 
