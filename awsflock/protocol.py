@@ -141,8 +141,8 @@ class LockStore(Protocol):
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
         """Take a place at the end of the lock's line: add ``waiter`` under the line's next
         number (``waiter.number`` is ignored), if the lock's record exists and the ticket has
-        no place yet. The next number becomes one more; ``waiter.seen_ms`` is the line's latest
-        poll."""
+        no place yet. The next number becomes one more; the line's latest poll becomes
+        ``waiter.seen_ms`` if that is later (a join that lands late never lowers it)."""
         ...
 
     def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:

@@ -336,7 +336,7 @@ class MemoryStore:
                 return self._outcome(False, lock_id, record, None)
             record.line[waiter.ticket] = dataclasses.replace(waiter, number=record.next_number)
             record.next_number += 1
-            record.polled_ms = waiter.seen_ms
+            record.polled_ms = max(record.polled_ms or 0, waiter.seen_ms)
             return self._outcome(True, lock_id, record, None)
 
     def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:

@@ -426,6 +426,18 @@ class StoreConformance:
         assert lab.store.read(name).line.polled_ms == lab.now + 3000
         assert lab.beat(name, ticket(2), at=3500).line.polled_ms == lab.now + 3500
 
+    def test_a_join_that_lands_late_never_lowers_the_lines_latest_poll(self, lab: Lab):
+        name = lab.name()
+        lab.take(name)
+        lab.join(name, ticket(1), 0, at=0)
+        assert lab.beat(name, ticket(1), at=4000).applied
+        # A join made at 1000 (its waiter long gone) lands now: it takes a place at the end,
+        # but the line still shows the poll of 4000, so it cannot look idle.
+        late = lab.join(name, ticket(2), 0, at=1000)
+        assert late.applied and late.line.find(ticket(2)) is not None
+        assert late.line.polled_ms == lab.now + 4000
+        assert lab.join(name, ticket(3), 0, at=5000).line.polled_ms == lab.now + 5000
+
     def test_beat_marks_a_place_polled_and_drops_only_unchanged_places(self, lab: Lab):
         name = lab.name()
         lab.take(name)

@@ -200,24 +200,26 @@ def leave_line(tickets: list[str]) -> tuple[str, str]:
     return "#qlen = if_not_exists(#qlen, :zero) - :gone", ", ".join(removes)
 
 
-def join_condition(ticket: str) -> str:
+def join_condition(ticket: str, raise_polled: bool) -> str:
     """The record exists (a place never creates one) and the ticket has no place yet."""
-    return f"attribute_exists(#lock_id) AND attribute_not_exists(#{W}{ticket})"
+    condition = f"attribute_exists(#lock_id) AND attribute_not_exists(#{W}{ticket})"
+    return condition + (f" AND {RAISES_POLLED}" if raise_polled else "")
 
 
-def join_update(ticket: str) -> str:
+def join_update(ticket: str, raise_polled: bool) -> str:
     """The place gets the next number and the counter goes up, in one write (SET clauses read
     the item as it was before it: DynamoDB's rule; moto applies them in order, hence the
     number before the counter)."""
     return (
         f"SET #{W}{ticket} = :entry, #{NUMBER}{ticket} = if_not_exists(#qn, :zero),"
-        f" #{POLLED}{ticket} = :seen, #qn = if_not_exists(#qn, :zero) + :one,"
-        " #qlen = if_not_exists(#qlen, :zero) + :one, #qpoll = :seen"
+        f" #{POLLED}{ticket} = :now_ms, #qn = if_not_exists(#qn, :zero) + :one,"
+        " #qlen = if_not_exists(#qlen, :zero) + :one"
+        + (", #qpoll = :now_ms" if raise_polled else "")
     )
 
 
-#: The line's latest poll is only ever raised (DynamoDB has no max(): a beat that would lower it
-#: is sent again without it).
+#: The line's latest poll is only ever raised (DynamoDB has no max(): a join or beat that would
+#: lower it is sent again without it).
 RAISES_POLLED = "(attribute_not_exists(#qpoll) OR #qpoll < :now_ms)"
 
 

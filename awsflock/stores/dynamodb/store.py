@@ -383,14 +383,20 @@ class DynamoDBStore:
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
         """Take a place in the lock's line under the next number (see ``LockStore.join``)."""
         _check_tickets(waiter.ticket, ())
-        values = {"entry": place_entry(waiter), "seen": waiter.seen_ms, "zero": 0, "one": 1}
-        return self._conditional_update(
-            "join",
+        values = {"entry": place_entry(waiter), "now_ms": waiter.seen_ms, "zero": 0, "one": 1}
+        return self._raising_polled(
             lock_id,
-            expressions.join_update(waiter.ticket),
-            expressions.join_condition(waiter.ticket),
-            values,
-            None,
+            waiter.seen_ms,
+            lambda raise_polled: self._conditional_update(
+                "join",
+                lock_id,
+                expressions.join_update(waiter.ticket, raise_polled),
+                expressions.join_condition(waiter.ticket, raise_polled),
+                values,
+                None,
+            ),
+            # Refused though the record is there and we have no place: only the poll was later.
+            lambda out: out.lock is not None and out.line.find(waiter.ticket) is None,
         )
 
     def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
@@ -399,35 +405,54 @@ class DynamoDBStore:
         values: dict[str, Any] = {"now_ms": now_ms, "zero": 0, "gone": len(drop)}
         values.update(_drop_values(drop))
 
-        def send(raise_polled: bool) -> Outcome:
-            outcome = self._conditional_update(
+        def only_polled(out: Outcome) -> bool:
+            """Refused though our place has an earlier poll and the drops are unchanged."""
+            mine = out.line.find(ticket)
+            return (
+                mine is not None
+                and mine.seen_ms < now_ms
+                and all(_seen(out, t) == seen for t, seen in drop)
+            )
+
+        return self._raising_polled(
+            lock_id,
+            now_ms,
+            lambda raise_polled: self._conditional_update(
                 "beat",
                 lock_id,
                 expressions.beat_update(ticket, drop, raise_polled),
                 expressions.beat_condition(ticket, drop, raise_polled),
                 values,
                 None,
-            )
+            ),
+            only_polled,
+        )
+
+    def _raising_polled(
+        self,
+        lock_id: str,
+        now_ms: int,
+        send: Callable[[bool], Outcome],
+        only_polled: Callable[[Outcome], bool],
+    ) -> Outcome:
+        """A join or beat that raises the line's latest poll (``qpoll``) to ``now_ms`` and never
+        lowers it: sent with ``qpoll < :now_ms`` unless the poll is known to be later already
+        (another waiter's clock is ahead of ours), and sent again without when that alone
+        (``only_polled``) refused it. So a join or beat that lands late cannot make a live
+        line look idle."""
+
+        def sent(raise_polled: bool) -> Outcome:
+            outcome = send(raise_polled)
             if outcome.line.polled_ms is not None:
                 self._polled[lock_id] = outcome.line.polled_ms
             return outcome
 
-        # Raise the line's latest poll unless it is known to be later already (another
-        # waiter's clock is ahead of ours): then, or if that alone refused it, beat without.
         known = self._polled.get(lock_id)
         if known is not None and known >= now_ms:
-            return send(False)
-        outcome = send(True)
-        mine = outcome.line.find(ticket)
-        if (
-            not outcome.applied
-            and mine is not None
-            and mine.seen_ms < now_ms
-            and outcome.line.polled_ms is not None
-            and outcome.line.polled_ms >= now_ms
-            and all(_seen(outcome, t) == seen for t, seen in drop)
-        ):
-            return send(False)
+            return sent(False)
+        outcome = sent(True)
+        if not outcome.applied and only_polled(outcome):
+            return sent(False)
         return outcome
 
     def leave(self, lock_id: str, ticket: str) -> Outcome:
