@@ -23,6 +23,7 @@ import logging
 import random
 import secrets
 import threading
+from typing import Callable
 
 from awsflock import errors
 from awsflock.acquisition import Acquisition, Grant
@@ -314,10 +315,11 @@ def _beat(run: Acquisition, place: Place) -> Outcome | None:
     return outcome
 
 
-def _send(run: Acquisition, place: Place, call: object, maybe: str | None = None) -> Outcome | None:
+def _send(
+    run: Acquisition, place: Place, call: Callable[[], Outcome], maybe: str | None = None
+) -> Outcome | None:
     """One line request within the acquire's bounds; a transient error is left in
     ``run.error`` (and a join that may have landed leaves the place "maybe")."""
-    assert callable(call)
     end = run.clock.monotonic() + run.store.request_timeout
     if run.hard_end is not None:
         end = min(end, run.hard_end - min(1.0, run.store.request_timeout / 4))

@@ -38,7 +38,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from awsflock.clock import Clock
-from awsflock.records import NO_LINE, RESERVED_PREFIX, Identity, Line, LockRecord, Pool, Waiter
+from awsflock.records import LINE_LAPSE_MS as LINE_LAPSE_MS  # part of the protocol's terms
+from awsflock.records import (
+    NO_LINE,
+    RESERVED_PREFIX,
+    Identity,
+    Line,
+    LockRecord,
+    Pool,
+    Waiter,
+)
 
 #: Keys of audit records start with this.
 AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
@@ -48,8 +57,6 @@ AUDIT_VOID = "not_applied"
 DEFAULT_REQUEST_TIMEOUT = 5.0
 #: No try of a call is started with less time than this left.
 MIN_TRY = 0.25
-#: A place in line lapses when its waiter has not polled for this long (three poll periods).
-LINE_LAPSE_MS = 3000
 #: At most this many lapsed places are removed by one step (expressions are limited to 4 KB).
 MAX_DROPS = 20
 

@@ -16,6 +16,9 @@ from typing import Any
 
 from awsflock.text import format_seconds, iso_utc
 
+#: A place in line lapses when its waiter has not polled for this long (three poll periods).
+LINE_LAPSE_MS = 3000
+
 #: Keys of awsflock's own records (audit records) start with this; no lock name may.
 RESERVED_PREFIX = "#awsflock#"
 
@@ -83,6 +86,11 @@ class Waiter:
     identity: Identity
     since_ms: int
     seen_ms: int
+
+    def lapsed(self, now: float, skew: float) -> bool:
+        """Not polled for the lapse bound plus the skew window by a clock reading ``now`` (what
+        the store's line-clear condition, ``status`` and busy messages go by)."""
+        return self.seen_ms < (now - skew) * 1000 - LINE_LAPSE_MS
 
     def describe(self) -> str:
         """'owner (host h, pid p, CI URL)', for a waiter's stderr and ``status``."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from awsflock.protocol import LINE_LAPSE_MS
 from awsflock.records import Line, LockRecord, Pool
 from awsflock.text import format_seconds, iso_utc
 
@@ -85,7 +84,7 @@ def line_view(line: Line, now: float, skew: float) -> list[dict[str, Any]]:
                 "waiting_since": iso_utc(waiter.since_ms / 1000),
                 "waiting_for_s": round(now - waiter.since_ms / 1000, 3),
                 "last_poll_s_ago": round(polled, 3),
-                "lapsed": polled > LINE_LAPSE_MS / 1000 + skew,
+                "lapsed": waiter.lapsed(now, skew),
             }
         )
     return places

@@ -21,7 +21,6 @@ from typing import Callable
 from awsflock import errors
 from awsflock.acquisition import Acquisition, Grant, event_fields
 from awsflock.clock import Clock
-from awsflock.protocol import LINE_LAPSE_MS
 from awsflock.records import LockRecord
 from awsflock.text import format_seconds
 
@@ -123,10 +122,10 @@ def _held(run: Acquisition, now: float, verb: str) -> str:
 
 
 def _live_waiters(run: Acquisition, now: float) -> int:
-    """Fair waiters in line that polled lately (by our clock, within the skew window), other
-    than this acquire itself."""
-    cutoff_ms = (now - run.skew) * 1000 - LINE_LAPSE_MS
-    return sum(1 for w in run.line.waiters if w.ticket != run.own_ticket and w.seen_ms >= cutoff_ms)
+    """Fair waiters in line that polled lately, other than this acquire itself."""
+    return sum(
+        1 for w in run.line.waiters if w.ticket != run.own_ticket and not w.lapsed(now, run.skew)
+    )
 
 
 def next_pause(

@@ -161,7 +161,12 @@ def _keep_alive(common: Common, table: Any, lease: Any, follow: int) -> None:
 
     try:
         keepalive.spawn(
-            common.store_options(), lease.lock_id, lease.lease_id, lease.lease_duration, follow
+            common.store_options(),
+            lease.lock_id,
+            lease.lease_id,
+            lease.lease_duration,
+            follow,
+            common.request_timeout,
         )
     except errors.AwsflockError:
         with contextlib.suppress(errors.AwsflockError):

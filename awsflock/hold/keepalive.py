@@ -96,9 +96,21 @@ def alive(pid: int, started: str = "") -> bool:
     return not started or stat[19] == started
 
 
-def spawn(options: list[str], lock_id: str, lease_id: str, lease_s: float, follow: int) -> int:
-    """Start the renewer for a lease this process holds; its pid once it renewed the lease.
-    ``options``: the store's command-line options (table, endpoint, region, ...)."""
+#: How long the renewer may take to start (Python importing botocore), besides its first renewal.
+START_UP = 10.0
+
+
+def spawn(
+    options: list[str],
+    lock_id: str,
+    lease_id: str,
+    lease_s: float,
+    follow: int,
+    request_timeout: float,
+) -> int:
+    """Start the renewer for a lease this process holds; its pid once it renewed the lease
+    (within ``START_UP`` plus ``request_timeout``). ``options``: the store's command-line
+    options (table, endpoint, region, ...)."""
     argv = [
         sys.executable,
         "-m",
@@ -128,7 +140,8 @@ def spawn(options: list[str], lock_id: str, lease_id: str, lease_s: float, follo
     child.returncode = 0
     assert child.stdout is not None
     with child.stdout:
-        ready, _, _ = select.select([child.stdout], [], [], 30.0)
+        limit = START_UP + request_timeout
+        ready, _, _ = select.select([child.stdout], [], [], limit)
         said = child.stdout.readline().decode(errors="replace").strip() if ready else ""
     if said == "ok":
         return child.pid
@@ -141,7 +154,7 @@ def spawn(options: list[str], lock_id: str, lease_id: str, lease_s: float, follo
         raise error
     raise errors.AwsflockError(
         "the keep-alive renewer did not start"
-        + (f": {said}" if said else " (it exited at once)" if ready else " within 30s"),
+        + (f": {said}" if said else " (it exited at once)" if ready else f" within {limit:g}s"),
         hint="run `awsflock keep-alive --help`, or acquire without --keep-alive",
     )
 
