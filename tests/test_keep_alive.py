@@ -120,3 +120,13 @@ def test_the_default_follow_is_the_reader_of_our_output():
         out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
         shell, followed = out.stdout.split()
         assert shell == followed, (form, out.stdout, out.stderr)
+
+
+def test_a_pipe_reader_that_is_not_the_callers_shell_is_not_followed():
+    # `job.sh | cat` (or `| logger`): cat reads our output but may outlive the script, and
+    # `$(awsflock ... | jq)`: jq would end at once. Neither is an ancestor: follow the parent.
+    code = "from awsflock.hold import keepalive; import os; print(keepalive.default_follow())"
+    script = f'{sys.executable} -c "{code}" | cat; echo $$'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    followed, shell = out.stdout.split()
+    assert followed == shell, (out.stdout, out.stderr)

@@ -325,12 +325,13 @@ def sweep() -> None:
 
 def default_follow() -> int:
     """What ``acquire --keep-alive`` follows unless told: in ``LEASE_ID=$(awsflock ...)`` the
-    process that reads our output, which is the script's shell whatever runs in between
+    process that reads our output, when it is one of our ancestors (then it is the script's
+    shell), whatever runs in between
     (bash forks a subshell for ``$(cmd 2>/dev/null)``; ``timeout`` is a process of its own);
     else our parent, passing over subshells (forks with their parent's command line)."""
     reader = _pipe_reader(1)
-    if reader is not None:
-        return reader
+    if reader is not None and reader in _ancestors():
+        return reader  # not a `| cat` or `| logger` that may outlive the script, or end early
     pid = os.getppid()
     while True:
         parent = _parent(pid)
@@ -359,6 +360,15 @@ def _pipe_reader(fd: int) -> int | None:
                 if int(flags, 8) & os.O_ACCMODE == os.O_RDONLY:
                     return int(entry.name)
     return None
+
+
+def _ancestors() -> set[int]:
+    """Our parent, its parent, ... up to init."""
+    found, pid = set(), os.getppid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        pid = _parent(pid) or 0
+    return found
 
 
 def _parent(pid: int) -> int | None:
