@@ -185,3 +185,115 @@ class DynamoDBLocal(Server):
 
 
 SERVERS = {"moto": MotoServer, "dynalite": Dynalite, "dynamodb_local": DynamoDBLocal}
+
+
+#: Where Debian puts PostgreSQL 15's server programs (scripts/test installs them when missing).
+PG_BIN = Path(os.environ.get("AWSFLOCK_PG_BIN", "/usr/lib/postgresql/15/bin"))
+#: The superuser's password on the test server (password auth over TCP, as on a real server).
+PG_PASSWORD = "awsflock-test"
+
+
+def _unprivileged() -> list[str]:
+    """The command prefix that runs a program as ``nobody`` when we are root: PostgreSQL
+    refuses to run as root, and CI runs as root."""
+    if os.geteuid() != 0:
+        return []
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+
+
+class PostgresServer(Server):
+    """A throw-away PostgreSQL cluster in a temporary directory, on a free loopback port, run as
+    an unprivileged user when we are root. Password (scram) auth over TCP; ``url`` is the
+    superuser's libpq URL. Durability is off (fsync): it is thrown away afterwards."""
+
+    name = "postgresql"
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="awsflock-pg-"))
+        self.data = self.dir / "data"
+        self.url = f"postgresql://postgres:{PG_PASSWORD}@127.0.0.1:{self.port}/postgres"
+
+    def _as_server_user(self, *argv: str) -> None:
+        subprocess.run(
+            [*_unprivileged(), *argv],
+            check=True,
+            capture_output=True,
+            cwd=self.dir,
+            env={**os.environ, "HOME": str(self.dir), "LC_ALL": "C.UTF-8"},
+        )
+
+    def command(self) -> list[str]:
+        initdb = PG_BIN / "initdb"
+        if not initdb.exists():
+            raise RuntimeError(
+                f"PostgreSQL is not installed at {PG_BIN} (run scripts/test, which installs "
+                "postgresql-15 with apt-get, or set AWSFLOCK_PG_BIN)"
+            )
+        if not self.data.exists():
+            if os.geteuid() == 0:
+                shutil.chown(self.dir, "nobody", "nogroup")
+            (self.dir / "pw").write_text(PG_PASSWORD + "\n")
+            self._as_server_user(
+                str(initdb),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--pwfile",
+                str(self.dir / "pw"),
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            )
+        return [
+            *_unprivileged(),
+            str(PG_BIN / "postgres"),
+            "-D",
+            str(self.data),
+            "-p",
+            str(self.port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"unix_socket_directories={self.dir}",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "max_connections=200",
+        ]
+
+    def _answers(self) -> bool:
+        import psycopg
+
+        try:
+            psycopg.connect(self.url, connect_timeout=2).close()
+        except psycopg.Error:
+            return False
+        return True
+
+    def sql(self, statement: str, *params: Any, url: str | None = None) -> list[tuple[Any, ...]]:
+        """Run one statement as the superuser (or on ``url``); its rows, if any."""
+        import psycopg
+
+        with psycopg.connect(url or self.url, autocommit=True) as conn:
+            cur = conn.execute(statement, params or None)
+            return cur.fetchall() if cur.description else []
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)  # fast shutdown: clients are not waited for
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)

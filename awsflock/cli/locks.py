@@ -167,6 +167,7 @@ def _keep_alive(common: Common, table: Any, lease: Any, follow: int) -> None:
             lease.lease_duration,
             follow,
             common.request_timeout,
+            env=common.store_env(),
         )
     except errors.AwsflockError:
         with contextlib.suppress(errors.AwsflockError):

@@ -52,11 +52,20 @@ class Common:
     debug: bool
     skew: float
     request_timeout: float = 5.0
+    #: ``--store``'s PostgreSQL URL (None: the DynamoDB store, named by the other options).
+    store_url: str | None = None
+
+    def store_env(self) -> dict[str, str]:
+        """What the keep-alive renewer needs in its environment (the store URL, which may hold
+        a password, is passed there rather than on a command line anyone can read)."""
+        return {"AWSFLOCK_STORE": self.store_url} if self.store_url else {}
 
     def store_options(self) -> list[str]:
         """These options as command-line arguments (for ``acquire --keep-alive``'s renewer)."""
-        argv = ["--tablename", self.tablename, "--skew", f"{self.skew}s"]
-        argv += ["--request-timeout", f"{self.request_timeout}s"]
+        argv = ["--tablename", self.tablename, "--request-timeout", f"{self.request_timeout}s"]
+        if self.store_url:
+            return argv
+        argv += ["--skew", f"{self.skew}s"]
         for name, value in (
             ("--region", self.region),
             ("--profile", self.profile),
@@ -70,6 +79,13 @@ class Common:
         """The LockTable these options name (the import of the library happens here)."""
         from awsflock.lease import LockTable
 
+        if self.store_url:
+            from awsflock.stores.postgresql import PostgresStore
+
+            store = PostgresStore(
+                self.store_url, self.tablename, request_timeout=self.request_timeout
+            )
+            return LockTable(store=store, skew=self.skew, owner=owner)
         return LockTable(
             self.tablename,
             region=self.region,
@@ -94,6 +110,14 @@ def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
 def common_options(func: F) -> F:
     """--tablename, --region, --profile, --endpoint-url, -v, -q, --log-format, --debug, --skew."""
 
+    @click.option(
+        "--store",
+        envvar="AWSFLOCK_STORE",
+        metavar="URL",
+        help="Where the locks live: postgresql://USER@HOST:5432/DB?table=NAME, or "
+        "dynamodb://TABLE?region=REGION (default: DynamoDB, named by the options below) "
+        "[env AWSFLOCK_STORE].",
+    )
     @click.option(
         "--tablename",
         envvar="AWSFLOCK_TABLE",
@@ -147,6 +171,7 @@ def common_options(func: F) -> F:
     @functools.wraps(func)
     def wrapper(
         *args: Any,
+        store: str | None,
         tablename: str,
         region: str | None,
         profile: str | None,
@@ -161,11 +186,13 @@ def common_options(func: F) -> F:
     ) -> Any:
         from awsflock.cli import logs
 
+        named = _named_store(store, tablename, region, profile, endpoint_url)
         common = Common(
-            tablename=tablename,
-            region=region or None,
-            profile=profile or None,
-            endpoint_url=endpoint_url or None,
+            tablename=named.table or tablename,
+            region=named.region or region or None,
+            profile=named.profile or profile or None,
+            endpoint_url=named.endpoint_url or endpoint_url or None,
+            store_url=named.url if named.kind == "postgresql" else None,
             verbose=max(verbose, 2) if debug else verbose,
             quiet=quiet,
             log_format=log_format,
@@ -177,6 +204,49 @@ def common_options(func: F) -> F:
         return func(*args, common=common, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _named_store(
+    store: str | None,
+    tablename: str,
+    region: str | None,
+    profile: str | None,
+    endpoint_url: str | None,
+) -> Any:
+    """The store ``--store`` names (a DynamoDB one named by the other options if none), with
+    options that cannot apply to it, or contradict it, refused."""
+    from awsflock.stores import urls
+
+    if not store:
+        return urls.StoreURL("dynamodb", "")
+    named = urls.parse(store)
+    ctx = click.get_current_context()
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+    if named.table and given("tablename") and tablename != named.table:
+        raise errors.UsageError(
+            f"--tablename {tablename} and the store URL's table {named.table} disagree",
+            hint="name the table in one place",
+        )
+    if named.kind == "postgresql":
+        aws = [
+            f"--{n.replace('_', '-')}" for n in ("region", "profile", "endpoint_url") if given(n)
+        ]
+        if aws:
+            raise errors.UsageError(
+                f"{', '.join(aws)} {'apply' if len(aws) > 1 else 'applies'} to DynamoDB, and "
+                "--store names a PostgreSQL database",
+                hint=f"drop {', '.join(aws)}",
+            )
+        if given("skew"):
+            raise errors.UsageError(
+                "--skew does not apply to the PostgreSQL store: its leases are timed by the "
+                "database server's clock alone, so no clock-skew window is needed",
+                hint="drop --skew",
+            )
+    return named
 
 
 def lease_option(default: str, help_text: str) -> Callable[[F], F]:

@@ -1,5 +1,5 @@
 """Setting up: ``table-create`` (and its 0.2.0 name ``create-table``), ``iam-policy``,
-``dev-server``."""
+``grants`` (PostgreSQL's counterpart), ``dev-server``."""
 
 from __future__ import annotations
 
@@ -66,6 +66,12 @@ def table_create(
             f"{named} only {verb} to provisioned billing, and the table would be on-demand",
             hint=f"add --billing-mode provisioned, or drop {named}",
         )
+    if common.store_url and (mode == "PROVISIONED" or given):
+        raise errors.UsageError(
+            "--billing-mode and the capacity options apply to DynamoDB, and --store names a "
+            "PostgreSQL database",
+            hint="drop them",
+        )
     table = common.table()
 
     def progress(message: str) -> None:
@@ -109,6 +115,37 @@ def iam_policy_command(tablename: str, read_only: bool, region: str, account: st
     from awsflock.stores.dynamodb.iam import iam_policy
 
     click.echo(iam_policy(tablename, read_only=read_only, region=region, account=account))
+
+
+@cli.command("grants", context_settings=CONTEXT)
+@click.option("--tablename", envvar="AWSFLOCK_TABLE", default="awsflock", show_default=True)
+@click.option(
+    "--store", envvar="AWSFLOCK_STORE", metavar="URL", help="Its ?table= names the table."
+)
+@click.option("--role", default="awsflock", show_default=True, help="The role to grant to.")
+@click.option("--read-only", is_flag=True, help="Only what status, list and audit need.")
+def grants_command(tablename: str, store: str | None, role: str, read_only: bool) -> None:
+    """Print the GRANT statements a PostgreSQL role needs for the lock table.
+
+    The counterpart of iam-policy for the PostgreSQL store: run them as the table's owner
+    (whoever ran table-create), e.g. `awsflock grants --role app | psql "$URL"`.
+    """
+    from awsflock.stores import urls
+    from awsflock.stores.postgresql import schema
+
+    if store:
+        named = urls.parse(store)
+        if named.kind != "postgresql":
+            raise errors.UsageError(
+                "grants is for the PostgreSQL store", hint="for DynamoDB, run `awsflock iam-policy`"
+            )
+        tablename = named.table or tablename
+    if not schema.NAME.match(tablename):
+        raise errors.UsageError(
+            f"{tablename!r} cannot name a PostgreSQL lock table",
+            hint="use 1 to 48 letters, digits, '_', '-' or '.'",
+        )
+    click.echo(schema.grants(tablename, role, read_only=read_only))
 
 
 @cli.command("dev-server", context_settings=CONTEXT)

@@ -107,10 +107,11 @@ def spawn(
     lease_s: float,
     follow: int,
     request_timeout: float,
+    env: dict[str, str] | None = None,
 ) -> int:
     """Start the renewer for a lease this process holds; its pid once it renewed the lease
     (within ``START_UP`` plus ``request_timeout``). ``options``: the store's command-line
-    options (table, endpoint, region, ...)."""
+    options (table, endpoint, region, ...); ``env``: variables to add to its environment."""
     argv = [
         sys.executable,
         "-m",
@@ -134,6 +135,7 @@ def spawn(
         close_fds=True,
         start_new_session=True,
         cwd="/",
+        env={**os.environ, **env} if env else None,
     )
     # The renewer outlives us: nobody waits for it (without this, the Popen object would warn
     # that it is still running when it is collected).

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.faultproxy import FaultProxy
-from tests.servers import NO_AWS_FILES, SERVERS, Server, local_client
+from tests.servers import NO_AWS_FILES, SERVERS, PostgresServer, Server, local_client
 
 BIN = Path(sys.executable).parent / "awsflock"
 
@@ -110,6 +110,46 @@ def lock_name() -> str:
 def proxy(server: Server) -> Iterator[FaultProxy]:
     with FaultProxy(("127.0.0.1", server.port)) as p:
         yield p
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this session (run as an unprivileged user when we are root)."""
+    srv = PostgresServer().start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_table(postgres: PostgresServer) -> str:
+    """A lock table on the PostgreSQL server, made by ``table-create`` for this session."""
+    name = "it_" + uuid.uuid4().hex[:8]
+    result = PgCli(postgres, name)("table-create", "-q")
+    assert result.returncode == 0, result.stderr
+    return name
+
+
+class PgCli(Cli):
+    """Runs ``awsflock`` against a table on the PostgreSQL server (``AWSFLOCK_STORE``)."""
+
+    def __init__(self, server: PostgresServer, table: str, url: str | None = None) -> None:
+        super().__init__("", table)
+        self.server = server
+        self.url = url or server.url
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = cli_env("", self.table, AWSFLOCK_STORE=self.url)
+        del env["AWSFLOCK_ENDPOINT_URL"]
+        env.update(extra)
+        return env
+
+
+@pytest.fixture
+def pg(postgres: PostgresServer, pg_table: str) -> PgCli:
+    """The CLI pointed at the PostgreSQL server and this session's table."""
+    return PgCli(postgres, pg_table)
 
 
 @pytest.fixture

@@ -1,16 +1,31 @@
 """The conformance suite (tests/conformance/suite.py) on the DynamoDB store over HTTP: moto's
-server, dynalite and DynamoDB Local, one table per session, a name prefix per test."""
+server, dynalite and DynamoDB Local, one table per session, a name prefix per test; and the
+PostgreSQL store on a real PostgreSQL server."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 
 from awsflock.stores.dynamodb import DynamoDBStore
+from awsflock.stores.postgresql import PostgresStore
 from tests.conformance.suite import StoreConformance
-from tests.servers import Server, local_client
+from tests.servers import PostgresServer, Server, local_client
 
 
 class TestDynamoDBStoreOnServers(StoreConformance):
     @pytest.fixture
     def store(self, server: Server, shared_table: str) -> DynamoDBStore:
         return DynamoDBStore(shared_table, local_client(server.url))
+
+
+class TestPostgresStore(StoreConformance):
+    """On a real PostgreSQL server, in the caller's time (the suite moves its clock by hand);
+    the server's own clock is tested in test_postgres.py."""
+
+    @pytest.fixture
+    def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:
+        store = PostgresStore(postgres.url, pg_table, server_time=False)
+        yield store
+        store.close()

@@ -1,0 +1,547 @@
+"""A lock table in PostgreSQL: the ``LockStore`` whose every step is one call of the table's
+step function (``schema.STEP``): one statement, one round trip, one transaction.
+
+Time is the database server's: each step reads ``clock_timestamp()`` and judges expiry by it,
+so the skew window is 0 and no client clock is trusted. Answers are shifted into the caller's
+clock: a lease's times are moved by (the caller's clock when the try was sent) minus (the
+server's clock when it ran), so a holder's deadline, measured from before the request left,
+always falls before the lease really ends, whatever the two clocks say.
+
+One connection per store (per process), made on first use and made again after it broke.
+Each try runs in a worker thread bounded in real time (a hung server cannot hold a caller past
+its budget), on a connection whose ``statement_timeout`` is the request timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import random
+import threading
+from collections.abc import Iterator
+from typing import Any, Callable, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from awsflock import errors
+from awsflock.clock import Clock, SystemClock
+from awsflock.protocol import (
+    AUDIT_PREFIX,
+    AUDIT_VOID,
+    DEFAULT_REQUEST_TIMEOUT,
+    LINE_LAPSE_MS,
+    MAX_DROPS,
+    MIN_TRY,
+    Attempt,
+    Drops,
+    Outcome,
+)
+from awsflock.records import (
+    ENDED_FORCED,
+    ENDED_RELEASED,
+    RESERVED_PREFIX,
+    Identity,
+    Line,
+    LockRecord,
+    Pool,
+    Waiter,
+)
+from awsflock.stores.postgresql import schema
+from awsflock.stores.postgresql.translate import translate
+
+_T = TypeVar("_T")
+_RNG = random.Random()
+BACKOFF_BASE = 0.05
+BACKOFF_CAP = 1.0
+#: Real time a try is given beyond its timeout before it is given up.
+TRY_GRACE = 0.5
+#: Query parameters of a store URL that are awsflock's, not libpq's.
+OWN_PARAMS = ("table",)
+EXTRA_HINT = "pip install 'awsflock[postgres]' (psycopg 3)"
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """A ``postgresql://`` URL as (libpq's URL, the ``table`` parameter or None)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    table = next((v for k, v in query if k == "table"), None)
+    rest = [(k, v) for k, v in query if k not in OWN_PARAMS]
+    return urlunsplit(parts._replace(query=urlencode(rest))), table
+
+
+class PostgresStore:
+    """Lock records in a PostgreSQL table (a ``LockStore``).
+
+    ``url``: a libpq URL (``postgresql://user@host:5432/db``; libpq's environment variables
+    and ``~/.pgpass`` fill in what it leaves out), optionally with ``?table=NAME``, which wins
+    over ``table_name``. ``server_time`` False: steps use the caller's ``now_ms`` and
+    ``skew_ms`` instead of the server's clock (for tests and simulations in virtual time).
+    """
+
+    #: Leases are timed by one clock (the server's): no skew window is needed.
+    skew_free = True
+
+    def __init__(
+        self,
+        url: str,
+        table_name: str | None = None,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        clock: Clock | None = None,
+        server_time: bool = True,
+    ) -> None:
+        self.conninfo, url_table = split_url(url)
+        name = url_table or table_name or "awsflock"
+        if not schema.NAME.match(name):
+            raise errors.UsageError(
+                f"{name!r} cannot name a PostgreSQL lock table",
+                hint="use 1 to 48 letters, digits, '_', '-' or '.'",
+            )
+        self.table_name = name
+        self.request_timeout = request_timeout
+        self.clock: Clock = clock or SystemClock()
+        self.server_time = server_time
+        self.skew_free = server_time
+        self._conn: Any = None
+        self._conn_lock = threading.Lock()
+        self._local = threading.local()
+        self._table = schema.quote(name)
+        self._step = f"SELECT {schema.quote(schema.function_name(name))}(%s, %s, %s::jsonb)"
+
+    # -- where, and errors -------------------------------------------------------------------
+
+    def where(self) -> str:
+        return f"PostgreSQL at {self._where()}"
+
+    def _where(self) -> str:
+        """user@host:port/db, from the URL and libpq's environment (never the password)."""
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+
+            params = conninfo_to_dict(self.conninfo)
+        except Exception:
+            return "(an unreadable URL)"
+        import os
+
+        def get(key: str, env: str, default: str) -> str:
+            return str(params.get(key) or os.environ.get(env) or default)
+
+        host = get("host", "PGHOST", "localhost")
+        user = get("user", "PGUSER", "")
+        text = f"{user}@" if user else ""
+        return text + f"{host}:{get('port', 'PGPORT', '5432')}/{get('dbname', 'PGDATABASE', user)}"
+
+    def actor(self) -> str | None:
+        """The database role this store connects as."""
+        try:
+            rows = self._send("actor", lambda conn: conn.execute("SELECT session_user").fetchall())
+        except errors.AwsflockError:
+            return None
+        return f"PostgreSQL role {rows[0][0]}" if rows else None
+
+    # -- connection and tries ----------------------------------------------------------------
+
+    def _connection(self, timeout: float) -> Any:
+        with self._conn_lock:
+            if self._conn is not None and not self._conn.closed:
+                return self._conn
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise errors.ConfigurationError(
+                "the PostgreSQL store needs psycopg 3, which is not installed", hint=EXTRA_HINT
+            ) from exc
+        statement_ms = max(1, round(self.request_timeout * 1000))
+        conn = psycopg.connect(
+            self.conninfo,
+            autocommit=True,
+            connect_timeout=max(2, math.ceil(timeout)),
+            application_name="awsflock",
+            options=f"-c statement_timeout={statement_ms}",
+        )
+        with self._conn_lock:
+            if self._conn is not None and not self._conn.closed:
+                conn.close()
+                return self._conn
+            self._conn = conn
+            return conn
+
+    def close(self) -> None:
+        """Close the connection (a later call makes a new one)."""
+        with self._conn_lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            _close_quietly(conn)
+
+    def _discard(self, conn: Any) -> None:
+        """Forget a connection that failed or hung: the next try makes a new one."""
+        with self._conn_lock:
+            if self._conn is conn:
+                self._conn = None
+        if conn is not None:
+            threading.Thread(target=_close_quietly, args=(conn,), daemon=True).start()
+
+    @contextlib.contextmanager
+    def budget(self, end: float) -> Iterator[None]:
+        outer = getattr(self._local, "end", None)
+        self._local.end = end if outer is None else min(outer, end)
+        try:
+            yield
+        finally:
+            self._local.end = outer
+
+    def _send(self, operation: str, call: Callable[[Any], _T]) -> _T:
+        """Run ``call(connection)``, retrying transient failures with jittered backoff while
+        the budget lasts (default: one request timeout). A final failure is raised with
+        ``maybe_applied`` set if any try may have been committed."""
+        start = self.clock.monotonic()
+        end = getattr(self._local, "end", None)
+        if end is None:
+            end = start + self.request_timeout
+        tries = 0
+        self._local.in_doubt = False
+        while True:
+            tries += 1
+            timeout = max(MIN_TRY, min(self.request_timeout, end - self.clock.monotonic()))
+            try:
+                return self._try(operation, call, timeout)
+            except (errors.Throttled, errors.EndpointUnreachable) as err:
+                if err.maybe_applied:
+                    self._local.in_doubt = True
+                pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * _RNG.uniform(0.5, 1)
+                if self.clock.monotonic() + pause + MIN_TRY > end:
+                    err.maybe_applied = self._in_doubt()
+                    took = self.clock.monotonic() - start
+                    err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in {took:.1f}s)"
+                    raise
+                self.clock.sleep(pause)
+
+    def _in_doubt(self) -> bool:
+        return bool(getattr(self._local, "in_doubt", False))
+
+    def _try(self, operation: str, call: Callable[[Any], _T], timeout: float) -> _T:
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["conn"] = self._connection(timeout)
+                box["sent"] = True
+                box["value"] = call(box["conn"])
+            except BaseException as exc:  # handed to the caller's thread as is
+                box["error"] = exc
+
+        worker = threading.Thread(target=work, name="awsflock-request", daemon=True)
+        worker.start()
+        worker.join(timeout + TRY_GRACE)
+        if worker.is_alive():
+            self._discard(box.get("conn"))
+            err = errors.EndpointUnreachable(
+                f"{self.where()} did not answer in time",
+                hint="check that the server is up and reachable, and retry",
+            )
+            err.maybe_applied = bool(box.get("sent"))
+            raise err
+        if "error" in box:
+            exc = box["error"]
+            if isinstance(exc, errors.AwsflockError):
+                raise exc
+            mapped = translate(
+                exc,
+                operation=operation,
+                where=self.where(),
+                table=self.table_name,
+                sent=bool(box.get("sent")),
+            )
+            if mapped.broken:
+                self._discard(box.get("conn"))
+            raise mapped.error from exc
+        value: _T = box["value"]
+        return value
+
+    # -- the lock steps ------------------------------------------------------------------------
+
+    def _call(self, operation: str, op: str, lock_id: str, params: dict[str, Any]) -> Outcome:
+        """One call of the step function; its answer as an Outcome in the caller's clock."""
+        sent_ms: list[int] = []
+
+        def call(conn: Any) -> Any:
+            sent_ms.append(round(self.clock.time() * 1000))
+            return conn.execute(self._step, (op, lock_id, json.dumps(params))).fetchone()[0]
+
+        answer = self._send(operation, call)
+        shift = sent_ms[-1] - int(answer["now"]) if self.server_time else 0
+        return _outcome(
+            bool(answer["applied"]),
+            lock_id,
+            answer["rows"],
+            params.get("slot"),
+            shift,
+            self._in_doubt(),
+        )
+
+    def _clock(self, now_ms: int, skew_ms: int) -> dict[str, Any]:
+        return {} if self.server_time else {"now": now_ms, "skew": skew_ms}
+
+    def take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        _check_drops(attempt.drop)
+        params = {
+            **self._clock(attempt.now_ms, attempt.skew_ms),
+            "lease": attempt.lease_id,
+            "who": dataclasses.asdict(attempt.identity),
+            "lease_ms": attempt.lease_ms,
+            "slot": attempt.slot,
+            "slots": attempt.slots,
+            "ticket": attempt.ticket,
+            "drop": [list(d) for d in attempt.drop],
+        }
+        return self._call("acquire", "take", lock_id, params)
+
+    def renew(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        slot: int | None = None,
+        keeper: str | None = None,
+    ) -> Outcome:
+        params = {
+            **self._clock(now_ms, skew_ms),
+            "lease": lease_id,
+            "lease_ms": lease_ms,
+            "slot": slot,
+            "keeper": keeper,
+        }
+        return self._call("renew", "renew", lock_id, params)
+
+    def release(
+        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
+    ) -> Outcome:
+        params = {
+            **self._clock(now_ms, skew_ms),
+            "lease": lease_id,
+            "slot": slot,
+            "ended": ENDED_RELEASED,
+        }
+        return self._call("release", "end", lock_id, params)
+
+    def force_release(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        force_id: str,
+        now_ms: int,
+        skew_ms: int,
+        actor: str,
+        reason: str,
+        slot: int | None = None,
+    ) -> Outcome:
+        params = {
+            **self._clock(now_ms, skew_ms),
+            "lease": lease_id,
+            "slot": slot,
+            "ended": ENDED_FORCED + force_id,
+            "forced_by": actor,
+            "forced_reason": reason,
+        }
+        return self._call("force_release", "end", lock_id, params)
+
+    def join(self, lock_id: str, waiter: Waiter) -> Outcome:
+        params: dict[str, Any] = {
+            "ticket": waiter.ticket,
+            "who": dataclasses.asdict(waiter.identity),
+        }
+        if not self.server_time:
+            params.update(now=waiter.seen_ms, since=waiter.since_ms)
+        return self._call("join", "join", lock_id, params)
+
+    def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
+        _check_drops(drop)
+        params = {**self._clock(now_ms, 0), "ticket": ticket, "drop": [list(d) for d in drop]}
+        return self._call("beat", "beat", lock_id, params)
+
+    def leave(self, lock_id: str, ticket: str) -> Outcome:
+        return self._call("leave", "leave", lock_id, {"ticket": ticket})
+
+    def read(self, lock_id: str) -> Outcome:
+        return self._call("get", "read", lock_id, {})
+
+    def resize_pool(
+        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+    ) -> bool:
+        params = {**self._clock(now_ms, skew_ms), "old": old, "new": new}
+        return self._call("resize", "resize", lock_id, params).applied
+
+    def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
+        query = (
+            "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint,"
+            f" to_jsonb(t) - 'audit' FROM {self._table} t"
+            " WHERE starts_with(t.lock_id, %s) AND NOT starts_with(t.lock_id, %s)"
+            " ORDER BY t.lock_id, t.slot"
+        )
+        sent_ms: list[int] = []
+
+        def call(conn: Any) -> list[tuple[Any, ...]]:
+            sent_ms.append(round(self.clock.time() * 1000))
+            return list(conn.execute(query, (prefix, RESERVED_PREFIX)).fetchall())
+
+        rows = self._send("scan", call)
+        shift = sent_ms[-1] - int(rows[0][0]) if rows and self.server_time else 0
+        by_lock: dict[str, list[dict[str, Any]]] = {}
+        for _now, row in rows:
+            by_lock.setdefault(row["lock_id"], []).append(row)
+        for lock_id, lock_rows in by_lock.items():
+            outcome = _outcome(False, lock_id, lock_rows, None, shift, False)
+            if outcome.pool is not None:
+                yield outcome.pool
+            elif outcome.lock is not None:
+                yield outcome.lock
+
+    # -- audit -------------------------------------------------------------------------------
+
+    def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
+        if not key.startswith(AUDIT_PREFIX):
+            raise errors.UsageError(f"audit key {key!r} is not under {AUDIT_PREFIX!r}")
+        fields = {k: v for k, v in entry.items() if v not in (None, "")}
+        on_conflict = "DO UPDATE SET audit = EXCLUDED.audit" if replace else "DO NOTHING"
+        query = (
+            f"INSERT INTO {self._table} (lock_id, slot, audit) VALUES (%s, -1, %s::jsonb)"
+            f" ON CONFLICT (lock_id, slot) {on_conflict}"
+        )
+        self._send("audit", lambda conn: conn.execute(query, (key, json.dumps(fields))))
+
+    def void_audit(self, key: str, action_id: str | None) -> None:
+        query = (
+            f"UPDATE {self._table} SET audit = audit || %s::jsonb"
+            " WHERE lock_id = %s AND slot = -1 AND audit IS NOT NULL"
+            " AND (%s::text IS NULL OR audit->>'action_id' = %s)"
+        )
+        status = json.dumps({"status": AUDIT_VOID})
+        self._send(
+            "audit_void", lambda conn: conn.execute(query, (status, key, action_id, action_id))
+        )
+
+    def audit_entries(self) -> Iterator[dict[str, Any]]:
+        query = (
+            f"SELECT audit FROM {self._table}"
+            " WHERE starts_with(lock_id, %s) AND slot = -1 AND audit IS NOT NULL ORDER BY lock_id"
+        )
+        rows = self._send("scan", lambda conn: conn.execute(query, (AUDIT_PREFIX,)).fetchall())
+        for (entry,) in rows:
+            yield dict(entry)
+
+    # -- set-up --------------------------------------------------------------------------------
+
+    def create(self, *, progress: Callable[[str], None] = lambda _message: None) -> bool:
+        """Create the table and its step function (in one transaction, one creator at a
+        time), or accept an awsflock table of this layout; True if created now."""
+        from awsflock.stores.postgresql.tables import create_table
+
+        return create_table(self, progress)
+
+    def run_admin(self, operation: str, call: Callable[[Any], _T]) -> _T:
+        """``call(connection)`` with this store's retries and error translation."""
+        return self._send(operation, call)
+
+
+def _close_quietly(conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        conn.close()
+
+
+def _check_drops(drop: Drops) -> None:
+    if len(drop) > MAX_DROPS:
+        raise errors.UsageError(f"{len(drop)} places to drop at once; at most {MAX_DROPS}")
+
+
+# -- answers ---------------------------------------------------------------------------------
+
+
+def _identity(who: Any) -> Identity:
+    if not isinstance(who, dict):
+        return Identity(owner="")
+    fields = {f.name for f in dataclasses.fields(Identity)}
+    return Identity(**{k: v for k, v in who.items() if k in fields})
+
+
+def _seconds(ms: Any, shift: int) -> float | None:
+    return None if ms is None else (int(ms) + shift) / 1000
+
+
+def _record(lock_id: str, row: dict[str, Any], slots: int | None, shift: int) -> LockRecord:
+    who = _identity(row.get("who"))
+    lease_id = row.get("lease_id") or ""
+    return LockRecord(
+        lock_id=lock_id,
+        lease_id=lease_id,
+        # No awsflock 0.2.0 compares it here: it only tells one write of a lease from the next.
+        version=f"{lease_id}/{row.get('expires_ms')}" if lease_id else "",
+        owner=who.owner,
+        host=who.host,
+        pid=who.pid,
+        user=who.user,
+        ci_url=who.ci_url,
+        command=who.command,
+        acquired_at=_seconds(row.get("acquired_ms"), shift),
+        expires_at=_seconds(row.get("expires_ms"), shift) or 0.0,
+        lease_duration=(row.get("lease_ms") or 0) / 1000,
+        fencing_token=row.get("fence"),
+        ended=row.get("ended") or "",
+        history=tuple((str(h[0]), str(h[1])) for h in row.get("history") or () if h),
+        slots=slots,
+        forced_by=row.get("forced_by") or "",
+        forced_reason=row.get("forced_reason") or "",
+        forced_at=_seconds(row.get("forced_ms"), shift),
+        keeper=row.get("keeper") or "",
+        extra=row,
+    )
+
+
+def _line(head: dict[str, Any]) -> Line:
+    places = head.get("line") or {}
+    waiters = sorted(
+        (
+            Waiter(
+                ticket=ticket,
+                number=int(place["n"]),
+                identity=_identity(place.get("who")),
+                since_ms=int(place["since"]),
+                seen_ms=int(place["seen"]),
+            )
+            for ticket, place in places.items()
+        ),
+        key=lambda w: w.number,
+    )
+    polled = head.get("polled_ms")
+    return Line(
+        int(head.get("next_number") or 0),
+        tuple(waiters),
+        int(polled) if waiters and polled is not None else None,
+    )
+
+
+def _outcome(
+    applied: bool,
+    lock_id: str,
+    rows: list[dict[str, Any]],
+    slot: int | None,
+    shift: int,
+    in_doubt: bool,
+) -> Outcome:
+    head = next((r for r in rows if r["slot"] == -1), None)
+    if head is None:
+        return Outcome(applied, None, None, slot, in_doubt)
+    size = head.get("slots")
+    line = _line(head)
+    lock = dataclasses.replace(_record(lock_id, head, size, shift), line=line)
+    if size is None:
+        return Outcome(applied, lock, None, slot, in_doubt, line)
+    slots = {int(r["slot"]): _record(lock_id, r, size, shift) for r in rows if r["slot"] >= 0}
+    return Outcome(applied, lock, Pool(lock_id, size, slots, line), slot, in_doubt, line)
+
+
+__all__ = ["LINE_LAPSE_MS", "PostgresStore", "split_url"]

@@ -1,0 +1,61 @@
+"""``table-create`` on PostgreSQL: the table and its step function, idempotently."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from awsflock import errors
+from awsflock.protocol import LINE_LAPSE_MS
+from awsflock.stores.postgresql import schema
+
+if TYPE_CHECKING:
+    from awsflock.stores.postgresql.store import PostgresStore
+
+
+def create_table(store: PostgresStore, progress: Callable[[str], None]) -> bool:
+    """Create ``store``'s table and step function, or accept them as they are; True if the
+    table was created now. One creator at a time (an advisory lock on the name), in one
+    transaction: a failure leaves nothing half made. A table of that name that is not an
+    awsflock table of this layout is refused."""
+    name = store.table_name
+    table = schema.quote(name)
+    function = schema.render(schema.STEP, name, LINE_LAPSE_MS)
+
+    def work(conn: Any) -> tuple[bool, bool]:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("awsflock:" + name,))
+            comment = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL, obj_description(to_regclass(%s), 'pg_class')",
+                (table, table),
+            ).fetchone()
+            exists, layout = bool(comment[0]), comment[1]
+            if exists and layout != schema.LAYOUT:
+                columns = conn.execute(
+                    "SELECT string_agg(attname, ', ' ORDER BY attnum) FROM pg_attribute"
+                    " WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+                    (table,),
+                ).fetchone()[0]
+                raise errors.TableIncompatible(
+                    f"table {name!r} in {store.where()} is not an awsflock table "
+                    f"(columns: {columns})",
+                    hint="name another table with ?table= in --store (or --tablename), "
+                    "or drop that one",
+                )
+            if not exists:
+                conn.execute(schema.render(schema.TABLE, name, LINE_LAPSE_MS))
+                conn.execute(f"COMMENT ON TABLE {table} IS '{schema.LAYOUT}'")
+            current = conn.execute(
+                "SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure(%s)",
+                (schema.quote(schema.function_name(name)) + "(text, text, jsonb)",),
+            ).fetchone()
+            body = function.split("$body$")[1]
+            replaced = current is None or current[0] != body
+            if replaced:
+                conn.execute(function)
+            return not exists, replaced
+
+    progress(f"creating table {name!r} in {store.where()} (if it is not there)")
+    created, replaced = store.run_admin("create_table", work)
+    if replaced and not created:
+        progress(f"updated the step function of table {name!r}")
+    return created

@@ -1,0 +1,143 @@
+"""psycopg's errors as awsflock's: every failure of a connect or a statement is turned into one
+of ``awsflock.errors`` here, with the fix named, and nowhere else.
+
+Whether a failed statement may still have been committed: only when its connection broke
+after the statement was sent (the server may have committed and lost the answer). A statement
+the server refused with an error (any SQLSTATE outside connection exceptions) was rolled back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from awsflock import errors
+
+#: The privilege each store call needs, for "permission denied" messages.
+PRIVILEGES = {
+    "acquire": "EXECUTE on the step function, and INSERT, UPDATE",
+    "renew": "EXECUTE on the step function, and UPDATE",
+    "release": "EXECUTE on the step function, and UPDATE",
+    "force_release": "EXECUTE on the step function, and UPDATE",
+    "resize": "EXECUTE on the step function, and INSERT, UPDATE",
+    "join": "EXECUTE on the step function, and UPDATE",
+    "beat": "EXECUTE on the step function, and UPDATE",
+    "leave": "EXECUTE on the step function, and UPDATE",
+    "get": "EXECUTE on the step function, and SELECT",
+    "scan": "SELECT",
+    "audit": "INSERT, UPDATE",
+    "audit_void": "UPDATE",
+    "create_table": "CREATE on the schema",
+    "actor": "nothing",
+}
+
+#: SQLSTATEs of a refusal that clears up by itself: retried, never applied.
+_TRANSIENT = {
+    "40001": "a serialization failure",
+    "40P01": "a deadlock",
+    "55P03": "a lock not available",
+    "57014": "the statement timeout",
+    "53300": "too many connections",
+    "53200": "out of memory",
+    "57P03": "the server starting up or shutting down",
+}
+
+
+@dataclass
+class Translated:
+    error: errors.AwsflockError
+    #: The connection is no good any more: make a new one.
+    broken: bool
+
+
+def translate(
+    exc: BaseException, *, operation: str, where: str, table: str, sent: bool
+) -> Translated:
+    """``exc``, raised by psycopg during ``operation``, as an awsflock error."""
+    import psycopg
+
+    if not isinstance(exc, psycopg.Error):
+        return Translated(errors.StoreError(f"{where}: {type(exc).__name__}: {exc}"), broken=True)
+    state = exc.sqlstate or ""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    low = str(exc).lower()
+    create = f"awsflock table-create --store URL (table {table!r})"
+    err: errors.AwsflockError
+    if state in ("42P01", "42883", "3F000"):
+        err = errors.TableMissing(
+            f"table {table!r} is not an awsflock table in {where} (or does not exist): {text}",
+            hint=f"create it with `{create}`, or name the right one with ?table= or --tablename",
+        )
+        return Translated(err, broken=False)
+    if state == "42501":
+        err = errors.AccessDenied(
+            f"{where} denied {operation} on table {table!r} ({text})",
+            hint="the role needs "
+            + PRIVILEGES.get(operation, "its GRANTs")
+            + "; `awsflock grants --role ROLE` prints the GRANT statements for the table's owner",
+        )
+        return Translated(err, broken=False)
+    if state == "25006":
+        err = errors.StoreError(
+            f"{where} is read-only (a standby, or default_transaction_read_only): {text}",
+            hint="point --store at the primary, read-write server",
+        )
+        return Translated(err, broken=False)
+    if state in _TRANSIENT:
+        err = errors.Throttled(
+            f"{where} refused {operation}: {_TRANSIENT[state]} ({text})", hint="retry"
+        )
+        return Translated(err, broken=state.startswith("57P") or state.startswith("53"))
+    if (
+        "password authentication failed" in low
+        or "no password supplied" in low
+        or (state in ("28P01", "28000") and "pg_hba.conf" not in low)
+    ):
+        err = errors.CredentialsError(
+            f"{where} refused the login: {text}",
+            hint="check the user and password (in the URL, PGPASSWORD or ~/.pgpass)",
+        )
+        return Translated(err, broken=True)
+    if "pg_hba.conf" in low:
+        err = errors.AccessDenied(
+            f"{where} does not accept this host or user: {text}",
+            hint="ask its administrator for a pg_hba.conf entry, or check sslmode",
+        )
+        return Translated(err, broken=True)
+    if state == "3D000" or ("database" in low and "does not exist" in low):
+        err = errors.StoreError(
+            f"{where}: {text}",
+            hint="create the database (createdb NAME), or name another one in the URL",
+        )
+        return Translated(err, broken=True)
+    if isinstance(exc, psycopg.OperationalError) and (not state or state[:2] in ("08", "57")):
+        # The connection broke or could not be made. A statement already sent may have been
+        # committed with only its answer lost.
+        unreachable = errors.EndpointUnreachable(
+            f"{where} could not be reached: {text}",
+            hint="check that the server is up, and the URL's host and port",
+        )
+        unreachable.maybe_applied = sent and _after_connect(exc)
+        return Translated(unreachable, broken=True)
+    if isinstance(exc, psycopg.InterfaceError):
+        err = errors.EndpointUnreachable(f"{where}: {text}", hint="retry")
+        return Translated(err, broken=True)
+    if isinstance(exc, psycopg.ProgrammingError) and "invalid" in low and not state:
+        err = errors.UsageError(f"bad PostgreSQL URL: {text}", hint="see `awsflock --help`")
+        return Translated(err, broken=True)
+    return Translated(
+        errors.StoreError(f"{where}: {operation} failed: {text}"), broken=bool(not state)
+    )
+
+
+def _after_connect(exc: BaseException) -> bool:
+    """Whether the failure came after the connection was made (so a statement may have run)."""
+    text = str(exc).lower()
+    return not any(
+        marker in text
+        for marker in (
+            "connection refused",
+            "could not translate",
+            "timeout expired",
+            "connection failed",
+        )
+    )
