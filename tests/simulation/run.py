@@ -23,6 +23,19 @@ from tests.simulation.world import World
 #: Clock error bound of every process: half the skew window, so any two clocks agree within it.
 CLOCK_ERROR = 2.5
 
+#: What the simulation does only on a store that can: (what, the store's method it needs). A
+#: store without the method (DynamoDB on in-process moto has no TTL deletion; PostgreSQL has
+#: neither TTL deletion nor awsflock 0.2.0 clients) runs without it; ``off`` names what is off.
+NEEDS = (
+    ("TTL deletion", "expire_records"),
+    ("awsflock 0.2.0 clients", "legacy_read"),
+)
+
+
+def off(store: Any) -> list[str]:
+    """What the simulation leaves out on ``store`` (see ``NEEDS``)."""
+    return [what for what, method in NEEDS if not callable(getattr(store, method, None))]
+
 
 @dataclass
 class Result:
@@ -31,6 +44,8 @@ class Result:
     operations: int = 0
     steps: int = 0
     tries: int = 0
+    #: Grants the store applied (takes that won a lock or slot); fenced writes it accepted.
+    grants: int = 0
     writes: int = 0
     #: Token restarts by a late take on a deleted record: the known limit (README).
     known_limit: int = 0
@@ -41,6 +56,8 @@ class Result:
     wall_seconds: float = 0.0
     violation: str | None = None
     trace: list[str] = field(default_factory=list)
+    #: What the simulation left out on this store (``NEEDS``).
+    off: list[str] = field(default_factory=list)
 
     def replay(self, ops: int, store: str) -> str:
         return f"scripts/simulate --seed {self.seed} --clients {self.clients} --ops {ops}" + (
@@ -59,16 +76,17 @@ def simulate(
     make_store: Callable[[], Any] | None = None,
     max_steps: int = 2_000_000,
 ) -> Result:
-    """Run ``clients`` processes (workers, one operator, one awsflock 0.2.0 client) for about
-    ``ops`` operations each, on a fresh store."""
+    """Run ``clients`` processes (workers, one operator, one awsflock 0.2.0 client where the
+    store has them, else one more worker) for about ``ops`` operations each, on a fresh store."""
     started = time.perf_counter()
     world = World(seed)
     inner = make_store() if make_store is not None else MemoryStore()
     network = Network(world, faults or Faults())
     checker = Checker(world, inner)
     shared = Shared()
-    result = Result(seed, clients)
-    roles = ["operator", "legacy"] + ["worker"] * max(1, clients - 2)
+    result = Result(seed, clients, off=off(inner))
+    legacy = "awsflock 0.2.0 clients" not in result.off
+    roles = ["operator", "legacy" if legacy else "worker"] + ["worker"] * max(1, clients - 2)
     workers = []
     for number, role in enumerate(roles[:clients] if clients >= 3 else ["worker"] * clients):
         proc = world.process(f"{role[0]}{number}", CLOCK_ERROR)
@@ -96,6 +114,7 @@ def simulate(
     result.operations = checker.operations
     result.steps = world.steps
     result.tries = network.tries
+    result.grants = sum(checker.grants.values())
     result.writes = checker.writes
     result.known_limit = checker.known_limit
     result.fair_grants = checker.fair_grants
