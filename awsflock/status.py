@@ -139,8 +139,12 @@ def _render_status(data: dict[str, Any], label: str) -> str:
         rows.append(
             (
                 "state",
-                f"EXPIRED, not yet reclaimed (reclaimable in "
-                f"{format_seconds(data['reclaimable_in_s'])})",
+                "EXPIRED, not yet reclaimed (reclaimable "
+                + (
+                    f"in {format_seconds(data['reclaimable_in_s'])})"
+                    if data["reclaimable_in_s"] > 0
+                    else "now)"
+                ),
             )
         )
     rows.append(

@@ -3,21 +3,30 @@
 Run it through ``scripts/bench`` (which installs both). It starts moto's server behind a
 counting proxy (requests counted by X-Amz-Target), measures both tools interleaved, prints a
 table of medians with new/old ratios, and writes the numbers to bench-results/.
+
+It then measures this awsflock's PostgreSQL store beside its DynamoDB store on AWS's DynamoDB
+Local, interleaved in the same run, and prints a second table with PG/DDB ratios (requests per
+command, latency per operation from the CLI and in-process, acquire+release cycle, hand-off,
+contention throughput). ``--only-stores`` runs just that part (and needs no awsflock 0.2.0).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import platform
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,9 +35,18 @@ sys.path.insert(0, str(ROOT))
 
 from tests.faultproxy import FaultProxy  # noqa: E402 - after the path is set
 from tests.helpers import peak_rss_kb  # noqa: E402
-from tests.servers import Dynalite, MotoServer, local_client  # noqa: E402
+from tests.servers import (  # noqa: E402
+    NO_AWS_FILES,
+    Dynalite,
+    DynamoDBLocal,
+    MotoServer,
+    PostgresServer,
+    local_client,
+)
 
 DEFAULT_NEW = Path(sys.executable).parent / "awsflock"
+#: A row of a printed table: (measure, first value, second value or None, unit).
+Row = tuple[str, Any, Any, str]
 
 
 class Tool:
@@ -230,16 +248,337 @@ def fill(endpoint: str, table: str, count: int) -> None:
         t.join()
 
 
+# -- PostgreSQL beside DynamoDB (--only-stores) ----------------------------------------------
+
+
+class DynamoDBLocalAsRun(DynamoDBLocal):
+    """DynamoDB Local with the JVM's default flags, as users run it: the tests' server trades
+    steady-state speed (C1 only, serial GC) for a faster start."""
+
+    def command(self) -> list[str]:
+        return [arg for arg in super().command() if not arg.startswith("-XX:")]
+
+
+class PgCounter:
+    """A TCP proxy in front of PostgreSQL that counts what clients send, by protocol message:
+    ``statements`` (a simple Query 'Q' or an extended-protocol Execute 'E': one per statement
+    run), ``connections`` (StartupMessages) and ``setup`` (the client's messages before its
+    first statement: SSL/GSS requests, the startup message, SCRAM's auth responses 'p').
+    Each message is counted before it is forwarded, so a count is complete once the client
+    has its answer."""
+
+    STARTUP, SSL, GSS = 196608, 80877103, 80877104
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+
+    def __enter__(self) -> PgCounter:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._listener.close()
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.counts.clear()
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self.counts[key] += 1
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.upstream_port))
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=self._relay, args=(server, client), daemon=True).start()
+            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
+
+    @staticmethod
+    def _recv(sock: socket.socket, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return data
+
+    @staticmethod
+    def _end(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):
+            src.shutdown(socket.SHUT_RD)
+
+    def _relay(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        self._end(src, dst)
+
+    def _requests(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            started = False
+            while not started:  # untyped messages: SSL/GSS requests, then the startup
+                head = self._recv(src, 8)
+                code = int.from_bytes(head[4:], "big")
+                body = self._recv(src, int.from_bytes(head[:4], "big") - 8)
+                self._count("setup")
+                if code == self.STARTUP:
+                    started = True
+                    self._count("connections")
+                elif code not in (self.SSL, self.GSS):
+                    break  # a cancel request: nothing follows
+                dst.sendall(head + body)
+            while started:
+                head = self._recv(src, 5)
+                body = self._recv(src, int.from_bytes(head[1:], "big") - 4)
+                kind = head[:1]
+                if kind in (b"Q", b"E"):
+                    self._count("statements")
+                elif kind == b"p":
+                    self._count("setup")
+                dst.sendall(head + body)
+        except (OSError, EOFError):
+            pass
+        self._end(src, dst)
+        with contextlib.suppress(OSError):
+            src.close()
+            dst.close()
+
+
+def library_latency(table: Any, repeats: int) -> dict[str, list[float]]:
+    """acquire, renew and release through the library, in this process, on a warm
+    connection: the store's own cost, without a process start-up or a connection made."""
+    samples: dict[str, list[float]] = {"acquire": [], "renew": [], "release": []}
+    for _ in range(repeats):
+        name = lock()
+        start = time.perf_counter()
+        lease = table.acquire(name, wait=0)
+        renewed = time.perf_counter()
+        lease = lease.renew()
+        releasing = time.perf_counter()
+        lease.release()
+        end = time.perf_counter()
+        samples["acquire"].append(renewed - start)
+        samples["renew"].append(releasing - renewed)
+        samples["release"].append(end - releasing)
+    return samples
+
+
+def cli_latency(tool: Tool) -> dict[str, float]:
+    """acquire, renew and release as separate ``awsflock`` commands (each a new process)."""
+    name = lock()
+    box: dict[str, str] = {}
+    out = {"acquire": timed(lambda: box.update(id=tool.run("acquire", name).stdout.strip()))}
+    out["renew"] = timed(lambda: box.update(id=tool.run("renew", name, box["id"]).stdout.strip()))
+    out["release"] = timed(lambda: tool.run("release", name, box["id"]))
+    return out
+
+
+def cycle_once(tool: Tool, name: str) -> None:
+    tool.run("release", name, tool.run("acquire", name).stdout.strip())
+
+
+def count_per_op(tool: Tool, counts: Callable[[], dict[str, float]]) -> dict[str, dict[str, float]]:
+    """What the counter saw for each command; ``counts`` resets it and returns its counts."""
+    name = lock()
+    lease: dict[str, str] = {}
+    out: dict[str, dict[str, float]] = {}
+
+    def count(label: str, action: Callable[[], Any]) -> None:
+        counts()
+        action()
+        out[label] = counts()
+
+    count("acquire", lambda: lease.update(id=tool.run("acquire", name).stdout.strip()))
+    count("busy --no-wait", lambda: tool.run("acquire", name, "--no-wait", check=False))
+    count("renew", lambda: lease.update(id=tool.run("renew", name, lease["id"]).stdout.strip()))
+    count("release", lambda: tool.run("release", name, lease["id"]))
+    return out
+
+
+def stores(new_bin: Path, quick: bool, results: dict[str, Any]) -> list[Row]:
+    """The PostgreSQL store beside the DynamoDB store on DynamoDB Local, interleaved in one run:
+    requests per command, latency per operation (CLI and library), acquire+release cycle,
+    hand-off and contention throughput. Rows: (measure, DynamoDB Local, PostgreSQL, unit)."""
+    from awsflock.lease import LockTable
+    from awsflock.stores.postgresql.store import PostgresStore
+
+    began = time.perf_counter()
+    repeats = 5 if quick else 10
+    rows: list[Row] = []
+    out: dict[str, Any] = {}
+    samples: dict[str, Any] = {}
+    results["stores"] = out
+    results["stores_samples"] = samples
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "DYNAMO", "PG"))}
+    base.update(NO_AWS_FILES)  # awsflock signs with its loopback key, as local_client does
+    ddb = DynamoDBLocalAsRun().start(timeout=90)
+    pg = PostgresServer()
+    try:
+        pg.start()
+        with FaultProxy(("127.0.0.1", ddb.port)) as http, PgCounter(pg.port) as wire:
+            pg_url = f"{pg.url}?table=bench"
+            counted_url = pg_url.replace(f":{pg.port}/", f":{wire.port}/")
+            tools = {
+                "ddb": Tool(
+                    "DynamoDB Local",
+                    new_bin,
+                    {**base, "AWSFLOCK_TABLE": "bench", "AWSFLOCK_ENDPOINT_URL": ddb.url},
+                ),
+                "pg": Tool("PostgreSQL", new_bin, {**base, "AWSFLOCK_STORE": pg_url}),
+            }
+            for tool in tools.values():
+                tool.run("table-create", "-q")
+            pg_store = PostgresStore(pg_url)
+            tables = {
+                "ddb": LockTable("bench", client=local_client(ddb.url)),
+                "pg": LockTable(store=pg_store),
+            }
+
+            def both(label: str, unit: str, values: dict[str, float]) -> None:
+                out[label] = values
+                rows.append((label, values["ddb"], values["pg"], unit))
+
+            # Requests per command, counted through the proxies (timings go direct).
+            def http_counts() -> dict[str, float]:
+                seen = {"requests": float(sum(http.counts.values()))}
+                http.reset_counts()
+                return seen
+
+            def wire_counts() -> dict[str, float]:
+                seen = {k: float(v) for k, v in wire.counts.items()}
+                wire.reset_counts()
+                return seen
+
+            ddb_counted = Tool(
+                "ddb", new_bin, {**tools["ddb"].env, "AWSFLOCK_ENDPOINT_URL": http.url}
+            )
+            pg_counted = Tool("pg", new_bin, {**tools["pg"].env, "AWSFLOCK_STORE": counted_url})
+            ddb_seen = count_per_op(ddb_counted, http_counts)
+            pg_seen = count_per_op(pg_counted, wire_counts)
+            for op in ddb_seen:
+                both(
+                    f"requests: {op} (DDB HTTP requests; PG statements)",
+                    "count",
+                    {"ddb": ddb_seen[op]["requests"], "pg": pg_seen[op].get("statements", 0.0)},
+                )
+            out["pg_connection_setup"] = pg_seen
+            conns = {op: seen.get("connections", 0) for op, seen in pg_seen.items()}
+            setup = {op: seen.get("setup", 0) for op, seen in pg_seen.items()}
+
+            # Warm-up: the JVM's JIT, PostgreSQL's caches, the OS's page cache of the tool.
+            for key in ("ddb", "pg"):
+                for _ in range(3):
+                    tools[key].run(
+                        "release", "warm-up", tools[key].run("acquire", "warm-up").stdout.strip()
+                    )
+                library_latency(tables[key], 10)
+
+            cli: dict[str, dict[str, list[float]]] = {k: {} for k in tools}
+            for _ in range(repeats):
+                for key, tool in tools.items():
+                    for op, took in cli_latency(tool).items():
+                        cli[key].setdefault(op, []).append(took)
+            for op in ("acquire", "renew", "release"):
+                both(
+                    f"CLI {op} (a new process and connection)",
+                    "s",
+                    {k: median(cli[k][op]) for k in tools},
+                )
+            samples["cli"] = cli
+
+            lib: dict[str, dict[str, list[float]]] = {k: {} for k in tools}
+            for _ in range(repeats):
+                for key in tools:
+                    for op, took_all in library_latency(tables[key], 10).items():
+                        lib[key].setdefault(op, []).extend(took_all)
+            for op in ("acquire", "renew", "release"):
+                both(
+                    f"library {op}, in-process, warm connection",
+                    "ms",
+                    {k: 1000 * median(lib[k][op]) for k in tools},
+                )
+
+            cycles: dict[str, list[float]] = {k: [] for k in tools}
+            for _ in range(repeats):
+                for key, tool in tools.items():
+                    name = lock()
+                    cycles[key].append(timed(functools.partial(cycle_once, tool, name)))
+            both("CLI acquire+release cycle", "s", {k: median(v) for k, v in cycles.items()})
+            samples["cycle"] = cycles
+
+            hands: dict[str, list[float]] = {k: [] for k in tools}
+            for _ in range(repeats):
+                for key, tool in tools.items():
+                    hands[key].append(handoff(tool, 1.0))
+            both(
+                "hand-off: release to the waiter's grant (waited 1s)",
+                "s",
+                {k: median(v) for k, v in hands.items()},
+            )
+            samples["hand-off"] = hands
+
+            k, per = 4, (3 if quick else 5)
+            both(
+                f"throughput, {k} processes looping acquire/release",
+                "grants/s",
+                {key: throughput(tool, k, per, False) for key, tool in tools.items()},
+            )
+            pg_store.close()
+    finally:
+        ddb.stop()
+        pg.stop()
+    notes = [
+        "PG/DDB below 1 means PostgreSQL took less time; above 1 on throughput, more grants",
+        "both stores in memory or without durability: DynamoDB Local -inMemory (JVM defaults);"
+        " PostgreSQL 15 with fsync, synchronous_commit and full_page_writes off",
+        "PG statements counted by a TCP proxy reading the wire protocol (Query/Execute"
+        " messages); DDB requests by an HTTP proxy; timings go direct, not through them",
+        "hand-off and throughput are bounded by polling: a waiter tries about once a second"
+        " (jittered) on both stores, neither pushes a release, so a hand-off is mostly where the"
+        f" release falls in the waiter's cycle (median of {repeats} each; samples in the JSON)",
+        "PostgreSQL connections per command: "
+        + ", ".join(f"{op} {conns[op]:g}" for op in conns)
+        + "; client messages to set each up (SSL request, startup, SCRAM): "
+        + ", ".join(f"{op} {setup[op] / max(1, conns[op]):g}" for op in setup),
+    ]
+    notes.append(f"this section took {time.perf_counter() - began:.0f}s")
+    out["notes"] = notes
+    results["stores_notes"] = notes
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench")
-    parser.add_argument("--old", type=Path, required=True, help="awsflock 0.2.0's executable")
+    parser.add_argument("--old", type=Path, help="awsflock 0.2.0's executable")
     parser.add_argument("--new", type=Path, default=DEFAULT_NEW, help="this awsflock's executable")
     parser.add_argument("--quick", action="store_true", help="fewer repeats, shorter waits")
     parser.add_argument("--list-items", type=int, default=100_000)
     parser.add_argument(
         "--only-line", action="store_true", help="only the fair-waiting measures (and requests)"
     )
+    parser.add_argument(
+        "--only-stores",
+        action="store_true",
+        help="only PostgreSQL beside DynamoDB (on DynamoDB Local); needs no --old",
+    )
     args = parser.parse_args()
+    if args.old is None and not args.only_stores:
+        parser.error("--old (awsflock 0.2.0's executable) is needed, except with --only-stores")
     new_bin: Path = args.new
     repeats = 3 if args.quick else 10
     waits = [1.0, 10.0] if args.quick else [1.0, 10.0, 35.0]
@@ -252,8 +591,11 @@ def main() -> int:
             "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
         },
     }
-    rows: list[tuple[str, Any, Any, str]] = []
-    line_rows: list[tuple[str, Any, Any, str]] = []
+    rows: list[Row] = []
+    line_rows: list[Row] = []
+    if args.only_stores:
+        report(results, rows, line_rows, stores(new_bin, args.quick, results))
+        return 0
 
     server = MotoServer().start()
     try:
@@ -417,24 +759,45 @@ def main() -> int:
         finally:
             dyn.stop()
 
+    store_rows = [] if args.only_line else stores(new_bin, args.quick, results)
+    report(results, rows, line_rows, store_rows)
+    return 0
+
+
+def report(
+    results: dict[str, Any], rows: list[Row], line_rows: list[Row], store_rows: list[Row]
+) -> None:
+    """Print the tables and write the numbers to bench-results/."""
     print(f"awsflock benchmark, {results['date']}, {results['machine']}")
-    print(f"{'measure':<58} {'new':>10} {'0.2.0':>10} {'new/old':>8}  unit")
+    if rows:
+        print(f"\n{'measure':<58} {'new':>10} {'0.2.0':>10} {'new/old':>8}  unit")
     for label, a, b, unit in rows:
         ratio = f"{a / b:.2f}" if isinstance(b, (int, float)) and b else "-"
         b_text = f"{b:10.3f}" if isinstance(b, (int, float)) else f"{'-':>10}"
         print(f"{label:<58} {a:10.3f} {b_text} {ratio:>8}  {unit}")
-    print(
-        f"\n{'fair waiting (this awsflock)':<58} {'--fair':>10} {'unfair':>10} {'fair/un':>8}  unit"
-    )
+    if line_rows:
+        print(
+            f"\n{'fair waiting (this awsflock)':<58} {'--fair':>10} {'unfair':>10}"
+            f" {'fair/un':>8}  unit"
+        )
     for label, a, b, unit in line_rows:
         ratio = f"{a / b:.2f}" if b else "-"
         print(f"{label:<58} {a:10.3f} {b:10.3f} {ratio:>8}  {unit}")
+    if store_rows:
+        print(
+            f"\n{'stores (this awsflock)':<58} {'DynamoDB Local':>14} {'PostgreSQL':>10}"
+            f" {'PG/DDB':>8}  unit"
+        )
+    for label, a, b, unit in store_rows:
+        ratio = f"{b / a:.2f}" if a else "-"
+        print(f"{label:<58} {a:14.3f} {b:10.3f} {ratio:>8}  {unit}")
+    for note in results.get("stores_notes", []) if store_rows else []:
+        print(f"  note: {note}")
     out = ROOT / "bench-results"
     out.mkdir(exist_ok=True)
     path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(results, indent=2))
     print(f"written to {path.relative_to(ROOT)}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -155,16 +155,32 @@ class FaultProxy:
                 return
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
+    # What a protocol decides (HTTP here; PostgreSQL's wire protocol in tests/pgproxy.py).
+
+    def _open(self, client: socket.socket, inbox: bytearray) -> socket.socket | None:
+        """The upstream connection, if the protocol opens one before the first request."""
+        return None
+
+    def _read_request(self, sock: socket.socket, buffer: bytearray) -> bytes | None:
+        return _read_message(sock, buffer)
+
+    def _read_response(self, sock: socket.socket, buffer: bytearray) -> bytes | None:
+        return _read_message(sock, buffer)
+
+    def _target(self, request: bytes) -> str:
+        return _target(request)
+
     def _serve(self, client: socket.socket) -> None:
         upstream: socket.socket | None = None
         inbox, outbox = bytearray(), bytearray()
         client.settimeout(60)
         try:
+            upstream = self._open(client, inbox)
             while not self._stop.is_set():
-                request = _read_message(client, inbox)
+                request = self._read_request(client, inbox)
                 if request is None:
                     return
-                target = _target(request)
+                target = self._target(request)
                 with self._lock:
                     self.counts[target] += 1
                     action = self.plan(target, self.counts[target])
@@ -185,7 +201,7 @@ class FaultProxy:
                 if upstream is None:
                     upstream = socket.create_connection(self.upstream, timeout=60)
                 upstream.sendall(request)
-                response = _read_message(upstream, outbox)
+                response = self._read_response(upstream, outbox)
                 if response is None:
                     return
                 if self.on_fault is not None and action != "pass":

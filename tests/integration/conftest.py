@@ -17,15 +17,47 @@ from tests.servers import NO_AWS_FILES, SERVERS, PostgresServer, Server, local_c
 BIN = Path(sys.executable).parent / "awsflock"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: The PostgreSQL store's server, as a value of the ``server`` fixture.
+PG = "postgresql"
+#: Fixtures that only make sense on DynamoDB (its endpoint, raw client, HTTP fault proxy, ...):
+#: a test that asks for one itself runs on the DynamoDB servers only.
+DYNAMODB_ONLY = {"server", "raw_client", "proxy", "moto_server", "big_table", "old_bin", "foreign"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Integration tests run on every DynamoDB server; those of a module that says
+    ``ON_POSTGRESQL = True`` also on PostgreSQL, unless they need a DynamoDB-only fixture or
+    are marked ``dynamodb_only`` (with the reason)."""
+    keep, off = [], []
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+        spec = getattr(item, "callspec", None)
+        if spec is not None and spec.params.get("server") == PG and not _on_postgresql(item):
+            off.append(item)
+        else:
+            keep.append(item)
+    if off:
+        config.hook.pytest_deselected(items=off)
+        items[:] = keep
 
 
-@pytest.fixture(scope="session", params=sorted(SERVERS))
+def _on_postgresql(item: pytest.Item) -> bool:
+    module = getattr(item, "module", None)
+    return (
+        bool(getattr(module, "ON_POSTGRESQL", False))
+        and item.get_closest_marker("dynamodb_only") is None
+        and not DYNAMODB_ONLY & set(item._fixtureinfo.argnames)  # type: ignore[attr-defined]
+    )
+
+
+@pytest.fixture(scope="session", params=[*sorted(SERVERS), PG])
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    """Each integration test runs once on each server: moto, dynalite, DynamoDB Local."""
+    """Each integration test runs once on each server: moto, dynalite, DynamoDB Local; and
+    on PostgreSQL where its module says so (see ``pytest_collection_modifyitems``)."""
+    if request.param == PG:
+        yield request.getfixturevalue("postgres")
+        return
     srv = SERVERS[request.param]().start()
     try:
         yield srv
@@ -60,6 +92,10 @@ class Cli:
     def env(self, **extra: str) -> dict[str, str]:
         return cli_env(self.endpoint, self.table, **extra)
 
+    def for_table(self, table: str) -> Cli:
+        """The same store, another table."""
+        return Cli(self.endpoint, table)
+
     def __call__(
         self, *args: str, timeout: float = 60, **env: str
     ) -> subprocess.CompletedProcess[str]:
@@ -91,6 +127,10 @@ def _create(endpoint: str, table: str) -> None:
 @pytest.fixture(scope="session")
 def shared_table(server: Server) -> str:
     name = "it-" + uuid.uuid4().hex[:8]
+    if isinstance(server, PostgresServer):
+        result = PgCli(server, name)("table-create", "-q")
+        assert result.returncode == 0, result.stderr
+        return name
     _create(server.url, name)
     return name
 
@@ -98,6 +138,8 @@ def shared_table(server: Server) -> str:
 @pytest.fixture
 def awsflock(server: Server, shared_table: str) -> Cli:
     """The CLI pointed at the current server and a table made for this session."""
+    if isinstance(server, PostgresServer):
+        return PgCli(server, shared_table)
     return Cli(server.url, shared_table)
 
 
@@ -144,6 +186,34 @@ class PgCli(Cli):
         del env["AWSFLOCK_ENDPOINT_URL"]
         env.update(extra)
         return env
+
+    def for_table(self, table: str) -> PgCli:
+        return PgCli(self.server, table, self.url)
+
+    def __call__(
+        self, *args: str, timeout: float = 60, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        return super().__call__(*_no_skew(args), timeout=timeout, **env)
+
+    def popen(self, *args: str, **env: str) -> subprocess.Popen[str]:
+        return super().popen(*_no_skew(args), **env)
+
+
+def _no_skew(args: tuple[str, ...]) -> list[str]:
+    """``args`` without ``--skew VALUE``: tests written for DynamoDB pass a short skew window
+    to make reclaims quick, and the PostgreSQL store has none (it refuses the option: see
+    test_postgres.py). A test whose point is the window is marked ``dynamodb_only``."""
+    out: list[str] = []
+    words = iter(args)
+    for word in words:
+        if word == "--":
+            out += [word, *words]
+            break
+        if word == "--skew":
+            next(words, None)
+        elif not word.startswith("--skew="):
+            out.append(word)
+    return out
 
 
 @pytest.fixture

@@ -15,6 +15,9 @@ from tests.faultproxy import FaultProxy
 from tests.integration.conftest import BIN, Cli, cli_env
 from tests.servers import free_port
 
+#: These tests run on PostgreSQL too (see conftest.py).
+ON_POSTGRESQL = True
+
 JSON = ("--log-format", "json")
 FIELDS = {"ts", "level", "logger", "event", "message"}
 
@@ -86,6 +89,7 @@ def test_access_denied_is_json(awsflock: Cli, proxy, lock_name):
     assert "dynamodb:UpdateItem" in the_error(result, 1, "AccessDenied")["message"]
 
 
+@pytest.mark.dynamodb_only("an endpoint URL is DynamoDB's")
 def test_a_bad_endpoint_is_json(awsflock: Cli, lock_name):
     result = awsflock(
         "acquire", lock_name, "--endpoint-url", "not-a-url", "--region", "us-east-1", *JSON,
@@ -95,7 +99,7 @@ def test_a_bad_endpoint_is_json(awsflock: Cli, lock_name):
 
 
 def test_a_missing_table_and_a_lease_not_held_are_json(awsflock: Cli, lock_name):
-    missing = Cli(awsflock.endpoint, "no-such-table")("status", lock_name, *JSON)
+    missing = awsflock.for_table("no-such-table")("status", lock_name, *JSON)
     assert "table-create" in the_error(missing, 1, "TableMissing")["message"]
     lease = str(uuid.uuid4())
     the_error(awsflock("release", lock_name, lease, *JSON), 3, "NotHeld")

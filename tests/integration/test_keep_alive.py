@@ -24,6 +24,9 @@ SKEW = 5.0
 #: Room for process start-up and requests on a loaded two-core CI machine.
 SLACK = 3.0
 
+#: These tests run on PostgreSQL too (see conftest.py).
+ON_POSTGRESQL = True
+
 
 def shell(cli: Cli, script: str, **env: str) -> subprocess.Popen[str]:
     """A script in its own shell, with awsflock on its PATH."""

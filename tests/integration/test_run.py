@@ -15,6 +15,9 @@ from tests.faultproxy import FaultProxy
 from tests.integration.checks import wait_for
 from tests.integration.conftest import BIN, Cli
 
+#: These tests run on PostgreSQL too (see conftest.py).
+ON_POSTGRESQL = True
+
 
 @pytest.mark.parametrize("status", [0, 1, 3, 42])
 def test_child_status_passes_through(awsflock: Cli, lock_name, status):

@@ -133,12 +133,12 @@ class PostgresStore:
         return text + f"{host}:{get('port', 'PGPORT', '5432')}/{get('dbname', 'PGDATABASE', user)}"
 
     def actor(self) -> str | None:
-        """The database role this store connects as."""
+        """The database role this store connects as, and where: postgresql://ROLE@HOST:PORT/DB."""
         try:
             rows = self._send("actor", lambda conn: conn.execute("SELECT session_user").fetchall())
         except errors.AwsflockError:
             return None
-        return f"PostgreSQL role {rows[0][0]}" if rows else None
+        return f"postgresql://{rows[0][0]}@{self._where().partition('@')[2]}" if rows else None
 
     # -- connection and tries ----------------------------------------------------------------
 
