@@ -104,6 +104,15 @@ class PgFaultProxy(FaultProxy):
         if not _fill(client, inbox, size):
             raise OSError("client gone at start")
         upstream = socket.create_connection(self.upstream, timeout=60)
+        try:
+            return self._start(client, upstream, inbox, size)
+        except OSError:
+            upstream.close()
+            raise
+
+    def _start(
+        self, client: socket.socket, upstream: socket.socket, inbox: bytearray, size: int
+    ) -> socket.socket:
         upstream.sendall(bytes(inbox[:size]))
         del inbox[:size]
         # The password exchange: the client's bytes pass as they come; the server's are read

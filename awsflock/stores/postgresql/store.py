@@ -103,7 +103,7 @@ class PostgresStore:
         self.clock: Clock = clock or SystemClock()
         self.server_time = server_time
         self.skew_free = server_time
-        self._conn: Any = None
+        self._conn: _Connection | None = None
         self._conn_lock = threading.Lock()
         self._local = threading.local()
         self._table = schema.quote(name)
@@ -142,9 +142,10 @@ class PostgresStore:
 
     # -- connection and tries ----------------------------------------------------------------
 
-    def _connection(self, timeout: float) -> Any:
+    def _connection(self, timeout: float) -> _Connection:
+        """The store's connection, made now if there is none (or it was given up)."""
         with self._conn_lock:
-            if self._conn is not None and not self._conn.closed:
+            if self._conn is not None:
                 return self._conn
         try:
             import psycopg
@@ -153,34 +154,40 @@ class PostgresStore:
                 "the PostgreSQL store needs psycopg 3, which is not installed", hint=EXTRA_HINT
             ) from exc
         statement_ms = max(1, round(self.request_timeout * 1000))
+        extra: dict[str, Any] = {}
+        if not _given(self.conninfo, "application_name", "PGAPPNAME"):
+            extra["application_name"] = "awsflock"
+        if not _given(self.conninfo, "options", "PGOPTIONS"):
+            extra["options"] = f"-c statement_timeout={statement_ms}"
         conn = psycopg.connect(
             self.conninfo,
             autocommit=True,
             connect_timeout=max(2, math.ceil(timeout)),
-            application_name="awsflock",
-            options=f"-c statement_timeout={statement_ms}",
+            **extra,
         )
         with self._conn_lock:
-            if self._conn is not None and not self._conn.closed:
-                conn.close()
+            if self._conn is not None:  # another thread made one meanwhile
+                _close_quietly(conn)
                 return self._conn
-            self._conn = conn
-            return conn
+            self._conn = _Connection(conn)
+            return self._conn
 
     def close(self) -> None:
         """Close the connection (a later call makes a new one)."""
         with self._conn_lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            _close_quietly(conn)
+            entry, self._conn = self._conn, None
+        if entry is not None:
+            entry.give_up()
 
-    def _discard(self, conn: Any) -> None:
-        """Forget a connection that failed or hung: the next try makes a new one."""
+    def _discard(self, entry: _Connection | None) -> None:
+        """Give up a connection that failed or hung: the next try makes a new one. It is
+        closed by whichever thread uses it last (closing it under a thread still inside libpq
+        could crash the process)."""
         with self._conn_lock:
-            if self._conn is conn:
+            if self._conn is entry:
                 self._conn = None
-        if conn is not None:
-            threading.Thread(target=_close_quietly, args=(conn,), daemon=True).start()
+        if entry is not None:
+            entry.give_up()
 
     @contextlib.contextmanager
     def budget(self, end: float) -> Iterator[None]:
@@ -225,9 +232,18 @@ class PostgresStore:
 
         def work() -> None:
             try:
-                box["conn"] = self._connection(timeout)
-                box["sent"] = True
-                box["value"] = call(box["conn"])
+                entry = box["conn"] = self._connection(timeout)
+                with entry.lock:
+                    if entry.given_up:
+                        raise errors.EndpointUnreachable(
+                            f"{self.where()}: the connection was given up", hint="retry"
+                        )
+                    box["sent"] = True
+                    try:
+                        box["value"] = call(entry.conn)
+                    finally:
+                        if entry.given_up:
+                            _close_quietly(entry.conn)
             except BaseException as exc:  # handed to the caller's thread as is
                 box["error"] = exc
 
@@ -446,6 +462,33 @@ class PostgresStore:
     def run_admin(self, operation: str, call: Callable[[Any], _T]) -> _T:
         """``call(connection)`` with this store's retries and error translation."""
         return self._send(operation, call)
+
+
+class _Connection:
+    """A psycopg connection and the lock its users hold while inside it (one at a time)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.given_up = False
+
+    def give_up(self) -> None:
+        """No new statement on it; closed now if nobody is inside it, else by its user."""
+        self.given_up = True
+        if self.lock.acquire(blocking=False):
+            try:
+                _close_quietly(self.conn)
+            finally:
+                self.lock.release()
+
+
+def _given(conninfo: str, key: str, env: str) -> bool:
+    """Whether the URL or libpq's environment sets ``key``."""
+    import os
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    return bool(conninfo_to_dict(conninfo).get(key) or os.environ.get(env))
 
 
 def _close_quietly(conn: Any) -> None:

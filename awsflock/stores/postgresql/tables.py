@@ -54,8 +54,9 @@ def create_table(store: PostgresStore, progress: Callable[[str], None]) -> bool:
                 conn.execute(function)
             return not exists, replaced
 
-    progress(f"creating table {name!r} in {store.where()} (if it is not there)")
     created, replaced = store.run_admin("create_table", work)
-    if replaced and not created:
-        progress(f"updated the step function of table {name!r}")
+    if created:
+        progress(f"created table {name!r} and its step function in {store.where()}")
+    elif replaced:
+        progress(f"updated the step function of table {name!r} in {store.where()}")
     return created

@@ -1,0 +1,356 @@
+"""What is the PostgreSQL store's own, on a real PostgreSQL server: the server's clock (no skew
+window, clients' clocks not trusted), one connection per process, statements whose answers are
+lost, a server that hangs, and every way a connection or a statement can be refused.
+
+The commands that work the same on every store run on PostgreSQL in the modules that say
+``ON_POSTGRESQL`` (run, pools, operators, fair waiting, keep-alive, JSON stderr, the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from awsflock import LockTable
+from awsflock.stores.postgresql import PostgresStore
+from tests.integration.conftest import Cli, PgCli
+from tests.pgproxy import PgFaultProxy
+from tests.servers import PostgresServer
+
+
+def one_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+class OffClock:
+    """The real clock, ``offset`` seconds off (a host whose clock is wrong)."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+    def wait(self, event: Any, seconds: float) -> bool:
+        return bool(event.wait(seconds))
+
+
+@pytest.fixture
+def lock_name() -> str:
+    return "pg-" + uuid.uuid4().hex[:10]
+
+
+# -- the server's clock --------------------------------------------------------------------------
+
+
+def test_clients_clocks_an_hour_off_either_way_change_nothing(
+    postgres: PostgresServer, pg_table: str, lock_name: str
+):
+    ahead = LockTable(store=PostgresStore(postgres.url, pg_table, clock=OffClock(3600)))
+    behind = LockTable(store=PostgresStore(postgres.url, pg_table, clock=OffClock(-3600)))
+    lease = ahead.acquire(lock_name, lease=2, wait=0)
+    # The answer is in the holder's own clock: its lease ends about 2 s from its now.
+    assert 1.5 < lease.expires_at - ahead.clock.time() <= 2.0
+    # A client an hour behind does not take it early, an hour ahead would not hold it late:
+    # the lease ends when the server's clock says so.
+    from awsflock import errors
+
+    with pytest.raises(errors.LockBusy):
+        behind.acquire(lock_name, lease=2, wait=0)
+    start = time.monotonic()
+    taken = behind.acquire(lock_name, lease=2, wait=10)
+    assert time.monotonic() - start < 3.5  # reclaimed at expiry: no skew window
+    assert taken.fencing_token > lease.fencing_token
+    assert 1.5 < taken.expires_at - behind.clock.time() <= 2.0
+    assert ahead.skew == 0 and behind.skew == 0
+    for table in (ahead, behind):
+        table.store.close()  # type: ignore[attr-defined]
+
+
+def test_an_expired_lease_is_reclaimed_at_expiry_with_no_skew_window(pg: PgCli, lock_name: str):
+    start = time.monotonic()  # before the grant: the lease ends 2 s after it
+    assert pg("acquire", lock_name, "--lease-duration", "2s").returncode == 0
+    status = pg("status", lock_name)
+    assert status.returncode == 0 and "expires" in status.stdout
+    got = pg("acquire", lock_name, "--wait-time", "20", "-v")
+    elapsed = time.monotonic() - start
+    assert got.returncode == 0, got.stderr
+    assert elapsed >= 2, "reclaimed before the lease ended"
+    assert "reclaimed" in got.stderr
+    # DynamoDB's default window would make it at least 7 s.
+    assert elapsed < 6, f"reclaimed {elapsed:.1f}s after the grant"
+
+
+def test_status_of_an_expired_lease_says_it_can_be_taken_now(pg: PgCli, lock_name: str):
+    assert pg("acquire", lock_name, "--lease-duration", "1s").returncode == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        result = pg("status", lock_name)
+        if result.returncode == 3:
+            break
+        time.sleep(0.2)
+    assert "EXPIRED, not yet reclaimed (reclaimable now)" in result.stdout
+
+
+def test_skew_and_aws_options_are_refused_with_the_reason(pg: PgCli, lock_name: str):
+    skew = Cli.__call__(pg, "acquire", lock_name, "--skew", "10s")  # as given: PgCli drops it
+    assert skew.returncode == 2 and skew.stdout == ""
+    assert "server's clock" in one_line(skew.stderr)
+    region = pg("status", lock_name, "--region", "eu-west-1")
+    assert region.returncode == 2 and "--region applies to DynamoDB" in one_line(region.stderr)
+    # From the environment they are left alone: a shell set up for AWS can use PostgreSQL.
+    env = pg("status", lock_name, AWS_REGION="eu-west-1", AWSFLOCK_ENDPOINT_URL="http://x")
+    assert env.returncode == 3 and env.stderr == ""  # status of a free lock
+
+
+def test_table_in_the_url_wins_and_a_contradicting_tablename_is_refused(
+    postgres: PostgresServer, pg_table: str, lock_name: str
+):
+    cli = PgCli(postgres, "unused", url=f"{postgres.url}?table={pg_table}")
+    taken = cli("acquire", lock_name)
+    assert taken.returncode == 0, taken.stderr
+    mine = PgCli(postgres, pg_table)("status", lock_name, "--json")
+    assert json.loads(mine.stdout)["state"] == "held"
+    clash = cli("status", lock_name, "--tablename", "other")
+    assert clash.returncode == 2 and "disagree" in one_line(clash.stderr)
+
+
+def test_dynamodb_urls_name_the_dynamodb_store(pg: PgCli, lock_name: str):
+    result = pg("status", lock_name, AWSFLOCK_STORE="dynamodb://t?region=us-east-1&frob=1")
+    assert result.returncode == 2 and "unknown parameter 'frob'" in one_line(result.stderr)
+    unknown = pg("status", lock_name, AWSFLOCK_STORE="mysql://db/x")
+    assert unknown.returncode == 2 and "unknown store mysql://" in one_line(unknown.stderr)
+
+
+# -- connections -----------------------------------------------------------------------------------
+
+
+def test_one_connection_per_process_for_a_whole_run(
+    postgres: PostgresServer, pg: PgCli, lock_name: str
+):
+    name = f"awsflock-{uuid.uuid4().hex[:6]}"
+    url = f"{postgres.url}?application_name={name}"
+    holder = PgCli(postgres, pg.table, url=url).popen(
+        "run", lock_name, "--lease-duration", "3s", "--", "sleep", "4"
+    )
+    counts = []
+    deadline = time.monotonic() + 15
+    while holder.poll() is None and time.monotonic() < deadline:
+        rows = postgres.sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", name
+        )
+        counts.append(rows[0][0])
+        time.sleep(0.2)
+    _, err = holder.communicate(timeout=30)
+    assert holder.returncode == 0, err
+    assert max(counts) == 1, counts  # renewals (every second) reuse the one connection
+
+
+# -- answers lost, connections dropped, a server that hangs ---------------------------------------
+
+
+def _through(proxy: PgFaultProxy, postgres: PostgresServer, table: str) -> PgCli:
+    return PgCli(postgres, table, url=proxy.url_for(postgres.url))
+
+
+def test_a_take_committed_with_its_answer_lost_is_granted_once(
+    postgres: PostgresServer, pg_table: str, lock_name: str
+):
+    plan = {"take": 1, "end": 1}  # the first take and the first release: answer lost
+
+    def faults(target: str, n: int) -> str:
+        return "drop" if plan.get(target) == n else "pass"
+
+    with PgFaultProxy(("127.0.0.1", postgres.port), faults) as proxy:
+        cli = _through(proxy, postgres, pg_table)
+        got = cli("acquire", lock_name, "--json", "--no-wait")
+        assert got.returncode == 0, got.stderr
+        lease = json.loads(got.stdout)
+        assert proxy.faults["drop"] == 1 and proxy.counts["take"] >= 2
+        state = json.loads(cli("status", lock_name, "--json").stdout)
+        assert state["state"] == "held" and state["fencing_token"] == lease["fencing_token"]
+        released = cli("release", lock_name, lease["lease_id"])
+        assert released.returncode == 0, released.stderr
+        assert proxy.faults["drop"] == 2
+    after = PgCli(postgres, pg_table)("status", lock_name, "--json")
+    assert json.loads(after.stdout)["state"] == "free"
+
+
+def test_run_reconnects_after_dropped_connections_and_keeps_the_lock(
+    postgres: PostgresServer, pg_table: str, lock_name: str, tmp_path: Path
+):
+    def faults(target: str, n: int) -> str:
+        return "drop" if target == "renew" and n % 2 == 1 else "pass"
+
+    with PgFaultProxy(("127.0.0.1", postgres.port), faults) as proxy:
+        cli = _through(proxy, postgres, pg_table)
+        result = cli("run", lock_name, "--lease-duration", "3s", "--", "sleep", "5", timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert proxy.faults["drop"] >= 2 and proxy.counts["renew"] >= 4
+
+
+def test_a_hung_server_cannot_hold_run_past_its_lease(
+    postgres: PostgresServer, pg_table: str, lock_name: str, tmp_path: Path
+):
+    hung = {"now": False}
+
+    def faults(target: str, n: int) -> str:
+        return "blackhole" if hung["now"] else "pass"
+
+    with PgFaultProxy(("127.0.0.1", postgres.port), faults) as proxy:
+        cli = _through(proxy, postgres, pg_table)
+        marker = tmp_path / "started"
+        run = cli.popen(
+            "run", lock_name, "--lease-duration", "4s", "--request-timeout", "1s", "--",
+            "sh", "-c", f"touch {marker}; sleep 60",
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists()
+        hung["now"] = True
+        start = time.monotonic()
+        _, err = run.communicate(timeout=30)
+        took = time.monotonic() - start
+    assert run.returncode == 124, err
+    assert took < 4.5, f"run ended {took:.1f}s after the server hung; its lease was 4s"
+    # Nobody else had it meanwhile; once it ran out, it can be taken.
+    got = PgCli(postgres, pg_table)("acquire", lock_name, "--wait-time", "10")
+    assert got.returncode == 0, got.stderr
+
+
+# -- refusals: one line, the fix, exit 1 (125 for run) ---------------------------------------------
+
+
+def _role(postgres: PostgresServer, name: str, *settings: str) -> str:
+    """A login role with password 'pw' (and ``settings``); its URL."""
+    postgres.sql(f'DROP ROLE IF EXISTS "{name}"')
+    postgres.sql(f"CREATE ROLE \"{name}\" LOGIN PASSWORD 'pw'")
+    for setting in settings:
+        postgres.sql(f'ALTER ROLE "{name}" {setting}')
+    return f"postgresql://{name}:pw@127.0.0.1:{postgres.port}/postgres"
+
+
+def test_unreachable_server(pg: PgCli, lock_name: str):
+    from tests.servers import free_port
+
+    url = f"postgresql://postgres:x@127.0.0.1:{free_port()}/postgres"
+    result = pg("acquire", lock_name, "--request-timeout", "1s", "--no-wait", AWSFLOCK_STORE=url)
+    assert result.returncode == 1 and result.stdout == ""
+    assert "could not be reached" in one_line(result.stderr)
+    run = pg("run", lock_name, "--request-timeout", "1s", "--wait-time", "2", "--", "true",
+             AWSFLOCK_STORE=url)  # fmt: skip
+    # While it waits it warns that it is still trying; then the one error line.
+    assert run.returncode == 125 and "could not be reached" in run.stderr.splitlines()[-1]
+
+
+def test_wrong_password_missing_database_and_missing_table(
+    postgres: PostgresServer, pg: PgCli, lock_name: str
+):
+    wrong = postgres.url.replace(":awsflock-test@", ":wrong@")
+    result = pg("acquire", lock_name, AWSFLOCK_STORE=wrong)
+    assert result.returncode == 1
+    assert "refused the login" in one_line(result.stderr) and "PGPASSWORD" in result.stderr
+    nodb = postgres.url.rsplit("/", 1)[0] + "/nosuchdb"
+    result = pg("status", lock_name, AWSFLOCK_STORE=nodb)
+    assert result.returncode == 1 and "createdb" in one_line(result.stderr)
+    result = pg.for_table("no_such_table")("acquire", lock_name)
+    assert result.returncode == 1 and "table-create" in one_line(result.stderr)
+    run = pg.for_table("no_such_table")("run", lock_name, "--", "true")
+    assert run.returncode == 125 and "table-create" in one_line(run.stderr)
+
+
+def test_a_password_from_pgpassword_and_a_url_without_one(
+    postgres: PostgresServer, pg: PgCli, lock_name: str
+):
+    bare = postgres.url.replace(":awsflock-test@", "@")
+    result = pg("acquire", lock_name, AWSFLOCK_STORE=bare, PGPASSWORD="awsflock-test")
+    assert result.returncode == 0, result.stderr
+
+
+def test_read_only_server_and_missing_privileges_then_the_printed_grants(
+    postgres: PostgresServer, pg: PgCli, lock_name: str
+):
+    reader = _role(postgres, "ro_" + uuid.uuid4().hex[:6], "SET default_transaction_read_only = on")
+    postgres.sql(
+        f'GRANT SELECT, INSERT, UPDATE ON TABLE "{pg.table}" TO "{reader.split(":")[1][2:]}"'
+    )
+    result = pg("acquire", lock_name, AWSFLOCK_STORE=reader)
+    assert result.returncode == 1 and "read-only" in one_line(result.stderr)
+    assert "primary" in result.stderr
+
+    name = "app_" + uuid.uuid4().hex[:6]
+    url = _role(postgres, name)
+    denied = pg("acquire", lock_name, AWSFLOCK_STORE=url)
+    assert denied.returncode == 1 and "denied" in one_line(denied.stderr)
+    assert "awsflock grants" in denied.stderr
+    # The read-only grants: status works, acquire is still denied.
+    grants = pg("grants", "--role", name, "--read-only")
+    assert grants.returncode == 0, grants.stderr
+    postgres.sql(grants.stdout)
+    assert pg("status", lock_name, AWSFLOCK_STORE=url).returncode == 3  # read, and free
+    assert pg("acquire", lock_name, AWSFLOCK_STORE=url).returncode == 1
+    # The full grants: every command.
+    postgres.sql(pg("grants", "--role", name).stdout)
+    lease = pg("acquire", lock_name, AWSFLOCK_STORE=url)
+    assert lease.returncode == 0, lease.stderr
+    assert pg("release", lock_name, lease.stdout.strip(), AWSFLOCK_STORE=url).returncode == 0
+    forced = pg("force-release", lock_name, "--yes", "--reason", "t", AWSFLOCK_STORE=url)
+    assert forced.returncode in (0, 3), forced.stderr
+
+
+def test_bad_urls_are_usage_errors(pg: PgCli, lock_name: str):
+    result = pg("status", lock_name, AWSFLOCK_STORE=pg.url + "?sslmod=require")
+    assert result.returncode == 2 and "sslmod" in one_line(result.stderr)
+    bad_table = pg("status", lock_name, AWSFLOCK_STORE=pg.server.url + "?table=a%20b")
+    assert bad_table.returncode == 2 and "cannot name" in one_line(bad_table.stderr)
+
+
+def test_table_create_is_idempotent_and_refuses_a_foreign_table(
+    postgres: PostgresServer, pg: PgCli
+):
+    again = pg("table-create")
+    assert again.returncode == 0 and "already existed" in again.stderr
+    foreign = "foreign_" + uuid.uuid4().hex[:6]
+    postgres.sql(f'CREATE TABLE "{foreign}" (id int primary key, name text)')
+    result = pg.for_table(foreign)("table-create")
+    assert result.returncode == 1
+    assert "not an awsflock table (columns: id, name)" in one_line(result.stderr)
+    provisioned = pg("table-create", "--billing-mode", "provisioned")
+    assert provisioned.returncode == 2 and "apply to DynamoDB" in one_line(provisioned.stderr)
+
+
+def test_without_psycopg_a_postgresql_url_names_the_extra(
+    pg: PgCli, lock_name: str, tmp_path: Path
+):
+    blocker = tmp_path / "psycopg"
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ImportError('psycopg is not installed')\n")
+    result = pg("status", lock_name, PYTHONPATH=str(tmp_path))
+    assert result.returncode == 1
+    assert "pip install 'awsflock[postgres]'" in one_line(result.stderr)
+    # The DynamoDB store does not need it.
+    help_ = subprocess.run(
+        [sys.executable, "-m", "awsflock", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        timeout=60,
+    )
+    assert help_.returncode == 0
