@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import random
 import re
 import threading
 import uuid
@@ -31,7 +30,6 @@ from awsflock.protocol import (
     DEFAULT_REQUEST_TIMEOUT,
     LINE_LAPSE_MS,
     MAX_DROPS,
-    MIN_TRY,
     Attempt,
     Drops,
     Outcome,
@@ -73,6 +71,7 @@ from awsflock.stores.dynamodb.translate import (
     not_awsflock_table,
     translate_errors,
 )
+from awsflock.stores.retrying import RetryingStore
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -82,9 +81,6 @@ _VALUE = re.compile(r":(\w+)")
 
 #: A try whose answer has not fully arrived this long after its timeout is given up.
 TRY_GRACE = 0.25
-BACKOFF_BASE = 0.05
-BACKOFF_CAP = 1.0
-_RNG = random.Random()
 _T = TypeVar("_T")
 
 
@@ -113,7 +109,7 @@ def new_version() -> str:
     return str(uuid.uuid4())
 
 
-class DynamoDBStore:
+class DynamoDBStore(RetryingStore):
     """A lock table in DynamoDB (a ``LockStore``). Builds its botocore client on first use."""
 
     def __init__(
@@ -207,52 +203,12 @@ class DynamoDBStore:
 
     # -- requests ------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def budget(self, end: float) -> Iterator[None]:
-        """Calls made inside end (with their retries) by ``end`` on the store clock's monotonic
-        time (an outer, earlier end wins)."""
-        outer = getattr(self._local, "end", None)
-        self._local.end = end if outer is None else min(outer, end)
-        try:
-            yield
-        finally:
-            self._local.end = outer
+    def _attempt(self, operation: str, call: Callable[[], _T], timeout: float) -> _T:
+        with self.translate_errors(operation):
+            return self._try(call, timeout)
 
-    def _send(self, operation: str, call: Callable[[], _T]) -> _T:
-        """Make one call, retrying throttling and transient failures with jittered backoff
-        while the budget lasts (default: one request timeout). A final failure is raised
-        translated, with ``maybe_applied`` set if any try may have reached DynamoDB."""
-        start = self.clock.monotonic()
-        end = getattr(self._local, "end", None)
-        if end is None:
-            end = start + self.request_timeout
-        tries = 0
-        self._local.earlier_try_may_have_applied = False
-        while True:
-            tries += 1
-            left = end - self.clock.monotonic()
-            timeout = max(MIN_TRY, min(self.request_timeout, left))
-            try:
-                with self.translate_errors(operation):
-                    return self._try(call, timeout)
-            except (errors.Throttled, errors.EndpointUnreachable) as err:
-                # Even if a later try is answered, this one may still be applied (late).
-                if may_have_applied(err.__cause__):
-                    self._local.earlier_try_may_have_applied = True
-                pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * _RNG.uniform(0.5, 1)
-                if self.clock.monotonic() + pause + MIN_TRY > end:
-                    err.maybe_applied = self._in_doubt()
-                    took = self.clock.monotonic() - start
-                    err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in " + (
-                        f"{took:.1f}s)"
-                    )
-                    raise
-                self.clock.sleep(pause)
-
-    def _in_doubt(self) -> bool:
-        """Whether the last call made by this thread had a failed try that may have reached
-        DynamoDB (it may land even after a later try was answered)."""
-        return bool(getattr(self._local, "earlier_try_may_have_applied", False))
+    def _try_may_have_applied(self, err: errors.StoreError) -> bool:
+        return may_have_applied(err.__cause__)
 
     def _try(self, call: Callable[[], _T], timeout: float) -> _T:
         """One try, in a worker thread given ``timeout`` (plus a grace) of real time: botocore's

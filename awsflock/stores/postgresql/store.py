@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import random
 import threading
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
@@ -32,7 +31,6 @@ from awsflock.protocol import (
     DEFAULT_REQUEST_TIMEOUT,
     LINE_LAPSE_MS,
     MAX_DROPS,
-    MIN_TRY,
     Attempt,
     Drops,
     Outcome,
@@ -49,11 +47,9 @@ from awsflock.records import (
 )
 from awsflock.stores.postgresql import schema
 from awsflock.stores.postgresql.translate import translate
+from awsflock.stores.retrying import RetryingStore
 
 _T = TypeVar("_T")
-_RNG = random.Random()
-BACKOFF_BASE = 0.05
-BACKOFF_CAP = 1.0
 #: Real time a try is given beyond its timeout before it is given up.
 TRY_GRACE = 0.5
 #: Query parameters of a store URL that are awsflock's, not libpq's.
@@ -70,7 +66,7 @@ def split_url(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(query=urlencode(rest))), table
 
 
-class PostgresStore:
+class PostgresStore(RetryingStore):
     """Lock records in a PostgreSQL table (a ``LockStore``).
 
     ``url``: a libpq URL (``postgresql://user@host:5432/db``; libpq's environment variables
@@ -189,43 +185,11 @@ class PostgresStore:
         if entry is not None:
             entry.give_up()
 
-    @contextlib.contextmanager
-    def budget(self, end: float) -> Iterator[None]:
-        outer = getattr(self._local, "end", None)
-        self._local.end = end if outer is None else min(outer, end)
-        try:
-            yield
-        finally:
-            self._local.end = outer
+    def _attempt(self, operation: str, call: Callable[[Any], _T], timeout: float) -> _T:
+        return self._try(operation, call, timeout)
 
-    def _send(self, operation: str, call: Callable[[Any], _T]) -> _T:
-        """Run ``call(connection)``, retrying transient failures with jittered backoff while
-        the budget lasts (default: one request timeout). A final failure is raised with
-        ``maybe_applied`` set if any try may have been committed."""
-        start = self.clock.monotonic()
-        end = getattr(self._local, "end", None)
-        if end is None:
-            end = start + self.request_timeout
-        tries = 0
-        self._local.in_doubt = False
-        while True:
-            tries += 1
-            timeout = max(MIN_TRY, min(self.request_timeout, end - self.clock.monotonic()))
-            try:
-                return self._try(operation, call, timeout)
-            except (errors.Throttled, errors.EndpointUnreachable) as err:
-                if err.maybe_applied:
-                    self._local.in_doubt = True
-                pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * _RNG.uniform(0.5, 1)
-                if self.clock.monotonic() + pause + MIN_TRY > end:
-                    err.maybe_applied = self._in_doubt()
-                    took = self.clock.monotonic() - start
-                    err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in {took:.1f}s)"
-                    raise
-                self.clock.sleep(pause)
-
-    def _in_doubt(self) -> bool:
-        return bool(getattr(self._local, "in_doubt", False))
+    def _try_may_have_applied(self, err: errors.StoreError) -> bool:
+        return err.maybe_applied
 
     def _try(self, operation: str, call: Callable[[Any], _T], timeout: float) -> _T:
         box: dict[str, Any] = {}

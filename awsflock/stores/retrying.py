@@ -1,0 +1,84 @@
+"""What the network stores share: a budget per call, and retries of transient failures.
+
+A store's call is ``_send(operation, call)``: tries, each bounded by what is left of the
+caller's budget (``budget``; default: one request timeout), with jittered exponential backoff
+between them. Only ``Throttled`` and ``EndpointUnreachable`` are retried. A try that failed
+after it may have reached the store makes the call *in doubt* (``_in_doubt``): it may still be
+applied, even after a later try was answered; a final failure carries it as ``maybe_applied``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+from collections.abc import Iterator
+from typing import Callable, TypeVar
+
+from awsflock import errors
+from awsflock.clock import Clock
+from awsflock.protocol import MIN_TRY
+
+BACKOFF_BASE = 0.05
+BACKOFF_CAP = 1.0
+_RNG = random.Random()
+_T = TypeVar("_T")
+
+
+class RetryingStore:
+    """A base for stores whose calls go over a network. A subclass gives ``_attempt`` (one
+    try, its errors translated) and ``_try_may_have_applied`` (whether a failed try may have
+    reached the store)."""
+
+    clock: Clock
+    request_timeout: float
+    _local: threading.local
+
+    @contextlib.contextmanager
+    def budget(self, end: float) -> Iterator[None]:
+        """Calls made inside end (with their retries) by ``end`` on the store clock's monotonic
+        time (an outer, earlier end wins)."""
+        outer = getattr(self._local, "end", None)
+        self._local.end = end if outer is None else min(outer, end)
+        try:
+            yield
+        finally:
+            self._local.end = outer
+
+    def _attempt(self, operation: str, call: Callable[..., _T], timeout: float) -> _T:
+        raise NotImplementedError
+
+    def _try_may_have_applied(self, err: errors.StoreError) -> bool:
+        raise NotImplementedError
+
+    def _send(self, operation: str, call: Callable[..., _T]) -> _T:
+        """Make one call, retrying throttling and transient failures with jittered backoff
+        while the budget lasts. A final failure is raised translated, with ``maybe_applied``
+        set if any try may have reached the store."""
+        start = self.clock.monotonic()
+        end = getattr(self._local, "end", None)
+        if end is None:
+            end = start + self.request_timeout
+        tries = 0
+        self._local.earlier_try_may_have_applied = False
+        while True:
+            tries += 1
+            timeout = max(MIN_TRY, min(self.request_timeout, end - self.clock.monotonic()))
+            try:
+                return self._attempt(operation, call, timeout)
+            except (errors.Throttled, errors.EndpointUnreachable) as err:
+                # Even if a later try is answered, this one may still be applied (late).
+                if self._try_may_have_applied(err):
+                    self._local.earlier_try_may_have_applied = True
+                pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * _RNG.uniform(0.5, 1)
+                if self.clock.monotonic() + pause + MIN_TRY > end:
+                    err.maybe_applied = self._in_doubt()
+                    took = self.clock.monotonic() - start
+                    err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in {took:.1f}s)"
+                    raise
+                self.clock.sleep(pause)
+
+    def _in_doubt(self) -> bool:
+        """Whether the last call made by this thread had a failed try that may have reached
+        the store (it may land even after a later try was answered)."""
+        return bool(getattr(self._local, "earlier_try_may_have_applied", False))
