@@ -170,6 +170,10 @@ class FaultProxy:
     def _target(self, request: bytes) -> str:
         return _target(request)
 
+    def _refusal(self, kind: str) -> bytes:
+        """The answer of a refusing server ("throttle", "busy", "denied", "gone")."""
+        return _error_response(kind)
+
     def _serve(self, client: socket.socket) -> None:
         upstream: socket.socket | None = None
         inbox, outbox = bytearray(), bytearray()
@@ -187,7 +191,7 @@ class FaultProxy:
                     if action != "pass":
                         self.faults[action.split(":")[0]] += 1
                 if action in _THROTTLE_BODIES:
-                    client.sendall(_error_response(action))
+                    client.sendall(self._refusal(action))
                     continue
                 if action == "reset_before":
                     _reset(client)

@@ -7,7 +7,8 @@ the next ReadyForQuery; each request is named by its target, the awsflock step i
 step function's first argument: "take", "renew", "end", "join", "beat", "leave", "read",
 "resize") or "sql" for any other statement, and then passed, dropped, reset, delayed, made
 late or blackholed as ``FaultProxy`` does. ``drop`` is a committed statement whose answer was
-lost: the server ran it (in autocommit) and the client's connection is closed.
+lost: the server ran it (in autocommit) and the client's connection is closed. ``throttle``
+and ``busy`` answer a serialization failure (SQLSTATE 40001) without forwarding.
 """
 
 from __future__ import annotations
@@ -151,6 +152,27 @@ class PgFaultProxy(FaultProxy):
 
     def _target(self, request: bytes) -> str:
         return target_of(request)
+
+    def _refusal(self, kind: str) -> bytes:
+        """A refusal the server did not make: "throttle" and "busy" are a serialization
+        failure (SQLSTATE 40001, which awsflock retries), "denied" a missing privilege."""
+        code, text = (
+            ("42501", "permission denied (injected)")
+            if kind == "denied"
+            else (
+                "40001",
+                "could not serialize access (injected)",
+            )
+        )
+        fields = (
+            b"".join(
+                tag + value.encode() + b"\0"
+                for tag, value in ((b"S", "ERROR"), (b"V", "ERROR"), (b"C", code), (b"M", text))
+            )
+            + b"\0"
+        )
+        error = b"E" + struct.pack("!I", 4 + len(fields)) + fields
+        return error + b"Z" + struct.pack("!I", 5) + b"I"
 
 
 def _ready_for_query(stream: bytearray) -> bool:

@@ -13,10 +13,43 @@ import os
 import random
 import sys
 import time
+from typing import Any
+
+
+class Stale(Exception):
+    """A fenced write refused: a higher token has written."""
+
+
+def pg_writer(url: str, table: str) -> tuple:
+    """The fenced record in a PostgreSQL table (``pk``, ``fence``, ``counter``): a write is
+    accepted only if its token is not lower than the highest the row has seen."""
+    import psycopg
+
+    conn = psycopg.connect(url, autocommit=True)
+    quoted = '"' + table + '"'
+
+    def fenced(key: str, token: int, counter: int | None = None) -> None:
+        done = conn.execute(
+            f"INSERT INTO {quoted} (pk, fence, counter) VALUES (%s, %s, COALESCE(%s, 0))"
+            f" ON CONFLICT (pk) DO UPDATE SET fence = EXCLUDED.fence,"
+            f" counter = COALESCE(%s, {quoted}.counter) WHERE {quoted}.fence <= EXCLUDED.fence",
+            (key, token, counter, counter),
+        )
+        if done.rowcount != 1:
+            raise Stale(key)
+
+    def read(key: str) -> int:
+        row = conn.execute(f"SELECT counter FROM {quoted} WHERE pk = %s", (key,)).fetchone()
+        return int(row[0]) if row else 0
+
+    return fenced, read
 
 
 def main() -> int:
     endpoint, table, log = sys.argv[1:4]
+    if endpoint.startswith("postgresql://"):
+        fenced, read = pg_writer(endpoint, table)
+        return section(log, fenced, read)
     import botocore.session
 
     from awsflock import StaleToken, fenced_update
@@ -30,10 +63,38 @@ def main() -> int:
         aws_access_key_id=LOCAL_ACCESS_KEY,
         aws_secret_access_key=LOCAL_ACCESS_KEY,
     )
+
+    def fenced(pk: str, token: int, counter: int | None = None) -> None:
+        key = {"pk": {"S": pk}}
+        try:
+            if counter is None:
+                fenced_update(client, table, key, token)
+            else:
+                fenced_update(
+                    client,
+                    table,
+                    key,
+                    token,
+                    update="SET #c = :c",
+                    names={"#c": "counter"},
+                    values={":c": {"N": str(counter)}},
+                )
+        except StaleToken:
+            raise Stale(pk) from None
+
+    def read(pk: str) -> int:
+        item = client.get_item(TableName=table, Key={"pk": {"S": pk}}, ConsistentRead=True)
+        return int(item.get("Item", {}).get("counter", {}).get("N", "0"))
+
+    return section(log, fenced, read)
+
+
+def section(log: str, fenced: Any, read: Any) -> int:
+    """Claim the record with the lease's token, read the counter, pause, write it plus one."""
     lock = os.environ["AWSFLOCK_LOCK_ID"]
     slot = os.environ.get("AWSFLOCK_SLOT")
     token = int(os.environ["AWSFLOCK_FENCING_TOKEN"])
-    key = {"pk": {"S": f"{lock}#{slot or '-'}"}}
+    key = f"{lock}#{slot or '-'}"
     entry: dict = {
         "lock": lock,
         "slot": int(slot) if slot else None,
@@ -45,14 +106,13 @@ def main() -> int:
     status = 0
     entry["claim_sent"] = time.time()
     try:
-        fenced_update(client, table, key, token)
+        fenced(key, token)
         entry["claim"] = "accepted"
-    except StaleToken:
+    except Stale:
         entry["claim"] = "refused"
     entry["claim_done"] = time.time()
     if entry["claim"] == "accepted":
-        item = client.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item", {})
-        value = int(item.get("counter", {}).get("N", "0"))
+        value = read(key)
         time.sleep(random.uniform(0.05, 0.4))
         entry["write_sent"] = time.time()
         # Announce the write first: if this process is killed before it logs the outcome, the
@@ -60,17 +120,9 @@ def main() -> int:
         with open(log, "a") as f:
             f.write(json.dumps({**entry, "write": "pending"}) + "\n")
         try:
-            fenced_update(
-                client,
-                table,
-                key,
-                token,
-                update="SET #c = :c",
-                names={"#c": "counter"},
-                values={":c": {"N": str(value + 1)}},
-            )
+            fenced(key, token, value + 1)
             entry["write"] = "accepted"
-        except StaleToken:
+        except Stale:
             entry["write"] = "refused"
             status = 3
         entry["write_done"] = time.time()

@@ -98,6 +98,99 @@ def fault_plan(rng: random.Random, rate: float) -> Any:
     return plan
 
 
+class DynamoDBSide:
+    """The lock table and the fenced record on a DynamoDB-compatible server."""
+
+    skew = ("--skew", f"{SKEW:g}s")
+    skew_s = SKEW
+
+    def __init__(self, server_url: str, server_port: int, locks_table: str, app_table: str):
+        self.url, self.port = server_url, server_port
+        self.locks_table, self.app_table = locks_table, app_table
+        self.client = local_client(server_url)
+
+    def env(self, url: str | None = None) -> dict[str, str]:
+        return {"AWSFLOCK_ENDPOINT_URL": url or self.url, "AWSFLOCK_TABLE": self.locks_table}
+
+    def create_app_table(self) -> None:
+        self.client.create_table(
+            TableName=self.app_table,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        _wait_active(self.client, self.app_table)
+
+    def proxy(self, plan: Any) -> FaultProxy:
+        return FaultProxy(("127.0.0.1", self.port), plan)
+
+    def proxied_env(self, proxy: FaultProxy) -> dict[str, str]:
+        return self.env(proxy.url)
+
+    def counter(self, key: str) -> int:
+        item = self.client.get_item(
+            TableName=self.app_table, Key={"pk": {"S": key}}, ConsistentRead=True
+        ).get("Item", {})
+        return int(item.get("counter", {}).get("N", "0"))
+
+    def held_now(self) -> list[dict[str, Any]]:
+        return _held_now(self.client, self.locks_table)
+
+
+class PostgresSide:
+    """The lock table and the fenced record on a PostgreSQL server; the proxy speaks its wire
+    protocol (its "throttle" is a serialization failure, SQLSTATE 40001, that awsflock
+    retries). No skew window on this store, so no --skew."""
+
+    skew: tuple[str, ...] = ()
+    skew_s = 0.0
+
+    def __init__(self, url: str, port: int, locks_table: str, app_table: str):
+        self.url, self.port = url, port
+        self.locks_table, self.app_table = locks_table, app_table
+
+    def env(self, url: str | None = None) -> dict[str, str]:
+        return {"AWSFLOCK_STORE": url or self.url, "AWSFLOCK_TABLE": self.locks_table}
+
+    def _sql(self, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cur = conn.execute(statement, params or None)
+            return cur.fetchall() if cur.description else []
+
+    def create_app_table(self) -> None:
+        self._sql(
+            f'CREATE TABLE "{self.app_table}" (pk text PRIMARY KEY, fence bigint NOT NULL,'
+            " counter bigint NOT NULL DEFAULT 0)"
+        )
+
+    def proxy(self, plan: Any) -> FaultProxy:
+        from tests.pgproxy import PgFaultProxy
+
+        return PgFaultProxy(("127.0.0.1", self.port), plan)
+
+    def proxied_env(self, proxy: FaultProxy) -> dict[str, str]:
+        return self.env(proxy.url_for(self.url))  # type: ignore[attr-defined]
+
+    def counter(self, key: str) -> int:
+        rows = self._sql(f'SELECT counter FROM "{self.app_table}" WHERE pk = %s', key)
+        return int(rows[0][0]) if rows else 0
+
+    def held_now(self) -> list[dict[str, Any]]:
+        """Leases that still run by the server's clock, with the pid that holds them."""
+        rows = self._sql(
+            f"SELECT lock_id, slot, (who->>'pid')::int FROM \"{self.locks_table}\""
+            " WHERE lock_id IN ('chaos-lock', 'chaos-pool') AND lease_id IS NOT NULL"
+            " AND ended = '' AND expires_ms > extract(epoch FROM clock_timestamp()) * 1000"
+            " AND NOT (slot = -1 AND slots IS NOT NULL)"
+        )
+        return [
+            {"lock": lock, "slot": None if slot < 0 else slot, "pid": pid}
+            for lock, slot, pid in rows
+        ]
+
+
 def run_chaos(
     server_url: str,
     server_port: int,
@@ -109,22 +202,22 @@ def run_chaos(
     seed: int | None = None,
     fault_rate: float = 1.0,
 ) -> Outcome:
+    """``server_url``: a DynamoDB-compatible endpoint, or a PostgreSQL URL (the PostgreSQL
+    store, and the fenced record in a table there)."""
     seed = seed if seed is not None else random.randrange(1 << 30)
     work.mkdir(parents=True, exist_ok=True)
     locks_table = "chaos-" + uuid.uuid4().hex[:6]
     app_table = "chaos-app-" + uuid.uuid4().hex[:6]
+    side: DynamoDBSide | PostgresSide = (
+        PostgresSide(server_url, server_port, locks_table, app_table)
+        if server_url.startswith("postgresql://")
+        else DynamoDBSide(server_url, server_port, locks_table, app_table)
+    )
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "AWSFLOCK"))}
     base_env.update(NO_AWS_FILES)  # awsflock signs with its loopback key, as local_client does
-    direct = {**base_env, "AWSFLOCK_ENDPOINT_URL": server_url, "AWSFLOCK_TABLE": locks_table}
+    direct = {**base_env, **side.env()}
     subprocess.run([str(BIN), "table-create", "-q"], env=direct, check=True, timeout=60)
-    client = local_client(server_url)
-    client.create_table(
-        TableName=app_table,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    _wait_active(client, app_table)
+    side.create_app_table()
     critical_log = work / "critical.jsonl"
     invocations: list[Invocation] = []
     running: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
@@ -132,10 +225,8 @@ def run_chaos(
     stop_at = time.monotonic() + duration
     counts = Counter[str]()
 
-    with FaultProxy(
-        ("127.0.0.1", server_port), fault_plan(random.Random(seed + 1), fault_rate)
-    ) as proxy:
-        env = {**base_env, "AWSFLOCK_ENDPOINT_URL": proxy.url, "AWSFLOCK_TABLE": locks_table}
+    with side.proxy(fault_plan(random.Random(seed + 1), fault_rate)) as proxy:
+        env = {**base_env, **side.proxied_env(proxy)}
 
         def contender(index: int) -> None:
             local = random.Random(seed * 100 + index)
@@ -153,8 +244,7 @@ def run_chaos(
                     f"{LEASE:g}s",
                     "--kill-after",
                     "0s",
-                    "--skew",
-                    f"{SKEW:g}s",
+                    *side.skew,
                     "--wait-time",
                     "15",
                     "--log-format",
@@ -255,10 +345,10 @@ def run_chaos(
     outcome = Outcome(summary={})
     audit = _audit(direct)
     forced = {(a["lock_id"], a.get("slot"), a["fencing_token"]) for a in audit}
-    check(outcome, invocations, critical_log, client, app_table, forced)
-    check_held_at_end(outcome, invocations, _held_now(client, locks_table))
+    check(outcome, invocations, critical_log, side.counter, forced, skew=side.skew_s)
+    check_held_at_end(outcome, invocations, side.held_now())
     check_forced(outcome, invocations, audit)
-    _check_no_phantom(outcome, direct)
+    _check_no_phantom(outcome, direct, side.skew)
     grants = sum(1 for inv in invocations for e in _events(inv.log) if e["event"] == "acquired")
     entries = _critical(critical_log)
     outcome.summary = {
@@ -289,12 +379,16 @@ def check(
     outcome: Outcome,
     invocations: list[Invocation],
     critical_log: Path,
-    client: Any,
-    app_table: str,
+    counter_of: Any,
     forced: set[tuple[str, Any, int]] | frozenset[tuple[str, Any, int]] = frozenset(),
+    *,
+    skew: float = SKEW,
 ) -> None:
     """``forced``: (lock, slot, fencing token) of leases an operator force-released (they
-    end early by design; the fenced writes still must refuse their holders)."""
+    end early by design; the fenced writes still must refuse their holders). ``skew``: how
+    long after a lease's end (as its holder saw it) it may be taken: the skew window on
+    DynamoDB, 0 on PostgreSQL, where the server's clock ends it and the holder's view of its
+    end is never later than that."""
     bad = outcome.violations
     # Every process exited with a code SPEC §3 allows, and never with a traceback.
     for inv in invocations:
@@ -310,9 +404,7 @@ def check(
         if slot is not None and not 0 <= slot < 2:
             bad.append(f"{lock}: slot {slot} outside a pool of 2")
         # No lost update: the counter equals the number of accepted fenced writes.
-        key = {"pk": {"S": f"{lock}#{'-' if slot is None else slot}"}}
-        item = client.get_item(TableName=app_table, Key=key, ConsistentRead=True).get("Item", {})
-        counter = int(item.get("counter", {}).get("N", "0"))
+        counter = counter_of(f"{lock}#{'-' if slot is None else slot}")
         accepted = [e for e in items if e.get("write") == "accepted"]
         done = {(e["pid"], e["token"]) for e in items if e.get("write") in ("accepted", "refused")}
         unlogged = [
@@ -392,7 +484,7 @@ def check(
             if (
                 not reported_late
                 and before["released"] is None
-                and after["ts"] <= before["end"] + SKEW - 0.05
+                and after["ts"] <= before["end"] + skew - 0.05
             ):
                 # The new grant was logged before the old lease (as last renewed) could end.
                 bad.append(
@@ -469,12 +561,12 @@ def _audit(env: dict[str, str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 
 
-def _check_no_phantom(outcome: Outcome, env: dict[str, str]) -> None:
+def _check_no_phantom(outcome: Outcome, env: dict[str, str], skew: tuple[str, ...]) -> None:
     """After everything ended (and killed holders' leases ran out) nothing is held."""
     time.sleep(LEASE + SKEW + 1)
     for args in (["chaos-lock"], ["chaos-pool", "--slots", "2"], ["chaos-pool", "--slots", "2"]):
         result = subprocess.run(
-            [str(BIN), "acquire", *args, "--no-wait", "--skew", f"{SKEW:g}s"],
+            [str(BIN), "acquire", *args, "--no-wait", *skew],
             env=env,
             capture_output=True,
             text=True,

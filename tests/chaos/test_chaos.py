@@ -7,15 +7,16 @@ import os
 import pytest
 
 from tests.chaos.harness import run_chaos
-from tests.servers import SERVERS
+from tests.servers import SERVERS, PostgresServer
 
 DURATION = float(os.environ.get("AWSFLOCK_CHAOS_SECONDS", "35"))
 
 
 @pytest.mark.timeout(DURATION + 240)
-@pytest.mark.parametrize("name", sorted(SERVERS))
+@pytest.mark.parametrize("name", [*sorted(SERVERS), "postgresql"])
 def test_no_violation_under_faults_kills_and_pauses(name, tmp_path):
-    server = SERVERS[name]().start()
+    server = PostgresServer() if name == "postgresql" else SERVERS[name]()
+    server.start()
     try:
         outcome = run_chaos(server.url, server.port, name, tmp_path, duration=DURATION, workers=6)
     finally:
@@ -26,4 +27,4 @@ def test_no_violation_under_faults_kills_and_pauses(name, tmp_path):
     # The run must actually have exercised what it claims to.
     assert s["writes_accepted"] >= 5, outcome.screen()
     assert s["kills"] >= 1 and s["pauses"] >= 1, outcome.screen()
-    assert {"drop", "reset", "delay"} <= set(s["faults"]), outcome.screen()
+    assert {"drop", "reset", "delay", "throttle"} <= set(s["faults"]), outcome.screen()

@@ -8,13 +8,9 @@ from pathlib import Path
 from tests.chaos.harness import Invocation, Outcome, check, check_forced, check_held_at_end
 
 
-class FakeClient:
-    def __init__(self, counters: dict[str, int]) -> None:
-        self.counters = counters
-
-    def get_item(self, TableName, Key, ConsistentRead):
-        value = self.counters.get(Key["pk"]["S"])
-        return {"Item": {"counter": {"N": str(value)}}} if value is not None else {}
+def counters(values: dict[str, int]):
+    """The fenced records' counters, as the checker reads them (0 where none)."""
+    return lambda key: values.get(key, 0)
 
 
 def run_log(path: Path, *events: dict) -> Path:
@@ -45,7 +41,7 @@ def checked(
     critical = tmp_path / "critical.jsonl"
     critical.write_text("".join(json.dumps(w) + "\n" for w in writes))
     outcome = Outcome(summary={})
-    check(outcome, invocations, critical, FakeClient({"chaos-lock#-": counter}), "app")
+    check(outcome, invocations, critical, counters({"chaos-lock#-": counter}))
     return outcome.violations
 
 
@@ -77,6 +73,21 @@ def test_overlapping_grant_and_falling_token_are_caught(tmp_path):
     found = checked(tmp_path, [a, b], [], counter=0)
     assert any("not above" in v for v in found)
     assert any("while a's lease ran to" in v for v in found)
+
+
+def test_without_a_skew_window_a_grant_right_at_the_end_is_no_overlap(tmp_path):
+    # PostgreSQL: the next grant may come as soon as the lease ends (by the server's clock,
+    # never earlier than the end its holder saw); on DynamoDB only a skew window later.
+    a = Invocation("chaos-lock", None, run_log(tmp_path / "a", grant(100, 5)), code=-9)
+    b = Invocation("chaos-lock", None, run_log(tmp_path / "b", grant(103.1, 6)), code=0)
+    assert any("ran to" in v for v in checked(tmp_path, [a, b], [], counter=0))
+    outcome = Outcome(summary={})
+    check(outcome, [a, b], tmp_path / "none.jsonl", counters({}), skew=0.0)
+    assert outcome.violations == []
+    early = Invocation("chaos-lock", None, run_log(tmp_path / "c", grant(102.5, 6)), code=0)
+    outcome = Outcome(summary={})
+    check(outcome, [a, early], tmp_path / "none.jsonl", counters({}), skew=0.0)
+    assert any("ran to" in v for v in outcome.violations)
 
 
 def test_unexpected_exit_code_and_traceback_are_caught(tmp_path):
@@ -153,7 +164,7 @@ def test_a_grant_after_a_force_release_is_no_overlap(tmp_path):
     critical = tmp_path / "critical.jsonl"
     critical.write_text("")
     outcome = Outcome(summary={})
-    check(outcome, [a, b], critical, FakeClient({}), "app", {("chaos-lock", None, 5)})
+    check(outcome, [a, b], critical, counters({}), {("chaos-lock", None, 5)})
     assert outcome.violations == []
     assert any("while a's lease" in v for v in checked(tmp_path, [a, b], [], counter=0))
 
@@ -175,7 +186,7 @@ def test_a_force_released_grant_reported_after_the_next_one_is_no_falling_token(
     critical = tmp_path / "critical.jsonl"
     critical.write_text("")
     outcome = Outcome(summary={})
-    check(outcome, [forced, later], critical, FakeClient({}), "app", {("chaos-lock", None, 10)})
+    check(outcome, [forced, later], critical, counters({}), {("chaos-lock", None, 10)})
     assert outcome.violations == []
     # Without the force-release it is a falling token, as before.
     assert any("not above" in v for v in checked(tmp_path, [forced, later], [], counter=0))
