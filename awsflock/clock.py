@@ -93,6 +93,12 @@ class FakeClock:
             self._mono += seconds
             self._lock.notify_all()
 
+    def step_wall(self, seconds: float) -> None:
+        """Step the wall clock alone, by ``seconds`` (negative: back), as an NTP step or a
+        restored VM does; monotonic time does not move."""
+        with self._lock:
+            self._now += seconds
+
     def wait(self, event: threading.Event, seconds: float) -> bool:
         """Wait in fake time: returns once ``event`` is set or another thread advanced the clock
         by ``seconds``. (Real time passes only in short polls for the event.)"""

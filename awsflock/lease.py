@@ -63,6 +63,10 @@ class Lease:
     released: bool = False
     #: The pool slot this lease holds (None for a plain lock).
     slot: int | None = None
+    #: ``expires_at`` on the table clock's monotonic time, taken when the store answered: what
+    #: the holder's own deadlines go by, so that a step of its wall clock (an NTP step, a
+    #: restored VM) cannot stretch its lease (0: not known).
+    expires_mono: float = 0.0
 
     def renew(self, lease: float | str | None = None) -> Lease:
         """Extend the lease by ``lease`` (default: its current duration) from now."""
@@ -321,6 +325,7 @@ class LockTable:
             held.lock_id, held.lease_id, lease=held.lease_duration if lease is None else lease
         )
         held.expires_at = fresh.expires_at
+        held.expires_mono = fresh.expires_mono
         held.lease_duration = fresh.lease_duration
         return held
 
@@ -370,6 +375,7 @@ class LockTable:
 
     def _lease_from(self, record: LockRecord, lock_id: str, lease_id: str, **extra: Any) -> Lease:
         """A Lease as the record (just written) describes it."""
+        mono, wall = self.clock.monotonic(), self.clock.time()
         return Lease(
             table=self,
             lock_id=lock_id,
@@ -378,7 +384,8 @@ class LockTable:
             expires_at=record.expires_at,
             lease_duration=record.lease_duration,
             owner=record.owner,
-            acquired_at=record.acquired_at or self.clock.time(),
+            acquired_at=record.acquired_at or wall,
+            expires_mono=mono + (record.expires_at - wall),
             **extra,
         )
 

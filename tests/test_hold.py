@@ -34,6 +34,29 @@ def test_hold_renews_every_third_of_the_lease(make_table, moto, clock):
     assert client.calls["update_item"] == 7  # the release
 
 
+def test_a_wall_clock_step_neither_stops_renewals_nor_stretches_the_deadline(make_table, clock):
+    # The hold goes by the monotonic clock: after the wall clock steps back two minutes it
+    # still renews every third of the lease, and without renewals it counts the lease lost
+    # when its own monotonic deadline passes, whatever the wall clock says.
+    held = make_table().hold("stepped", lease=60)
+    with held:
+        clock.step_wall(-120)
+        for n in range(1, 4):
+            clock.advance(20)
+            eventually(lambda n=n: held.renewals == n)
+        held.check()
+        before = held.mono_deadline()
+        clock.step_wall(+600)  # a step forward does not end it either
+        held.check()
+        assert held.mono_deadline() == before
+    held_too = make_table().hold("stepped-2", lease=60, renew_every=50, margin=5)
+    with pytest.raises(errors.LeaseLost), held_too:
+        clock.step_wall(-3600)
+        clock.advance(56)  # past the deadline (60 - 5) by the monotonic clock
+        eventually(lambda: held_too.lost.is_set())
+        held_too.check()
+
+
 def test_hold_keeps_the_lock_for_many_lease_periods(make_table, clock):
     with make_table("a").hold("long", lease=30) as held:
         for n in range(1, 31):

@@ -36,6 +36,7 @@ class HeldLease(Protocol):
     fencing_token: int | None
     slot: int | None
     expires_at: float
+    expires_mono: float
     acquired_at: float
     released: bool
 
@@ -115,7 +116,7 @@ class Hold:
         self.renewals = 0
         self._state = threading.Lock()  # guards _lease, _next_renew, _failures, _lost_error
         self._lease: HeldLease | None = None
-        self._next_renew = 0.0
+        self._next_renew = 0.0  # on the clock's monotonic time
         self._failures = 0
         self._lost_error: errors.LeaseLost | None = None
         self._stop = threading.Event()
@@ -147,13 +148,20 @@ class Hold:
         return self.table.clock
 
     def deadline(self) -> float:
-        """Wall-clock time after which the lease counts as lost without a renewal."""
+        """Wall-clock time after which the lease counts as lost without a renewal (as the
+        wall clock reads now: the hold itself goes by ``mono_deadline``)."""
+        return self.clock.time() + (self.mono_deadline() - self.clock.monotonic())
+
+    def mono_deadline(self) -> float:
+        """The clock's monotonic time after which the lease counts as lost without a renewal:
+        its end as the store answered, less the margin. Monotonic, so that a step of the wall
+        clock can neither stretch the lease nor stop its renewals."""
         with self._state:
-            return self.lease.expires_at - self.margin
+            return self.lease.expires_mono - self.margin
 
     def check(self) -> None:
         """Raise LeaseLost if the lease was lost, or may be about to be (past the deadline)."""
-        if not self.lost.is_set() and self.clock.time() >= self.deadline():
+        if not self.lost.is_set() and self.clock.monotonic() >= self.mono_deadline():
             self._lose("no successful renewal before the safety deadline")
         if self.lost.is_set():
             assert self._lost_error is not None
@@ -180,7 +188,7 @@ class Hold:
             cancel=self.cancel,
             fair=self.fair,
         )
-        self._next_renew = self._lease.acquired_at + self.interval
+        self._next_renew = self._first_renewal(self._lease)
         return self._lease
 
     def adopt(self, lease: HeldLease) -> None:
@@ -189,13 +197,18 @@ class Hold:
         if self._lease is not None:
             raise errors.UsageError("the hold was already started")
         self._lease = lease
-        self._next_renew = self.clock.time() + self.interval
+        self._next_renew = self._first_renewal(lease)
+
+    def _first_renewal(self, lease: HeldLease) -> float:
+        """An interval after the lease began (its end less its length), on monotonic time: a
+        grant that arrives with part of its lease gone is renewed that much sooner."""
+        return lease.expires_mono - self.lease_s + self.interval
 
     def start_renewing(self) -> None:
         """The second half of ``start()``: the renewal thread."""
         if self._thread is not None:
             return
-        first = max(0.0, self._next_renew - self.clock.time())
+        first = max(0.0, self._next_renew - self.clock.monotonic())
         self._thread = start_thread(
             self.clock,
             _heartbeat,
@@ -250,8 +263,8 @@ class Hold:
         """One heartbeat step: renew if due. Returns the delay to the next step, None to stop."""
         if self.lost.is_set():
             return None
-        now = self.clock.time()
-        if now >= self.deadline():
+        now = self.clock.monotonic()
+        if now >= self.mono_deadline():
             self._lose("no successful renewal before the safety deadline")
             return None
         with self._state:
@@ -261,14 +274,14 @@ class Hold:
         if self.lost.is_set():
             return None
         with self._state:
-            wake = min(self._next_renew, self.lease.expires_at - self.margin)
-        return max(0.0, wake - self.clock.time())
+            wake = min(self._next_renew, self.lease.expires_mono - self.margin)
+        return max(0.0, wake - self.clock.monotonic())
 
     def _renew_once(self, now: float) -> None:
         lease = self.lease
         store = self.table.store
         # No try of this renewal may be sent after the moment the lease counts as lost.
-        end = self.clock.monotonic() + min(store.request_timeout, self.deadline() - now)
+        end = now + min(store.request_timeout, self.mono_deadline() - now)
         try:
             with store.budget(end):
                 lease.renew(self.lease_s)
@@ -280,7 +293,7 @@ class Hold:
                 self._failures += 1
                 backoff = min(self.interval, 0.5 * 2 ** (self._failures - 1))
                 self._next_renew = now + backoff
-            left = lease.expires_at - self.clock.time()
+            left = lease.expires_mono - self.clock.monotonic()
             log.warning(
                 "renewal of %r failed (%s); %s of the lease left, retrying in %s",
                 self.lock_id,

@@ -83,6 +83,38 @@ def test_clients_clocks_an_hour_off_either_way_change_nothing(
         table.store.close()  # type: ignore[attr-defined]
 
 
+def test_a_holders_wall_clock_stepping_back_does_not_stretch_its_lease(
+    postgres: PostgresServer, pg_table: str, lock_name: str
+):
+    # Found by the adversarial review: the hold's deadline and renewals went by the wall clock,
+    # so a step back (NTP, a restored VM) stopped its renewals and kept check() passing after
+    # the lease ended and another took it. They go by the monotonic clock now.
+    hung = {"now": False}
+    stepped = OffClock(0)
+    with PgFaultProxy(
+        ("127.0.0.1", postgres.port), lambda target, n: "blackhole" if hung["now"] else "pass"
+    ) as proxy:
+        store = PostgresStore(proxy.url_for(postgres.url), pg_table, clock=stepped)
+        store.request_timeout = 1.0
+        holder = LockTable(store=store).hold(lock_name, lease=4, wait=0)
+        holder.start()
+        start = time.monotonic()
+        stepped.offset = -60.0  # the holder's wall clock steps back a minute
+        hung["now"] = True  # and the server stops answering it
+        other = LockTable(store=PostgresStore(postgres.url, pg_table))
+        taken = other.acquire(lock_name, lease=4, wait=15)
+        assert time.monotonic() - start >= 3  # the lease ran its course first
+        from awsflock import errors
+
+        with pytest.raises(errors.LeaseLost):
+            holder.check()  # by now the holder knows it lost the lock
+        assert taken.fencing_token > (holder.fencing_token or 0)
+        hung["now"] = False
+        holder.stop(release=False, join_timeout=1)
+        store.close()
+        other.store.close()  # type: ignore[attr-defined]
+
+
 def test_an_expired_lease_is_reclaimed_at_expiry_with_no_skew_window(pg: PgCli, lock_name: str):
     start = time.monotonic()  # before the grant: the lease ends 2 s after it
     assert pg("acquire", lock_name, "--lease-duration", "2s").returncode == 0

@@ -234,7 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     known = sum(r.known_limit for r in results)
     if known:
-        print(f"{known} times the known limit: a late take restarted a deleted lock's tokens")
+        print(
+            f"{known} times the known limit: a request applied long after it was made (a late "
+            "take restarted a deleted lock's tokens, or a late renew shortened a lease)"
+        )
     if failed is None:
         print("no invariant failed")
         return 0

@@ -421,7 +421,7 @@ class PostgresStore(RetryingStore):
         time), or accept an awsflock table of this layout; True if created now."""
         from awsflock.stores.postgresql.tables import create_table
 
-        return create_table(self, progress)
+        return create_table(self.table_name, self.where(), self.run_admin, progress)
 
     def run_admin(self, operation: str, call: Callable[[Any], _T]) -> _T:
         """``call(connection)`` with this store's retries and error translation."""

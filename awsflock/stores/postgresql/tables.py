@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.protocol import LINE_LAPSE_MS
 from awsflock.stores.postgresql import schema
 
-if TYPE_CHECKING:
-    from awsflock.stores.postgresql.store import PostgresStore
 
-
-def create_table(store: PostgresStore, progress: Callable[[str], None]) -> bool:
-    """Create ``store``'s table and step function, or accept them as they are; True if the
-    table was created now. One creator at a time (an advisory lock on the name), in one
-    transaction: a failure leaves nothing half made. A table of that name that is not an
-    awsflock table of this layout is refused."""
-    name = store.table_name
+def create_table(
+    name: str,
+    where: str,
+    run: Callable[[str, Callable[[Any], tuple[bool, bool]]], tuple[bool, bool]],
+    progress: Callable[[str], None],
+) -> bool:
+    """Create table ``name`` and its step function in ``where`` (through ``run``, the store's
+    ``run_admin``), or accept them as they are; True if the table was created now. One
+    creator at a time (an advisory lock on the name), in one transaction: a failure leaves
+    nothing half made. A table of that name that is not an awsflock table of this layout is
+    refused."""
     table = schema.quote(name)
     function = schema.render(schema.STEP, name, LINE_LAPSE_MS)
 
@@ -36,8 +38,7 @@ def create_table(store: PostgresStore, progress: Callable[[str], None]) -> bool:
                     (table,),
                 ).fetchone()[0]
                 raise errors.TableIncompatible(
-                    f"table {name!r} in {store.where()} is not an awsflock table "
-                    f"(columns: {columns})",
+                    f"table {name!r} in {where} is not an awsflock table (columns: {columns})",
                     hint="name another table with ?table= in --store (or --tablename), "
                     "or drop that one",
                 )
@@ -54,9 +55,11 @@ def create_table(store: PostgresStore, progress: Callable[[str], None]) -> bool:
                 conn.execute(function)
             return not exists, replaced
 
-    created, replaced = store.run_admin("create_table", work)
+    created, replaced = run("create_table", work)
     if created:
-        progress(f"created table {name!r} and its step function in {store.where()}")
+        progress(f"created table {name!r} and its step function in {where}")
     elif replaced:
-        progress(f"updated the step function of table {name!r} in {store.where()}")
+        progress(f"updated the step function of table {name!r} in {where}")
+    else:
+        progress(f"found awsflock table {name!r} and its step function in {where}")
     return created
