@@ -319,7 +319,8 @@ class Acquisition:
                         continue
             log.warning(
                 "an attempt to acquire %r may have been granted without an answer; if so, the "
-                "lock is held until %s under LEASE_ID %s: free it with `awsflock release %s %s`",
+                "lock is held until about %s (later if the request landed late) under LEASE_ID "
+                "%s: free it with `awsflock release %s %s`",
                 self.lock_id,
                 iso_utc(self.clock.time() + self.lease_s),
                 lease_id,

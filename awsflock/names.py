@@ -53,7 +53,8 @@ def check_lock_id(lock_id: str) -> str:
     size = len(lock_id.encode("utf-8", "surrogatepass"))
     if size > MAX_LOCK_ID_BYTES:
         raise errors.UsageError(
-            f"LOCK_ID is {size} bytes long; DynamoDB allows at most {MAX_LOCK_ID_BYTES}",
+            f"LOCK_ID is {size} bytes long; at most {MAX_LOCK_ID_BYTES} are allowed (DynamoDB's "
+            "limit, the same on every store)",
             hint="use a shorter name",
         )
     try:

@@ -350,6 +350,10 @@ def test_read_only_server_and_missing_privileges_then_the_printed_grants(
 def test_bad_urls_are_usage_errors(pg: PgCli, lock_name: str):
     result = pg("status", lock_name, AWSFLOCK_STORE=pg.url + "?sslmod=require")
     assert result.returncode == 2 and "sslmod" in one_line(result.stderr)
+    for wrong in ("?sslmode=bogus", "?port=99999999"):
+        refused = pg("acquire", lock_name, AWSFLOCK_STORE=pg.server.url + wrong)
+        assert refused.returncode == 2, refused.stderr  # at once: no retry can help
+        assert "bad PostgreSQL URL" in one_line(refused.stderr)
     bad_table = pg("status", lock_name, AWSFLOCK_STORE=pg.server.url + "?table=a%20b")
     assert bad_table.returncode == 2 and "cannot name" in one_line(bad_table.stderr)
 

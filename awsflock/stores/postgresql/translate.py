@@ -109,6 +109,14 @@ def translate(
             hint="create the database (createdb NAME), or name another one in the URL",
         )
         return Translated(err, broken=True)
+    if not sent and not state and "connection is bad: invalid" in low:
+        # libpq refused the URL's own values (sslmode=bogus, a port out of range): no retry
+        # can help.
+        err = errors.UsageError(
+            f"bad PostgreSQL URL: {text.replace('connection is bad: ', '')}",
+            hint="fix the URL (see libpq's connection parameters)",
+        )
+        return Translated(err, broken=True)
     if isinstance(exc, psycopg.OperationalError) and (not state or state[:2] in ("08", "57")):
         # The connection broke or could not be made. A statement already sent may have been
         # committed with only its answer lost.
