@@ -52,13 +52,16 @@ def new_lease_id() -> str:
 
 @dataclass(frozen=True)
 class Grant:
-    """A lease an acquisition holds: its LEASE_ID and the record as the store wrote it."""
+    """A lease an acquisition holds: its LEASE_ID and the record as the store wrote it.
+    ``to_mono`` turns the record's times into the clock's monotonic time (see
+    ``Outcome.to_mono``; None: not known)."""
 
     lease_id: str
     record: LockRecord
     slot: int | None
     attempts: int
     waited: float
+    to_mono: float | None = None
 
 
 class Acquisition:
@@ -85,6 +88,11 @@ class Acquisition:
         self.identity = identity
         self.size = size
         self.sent: set[str] = set()
+        #: Per attempt, the monotonic clock less its ``now_ms`` (read together): what turns
+        #: the times a store wrote from that ``now_ms`` into monotonic time.
+        self.to_mono: dict[str, float] = {}
+        #: The ``to_mono`` of the answer being looked at, if its store gives one.
+        self._answer_to_mono: float | None = None
         #: Sent, maybe granted, not known to be released: LEASE_ID -> slot.
         self.unsettled: dict[str, int | None] = {}
         self.attempts = 0
@@ -140,10 +148,12 @@ class Acquisition:
             end = min(end, self.hard_end - min(1.0, store.request_timeout / 4))
         try:
             with store.budget(end):
+                mono, now_ms = self.clock.monotonic(), self._now_ms()
+                self.to_mono[lease_id] = mono - now_ms / 1000
                 attempt = Attempt(
                     lease_id=lease_id,
                     identity=self.identity,
-                    now_ms=self._now_ms(),
+                    now_ms=now_ms,
                     lease_ms=round(self.lease_s * 1000),
                     skew_ms=round(self.skew * 1000),
                     slot=slot,
@@ -179,6 +189,7 @@ class Acquisition:
         """Learn from an answer (a take's, or a waiter's poll): our own grant if it shows one,
         else None, with ``holder``, ``line`` and the pool slot to try next updated."""
         self.line = outcome.line
+        self._answer_to_mono = outcome.to_mono
         if self.size is None:
             return self._look_plain(outcome)
         return self._look_pool(outcome)
@@ -247,23 +258,35 @@ class Acquisition:
     def _keep_or_give_up(self, record: LockRecord, lease_id: str, slot: int | None) -> Grant | None:
         """Our own grant: keep it if enough of the lease is left, else give it up."""
         self.unsettled[lease_id] = slot
-        left = record.expires_at - self.clock.time()
+        to_mono = self._answer_to_mono
+        if to_mono is None:
+            to_mono = self.to_mono.get(lease_id)
+        left = self._left(record, to_mono)
         if left >= self.lease_s * MIN_LEFT:
             self.unsettled.pop(lease_id, None)
             waited = self.clock.monotonic() - self.start
-            return Grant(lease_id, record, slot, self.attempts, waited)
+            return Grant(lease_id, record, slot, self.attempts, waited, to_mono)
         self._give_up(lease_id, slot, left, "from an earlier attempt")
         return None
 
     def still_fresh(self, grant: Grant) -> Grant | None:
         """``grant`` if at least ``MIN_LEFT`` of its lease is still left once the clean-up of
         the other attempts is over (which may take a request timeout); else it is given up."""
-        left = grant.record.expires_at - self.clock.time()
+        left = self._left(grant.record, grant.to_mono)
         if left >= self.lease_s * MIN_LEFT:
             return grant
         self.unsettled[grant.lease_id] = grant.slot
         self._give_up(grant.lease_id, grant.slot, left, "kept while other attempts were settled")
         return None
+
+    def _left(self, record: LockRecord, to_mono: float | None) -> float:
+        """How much of a lease is left: by the wall clock (what the promise of half a lease
+        is stated in), and no more than by the monotonic clock where its times can be put on
+        it (so a step of the wall clock back cannot make a grant look fresher than it is)."""
+        left = record.expires_at - self.clock.time()
+        if to_mono is None:
+            return left
+        return min(left, record.expires_at + to_mono - self.clock.monotonic())
 
     def _give_up(self, lease_id: str, slot: int | None, left: float, how: str) -> None:
         log.info(

@@ -134,6 +134,13 @@ class LockTable:
         request_timeout: float | None = None,
     ) -> None:
         self.clock: Clock = clock or (store.clock if store is not None else SystemClock())
+        skew_free = store is not None and getattr(store, "skew_free", False)
+        if skew_free and store is not None and self.clock is not store.clock:
+            # Its answers are put on the store's clock: a table on another would misread them.
+            raise errors.UsageError(
+                "the table's clock differs from its store's, whose clock times its answers",
+                hint="give the clock to the store only (the table then uses it)",
+            )
         if store is not None:
             given = {
                 "table_name": table_name != "awsflock",
@@ -258,6 +265,7 @@ class LockTable:
             record,
             lock_id,
             grant.lease_id,
+            grant.to_mono,
             waited=grant.waited,
             reclaimed=reclaimed,
             slot=grant.slot,
@@ -349,10 +357,11 @@ class LockTable:
         lease_id = check_lease_id(lease_id)
         lease_s = lease_seconds(lease)
         slot = slot_of(lease_id)
+        mono, now_ms = self.clock.monotonic(), self.now_ms()  # read together: see _lease_from
         outcome = self.store.renew(
             lock_id,
             lease_id,
-            now_ms=self.now_ms(),
+            now_ms=now_ms,
             lease_ms=_ms(lease_s),
             skew_ms=_ms(self.skew),
             slot=slot,
@@ -371,11 +380,24 @@ class LockTable:
                 "expires_in_s": round(record.expires_at - self.clock.time(), 3),
             },
         )
-        return self._lease_from(record, lock_id, lease_id, slot=slot)
+        to_mono = outcome.to_mono if outcome.to_mono is not None else mono - now_ms / 1000
+        return self._lease_from(record, lock_id, lease_id, to_mono, slot=slot)
 
-    def _lease_from(self, record: LockRecord, lock_id: str, lease_id: str, **extra: Any) -> Lease:
-        """A Lease as the record (just written) describes it."""
+    def _lease_from(
+        self,
+        record: LockRecord,
+        lock_id: str,
+        lease_id: str,
+        to_mono: float | None,
+        **extra: Any,
+    ) -> Lease:
+        """A Lease as the record (just written) describes it. ``to_mono`` turns the record's
+        times into this table clock's monotonic time: the pair of clock readings the lease's
+        times were written from (the caller's ``now_ms``, or the store's when it sent), so that
+        a step of the wall clock while the request was on its way cannot stretch the lease."""
         mono, wall = self.clock.monotonic(), self.clock.time()
+        if to_mono is None:
+            to_mono = mono - wall
         return Lease(
             table=self,
             lock_id=lock_id,
@@ -385,7 +407,7 @@ class LockTable:
             lease_duration=record.lease_duration,
             owner=record.owner,
             acquired_at=record.acquired_at or wall,
-            expires_mono=mono + (record.expires_at - wall),
+            expires_mono=record.expires_at + to_mono,
             **extra,
         )
 

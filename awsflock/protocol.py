@@ -94,7 +94,11 @@ class Outcome:
     ``lock`` is the record read as a plain lock (None: no record at all); ``pool`` the record
     read as a pool (None: it is not one); ``slot`` the slot the step was about. ``in_doubt``: a
     try of this call failed in transit before the answered one, and may still be applied.
-    ``line``: the lock's line of fair waiters.
+    ``line``: the lock's line of fair waiters. ``to_mono``: for a store that gives record
+    times in the caller's wall clock as it read when the answered try was sent (PostgreSQL,
+    whose own clock times leases), what turns them into the caller's monotonic time (add it);
+    None: the times are in the caller's ``now_ms``, and the caller pairs that with its
+    monotonic clock itself.
     """
 
     applied: bool
@@ -103,6 +107,7 @@ class Outcome:
     slot: int | None = None
     in_doubt: bool = False
     line: Line = NO_LINE
+    to_mono: float | None = None
 
     @property
     def record(self) -> LockRecord | None:

@@ -57,6 +57,34 @@ def test_a_wall_clock_step_neither_stops_renewals_nor_stretches_the_deadline(mak
         held_too.check()
 
 
+@pytest.mark.parametrize("step", ["take", "renew"])
+def test_a_wall_clock_step_while_the_answer_is_on_its_way_does_not_stretch_the_lease(step):
+    # Found by the second adversarial review: the lease's monotonic end was derived from the
+    # wall clock read after the answer; a step back in between stretched it by the step. It is
+    # now put on the monotonic clock read together with the now_ms the store wrote from.
+    from awsflock import LockTable
+    from awsflock.clock import FakeClock
+    from awsflock.stores.memory import MemoryStore
+
+    clock = FakeClock()
+    store = MemoryStore(clock=clock)
+    table = LockTable(store=store)
+    lease = table.acquire("stepped", lease=10, wait=0) if step == "renew" else None
+    real = getattr(store, step)
+
+    def answered_then_stepped(*args, **kwargs):
+        out = real(*args, **kwargs)
+        clock.step_wall(-60)  # an NTP step back while the answer is on its way
+        return out
+
+    setattr(store, step, answered_then_stepped)
+    if lease is None:
+        lease = table.acquire("stepped", lease=10, wait=0)
+    else:
+        table.renew(lease)
+    assert lease.expires_mono - clock.monotonic() == pytest.approx(10, abs=0.01)
+
+
 def test_hold_keeps_the_lock_for_many_lease_periods(make_table, clock):
     with make_table("a").hold("long", lease=30) as held:
         for n in range(1, 31):

@@ -115,6 +115,36 @@ def test_a_holders_wall_clock_stepping_back_does_not_stretch_its_lease(
         other.store.close()  # type: ignore[attr-defined]
 
 
+def test_a_wall_clock_step_while_the_take_is_on_the_wire_does_not_stretch_the_lease(
+    postgres: PostgresServer, pg_table: str, lock_name: str
+):
+    # Found by the second adversarial review: the lease's end on the monotonic clock was taken
+    # from the wall clock read after the answer, so a step back while the take was on the wire
+    # stretched it by the step (and delayed its renewals: two holders). It now comes from the
+    # clocks read together when the try was sent, plus what the server had left.
+    stepped = OffClock(0)
+
+    def step_back_on_the_first_take(target: str, n: int) -> str:
+        if target == "take" and n == 1:
+            stepped.offset -= 20.0
+        return "pass"
+
+    with PgFaultProxy(("127.0.0.1", postgres.port), step_back_on_the_first_take) as proxy:
+        store = PostgresStore(proxy.url_for(postgres.url), pg_table, clock=stepped)
+        holder = LockTable(store=store).hold(lock_name, lease=3, wait=0)
+        holder.start()
+        try:
+            assert holder.lease.expires_mono - time.monotonic() <= 3.0
+            deadline = time.monotonic() + 10
+            while holder.renewals < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert holder.renewals >= 2  # renewed on time, not 20 s late
+            holder.check()
+        finally:
+            holder.stop()
+            store.close()
+
+
 def test_an_expired_lease_is_reclaimed_at_expiry_with_no_skew_window(pg: PgCli, lock_name: str):
     start = time.monotonic()  # before the grant: the lease ends 2 s after it
     assert pg("acquire", lock_name, "--lease-duration", "2s").returncode == 0

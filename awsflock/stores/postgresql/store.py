@@ -243,22 +243,28 @@ class PostgresStore(RetryingStore):
 
     def _call(self, operation: str, op: str, lock_id: str, params: dict[str, Any]) -> Outcome:
         """One call of the step function; its answer as an Outcome in the caller's clock."""
-        sent_ms: list[int] = []
+        sent: list[tuple[int, float]] = []
 
         def call(conn: Any) -> Any:
-            sent_ms.append(round(self.clock.time() * 1000))
+            # The wall clock the answer is given in, and the monotonic clock, read together.
+            sent.append((round(self.clock.time() * 1000), self.clock.monotonic()))
             return conn.execute(self._step, (op, lock_id, json.dumps(params))).fetchone()[0]
 
         answer = self._send(operation, call)
-        shift = sent_ms[-1] - int(answer["now"]) if self.server_time else 0
-        return _outcome(
+        outcome = _outcome(
             bool(answer["applied"]),
             lock_id,
             answer["rows"],
             params.get("slot"),
-            shift,
+            sent[-1][0] - int(answer["now"]) if self.server_time else 0,
             self._in_doubt(),
         )
+        if not self.server_time:
+            return outcome
+        # A lease's end on the caller's monotonic clock: when the try was sent plus what the
+        # server had left of it, so no step of the caller's wall clock can stretch it.
+        wall_ms, mono = sent[-1]
+        return dataclasses.replace(outcome, to_mono=mono - wall_ms / 1000)
 
     def _clock(self, now_ms: int, skew_ms: int) -> dict[str, Any]:
         return {} if self.server_time else {"now": now_ms, "skew": skew_ms}
