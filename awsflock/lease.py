@@ -67,6 +67,9 @@ class Lease:
     #: the holder's own deadlines go by, so that a step of its wall clock (an NTP step, a
     #: restored VM) cannot stretch its lease (0: not known).
     expires_mono: float = 0.0
+    #: What turned the record's times into monotonic time for ``expires_mono`` (see
+    #: ``LockTable._lease_from``).
+    to_mono: float = 0.0
 
     def renew(self, lease: float | str | None = None) -> Lease:
         """Extend the lease by ``lease`` (default: its current duration) from now."""
@@ -332,8 +335,15 @@ class LockTable:
         fresh = self.renew_lease(
             held.lock_id, held.lease_id, lease=held.lease_duration if lease is None else lease
         )
+        to_mono = fresh.to_mono
+        if not getattr(self.store, "skew_free", False) and held.to_mono:
+            # On a store that writes ends from our wall clock, a step of it back since the
+            # lease began makes others see the renewed end earlier by the step: never count
+            # on the end as this host's stepped clock wrote it (found by an adversarial review).
+            to_mono = min(to_mono, held.to_mono)
+        held.to_mono = to_mono
         held.expires_at = fresh.expires_at
-        held.expires_mono = fresh.expires_mono
+        held.expires_mono = fresh.expires_at + to_mono
         held.lease_duration = fresh.lease_duration
         return held
 
@@ -408,6 +418,7 @@ class LockTable:
             owner=record.owner,
             acquired_at=record.acquired_at or wall,
             expires_mono=record.expires_at + to_mono,
+            to_mono=to_mono,
             **extra,
         )
 

@@ -35,20 +35,23 @@ def test_hold_renews_every_third_of_the_lease(make_table, moto, clock):
 
 
 def test_a_wall_clock_step_neither_stops_renewals_nor_stretches_the_deadline(make_table, clock):
-    # The hold goes by the monotonic clock: after the wall clock steps back two minutes it
-    # still renews every third of the lease, and without renewals it counts the lease lost
-    # when its own monotonic deadline passes, whatever the wall clock says.
+    # The hold goes by the monotonic clock: after the wall clock steps back it still renews
+    # every third of the lease (no renewal waits for the wall clock to catch up), and without
+    # renewals it counts the lease lost when its own monotonic deadline passes, whatever the
+    # wall clock says. (A step back of the clock the renewals are written from shortens what
+    # it counts on: see the next test.)
     held = make_table().hold("stepped", lease=60)
     with held:
-        clock.step_wall(-120)
+        clock.step_wall(-10)
         for n in range(1, 4):
             clock.advance(20)
             eventually(lambda n=n: held.renewals == n)
         held.check()
         before = held.mono_deadline()
-        clock.step_wall(+600)  # a step forward does not end it either
+        clock.step_wall(+600)  # a step forward does not end it before its deadline either
         held.check()
         assert held.mono_deadline() == before
+        clock.step_wall(-600)
     held_too = make_table().hold("stepped-2", lease=60, renew_every=50, margin=5)
     with pytest.raises(errors.LeaseLost), held_too:
         clock.step_wall(-3600)
@@ -83,6 +86,26 @@ def test_a_wall_clock_step_while_the_answer_is_on_its_way_does_not_stretch_the_l
     else:
         table.renew(lease)
     assert lease.expires_mono - clock.monotonic() == pytest.approx(10, abs=0.01)
+
+
+def test_a_wall_clock_step_back_during_a_hold_shortens_what_the_holder_counts_on():
+    # Found by the third adversarial review: on a store that writes a lease's end from the
+    # holder's wall clock, a renewal after a step back writes an end that others see earlier by
+    # the step; the holder must not count on more (the price: a step that corrected a clock
+    # running ahead costs the holder that much of its leases until it takes a new one).
+    from awsflock import LockTable
+    from awsflock.clock import FakeClock
+    from awsflock.stores.memory import MemoryStore
+
+    clock = FakeClock()
+    table = LockTable(store=MemoryStore(clock=clock))
+    lease = table.acquire("stepped-mid-hold", lease=60, wait=0)
+    clock.step_wall(-30)
+    table.renew(lease)
+    assert lease.expires_mono - clock.monotonic() == pytest.approx(30, abs=0.01)
+    clock.step_wall(+10)  # forward again: what it counts on never grows past the least seen
+    table.renew(lease)
+    assert lease.expires_mono - clock.monotonic() == pytest.approx(40, abs=0.01)
 
 
 def test_hold_keeps_the_lock_for_many_lease_periods(make_table, clock):

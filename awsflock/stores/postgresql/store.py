@@ -192,7 +192,11 @@ class PostgresStore(RetryingStore):
         return err.maybe_applied
 
     def _try(self, operation: str, call: Callable[[Any], _T], timeout: float) -> _T:
+        """One try, in a worker thread given ``timeout`` (plus a grace) of real time. A try
+        given up before it sent its statement never sends it (the gate); one given up after
+        may still be applied (``maybe_applied``)."""
         box: dict[str, Any] = {}
+        gate = threading.Lock()
 
         def work() -> None:
             try:
@@ -202,7 +206,12 @@ class PostgresStore(RetryingStore):
                         raise errors.EndpointUnreachable(
                             f"{self.where()}: the connection was given up", hint="retry"
                         )
-                    box["sent"] = True
+                    with gate:
+                        if box.get("abandoned"):  # the caller gave this try up meanwhile
+                            raise errors.EndpointUnreachable(
+                                f"{self.where()}: the try was given up", hint="retry"
+                            )
+                        box["sent"] = True
                     try:
                         box["value"] = call(entry.conn)
                     finally:
@@ -215,12 +224,15 @@ class PostgresStore(RetryingStore):
         worker.start()
         worker.join(timeout + TRY_GRACE)
         if worker.is_alive():
+            with gate:  # from here on, a worker that has not sent never will
+                box["abandoned"] = True
+                sent = bool(box.get("sent"))
             self._discard(box.get("conn"))
             err = errors.EndpointUnreachable(
                 f"{self.where()} did not answer in time",
                 hint="check that the server is up and reachable, and retry",
             )
-            err.maybe_applied = bool(box.get("sent"))
+            err.maybe_applied = sent
             raise err
         if "error" in box:
             exc = box["error"]
@@ -243,27 +255,27 @@ class PostgresStore(RetryingStore):
 
     def _call(self, operation: str, op: str, lock_id: str, params: dict[str, Any]) -> Outcome:
         """One call of the step function; its answer as an Outcome in the caller's clock."""
-        sent: list[tuple[int, float]] = []
 
-        def call(conn: Any) -> Any:
-            # The wall clock the answer is given in, and the monotonic clock, read together.
-            sent.append((round(self.clock.time() * 1000), self.clock.monotonic()))
-            return conn.execute(self._step, (op, lock_id, json.dumps(params))).fetchone()[0]
+        def call(conn: Any) -> tuple[Any, int, float]:
+            # The wall clock the answer is given in and the monotonic clock, read together when
+            # this try is sent, and returned with its answer.
+            wall_ms, mono = round(self.clock.time() * 1000), self.clock.monotonic()
+            row = conn.execute(self._step, (op, lock_id, json.dumps(params))).fetchone()
+            return row[0], wall_ms, mono
 
-        answer = self._send(operation, call)
+        answer, wall_ms, mono = self._send(operation, call)
         outcome = _outcome(
             bool(answer["applied"]),
             lock_id,
             answer["rows"],
             params.get("slot"),
-            sent[-1][0] - int(answer["now"]) if self.server_time else 0,
+            wall_ms - int(answer["now"]) if self.server_time else 0,
             self._in_doubt(),
         )
         if not self.server_time:
             return outcome
         # A lease's end on the caller's monotonic clock: when the try was sent plus what the
         # server had left of it, so no step of the caller's wall clock can stretch it.
-        wall_ms, mono = sent[-1]
         return dataclasses.replace(outcome, to_mono=mono - wall_ms / 1000)
 
     def _clock(self, now_ms: int, skew_ms: int) -> dict[str, Any]:
@@ -369,14 +381,13 @@ class PostgresStore(RetryingStore):
             " WHERE starts_with(t.lock_id, %s) AND NOT starts_with(t.lock_id, %s)"
             " ORDER BY t.lock_id, t.slot"
         )
-        sent_ms: list[int] = []
 
-        def call(conn: Any) -> list[tuple[Any, ...]]:
-            sent_ms.append(round(self.clock.time() * 1000))
-            return list(conn.execute(query, (prefix, RESERVED_PREFIX)).fetchall())
+        def call(conn: Any) -> tuple[list[tuple[Any, ...]], int]:
+            wall_ms = round(self.clock.time() * 1000)
+            return list(conn.execute(query, (prefix, RESERVED_PREFIX)).fetchall()), wall_ms
 
-        rows = self._send("scan", call)
-        shift = sent_ms[-1] - int(rows[0][0]) if rows and self.server_time else 0
+        rows, wall_ms = self._send("scan", call)
+        shift = wall_ms - int(rows[0][0]) if rows and self.server_time else 0
         by_lock: dict[str, list[dict[str, Any]]] = {}
         for _now, row in rows:
             by_lock.setdefault(row["lock_id"], []).append(row)

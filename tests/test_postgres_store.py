@@ -1,0 +1,62 @@
+"""The PostgreSQL store's request layer, without a server: psycopg's connect is replaced by a
+fake, so the timing of a try can be chosen exactly. (Everything else of the store is tested on
+a real server in tests/integration/test_postgres.py.)"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from awsflock import errors
+from awsflock.protocol import Attempt
+from awsflock.records import Identity
+from awsflock.stores.postgresql.store import PostgresStore
+
+
+class FakeConnection:
+    """Answers every step as applied; records when each statement ran."""
+
+    def __init__(self, executed: list[str]) -> None:
+        self.executed = executed
+        self.closed = False
+
+    def execute(self, sql: str, params: tuple[Any, ...]) -> Any:
+        op = params[0]
+        self.executed.append(op)
+        now = round(time.time() * 1000)
+        row = {"slot": -1, "lease_id": "L1", "expires_ms": now + 60_000, "lease_ms": 60_000}
+        answer = {"applied": True, "now": now, "rows": [{**row, "acquired_ms": now, "fence": 1}]}
+
+        class Cursor:
+            def fetchone(self) -> list[Any]:
+                return [answer]
+
+        return Cursor()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_try_given_up_while_still_connecting_never_sends_its_statement(monkeypatch):
+    # Found by the third adversarial review: a try whose connect outlasted it was reported as
+    # never sent (maybe_applied False, so nobody cleans up after it), yet its worker went on
+    # and ran the step once connected: a take landing unnoticed, holding the lock for nobody.
+    import psycopg
+
+    executed: list[str] = []
+
+    def slow_connect(conninfo: str, **kwargs: Any) -> FakeConnection:
+        time.sleep(1.3)  # longer than the try's bound (0.5 s + grace), within connect_timeout
+        return FakeConnection(executed)
+
+    monkeypatch.setattr(psycopg, "connect", slow_connect)
+    store = PostgresStore("postgresql://u@h/db", request_timeout=0.5)
+    attempt = Attempt("L1", Identity(owner="x"), now_ms=0, lease_ms=60_000, skew_ms=0)
+    with pytest.raises(errors.EndpointUnreachable) as raised:
+        store.take("lock", attempt)
+    time.sleep(2.0)  # the abandoned worker has connected by now
+    # Either it never sent the statement, or the caller was told it may have been applied.
+    assert executed == [] or raised.value.maybe_applied, executed
+    assert executed == []
