@@ -91,8 +91,7 @@ class Acquisition:
         #: Per attempt, the monotonic clock less its ``now_ms`` (read together): what turns
         #: the times a store wrote from that ``now_ms`` into monotonic time.
         self.to_mono: dict[str, float] = {}
-        #: The ``to_mono`` of the answer being looked at, if its store gives one.
-        self._answer_to_mono: float | None = None
+
         #: Sent, maybe granted, not known to be released: LEASE_ID -> slot.
         self.unsettled: dict[str, int | None] = {}
         self.attempts = 0
@@ -189,7 +188,6 @@ class Acquisition:
         """Learn from an answer (a take's, or a waiter's poll): our own grant if it shows one,
         else None, with ``holder``, ``line`` and the pool slot to try next updated."""
         self.line = outcome.line
-        self._answer_to_mono = outcome.to_mono
         if self.size is None:
             return self._look_plain(outcome)
         return self._look_pool(outcome)
@@ -210,7 +208,7 @@ class Acquisition:
             )
         record = outcome.lock
         if record is not None and record.lease_id in self.sent and not record.released:
-            return self._keep_or_give_up(record, record.lease_id, None)
+            return self._keep_or_give_up(record, record.lease_id, None, outcome.to_mono)
         self.holder = record
         return None
 
@@ -236,7 +234,7 @@ class Acquisition:
             )
         for number, record in sorted(pool.slots.items()):
             if record.lease_id in self.sent and not record.released:
-                lease = self._keep_or_give_up(record, record.lease_id, number)
+                lease = self._keep_or_give_up(record, record.lease_id, number, outcome.to_mono)
                 if lease is not None:
                     return lease
         held = [r for r in pool.slots.values() if not r.released]
@@ -255,10 +253,12 @@ class Acquisition:
         """A pool probe found another free slot: try it without sleeping."""
         return self.size is not None and self.quick > 0 and self.error is None
 
-    def _keep_or_give_up(self, record: LockRecord, lease_id: str, slot: int | None) -> Grant | None:
-        """Our own grant: keep it if enough of the lease is left, else give it up."""
+    def _keep_or_give_up(
+        self, record: LockRecord, lease_id: str, slot: int | None, to_mono: float | None
+    ) -> Grant | None:
+        """Our own grant: keep it if enough of the lease is left, else give it up.
+        ``to_mono``: the answer's (``Outcome.to_mono``), if its store gives one."""
         self.unsettled[lease_id] = slot
-        to_mono = self._answer_to_mono
         if to_mono is None:
             to_mono = self.to_mono.get(lease_id)
         left = self._left(record, to_mono)

@@ -140,12 +140,7 @@ def grants_command(tablename: str, store: str | None, role: str, read_only: bool
                 "grants is for the PostgreSQL store", hint="for DynamoDB, run `awsflock iam-policy`"
             )
         tablename = named.table or tablename
-    if not schema.NAME.match(tablename):
-        raise errors.UsageError(
-            f"{tablename!r} cannot name a PostgreSQL lock table",
-            hint="use 1 to 48 letters, digits, '_', '-' or '.'",
-        )
-    click.echo(schema.grants(tablename, role, read_only=read_only))
+    click.echo(schema.grants(schema.check_name(tablename), role, read_only=read_only))
 
 
 @cli.command("dev-server", context_settings=CONTEXT)

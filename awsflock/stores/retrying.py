@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Callable, TypeVar
 
@@ -25,7 +26,7 @@ _RNG = random.Random()
 _T = TypeVar("_T")
 
 
-class RetryingStore:
+class RetryingStore(ABC):
     """A base for stores whose calls go over a network. A subclass gives ``_attempt`` (one
     try, its errors translated) and ``_try_may_have_applied`` (whether a failed try may have
     reached the store)."""
@@ -45,11 +46,13 @@ class RetryingStore:
         finally:
             self._local.end = outer
 
+    @abstractmethod
     def _attempt(self, operation: str, call: Callable[..., _T], timeout: float) -> _T:
-        raise NotImplementedError
+        """One try of ``call`` within ``timeout``, its failures raised as awsflock's."""
 
+    @abstractmethod
     def _try_may_have_applied(self, err: errors.StoreError) -> bool:
-        raise NotImplementedError
+        """Whether the try that failed with ``err`` may have reached the store."""
 
     def _send(self, operation: str, call: Callable[..., _T]) -> _T:
         """Make one call, retrying throttling and transient failures with jittered backoff

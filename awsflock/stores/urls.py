@@ -10,13 +10,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from awsflock import errors
 
 POSTGRESQL = ("postgresql", "postgres")
 DYNAMODB = "dynamodb"
 SCHEMES = "postgresql://USER@HOST:5432/DB?table=NAME or dynamodb://TABLE?region=REGION"
+#: Query parameters of a PostgreSQL store URL that are awsflock's, not libpq's.
+OWN_PARAMS = ("table",)
+
+
+def split_postgresql(url: str) -> tuple[str, str | None]:
+    """A ``postgresql://`` URL as (libpq's URL, without awsflock's own parameters; the
+    ``table`` parameter or None)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    table = next((v for k, v in query if k == "table"), None) or None
+    rest = [(k, v) for k, v in query if k not in OWN_PARAMS]
+    return urlunsplit(parts._replace(query=urlencode(rest))), table
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,7 @@ def parse(url: str) -> StoreURL:
         raise errors.UsageError(f"bad store URL {url!r} ({exc})", hint=f"use {SCHEMES}") from None
     scheme = parts.scheme.lower()
     if scheme in POSTGRESQL:
-        return StoreURL("postgresql", text, table=query.get("table") or None)
+        return StoreURL("postgresql", text, table=split_postgresql(text)[1])
     if scheme == DYNAMODB:
         unknown = sorted(set(query) - {"region", "endpoint_url", "profile"})
         if unknown or parts.path not in ("", "/"):

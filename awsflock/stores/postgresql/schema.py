@@ -249,6 +249,19 @@ $body$
 """
 
 
+def check_name(name: str) -> str:
+    """``name`` if it can name a lock table (quoted, with its function's suffix, one
+    identifier); else a UsageError."""
+    if not NAME.match(name):
+        from awsflock import errors
+
+        raise errors.UsageError(
+            f"{name!r} cannot name a PostgreSQL lock table",
+            hint="use 1 to 48 letters, digits, '_', '-' or '.'",
+        )
+    return name
+
+
 def function_name(table: str) -> str:
     """The step function's name: the table's, with ``_step``."""
     return table + "_step"

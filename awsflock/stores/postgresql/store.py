@@ -21,7 +21,6 @@ import math
 import threading
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
@@ -29,7 +28,6 @@ from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
-    LINE_LAPSE_MS,
     MAX_DROPS,
     Attempt,
     Drops,
@@ -48,22 +46,12 @@ from awsflock.records import (
 from awsflock.stores.postgresql import schema
 from awsflock.stores.postgresql.translate import translate
 from awsflock.stores.retrying import RetryingStore
+from awsflock.stores.urls import split_postgresql
 
 _T = TypeVar("_T")
 #: Real time a try is given beyond its timeout before it is given up.
 TRY_GRACE = 0.5
-#: Query parameters of a store URL that are awsflock's, not libpq's.
-OWN_PARAMS = ("table",)
 EXTRA_HINT = "pip install 'awsflock[postgres]' (psycopg 3)"
-
-
-def split_url(url: str) -> tuple[str, str | None]:
-    """A ``postgresql://`` URL as (libpq's URL, the ``table`` parameter or None)."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    table = next((v for k, v in query if k == "table"), None)
-    rest = [(k, v) for k, v in query if k not in OWN_PARAMS]
-    return urlunsplit(parts._replace(query=urlencode(rest))), table
 
 
 class PostgresStore(RetryingStore):
@@ -75,9 +63,6 @@ class PostgresStore(RetryingStore):
     ``skew_ms`` instead of the server's clock (for tests and simulations in virtual time).
     """
 
-    #: Leases are timed by one clock (the server's): no skew window is needed.
-    skew_free = True
-
     def __init__(
         self,
         url: str,
@@ -87,23 +72,22 @@ class PostgresStore(RetryingStore):
         clock: Clock | None = None,
         server_time: bool = True,
     ) -> None:
-        self.conninfo, url_table = split_url(url)
-        name = url_table or table_name or "awsflock"
-        if not schema.NAME.match(name):
-            raise errors.UsageError(
-                f"{name!r} cannot name a PostgreSQL lock table",
-                hint="use 1 to 48 letters, digits, '_', '-' or '.'",
-            )
+        self.conninfo, url_table = split_postgresql(url)
+        name = schema.check_name(url_table or table_name or "awsflock")
         self.table_name = name
         self.request_timeout = request_timeout
         self.clock: Clock = clock or SystemClock()
         self.server_time = server_time
-        self.skew_free = server_time
         self._conn: _Connection | None = None
         self._conn_lock = threading.Lock()
         self._local = threading.local()
         self._table = schema.quote(name)
         self._step = f"SELECT {schema.quote(schema.function_name(name))}(%s, %s, %s::jsonb)"
+
+    @property
+    def skew_free(self) -> bool:
+        """Leases are timed by one clock (the server's): no skew window is needed."""
+        return self.server_time
 
     # -- where, and errors -------------------------------------------------------------------
 
@@ -566,6 +550,3 @@ def _outcome(
         return Outcome(applied, lock, None, slot, in_doubt, line)
     slots = {int(r["slot"]): _record(lock_id, r, size, shift) for r in rows if r["slot"] >= 0}
     return Outcome(applied, lock, Pool(lock_id, size, slots, line), slot, in_doubt, line)
-
-
-__all__ = ["LINE_LAPSE_MS", "PostgresStore", "split_url"]

@@ -124,7 +124,7 @@ def translate(
             f"{where} could not be reached: {text}",
             hint="check that the server is up, and the URL's host and port",
         )
-        unreachable.maybe_applied = sent and _after_connect(exc)
+        unreachable.maybe_applied = sent
         return Translated(unreachable, broken=True)
     if isinstance(exc, psycopg.InterfaceError):
         err = errors.EndpointUnreachable(f"{where}: {text}", hint="retry")
@@ -134,18 +134,4 @@ def translate(
         return Translated(err, broken=True)
     return Translated(
         errors.StoreError(f"{where}: {operation} failed: {text}"), broken=bool(not state)
-    )
-
-
-def _after_connect(exc: BaseException) -> bool:
-    """Whether the failure came after the connection was made (so a statement may have run)."""
-    text = str(exc).lower()
-    return not any(
-        marker in text
-        for marker in (
-            "connection refused",
-            "could not translate",
-            "timeout expired",
-            "connection failed",
-        )
     )
