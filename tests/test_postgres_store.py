@@ -60,3 +60,17 @@ def test_a_try_given_up_while_still_connecting_never_sends_its_statement(monkeyp
     # Either it never sent the statement, or the caller was told it may have been applied.
     assert executed == [] or raised.value.maybe_applied, executed
     assert executed == []
+
+
+def test_a_table_on_another_clock_than_its_postgresql_store_is_refused():
+    # The store puts its answers on its own clock; a table reading them by another would
+    # misjudge its leases (found by the second adversarial review).
+    from awsflock import LockTable
+    from awsflock.clock import FakeClock
+
+    store = PostgresStore("postgresql://u@h/db", clock=FakeClock())
+    with pytest.raises(errors.UsageError, match="clock"):
+        LockTable(store=store, clock=FakeClock())
+    assert LockTable(store=store).skew == 0  # one clock times its leases: no skew window
+    in_caller_time = PostgresStore("postgresql://u@h/db", server_time=False, clock=FakeClock())
+    assert LockTable(store=in_caller_time, clock=FakeClock()).skew == 5
