@@ -82,8 +82,12 @@ class LosingClient(CountingClient):
         return call
 
 
+#: The requests that write a lock: UpdateItem, and the transaction of a plain lock's take.
+WRITES = ("update_item", "transact_write_items")
+
+
 class FlakyClient(CountingClient):
-    """Fails the first ``failures`` UpdateItem calls as if the endpoint were unreachable."""
+    """Fails the first ``failures`` writes (``WRITES``) as if the endpoint were unreachable."""
 
     def __init__(self, client: Any, failures: int) -> None:
         super().__init__(client)
@@ -91,7 +95,7 @@ class FlakyClient(CountingClient):
 
     def __getattr__(self, name: str) -> Any:
         inner = super().__getattr__(name)
-        if name != "update_item":
+        if name not in WRITES:
             return inner
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -101,6 +105,27 @@ class FlakyClient(CountingClient):
 
                 raise EndpointConnectionError(endpoint_url="http://down")
             return inner(*args, **kwargs)
+
+        return call
+
+
+class ScriptedWrites(CountingClient):
+    """Writes (``WRITES``) go through ``script(n, send, kwargs)``, which decides what the nth
+    does: ``send()`` makes the request."""
+
+    def __init__(self, client: Any, script: Any) -> None:
+        super().__init__(client)
+        self.script = script
+        self.n = 0
+
+    def __getattr__(self, name: str) -> Any:
+        inner = super().__getattr__(name)
+        if name not in WRITES:
+            return inner
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.n += 1
+            return self.script(self.n, lambda: inner(*args, **kwargs), kwargs)
 
         return call
 

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from awsflock import errors
 from awsflock.lease import LockTable
 from awsflock.records import Identity
 from awsflock.stores.dynamodb import DynamoDBStore as Store
-from tests.helpers import CountingClient, FlakyClient, LosingClient, ScheduledClock
+from tests.helpers import (
+    WRITES,
+    CountingClient,
+    FlakyClient,
+    LosingClient,
+    ScheduledClock,
+    ScriptedWrites,
+)
 
 
 def test_acquire_free_lock_grants_a_lease_with_a_fencing_token(make_table, clock):
@@ -155,7 +164,7 @@ def test_waiter_notices_a_release_within_about_a_second_however_long_it_waited(
     waiter = make_table("waiter", clock=clock, client=client).acquire("h", lease=60, wait=None)
     assert clock.time() - released_at <= 1.25 + 1e-6
     # About one request a second while waiting, never a burst.
-    requests = client.calls["update_item"]
+    requests = client.calls["transact_write_items"]
     assert requests <= waited_before_release / 0.75 + 2
     assert all(0 < s <= 1.25 + 1e-9 for s in clock.sleeps)
     assert waiter.fencing_token > holder.fencing_token
@@ -202,11 +211,12 @@ def test_uncontended_operations_are_one_request_each(make_table, moto):
     client = CountingClient(moto)
     table = make_table(client=client)
     lease = table.acquire("one", lease=60, wait=0)
-    assert dict(client.calls) == {"update_item": 1}
+    # A plain take is one transaction: the lock's item and its fence record.
+    assert dict(client.calls) == {"transact_write_items": 1}
     lease.renew()
-    assert dict(client.calls) == {"update_item": 2}
+    assert dict(client.calls) == {"transact_write_items": 1, "update_item": 1}
     lease.release()
-    assert dict(client.calls) == {"update_item": 3}
+    assert dict(client.calls) == {"transact_write_items": 1, "update_item": 2}
 
 
 def test_busy_acquire_learns_the_holder_from_the_same_request(make_table, moto):
@@ -214,7 +224,7 @@ def test_busy_acquire_learns_the_holder_from_the_same_request(make_table, moto):
     client = CountingClient(moto)
     with pytest.raises(errors.LockBusy) as caught:
         make_table("b", client=client).acquire("busy", lease=60, wait=0)
-    assert dict(client.calls) == {"update_item": 1}
+    assert dict(client.calls) == {"transact_write_items": 1}
     assert caught.value.holder.owner == "a"
 
 
@@ -293,28 +303,28 @@ def test_malformed_ids_are_usage_errors(make_table):
 def test_lost_acquire_answer_then_retry_is_not_reported_busy(make_table, moto):
     # The first UpdateItem is applied by the server, then its answer is lost; the next try sees
     # our own lease in the item and knows the lock is ours.
-    client = LosingClient(moto, lambda op, n: op == "update_item" and n == 1)
+    client = LosingClient(moto, lambda op, n: op == "transact_write_items" and n == 1)
     clock = ScheduledClock()
     lease = make_table("a", client=client, clock=clock).acquire("lost", lease=60, wait=30)
     with pytest.raises(errors.LockBusy) as caught:
         make_table("b", clock=clock).acquire("lost", lease=60, wait=0)
     assert caught.value.holder.lease_id == lease.lease_id
-    assert client.calls["update_item"] == 2
+    assert client.calls["transact_write_items"] == 2
 
 
 def test_lost_acquire_answer_with_no_time_left_leaves_no_phantom_lock(make_table, moto):
     # Every answer is lost, the clean-up release's too: the acquire fails, but the grant it
     # never heard of was released (the release went through), so the lock is free right away.
-    client = LosingClient(moto, lambda op, n: op == "update_item", errors_too=True)
+    client = LosingClient(moto, lambda op, n: op in WRITES, errors_too=True)
     with pytest.raises(errors.EndpointUnreachable):
         make_table("a", client=client).acquire("phantom", lease=3600, wait=0)
     assert make_table("b").acquire("phantom", lease=60, wait=0).fencing_token
 
 
 def test_lost_acquire_answer_retried_at_once_is_a_grant(make_table, moto):
-    client = LosingClient(moto, lambda op, n: op == "update_item" and n == 1)
+    client = LosingClient(moto, lambda op, n: op == "transact_write_items" and n == 1)
     lease = make_table("a", client=client).acquire("phantom", lease=3600, wait=0)
-    assert client.calls["update_item"] == 2 and lease.fencing_token
+    assert client.calls["transact_write_items"] == 2 and lease.fencing_token
 
 
 def test_lost_release_answer_then_someone_else_acquires_is_still_a_success(make_table, moto):
@@ -330,11 +340,11 @@ def test_lost_release_answer_then_someone_else_acquires_is_still_a_success(make_
 
 
 def test_lost_release_answer_retried_at_once_is_a_success(make_table, moto):
-    client = LosingClient(moto, lambda op, n: op == "update_item" and n == 2)
+    client = LosingClient(moto, lambda op, n: op == "update_item" and n == 1)
     table = make_table("a", client=client)
     lease = table.acquire("rr2", lease=60, wait=0)
     lease.release()  # the retry finds it released by this very lease
-    assert client.calls["update_item"] == 3
+    assert client.calls["update_item"] == 2
     table.release_lease("rr2", lease.lease_id)  # and a second release is harmless
 
 
@@ -375,3 +385,56 @@ def test_transient_errors_past_the_wait_are_reported(make_table, moto):
         make_table("a", client=client, clock=clock).acquire("t", lease=60, wait=5)
     # Retries count against the wait: all is over within the wait plus one request timeout.
     assert 5 <= clock.time() - 1_800_000_000.0 <= 5 + 5
+
+
+# -- requests that land late ---------------------------------------------------------------------
+
+
+def test_a_take_landing_after_the_item_was_deleted_never_lowers_the_token(make_table, moto, clock):
+    # X's take is held up in the network; meanwhile Y takes and releases the lock, and its item
+    # is deleted (TTL, or an awsflock 0.2.0 client's release). X's take lands last, carrying the
+    # clock reading it was made with: the lock's fence record refuses it.
+    from botocore.exceptions import ClientError, ConnectionClosedError
+
+    held_up: list[Any] = []
+
+    def script(n: int, send: Any, kwargs: Any) -> Any:
+        held_up.append(send)
+        raise ConnectionClosedError(endpoint_url="http://reset")
+
+    with pytest.raises(errors.EndpointUnreachable):
+        make_table("x", client=ScriptedWrites(moto, script)).acquire("late", lease=60, wait=0)
+    clock.advance(30)
+    y = make_table("y").acquire("late", lease=60, wait=0)
+    y.release()
+    moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": "late"}})
+    with pytest.raises(ClientError, match="TransactionCanceled"):
+        held_up[0]()
+    assert make_table("x").store.read("late").lock is None
+    assert make_table("z").acquire("late", lease=60, wait=0).fencing_token > y.fencing_token
+
+
+def test_a_renew_landing_after_a_later_renew_never_moves_the_end_back(make_table, moto, clock):
+    held_up: list[Any] = []
+
+    def script(n: int, send: Any, kwargs: Any) -> Any:
+        from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
+
+        if n == 1:  # held up in the network; the retries find the endpoint down
+            held_up.append(send)
+            raise ConnectionClosedError(endpoint_url="http://reset")
+        raise EndpointConnectionError(endpoint_url="http://down")
+
+    table = make_table("a")
+    lease = table.acquire("late-renew", lease=30, wait=0)
+    renewing = make_table("a", client=ScriptedWrites(moto, script))
+    clock.advance(5)
+    with pytest.raises(errors.EndpointUnreachable):
+        renewing.renew_lease("late-renew", lease.lease_id, lease=30)
+    clock.advance(10)
+    later = table.renew_lease("late-renew", lease.lease_id, lease=30)
+    from botocore.exceptions import ClientError
+
+    with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+        held_up[0]()  # made 10 s before the later renew: refused, the end stays
+    assert table.state("late-renew").expires_at == pytest.approx(later.expires_at)

@@ -58,13 +58,13 @@ def test_the_dynamodb_store_on_moto_keeps_every_invariant():
     assert failed is None, f"{failed.violation}\nreplay: {failed.replay(30, 'moto')}"
 
 
-def test_a_request_landing_long_after_it_was_made_can_lower_a_token():
-    # The limit the simulator found (see the README): a take carries the time it was made, and
-    # a fresh record's token starts from that time. One that lands tens of seconds late, after
-    # the record was removed by expiry, starts below tokens granted meanwhile.
-    # The checker counts it (Result.known_limit) rather than failing the run on it.
-    faults = Faults(late=0.05, late_by=(1.0, 40.0))
-    results, failed = run_many(
+def test_requests_landing_up_to_a_minute_late_never_lower_a_token_or_shorten_a_lease():
+    # Once a limit of the protocol: a take carried the time it was made, and a record created
+    # afresh took its first token from it, so one landing tens of seconds late, after the record
+    # was deleted, started below tokens granted meanwhile; a renew landing after a later one
+    # moved the lease's end back. Here a tenth of all requests land 1 to 60 s late.
+    faults = Faults(late=0.1, late_by=(1.0, 60.0))
+    _, failed = run_many(
         seeds=itertools.count(0),
         clients=8,
         ops=60,
@@ -73,5 +73,4 @@ def test_a_request_landing_long_after_it_was_made_can_lower_a_token():
         store="memory",
         faults=faults,
     )
-    assert failed is None
-    assert sum(r.known_limit for r in results) > 0
+    assert failed is None, f"{failed.violation}\nreplay: {failed.replay(60)}"

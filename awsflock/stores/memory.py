@@ -71,6 +71,9 @@ class _Lease:
     forced_reason: str = ""
     forced_ms: int | None = None
     keeper: str = ""
+    #: The clock reading the lease was granted or last renewed with (a renew with an older one
+    #: never moves its end back).
+    renewed_ms: int | None = None
 
     def owned_by(self, lease_id: str) -> bool:
         return self.lease == lease_id if self.lease else self.version == lease_id
@@ -176,6 +179,9 @@ class MemoryStore:
         self.request_timeout = request_timeout
         self._mutex = threading.Lock()
         self._records: dict[str, _Record] = {}
+        #: Each plain lock's fence record: the highest token ever granted on it. Never removed
+        #: (not by ``expire_records``, not by a 0.2.0 client), as the DynamoDB store's are not.
+        self._fences: dict[str, int] = {}
         self._audit: dict[str, dict[str, Any]] = {}
         self.created = False
 
@@ -236,6 +242,14 @@ class MemoryStore:
             if record is None:
                 record = self._records[lock_id] = _Record()
             old = record.top if slot is None else record.pool.get(slot, _Lease())
+            if slot is None:
+                # The token the DynamoDB store's tries settle on: one above its clock reading
+                # (x1000), or above the highest granted on the lock ever, if that is higher.
+                highest = max(self._fences.get(lock_id, 0), old.fence or 0)
+                fence = max(now_ms * 1000, highest) + 1
+                self._fences[lock_id] = fence
+            else:
+                fence = (now_ms * 1000 if old.fence is None else old.fence) + 1
             expires_ms = now_ms + attempt.lease_ms
             new = _Lease(
                 lease=attempt.lease_id,
@@ -245,7 +259,8 @@ class MemoryStore:
                 expires_ms=expires_ms,
                 expires_s=_seconds(expires_ms + attempt.skew_ms),
                 acquired_ms=now_ms,
-                fence=(now_ms * 1000 if old.fence is None else old.fence) + 1,
+                renewed_ms=now_ms,
+                fence=fence,
                 history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
             )
             if slot is None:
@@ -275,6 +290,14 @@ class MemoryStore:
             in_pool = slot is None or (record is not None and (record.slots or 0) > slot)
             if lease is None or record is None or not lease.live(now_ms) or not in_pool:
                 return self._outcome(False, lock_id, record, slot)
+            # A renew made before the lease's latest grant or renew counts from that one's
+            # reading (the DynamoDB store sends it again so), and only if that moves the end no
+            # earlier: a renew that lands late never moves the end back.
+            if lease.renewed_ms is not None and lease.renewed_ms > now_ms:
+                now_ms = lease.renewed_ms
+                if lease.expires_ms is not None and now_ms + lease_ms < lease.expires_ms:
+                    return self._outcome(False, lock_id, record, slot)
+            lease.renewed_ms = now_ms
             expires_ms = now_ms + lease_ms
             lease.lease = lease_id
             lease.version = _version()

@@ -101,12 +101,8 @@ class Checker:
         self.deletions: dict[str, int] = {}  # lock name -> records removed by expiry so far
         self.operations = 0
         self.violations: list[str] = []
-        #: True while a late request is being applied; how often the known limit was hit.
+        #: True while a late request is being applied.
         self.landing_late = False
-        self.known_limit = 0
-        #: Lease ids whose end a renew landing late moved earlier (the same known limit: a
-        #: request applied long after it was made; its holder believes the later end).
-        self.shortened: set[str] = set()
         #: Lease ids whose force-release failed without an answer (it may have applied).
         self.force_unsettled: set[str] = set()
         #: Places in line: (lock name, ticket) -> (its seen_ms, the true time the poll that
@@ -153,15 +149,6 @@ class Checker:
             token = record.fencing_token
             if token is not None:
                 last = self.max_token.get(key)
-                fresh = before is None or _record(before, key[1]) is None
-                if last is not None and token <= last and self.landing_late and fresh:
-                    # The known limit (README, "Limits"): a take landing late on a record
-                    # deleted meanwhile restarts the counter from the time it carries. Counted
-                    # and shown, not failed; its own test finds it with longer delays.
-                    self.known_limit += 1
-                    self.world.note(f"KNOWN LIMIT: token {token} after {last} on {key}")
-                    self.max_token[key] = token
-                    last = None
                 if last is not None and token <= last:
                     self.fail(f"token went down or repeated on {key}: {token} after {last}")
                 self.max_token[key] = token
@@ -183,12 +170,9 @@ class Checker:
                         self.fail(f"renew revived {lease_id[:8]} on {(args[0], slot)}, expired")
                     new = result.record
                     if self.landing_late and new is not None and new.expires_at < old.expires_at:
-                        # The known limit (README, "Limits"): a renew made long ago lands and
-                        # moves the lease's end back to when it was made plus the lease; the
-                        # holder still believes the later end. Counted, not failed.
-                        self.known_limit += 1
-                        self.shortened.add(lease_id)
-                        self.world.note(f"KNOWN LIMIT: late renew shortened {lease_id[:8]}")
+                        # A renew made before a later one that was applied: moving the end back
+                        # would leave its holder believing the later end.
+                        self.fail(f"a late renew moved the end of {lease_id[:8]} back")
                     pool = before.pool
                     if slot is not None and (
                         pool is None or pool.size is None or slot >= pool.size
@@ -325,11 +309,7 @@ class Checker:
     def check_step(self) -> None:
         by_key: dict[Key, list[Belief]] = {}
         for belief in self.beliefs.values():
-            if (
-                belief.lease_id not in self.forced
-                and belief.lease_id not in self.shortened
-                and belief.valid(self.world)
-            ):
+            if belief.lease_id not in self.forced and belief.valid(self.world):
                 by_key.setdefault(belief.key, []).append(belief)
         names: dict[str, list[Belief]] = {}
         for key, holders in by_key.items():
@@ -392,8 +372,12 @@ class Checker:
                 continue
             self.fail(f"phantom: {proc.name} holds {record.lease_id[:8]} on {name!r} unawares")
 
-    def told_held(self, proc: Proc, key: Key, lease_id: str, token: int | None, what: str) -> None:
-        if lease_id in self.forced:
+    def told_held(
+        self, proc: Proc, key: Key, lease_id: str, token: int | None, what: str, over: bool = False
+    ) -> None:
+        """``over``: the holder counts the lease as over already, by its own monotonic clock (an
+        answer that reached it after a pause: true when made, and nothing is done under it)."""
+        if lease_id in self.forced or over:
             return  # an operator ended it meanwhile: the holder hears at its next renewal
         record = self._current(key)
         if record is None or record.lease_id != lease_id or record.released:

@@ -129,7 +129,10 @@ class Client:
             return False
         except errors.AwsflockError:
             return True  # unanswered: the lease may still be ours, by its old expiry
-        self.checker.told_held(self.proc, key, lease.lease_id, lease.fencing_token, "renewed")
+        over = lease.expires_mono <= self.proc.clock.monotonic()
+        self.checker.told_held(
+            self.proc, key, lease.lease_id, lease.fencing_token, "renewed", over=over
+        )
         self.checker.hold(self.proc, key, lease.lease_id, lease.fencing_token, lease.expires_at)
         return True
 

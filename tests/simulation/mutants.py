@@ -331,6 +331,37 @@ def line_clear_without_skew() -> contextlib.AbstractContextManager[None]:
     )
 
 
+def fence_dies_with_its_record() -> contextlib.AbstractContextManager[None]:
+    """I. The fencing counter lives only in the lock's record: a record deleted (TTL, a 0.2.0
+    release) or overwritten by 0.2.0 starts again from the clock reading its take carries, so a
+    take that lands late starts below tokens granted meanwhile (the protocol before the fence
+    record)."""
+    take = MemoryStore.take
+
+    def forgetful(self: MemoryStore, lock_id: str, attempt: Any) -> Any:
+        if attempt.slot is None:
+            record = self._records.get(lock_id)
+            old = record.top.fence if record is not None else None
+            self._fences[lock_id] = 0 if old is None else old
+        return take(self, lock_id, attempt)
+
+    return _patched((MemoryStore, "take", forgetful))
+
+
+def renew_from_its_own_reading() -> contextlib.AbstractContextManager[None]:
+    """J. A renew sets the end from its own clock reading however old: one that lands after a
+    later renew moves the lease's end back while its holder counts on the later one."""
+    renew = MemoryStore.renew
+
+    def any_reading(self: MemoryStore, lock_id: str, lease_id: str, **kw: Any) -> Any:
+        lease_ = self._lease(self._records.get(lock_id), kw.get("slot"))
+        if lease_ is not None:
+            lease_.renewed_ms = None
+        return renew(self, lock_id, lease_id, **kw)
+
+    return _patched((MemoryStore, "renew", any_reading))
+
+
 MUTANTS: dict[str, Patch] = {
     "1 late renew beside awsflock 0.2.0": late_renew,
     "2 one lease id per acquire": one_lease_id_per_acquire,
@@ -350,6 +381,8 @@ MUTANTS: dict[str, Patch] = {
     "F non-fair take ignores the line": line_ignored,
     "G place lapses after one poll period": lapse_too_soon,
     "H line clear without the skew window": line_clear_without_skew,
+    "I fence counter dies with its record": fence_dies_with_its_record,
+    "J renew from its own reading, however old": renew_from_its_own_reading,
 }
 
 #: The mutants that break only the order of fair waiters: the fairness invariant must be what

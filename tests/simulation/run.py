@@ -47,8 +47,6 @@ class Result:
     #: Grants the store applied (takes that won a lock or slot); fenced writes it accepted.
     grants: int = 0
     writes: int = 0
-    #: Token restarts by a late take on a deleted record: the known limit (README).
-    known_limit: int = 0
     #: Grants to the head of a line of fair waiters; lapsed places removed from a line.
     fair_grants: int = 0
     lapsed: int = 0
@@ -116,7 +114,6 @@ def simulate(
     result.tries = network.tries
     result.grants = sum(checker.grants.values())
     result.writes = checker.writes
-    result.known_limit = checker.known_limit
     result.fair_grants = checker.fair_grants
     result.lapsed = checker.lapsed
     result.virtual_seconds = world.now - 1_900_000_000.0

@@ -6,10 +6,18 @@ Values (``:name``) are filled in by the store. Every step is one conditional Upd
 
 - **acquire** may take the lock if ``free``: the item is absent, its lease ended, or the lease
   ran out more than the skew window ago (by the caller's clock; 0.2.0 items, which lack
-  ``expires_ms``, by their whole-second ``expiration_time``). It writes a new lease, bumps the
-  fencing counter with ``if_not_exists(fence, floor) + 1`` and shifts the lease history.
-- **renew** needs the lease to be ours, not ended, and not yet run out by the caller's clock:
-  a renew never revives an expired lease.
+  ``expires_ms``, by their whole-second ``expiration_time``). It writes a new lease and shifts
+  the lease history. A plain lock's fencing token is chosen by the caller (``:token``) and
+  written only if it is above the item's ``fence`` and above the lock's *fence record*, an item
+  of its own that no TTL and no 0.2.0 client ever deletes, updated in the same transaction
+  (``FENCE_ABOVE``): so a take that lands late, after the lock's item was deleted, cannot start
+  the counter again below tokens granted meanwhile. The take without a fence record (endpoints
+  without transactions) frees the item as before; a pool slot's counter goes up by one
+  (``if_not_exists(fence, floor) + 1``): a pool's item is never deleted.
+- **renew** needs the lease to be ours, not ended, and not yet run out by the caller's clock
+  (a renew never revives an expired lease), and its clock reading to be no older than the one
+  the lease was last granted or renewed with (``renewed_ms``): a renew that lands late, after a
+  later one, never moves the lease's end back.
 - **release** and **force-release** need the lease to be ours (the named one) and not ended.
 
 The line of fair waiters (see ``items``) adds conditions to an acquire and never changes a
@@ -46,12 +54,25 @@ def live(p: str = "") -> str:
     )
 
 
-#: A plain lock is free: no item, its lease ended, or it ran out more than the skew ago.
-FREE_PLAIN = (
-    "(attribute_not_exists(#lock_id) OR attribute_exists(#ended)"
-    " OR #expires_ms < :cutoff_ms"
+#: A plain lock's lease ran out more than the skew window ago (0.2.0's, by whole seconds).
+RAN_OUT = (
+    "(#expires_ms < :cutoff_ms"
     " OR (attribute_not_exists(#expires_ms) AND #expiration_time < :cutoff_s))"
 )
+#: A plain lock is free: no item, its lease ended, or it ran out more than the skew ago.
+FREE_PLAIN = f"(attribute_not_exists(#lock_id) OR attribute_exists(#ended) OR {RAN_OUT})"
+#: Free without reclaiming anything: no item, or its lease ended. (A fenced take learns no old
+#: item from a transaction, so it reclaims a lease that ran out only as ``RECLAIM_SEEN``.)
+FREE_ENDED = "(attribute_not_exists(#lock_id) OR attribute_exists(#ended))"
+#: Free because the lease the caller saw (by its ``lease_id``, which changes on every write)
+#: ran out: the take then knows exactly what it replaced.
+RECLAIM_SEEN = f"(attribute_not_exists(#ended) AND #lease_id = :seen AND {RAN_OUT})"
+#: The caller's token is above the lock's counter: on the lock's item, and on its fence record.
+FENCE_ABOVE = "(attribute_not_exists(#fence) OR #fence < :token)"
+#: The fence record's update: it keeps the highest token granted on the lock, forever.
+FENCE_UPDATE = "SET #fence = :token"
+#: A renew's clock reading is no older than the grant's or the last renew's.
+NOT_OLDER = "(attribute_not_exists(#{p}renewed_ms) OR #{p}renewed_ms <= :now_ms)"
 
 
 def free_slot(p: str) -> str:
@@ -78,10 +99,12 @@ def never_granted(p: str) -> str:
     return "NOT (" + " OR ".join(f"{name} = :lease" for name in known) + ")"
 
 
-def acquire_condition(p: str, line: str = "") -> str:
-    """``line``: the line's part (``LINE_CLEAR``, or ``in_line`` for a fair waiter's take)."""
+def acquire_condition(p: str, line: str = "", free: str = FREE_PLAIN) -> str:
+    """``line``: the line's part (``LINE_CLEAR``, or ``in_line`` for a fair waiter's take);
+    ``free``: for a plain lock, which free state it may take (``FREE_ENDED``, ``RECLAIM_SEEN``,
+    or, without a fence record, ``FREE_PLAIN``). A plain take carries its own token."""
     if not p:
-        condition = f"{FREE_PLAIN} AND {PLAIN_NOT_POOL} AND {never_granted(p)}"
+        condition = f"{free} AND {PLAIN_NOT_POOL} AND {never_granted(p)} AND {FENCE_ABOVE}"
     else:
         condition = f"{free_slot(p)} AND {POOL_SIZE_AGREES} AND {never_granted(p)}"
     return f"{condition} AND {line}" if line else condition
@@ -113,7 +136,10 @@ def acquire_update(
         f"#{p}expiration_time = :ttl",
         f"#{p}expires_ms = :expires_ms",
         f"#{p}acquired_ms = :now_ms",
-        f"#{p}fence = if_not_exists(#{p}fence, :floor) + :one",
+        f"#{p}renewed_ms = :now_ms",
+        # A plain lock's token is the caller's (checked against its fence record); a pool
+        # slot's counts on from its item, which is never deleted.
+        f"#{p}fence = :token" if not p else f"#{p}fence = if_not_exists(#{p}fence, :floor) + :one",
     ]
     sets += [f"#{p}{name} = :{name}" for name in holder_sets]
     removes = [
@@ -133,7 +159,7 @@ def acquire_update(
 
 
 def renew_condition(p: str) -> str:
-    condition = f"{owned(p)} AND {not_ended(p)} AND {live(p)}"
+    condition = f"{owned(p)} AND {not_ended(p)} AND {live(p)} AND {NOT_OLDER.format(p=p)}"
     return condition + (f" AND {SLOT_IN_POOL}" if p else f" AND {PLAIN_NOT_POOL}")
 
 
@@ -141,7 +167,7 @@ def renew_update(p: str, keeper: bool = False) -> str:
     """``keeper``: also record who keeps the lease alive (a grant removes it)."""
     return (
         f"SET #{p}lease = :lease, #{p}lease_id = :version, #{p}lease_duration = :lease_duration,"
-        f" #{p}expiration_time = :ttl, #{p}expires_ms = :expires_ms"
+        f" #{p}expiration_time = :ttl, #{p}expires_ms = :expires_ms, #{p}renewed_ms = :now_ms"
         + (f", #{p}keeper = :keeper" if keeper else "")
     )
 

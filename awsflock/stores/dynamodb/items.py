@@ -27,11 +27,12 @@ number of slots (1 against N included) meet in one conditional write and are ref
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
 
-from awsflock.records import Identity, Line, LockRecord, Pool, Waiter
+from awsflock.records import RESERVED_PREFIX, Identity, Line, LockRecord, Pool, Waiter
 
 # Attribute names. The first five are shared with awsflock 0.2.0 and must keep their meaning.
 A_LOCK_ID = "lock_id"
@@ -44,6 +45,7 @@ A_ENDED = "ended"
 A_EXPIRES_MS = "expires_ms"
 A_ACQUIRED_MS = "acquired_ms"
 A_FENCE = "fence"
+A_RENEWED_MS = "renewed_ms"  # the clock reading of the lease's grant or latest renew
 A_HOST = "host"
 A_PID = "pid"
 A_USER = "user"
@@ -61,6 +63,23 @@ A_LINE_POLLED = "qpoll"
 PLACE = "w_"  # + ticket: the waiter's number and identity (JSON)
 POLLED = "b_"  # + ticket: the waiter's last poll (epoch ms)
 NUMBER = "n_"  # + ticket: the waiter's number in line
+
+#: A plain lock's fence record: an item of its own, under this prefix plus the lock's name, that
+#: holds the highest fencing token ever granted on the lock. It has no TTL attribute and awsflock
+#: 0.2.0 never writes it, so it outlives every deletion of the lock's item.
+FENCE_PREFIX = RESERVED_PREFIX + "fence#"
+#: DynamoDB's limit on a partition key, in UTF-8 bytes.
+MAX_KEY_BYTES = 2048
+
+
+def fence_key(lock_id: str) -> str:
+    """The key of ``lock_id``'s fence record: the prefix and the name, or the prefix and the
+    name's SHA-256 where the two would exceed DynamoDB's key limit."""
+    key = FENCE_PREFIX + lock_id
+    if len(key.encode()) <= MAX_KEY_BYTES:
+        return key
+    return FENCE_PREFIX + "sha256:" + hashlib.sha256(lock_id.encode()).hexdigest()
+
 
 #: A ticket: 16 lowercase hex digits (it is part of attribute names).
 TICKET = re.compile(r"[0-9a-f]{16}")

@@ -47,13 +47,17 @@ from awsflock.stores.dynamodb.client import caller_identity, make_client
 from awsflock.stores.dynamodb.items import (
     A_CI_URL,
     A_COMMAND,
+    A_FENCE,
     A_HOST,
     A_KIND,
     A_LOCK_ID,
     A_PID,
+    A_RENEWED_MS,
     A_USER,
+    HISTORY,
     POLLED,
     TICKET,
+    fence_key,
     from_attr,
     is_pool_item,
     line_from_item,
@@ -137,6 +141,10 @@ class DynamoDBStore(RetryingStore):
         self._ccf_returns_item: bool | None = None
         #: The latest poll of each lock's line that an answer showed (see ``beat``).
         self._polled: dict[str, int] = {}
+        #: The highest fencing token an answer showed per lock (see ``_take_plain``).
+        self._fences: dict[str, int] = {}
+        #: Whether the endpoint runs transactions (dynalite does not): None until known.
+        self._transactions = True
 
     # -- client -------------------------------------------------------------------------------
 
@@ -297,6 +305,8 @@ class DynamoDBStore(RetryingStore):
             "null": None,
             "cutoff_ms": now_ms - skew_ms,
             "cutoff_s": (now_ms - skew_ms) // 1000,
+            "token": None,  # a plain take's own (see _take_plain)
+            "seen": None,
             "slots": slots,
             "zero": 0,
             "qcut": now_ms - LINE_LAPSE_MS - skew_ms,
@@ -327,14 +337,147 @@ class DynamoDBStore(RetryingStore):
                 sets.append(name)
                 values[name] = value
         p = slot_prefix(slot)
-        return self._conditional_update(
-            "acquire",
-            lock_id,
-            expressions.acquire_update(p, sets, removes, line_sets),
-            expressions.acquire_condition(p, line),
-            values,
-            slot,
+        update = expressions.acquire_update(p, sets, removes, line_sets)
+        if slot is not None:
+            return self._conditional_update(
+                "acquire", lock_id, update, expressions.acquire_condition(p, line), values, slot
+            )
+        return self._take_plain(lock_id, attempt, update, line, values)
+
+    def _take_plain(
+        self, lock_id: str, attempt: Attempt, update: str, line: str, values: dict[str, Any]
+    ) -> Outcome:
+        """A plain lock's take: its token chosen here and checked against the lock's item and
+        its fence record in one transaction (see ``expressions``). Two more requests at most:
+        one when the last token granted is ahead of ours (a clock behind the last holder's),
+        one to reclaim a lease that ran out, which a first try cannot see."""
+        now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
+        token = max(attempt.now_ms * 1000, self._fences.get(lock_id, 0)) + 1
+        free, seen = expressions.FREE_ENDED, None
+        outcome = Outcome(False, None)
+        for _ in range(3):
+            if not self._transactions:
+                free = expressions.FREE_PLAIN
+            values["token"] = token
+            values["seen"] = seen.version if seen is not None else None
+            condition = expressions.acquire_condition("", line, free)
+            if not self._transactions:
+                outcome = self._conditional_update(
+                    "acquire", lock_id, update, condition, values, None
+                )
+                fence = None
+            else:
+                answer = self._fenced_take(lock_id, update, condition, values)
+                if answer is None:  # the endpoint has no transactions (dynalite)
+                    self._transactions = True
+                    continue
+                outcome, fence = answer
+            if outcome.applied:
+                if outcome.lock is None:  # a transaction answers nothing: what it wrote
+                    outcome = dataclasses.replace(
+                        outcome, lock=_granted_record(lock_id, attempt, values, seen)
+                    )
+                self._learn_fence(lock_id, token)
+                return outcome
+            record = outcome.lock
+            high = max(fence or 0, (record.fencing_token or 0) if record else 0)
+            self._learn_fence(lock_id, high)
+            free_now = record is None or (outcome.pool is None and record.is_free(now, skew))
+            if high >= token and free_now:
+                token = high + 1  # granted meanwhile, or a clock ahead of ours
+                continue
+            if (
+                self._transactions
+                and free is expressions.FREE_ENDED
+                and record is not None
+                and free_now
+                and not record.released
+                and record.version
+            ):
+                free, seen = expressions.RECLAIM_SEEN, record  # it ran out: reclaim what we saw
+                continue
+            return outcome
+        return outcome
+
+    def _fenced_take(
+        self, lock_id: str, update: str, condition: str, values: dict[str, Any]
+    ) -> tuple[Outcome, int | None] | None:
+        """One TransactWriteItems: the lock item's take and its fence record's raise. The
+        outcome (its ``lock`` None when applied: a transaction answers nothing) and the fence
+        record's token when that refused it; None if the endpoint has no transactions."""
+        from botocore.exceptions import ClientError
+
+        lock_request = _request(update, condition, values=values)
+        FENCE_ABOVE = expressions.FENCE_ABOVE
+        fence_request = _request(
+            expressions.FENCE_UPDATE, FENCE_ABOVE, values={"token": values["token"]}
         )
+
+        items: list[Any] = [
+            {
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": {A_LOCK_ID: {"S": key}},
+                    "UpdateExpression": expression,
+                    "ConditionExpression": checked,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    **request,
+                }
+            }
+            for key, expression, checked, request in (
+                (lock_id, update, condition, lock_request),
+                (
+                    fence_key(lock_id),
+                    expressions.FENCE_UPDATE,
+                    expressions.FENCE_ABOVE,
+                    fence_request,
+                ),
+            )
+        ]
+
+        def call() -> tuple[str, dict[str, Any] | None, int | None] | None:
+            try:
+                self.client.transact_write_items(TransactItems=items)
+            except ClientError as exc:
+                response: Any = exc.response
+                code = response.get("Error", {}).get("Code")
+                if code == "UnknownOperationException":
+                    return None
+                reasons: list[Any] = response.get("CancellationReasons") or []
+                codes = [r.get("Code") for r in reasons]
+                if (
+                    code != "TransactionCanceledException"
+                    or len(reasons) != 2
+                    or any(c not in ("ConditionalCheckFailed", "None") for c in codes)
+                ):
+                    raise  # a conflict with another write, or worse: translated, retried
+                held = (
+                    (reasons[1].get("Item") or {}) if codes[1] == "ConditionalCheckFailed" else {}
+                )
+                fence = int(from_attr(held[A_FENCE])) if A_FENCE in held else None
+                if codes[0] == "ConditionalCheckFailed":
+                    return "refused", reasons[0].get("Item"), fence
+                return "low", None, fence
+            return "applied", None, None
+
+        answer = self._send("acquire", call)
+        if answer is None:
+            return None
+        how, item, fence = answer
+        in_doubt = self._in_doubt()
+        if how == "applied":
+            return Outcome(True, None, in_doubt=in_doubt), None
+        if how == "low":
+            # Only the fence record refused: the lock's item would have taken it (not read).
+            return Outcome(False, None, in_doubt=in_doubt), int(fence or 0)
+        outcome = self._after_update("acquire", False, item, lock_id, None)
+        fence_value = None if fence is None else int(fence)
+        return (dataclasses.replace(outcome, in_doubt=True) if in_doubt else outcome), fence_value
+
+    def _learn_fence(self, lock_id: str, token: int) -> None:
+        """Remember the highest token seen on a lock: this process's next take starts above it."""
+        if token > self._fences.get(lock_id, 0):
+            self._fences[lock_id] = token
 
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
         """Take a place in the lock's line under the next number (see ``LockStore.join``)."""
@@ -449,13 +592,28 @@ class DynamoDBStore(RetryingStore):
             "keeper": keeper,
         }
         p = slot_prefix(slot)
-        return self._conditional_update(
+        outcome = self._conditional_update(
             "renew",
             lock_id,
             expressions.renew_update(p, keeper is not None),
             expressions.renew_condition(p),
             values,
             slot,
+        )
+        later = _later_reading(outcome, lease_id, now_ms, lease_ms)
+        if later is None:
+            return outcome
+        # Refused only because the lease was granted or renewed with a later reading than ours
+        # (another host's renew, or our clock stepped back): renew from that reading instead,
+        # which may only lengthen the lease (a renew that lands late after it is refused).
+        return self.renew(
+            lock_id,
+            lease_id,
+            now_ms=later,
+            lease_ms=lease_ms,
+            skew_ms=skew_ms,
+            slot=slot,
+            keeper=keeper,
         )
 
     def release(
@@ -730,6 +888,45 @@ class DynamoDBStore(RetryingStore):
             if not last:
                 return
             kwargs["ExclusiveStartKey"] = last
+
+
+def _later_reading(outcome: Outcome, lease_id: str, now_ms: int, lease_ms: int) -> int | None:
+    """The reading a refused renew should be sent again with: the record's ``renewed_ms``, when
+    only that refused it (the lease is ``lease_id``'s, not ended, live at ``now_ms``) and the
+    renew from it moves the end no earlier; else None."""
+    record = outcome.record
+    if outcome.applied or record is None or record.lease_id != lease_id or record.released:
+        return None
+    renewed = record.extra.get(A_RENEWED_MS)
+    if not isinstance(renewed, int) or renewed <= now_ms or record.expires_at * 1000 <= now_ms:
+        return None
+    return renewed if renewed + lease_ms >= record.expires_at * 1000 else None
+
+
+def _granted_record(
+    lock_id: str, attempt: Attempt, values: dict[str, Any], seen: LockRecord | None
+) -> LockRecord:
+    """The lock's record as a plain take that a transaction applied wrote it (a transaction
+    answers nothing). Its earlier leases are known only when it reclaimed the lease it saw
+    (``seen``): a take of an absent or ended lease does not learn them."""
+    history = () if seen is None else ((seen.lease_id, ""), *seen.history[: HISTORY - 1])
+    identity = attempt.identity
+    return LockRecord(
+        lock_id=lock_id,
+        lease_id=attempt.lease_id,
+        version=str(values["version"]),
+        owner=identity.owner,
+        host=identity.host,
+        pid=identity.pid,
+        user=identity.user,
+        ci_url=identity.ci_url,
+        command=identity.command,
+        acquired_at=attempt.now_ms / 1000,
+        expires_at=(attempt.now_ms + attempt.lease_ms) / 1000,
+        lease_duration=attempt.lease_ms / 1000,
+        fencing_token=int(values["token"]),
+        history=history,
+    )
 
 
 def _check_tickets(ticket: str, drop: Drops) -> None:

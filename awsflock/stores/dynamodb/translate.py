@@ -36,6 +36,12 @@ _THROTTLE_CODES = {
     "ProvisionedThroughputExceededException",
     "ThrottlingException",
     "RequestLimitExceeded",
+    # A transaction (a plain acquire) and another write met on one item: nothing was applied,
+    # and the step is tried again (a take that met a conflict reaches here; one refused by its
+    # condition is answered as such by the store).
+    "TransactionConflictException",
+    "TransactionCanceledException",
+    "TransactionInProgressException",
 }
 _CREDENTIAL_CODES = {
     "UnrecognizedClientException",
