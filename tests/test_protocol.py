@@ -438,3 +438,28 @@ def test_a_renew_landing_after_a_later_renew_never_moves_the_end_back(make_table
     with pytest.raises(ClientError, match="ConditionalCheckFailed"):
         held_up[0]()  # made 10 s before the later renew: refused, the end stays
     assert table.state("late-renew").expires_at == pytest.approx(later.expires_at)
+
+
+def test_an_endpoint_without_transactions_takes_the_lock_item_alone(make_table, moto):
+    # dynalite has no TransactWriteItems: the take falls back to one UpdateItem on the lock's
+    # item (with the same token check on it), and remembers so.
+    from botocore.exceptions import ClientError
+
+    transactions: list[int] = []
+
+    def script(n: int, send: Any, kwargs: Any) -> Any:
+        if "TransactItems" in kwargs:
+            transactions.append(n)
+            raise ClientError(
+                {"Error": {"Code": "UnknownOperationException", "Message": ""}},
+                "TransactWriteItems",
+            )
+        return send()
+
+    client = ScriptedWrites(moto, script)
+    table = make_table("a", client=client)
+    first = table.acquire("no-tx", lease=60, wait=0)
+    first.release()
+    second = table.acquire("no-tx", lease=60, wait=0)
+    assert second.fencing_token > first.fencing_token
+    assert len(transactions) == 1  # tried once, then not again

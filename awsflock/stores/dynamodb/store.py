@@ -369,7 +369,7 @@ class DynamoDBStore(RetryingStore):
             else:
                 answer = self._fenced_take(lock_id, update, condition, values)
                 if answer is None:  # the endpoint has no transactions (dynalite)
-                    self._transactions = True
+                    self._transactions = False
                     continue
                 outcome, fence = answer
             if outcome.applied:
