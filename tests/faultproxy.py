@@ -83,12 +83,19 @@ def _read_message(sock: socket.socket, buffer: bytearray) -> bytes | None:
     return message
 
 
+#: A plain lock's acquire is a TransactWriteItems (the lock's item and its fence record) where
+#: the endpoint has transactions, an UpdateItem where it has not (dynalite): plans and counts
+#: see both as the lock's writes ("UpdateItem"), in the order they are sent.
+SAME_AS = {"TransactWriteItems": "UpdateItem"}
+
+
 def _target(request: bytes) -> str:
     head = request.split(b"\r\n\r\n", 1)[0].decode("latin-1")
     for line in head.split("\r\n"):
         name, _, value = line.partition(":")
         if name.strip().lower() == "x-amz-target":
-            return value.strip().rsplit(".", 1)[-1]
+            operation = value.strip().rsplit(".", 1)[-1]
+            return SAME_AS.get(operation, operation)
     return "?"
 
 
