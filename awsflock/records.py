@@ -52,6 +52,18 @@ class Identity:
         )
 
 
+def holder_fields(who: Identity) -> dict[str, Any]:
+    """``who`` as a ``LockRecord``'s holder fields (owner, host, pid, user, CI URL, command)."""
+    return {
+        "owner": who.owner,
+        "host": who.host,
+        "pid": who.pid,
+        "user": who.user,
+        "ci_url": who.ci_url,
+        "command": who.command,
+    }
+
+
 def _user() -> str:
     try:
         return getpass.getuser()

@@ -89,14 +89,25 @@ def _read_message(sock: socket.socket, buffer: bytearray) -> bytes | None:
 SAME_AS = {"TransactWriteItems": "UpdateItem"}
 
 
-def _target(request: bytes) -> str:
+def _operation(request: bytes) -> str:
     head = request.split(b"\r\n\r\n", 1)[0].decode("latin-1")
     for line in head.split("\r\n"):
         name, _, value = line.partition(":")
         if name.strip().lower() == "x-amz-target":
-            operation = value.strip().rsplit(".", 1)[-1]
-            return SAME_AS.get(operation, operation)
+            return value.strip().rsplit(".", 1)[-1]
     return "?"
+
+
+def _target(request: bytes) -> str:
+    operation = _operation(request)
+    return SAME_AS.get(operation, operation)
+
+
+def _without_body(request: bytes, body: bytes) -> bytes:
+    """``request`` with ``body`` instead of its own (Content-Length set to match)."""
+    head = request.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+    kept = [line for line in head if not line.lower().startswith(b"content-length:")]
+    return b"\r\n".join([*kept, b"Content-Length: %d" % len(body)]) + b"\r\n\r\n" + body
 
 
 def _reset(sock: socket.socket) -> None:
@@ -125,6 +136,8 @@ class FaultProxy:
         self.faults: Counter[str] = Counter()
         self.on_fault: Callable[[str, str], None] | None = None
         self._lock = threading.Lock()
+        #: Whether the upstream runs TransactWriteItems (None: not asked yet).
+        self._transactions: bool | None = None
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._server.bind(("127.0.0.1", 0))
@@ -181,6 +194,22 @@ class FaultProxy:
         """The answer of a refusing server ("throttle", "busy", "denied", "gone")."""
         return _error_response(kind)
 
+    def _unplanned(self, request: bytes) -> bool:
+        """A request the plan never sees and the counts leave out: a plain acquire's
+        TransactWriteItems sent to an upstream without transactions (dynalite answers it
+        UnknownOperationException, and the client sends the lock's UpdateItem instead, which the
+        plan sees). So a plan meets the same writes in the same order on every server."""
+        if _operation(request) != "TransactWriteItems":
+            return False
+        if self._transactions is None:
+            # Asked once, with an empty transaction: refused as invalid where transactions
+            # exist, as an unknown operation where they do not.
+            with socket.create_connection(self.upstream, timeout=10) as probe:
+                probe.sendall(_without_body(request, b'{"TransactItems":[]}'))
+                answer = _read_message(probe, bytearray()) or b""
+            self._transactions = b"UnknownOperationException" not in answer
+        return not self._transactions
+
     def _serve(self, client: socket.socket) -> None:
         upstream: socket.socket | None = None
         inbox, outbox = bytearray(), bytearray()
@@ -193,8 +222,11 @@ class FaultProxy:
                     return
                 target = self._target(request)
                 with self._lock:
-                    self.counts[target] += 1
-                    action = self.plan(target, self.counts[target])
+                    if self._unplanned(request):
+                        action = "pass"
+                    else:
+                        self.counts[target] += 1
+                        action = self.plan(target, self.counts[target])
                     if action != "pass":
                         self.faults[action.split(":")[0]] += 1
                 if action in _THROTTLE_BODIES:

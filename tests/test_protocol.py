@@ -463,3 +463,35 @@ def test_an_endpoint_without_transactions_takes_the_lock_item_alone(make_table, 
     second = table.acquire("no-tx", lease=60, wait=0)
     assert second.fencing_token > first.fencing_token
     assert len(transactions) == 1  # tried once, then not again
+
+
+def test_a_waiter_reclaims_an_expired_lease_in_one_request(make_table, moto, clock):
+    # A transaction answers nothing, so a first contact learns that a lease ran out from a
+    # refusal (a second request); a waiter already saw it in its last answer: one request.
+    make_table("dead").acquire("gone-holder", lease=10, wait=0)
+    client = CountingClient(moto)
+    waiter = make_table("waiter", client=client)
+    clock.advance(10 + 4.9)  # ran out, inside the skew window
+    with pytest.raises(errors.LockBusy):
+        waiter.acquire("gone-holder", lease=60, wait=0)
+    assert client.calls["transact_write_items"] == 1
+    clock.advance(0.2)
+    lease = waiter.acquire("gone-holder", lease=60, wait=0)
+    assert lease.reclaimed is not None and lease.reclaimed.history[0][1] == ""
+    assert client.calls["transact_write_items"] == 2
+
+
+def test_the_fence_record_has_no_ttl_and_fits_the_longest_lock_name(make_table, moto, clock):
+    name = "n" * 2048  # the longest name: its fence record's key is the name's SHA-256
+    first = make_table().acquire(name, lease=10, wait=0)
+    records = [
+        item
+        for item in moto.scan(TableName="awsflock")["Items"]
+        if item["lock_id"]["S"].startswith("#awsflock#fence#")
+    ]
+    assert len(records) == 1 and "expiration_time" not in records[0]
+    assert int(records[0]["fence"]["N"]) == first.fencing_token
+    clock.advance(10 + 5 + 1)
+    moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": name}})  # TTL's deletion
+    assert make_table().acquire(name, lease=10, wait=0).fencing_token > first.fencing_token
+    assert [lock.lock_id for lock in make_table().locks()] == [name]  # the record is not a lock

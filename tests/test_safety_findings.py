@@ -21,7 +21,7 @@ from awsflock.clock import FakeClock
 from awsflock.lease import LockTable
 from awsflock.protocol import Attempt
 from awsflock.records import Identity
-from tests.helpers import WRITES, CountingClient, LosingClient, ScheduledClock
+from tests.helpers import WRITES, CountingClient, LosingClient, ScheduledClock, ScriptedWrites
 
 TABLE = "awsflock"
 LEGACY_LEASE = "0" * 8 + "-0000-4000-8000-" + "0" * 12
@@ -541,26 +541,6 @@ def test_a_force_release_that_did_not_take_effect_leaves_no_audit_record(make_ta
 # -- found by the second adversarial review -------------------------------------------------------
 
 
-class ScriptedClient(CountingClient):
-    """Writes (``WRITES``) go through ``script(n, call)``, which decides what the nth does."""
-
-    def __init__(self, client: Any, script: Any) -> None:
-        super().__init__(client)
-        self.script = script
-        self.n = 0
-
-    def __getattr__(self, name: str) -> Any:
-        inner = super().__getattr__(name)
-        if name not in WRITES:
-            return inner
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.n += 1
-            return self.script(self.n, lambda: inner(*args, **kwargs), kwargs)
-
-        return call
-
-
 def test_giving_back_a_late_grant_keeps_the_deadline_and_is_not_called_busy(make_table, moto):
     from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
@@ -575,7 +555,7 @@ def test_giving_back_a_late_grant_keeps_the_deadline_and_is_not_called_busy(make
             raise EndpointConnectionError(endpoint_url="http://down")
         return send()
 
-    table = make_table("a", client=ScriptedClient(moto, script), clock=clock)
+    table = make_table("a", client=ScriptedWrites(moto, script), clock=clock)
     with pytest.raises(errors.EndpointUnreachable, match="answered too late"):
         table.acquire("f2", lease=2, wait=0)
     assert clock.time() - start <= 0 + 5  # --no-wait: within one request timeout
@@ -598,7 +578,7 @@ def test_a_try_that_may_land_after_a_later_try_was_answered_is_not_forgotten(
         return send()
 
     with pytest.raises(errors.LockBusy):
-        make_table("a", client=ScriptedClient(moto, script)).acquire("f3", lease=600, wait=0)
+        make_table("a", client=ScriptedWrites(moto, script)).acquire("f3", lease=600, wait=0)
     holder.release()
     late[0]()  # it lands now, granting a lease nobody knows...
     granted = make_table("x").store.read("f3").record
@@ -620,7 +600,7 @@ def test_a_release_whose_item_ttl_deleted_before_the_retry_is_a_success(make_tab
             raise ReadTimeoutError(endpoint_url="http://lost")
         return send()
 
-    make_table("a", client=ScriptedClient(moto, script)).release_lease("f4", lease.lease_id)
+    make_table("a", client=ScriptedWrites(moto, script)).release_lease("f4", lease.lease_id)
 
 
 def test_a_lease_id_is_granted_at_most_once(make_any_table):

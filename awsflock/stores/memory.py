@@ -46,6 +46,7 @@ from awsflock.records import (
     LockRecord,
     Pool,
     Waiter,
+    holder_fields,
 )
 
 #: How many earlier leases a record remembers.
@@ -101,12 +102,7 @@ class _Lease:
             lock_id=lock_id,
             lease_id=self.lease or self.version,
             version=self.version,
-            owner=who.owner,
-            host=who.host,
-            pid=who.pid,
-            user=who.user,
-            ci_url=who.ci_url,
-            command=who.command,
+            **holder_fields(who),
             acquired_at=None if self.acquired_ms is None else self.acquired_ms / 1000,
             expires_at=(
                 self.expires_ms / 1000

@@ -41,6 +41,7 @@ from awsflock.records import (
     LockRecord,
     Pool,
     Waiter,
+    holder_fields,
 )
 from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb.client import caller_identity, make_client
@@ -141,9 +142,11 @@ class DynamoDBStore(RetryingStore):
         self._ccf_returns_item: bool | None = None
         #: The latest poll of each lock's line that an answer showed (see ``beat``).
         self._polled: dict[str, int] = {}
-        #: The highest fencing token an answer showed per lock (see ``_take_plain``).
+        #: The highest fencing token an answer showed per lock, and the plain lock's record as
+        #: the last refused take showed it (see ``_take_plain``).
         self._fences: dict[str, int] = {}
-        #: Whether the endpoint runs transactions (dynalite does not): None until known.
+        self._seen: dict[str, LockRecord] = {}
+        #: Whether the endpoint runs transactions (until it answers that it does not: dynalite).
         self._transactions = True
 
     # -- client -------------------------------------------------------------------------------
@@ -352,12 +355,27 @@ class DynamoDBStore(RetryingStore):
         one when the last token granted is ahead of ours (a clock behind the last holder's),
         one to reclaim a lease that ran out, which a first try cannot see."""
         now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
+
+        def reclaimable(record: LockRecord | None) -> bool:
+            """A lease that ran out (not ended) on an item of a known version."""
+            return (
+                record is not None
+                and not record.released
+                and bool(record.version)
+                and record.is_free(now, skew)
+            )
+
+        def variant(record: LockRecord | None) -> str:
+            """What a take may replace, as ``record`` shows the lock: the lease that ran out,
+            pinned to its version, or nothing but an absent or ended lease."""
+            return expressions.RECLAIM_SEEN if reclaimable(record) else expressions.FREE_ENDED
+
         token = max(attempt.now_ms * 1000, self._fences.get(lock_id, 0)) + 1
-        free, seen = expressions.FREE_ENDED, None
+        # A waiter whose last answer showed the lease run out reclaims it in one request.
+        seen = self._seen.get(lock_id)
         outcome = Outcome(False, None)
         for _ in range(3):
-            if not self._transactions:
-                free = expressions.FREE_PLAIN
+            free = variant(seen) if self._transactions else expressions.FREE_PLAIN
             values["token"] = token
             values["seen"] = seen.version if seen is not None else None
             condition = expressions.acquire_condition("", line, free)
@@ -374,27 +392,30 @@ class DynamoDBStore(RetryingStore):
                 outcome, fence = answer
             if outcome.applied:
                 if outcome.lock is None:  # a transaction answers nothing: what it wrote
+                    replaced = seen if free is expressions.RECLAIM_SEEN else None
                     outcome = dataclasses.replace(
-                        outcome, lock=_granted_record(lock_id, attempt, values, seen)
+                        outcome, lock=_granted_record(lock_id, attempt, values, replaced)
                     )
+                self._seen.pop(lock_id, None)
                 self._learn_fence(lock_id, token)
                 return outcome
-            record = outcome.lock
+            record = outcome.lock if outcome.pool is None else None
             high = max(fence or 0, (record.fencing_token or 0) if record else 0)
             self._learn_fence(lock_id, high)
-            free_now = record is None or (outcome.pool is None and record.is_free(now, skew))
+            if record is not None:
+                self._seen[lock_id] = record
+            free_now = outcome.pool is None and (record is None or record.is_free(now, skew))
             if high >= token and free_now:
                 token = high + 1  # granted meanwhile, or a clock ahead of ours
                 continue
-            if (
-                self._transactions
-                and free is expressions.FREE_ENDED
+            changed = variant(record) is not free or (
+                free is expressions.RECLAIM_SEEN
                 and record is not None
-                and free_now
-                and not record.released
-                and record.version
-            ):
-                free, seen = expressions.RECLAIM_SEEN, record  # it ran out: reclaim what we saw
+                and seen is not None
+                and record.version != seen.version
+            )
+            if self._transactions and free_now and changed:
+                seen = record  # the lock changed since what the take was sent for
                 continue
             return outcome
         return outcome
@@ -408,9 +429,8 @@ class DynamoDBStore(RetryingStore):
         from botocore.exceptions import ClientError
 
         lock_request = _request(update, condition, values=values)
-        FENCE_ABOVE = expressions.FENCE_ABOVE
         fence_request = _request(
-            expressions.FENCE_UPDATE, FENCE_ABOVE, values={"token": values["token"]}
+            expressions.FENCE_UPDATE, expressions.FENCE_ABOVE, values={"token": values["token"]}
         )
 
         items: list[Any] = [
@@ -592,29 +612,32 @@ class DynamoDBStore(RetryingStore):
             "keeper": keeper,
         }
         p = slot_prefix(slot)
-        outcome = self._conditional_update(
-            "renew",
-            lock_id,
-            expressions.renew_update(p, keeper is not None),
-            expressions.renew_condition(p),
-            values,
-            slot,
-        )
+
+        def send() -> Outcome:
+            return self._conditional_update(
+                "renew",
+                lock_id,
+                expressions.renew_update(p, keeper is not None),
+                expressions.renew_condition(p),
+                values,
+                slot,
+            )
+
+        outcome = send()
         later = _later_reading(outcome, lease_id, now_ms, lease_ms)
         if later is None:
             return outcome
         # Refused only because the lease was granted or renewed with a later reading than ours
-        # (another host's renew, or our clock stepped back): renew from that reading instead,
-        # which may only lengthen the lease (a renew that lands late after it is refused).
-        return self.renew(
-            lock_id,
-            lease_id,
+        # (another host's renew, or our clock stepped back): sent once more from that reading,
+        # which only lengthens the lease (a renew that lands late after it is refused again).
+        expires_ms = later + lease_ms
+        values.update(
             now_ms=later,
-            lease_ms=lease_ms,
-            skew_ms=skew_ms,
-            slot=slot,
-            keeper=keeper,
+            now_s=later // 1000,
+            expires_ms=expires_ms,
+            ttl=expiration_seconds(expires_ms + skew_ms),
         )
+        return send()
 
     def release(
         self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
@@ -910,17 +933,11 @@ def _granted_record(
     answers nothing). Its earlier leases are known only when it reclaimed the lease it saw
     (``seen``): a take of an absent or ended lease does not learn them."""
     history = () if seen is None else ((seen.lease_id, ""), *seen.history[: HISTORY - 1])
-    identity = attempt.identity
     return LockRecord(
         lock_id=lock_id,
         lease_id=attempt.lease_id,
         version=str(values["version"]),
-        owner=identity.owner,
-        host=identity.host,
-        pid=identity.pid,
-        user=identity.user,
-        ci_url=identity.ci_url,
-        command=identity.command,
+        **holder_fields(attempt.identity),
         acquired_at=attempt.now_ms / 1000,
         expires_at=(attempt.now_ms + attempt.lease_ms) / 1000,
         lease_duration=attempt.lease_ms / 1000,

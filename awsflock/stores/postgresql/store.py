@@ -42,6 +42,7 @@ from awsflock.records import (
     LockRecord,
     Pool,
     Waiter,
+    holder_fields,
 )
 from awsflock.stores.postgresql import schema
 from awsflock.stores.postgresql.translate import translate
@@ -488,12 +489,7 @@ def _record(lock_id: str, row: dict[str, Any], slots: int | None, shift: int) ->
         lease_id=lease_id,
         # No awsflock 0.2.0 compares it here: it only tells one write of a lease from the next.
         version=f"{lease_id}/{row.get('expires_ms')}" if lease_id else "",
-        owner=who.owner,
-        host=who.host,
-        pid=who.pid,
-        user=who.user,
-        ci_url=who.ci_url,
-        command=who.command,
+        **holder_fields(who),
         acquired_at=_seconds(row.get("acquired_ms"), shift),
         expires_at=_seconds(row.get("expires_ms"), shift) or 0.0,
         lease_duration=(row.get("lease_ms") or 0) / 1000,
