@@ -159,6 +159,7 @@ class Acquisition:
                     slots=self.size,
                     ticket=self.ticket,
                     drop=self.drop,
+                    seen=self.holder if slot is None else None,
                 )
                 outcome = store.take(self.lock_id, attempt)
         except (errors.Throttled, errors.EndpointUnreachable) as err:

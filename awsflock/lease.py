@@ -9,6 +9,7 @@ decided here, by ``_verdict``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -378,6 +379,10 @@ class LockTable:
             **({} if keeper is None else {"keeper": keeper}),
         )
         record = outcome.record
+        if not outcome.applied and _held_longer(record, lease_id, now_ms, _ms(lease_s)):
+            # Refused because a renew made later (another host's, or ours before a clock step
+            # back) already holds the lease past what this one asks: it is renewed.
+            outcome = dataclasses.replace(outcome, applied=True)
         if not outcome.applied or record is None:
             refused = _verdict(outcome, lock_id, lease_id, "renew", self.clock.time())
             raise refused or errors.NotHeld(f"lease {lease_id} on {lock_id!r} was not renewed")
@@ -526,6 +531,19 @@ def _verdict(
     if end == "":
         return refused(f"it expired and was taken over; {holder}")
     return refused(f"it was released, or expired and taken over; {holder}")
+
+
+def _held_longer(record: LockRecord | None, lease_id: str, now_ms: int, lease_ms: int) -> bool:
+    """Whether ``record`` shows ``lease_id`` live at ``now_ms`` and not ended, until at least
+    ``now_ms + lease_ms``: what a renew at ``now_ms`` asked for is held already."""
+    slot = slot_of(lease_id)
+    return (
+        record is not None
+        and record.lease_id == lease_id
+        and not record.released
+        and (slot is None or (record.slots is not None and slot < record.slots))
+        and record.expires_at * 1000 >= now_ms + lease_ms
+    )
 
 
 def _ended_how(record: LockRecord, lease_id: str) -> str | None:

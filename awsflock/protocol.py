@@ -72,7 +72,9 @@ class Attempt:
     ``slot``/``slots``: slot ``slot`` of a pool of ``slots`` (both None for a plain lock).
     ``ticket``: the attempt of a fair waiter at the head of the line, whose place it holds
     (None: an attempt that takes no place and needs the line clear); ``drop``: lapsed places
-    in line, removed with the take.
+    in line, removed with the take. ``seen``: the lock's record as the acquisition's last answer
+    showed it (None: not seen yet); a store whose take cannot learn what it replaced from its
+    own answer (DynamoDB's transaction) reclaims a lease that ran out only as seen there.
     """
 
     lease_id: str
@@ -84,6 +86,7 @@ class Attempt:
     slots: int | None = None
     ticket: str | None = None
     drop: Drops = ()
+    seen: LockRecord | None = None
 
 
 @dataclass(frozen=True)

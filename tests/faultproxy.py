@@ -129,6 +129,9 @@ def _error_response(kind: str) -> bytes:
 class FaultProxy:
     """Listens on 127.0.0.1 (a free port) and forwards to ``upstream`` ("host", port)."""
 
+    #: Requests carry no connection state (HTTP): one may go on a fresh upstream connection.
+    stateless = True
+
     def __init__(self, upstream: tuple[str, int], plan: Plan | None = None) -> None:
         self.upstream = upstream
         self.plan: Plan = plan or (lambda target, n: "pass")
@@ -241,6 +244,11 @@ class FaultProxy:
                     return
                 if action.startswith("late:"):
                     time.sleep(float(action.split(":", 1)[1]))
+                    if upstream is not None and self.stateless:
+                        # The server may have closed an idle connection meanwhile (dynalite's
+                        # keep-alive lasts 5 s): a late request goes on a fresh one.
+                        upstream.close()
+                        upstream = None
                 if upstream is None:
                     upstream = socket.create_connection(self.upstream, timeout=60)
                 upstream.sendall(request)

@@ -83,6 +83,9 @@ def target_of(request: bytes) -> str:
 class PgFaultProxy(FaultProxy):
     """A FaultProxy in front of a PostgreSQL server; ``url_for(url)`` points a libpq URL at it."""
 
+    #: A PostgreSQL session lives on its connection (its start-up, its settings).
+    stateless = False
+
     def url_for(self, url: str) -> str:
         from urllib.parse import urlsplit, urlunsplit
 

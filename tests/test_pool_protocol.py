@@ -85,3 +85,15 @@ def test_a_pool_may_use_the_longest_name_dynamodb_allows(make_table):
     # A pool lives in the item keyed by its own name, so it has the same limit as a plain lock.
     lease = make_table().acquire("x" * 2048, lease=60, wait=0, slots=2)
     assert lease.slot in (0, 1)
+
+
+def test_a_free_plain_lock_made_a_pool_goes_on_above_its_tokens(make_table, clock):
+    # The plain lock's holder had a clock 4 s ahead (inside the skew window): a slot of the pool
+    # that replaces it must still start above the plain lock's tokens.
+    from awsflock.clock import FakeClock
+
+    ahead = make_table("a", clock=FakeClock(clock.time() + 4))
+    plain = ahead.acquire("gpus", lease=60, wait=0)
+    plain.release()
+    slot = make_table("b").acquire("gpus", lease=60, wait=0, slots=2)
+    assert slot.fencing_token > plain.fencing_token

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from awsflock import errors
+from awsflock.clock import FakeClock
 from awsflock.lease import LockTable
 from awsflock.records import Identity
 from awsflock.stores.dynamodb import DynamoDBStore as Store
@@ -465,20 +466,18 @@ def test_an_endpoint_without_transactions_takes_the_lock_item_alone(make_table, 
     assert len(transactions) == 1  # tried once, then not again
 
 
-def test_a_waiter_reclaims_an_expired_lease_in_one_request(make_table, moto, clock):
+def test_a_waiter_reclaims_an_expired_lease_in_one_request(make_table, moto):
     # A transaction answers nothing, so a first contact learns that a lease ran out from a
-    # refusal (a second request); a waiter already saw it in its last answer: one request.
-    make_table("dead").acquire("gone-holder", lease=10, wait=0)
+    # refusal (a second request); a waiter saw it in its last answer: each of its tries, the
+    # reclaim included, is one request.
+    clock = ScheduledClock()
+    make_table("dead", clock=clock).acquire("gone-holder", lease=10, wait=0)
     client = CountingClient(moto)
-    waiter = make_table("waiter", client=client)
-    clock.advance(10 + 4.9)  # ran out, inside the skew window
-    with pytest.raises(errors.LockBusy):
-        waiter.acquire("gone-holder", lease=60, wait=0)
-    assert client.calls["transact_write_items"] == 1
-    clock.advance(0.2)
-    lease = waiter.acquire("gone-holder", lease=60, wait=0)
+    lease = make_table("waiter", clock=clock, client=client).acquire(
+        "gone-holder", lease=60, wait=60
+    )
     assert lease.reclaimed is not None and lease.reclaimed.history[0][1] == ""
-    assert client.calls["transact_write_items"] == 2
+    assert client.calls["transact_write_items"] == len(clock.sleeps) + 1
 
 
 def test_the_fence_record_has_no_ttl_and_fits_the_longest_lock_name(make_table, moto, clock):
@@ -495,3 +494,30 @@ def test_the_fence_record_has_no_ttl_and_fits_the_longest_lock_name(make_table, 
     moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": name}})  # TTL's deletion
     assert make_table().acquire(name, lease=10, wait=0).fencing_token > first.fencing_token
     assert [lock.lock_id for lock in make_table().locks()] == [name]  # the record is not a lock
+
+
+def test_a_renew_asking_less_than_a_later_renew_holds_is_a_success(make_table, clock):
+    # Two renewers of one lease (a keep-alive renewer and the script's own `renew`), the second
+    # with a clock 1 s behind and a shorter lease: it is refused (it would move the end back),
+    # and the lease is held past what it asked: renewed, not "no longer held".
+    lease = make_table("a").acquire("two-renewers", lease=60, wait=0)
+    make_table("a").renew_lease("two-renewers", lease.lease_id, lease=120)
+    behind = make_table("a", clock=FakeClock(clock.time() - 1))
+    renewed = behind.renew_lease("two-renewers", lease.lease_id, lease=30)
+    assert renewed.expires_at == pytest.approx(clock.time() + 120)
+
+
+def test_a_lock_whose_fence_record_name_is_taken_by_020_is_refused_clearly(make_table, moto):
+    # An awsflock 0.2.0 client, which does not know awsflock's reserved prefix, locked the fence
+    # record's name: it would delete it on release, so the lock is not taken meanwhile.
+    moto.put_item(
+        TableName="awsflock",
+        Item={
+            "lock_id": {"S": "#awsflock#fence#squatted"},
+            "lease_id": {"S": "x"},
+            "expiration_time": {"N": "4102444800"},
+        },
+    )
+    with pytest.raises(errors.ConfigurationError, match="holds something else"):
+        make_table("a").acquire("squatted", lease=60, wait=0)
+    assert make_table("a").state("squatted") is None

@@ -72,9 +72,6 @@ class _Lease:
     forced_reason: str = ""
     forced_ms: int | None = None
     keeper: str = ""
-    #: The clock reading the lease was granted or last renewed with (a renew with an older one
-    #: never moves its end back).
-    renewed_ms: int | None = None
 
     def owned_by(self, lease_id: str) -> bool:
         return self.lease == lease_id if self.lease else self.version == lease_id
@@ -92,6 +89,11 @@ class _Lease:
         if self.expires_ms is not None:
             return self.expires_ms < cutoff_ms
         return legacy_too and self.expires_s is not None and self.expires_s < cutoff_ms // 1000
+
+    def renewed_ms(self) -> int | None:
+        """The clock reading the lease was granted or last renewed with: its end less its
+        length (None for a lease awsflock 0.2.0 wrote)."""
+        return None if self.expires_ms is None else self.expires_ms - self.lease_ms
 
     def granted(self, lease_id: str) -> bool:
         return self.lease == lease_id or any(h and h[0] == lease_id for h in self.history)
@@ -245,7 +247,11 @@ class MemoryStore:
                 fence = max(now_ms * 1000, highest) + 1
                 self._fences[lock_id] = fence
             else:
-                fence = (now_ms * 1000 if old.fence is None else old.fence) + 1
+                # A new slot starts above the plain lock's tokens, as the DynamoDB store's
+                # second try does when they are ahead of the caller's clock.
+                top = record.top.fence
+                floor = now_ms * 1000 if top is None else max(now_ms * 1000, top + 1)
+                fence = (floor if old.fence is None else old.fence) + 1
             expires_ms = now_ms + attempt.lease_ms
             new = _Lease(
                 lease=attempt.lease_id,
@@ -255,7 +261,6 @@ class MemoryStore:
                 expires_ms=expires_ms,
                 expires_s=_seconds(expires_ms + attempt.skew_ms),
                 acquired_ms=now_ms,
-                renewed_ms=now_ms,
                 fence=fence,
                 history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
             )
@@ -289,11 +294,11 @@ class MemoryStore:
             # A renew made before the lease's latest grant or renew counts from that one's
             # reading (the DynamoDB store sends it again so), and only if that moves the end no
             # earlier: a renew that lands late never moves the end back.
-            if lease.renewed_ms is not None and lease.renewed_ms > now_ms:
-                now_ms = lease.renewed_ms
-                if lease.expires_ms is not None and now_ms + lease_ms < lease.expires_ms:
+            renewed_ms = lease.renewed_ms()
+            if renewed_ms is not None and renewed_ms > now_ms:
+                now_ms = renewed_ms
+                if now_ms + lease_ms < (lease.expires_ms or 0):
                     return self._outcome(False, lock_id, record, slot)
-            lease.renewed_ms = now_ms
             expires_ms = now_ms + lease_ms
             lease.lease = lease_id
             lease.version = _version()

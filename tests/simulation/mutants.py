@@ -351,15 +351,7 @@ def fence_dies_with_its_record() -> contextlib.AbstractContextManager[None]:
 def renew_from_its_own_reading() -> contextlib.AbstractContextManager[None]:
     """J. A renew sets the end from its own clock reading however old: one that lands after a
     later renew moves the lease's end back while its holder counts on the later one."""
-    renew = MemoryStore.renew
-
-    def any_reading(self: MemoryStore, lock_id: str, lease_id: str, **kw: Any) -> Any:
-        lease_ = self._lease(self._records.get(lock_id), kw.get("slot"))
-        if lease_ is not None:
-            lease_.renewed_ms = None
-        return renew(self, lock_id, lease_id, **kw)
-
-    return _patched((MemoryStore, "renew", any_reading))
+    return _patched((_Lease, "renewed_ms", lambda self: None))
 
 
 MUTANTS: dict[str, Patch] = {

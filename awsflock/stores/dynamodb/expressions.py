@@ -67,10 +67,16 @@ FREE_ENDED = "(attribute_not_exists(#lock_id) OR attribute_exists(#ended))"
 #: Free because the lease the caller saw (by its ``lease_id``, which changes on every write)
 #: ran out: the take then knows exactly what it replaced.
 RECLAIM_SEEN = f"(attribute_not_exists(#ended) AND #lease_id = :seen AND {RAN_OUT})"
-#: The caller's token is above the lock's counter: on the lock's item, and on its fence record.
+#: The caller's token is above the lock's counter (on the lock's item).
 FENCE_ABOVE = "(attribute_not_exists(#fence) OR #fence < :token)"
+#: The same on the fence record, which must be one: an awsflock 0.2.0 client could have locked
+#: the record's name (it does not know awsflock's reserved prefix), and would then delete it.
+FENCE_RECORD_ABOVE = (
+    "(attribute_not_exists(#lock_id) OR (#kind = :fence_kind AND"
+    " (attribute_not_exists(#fence) OR #fence < :token)))"
+)
 #: The fence record's update: it keeps the highest token granted on the lock, forever.
-FENCE_UPDATE = "SET #fence = :token"
+FENCE_UPDATE = "SET #fence = :token, #kind = :fence_kind"
 #: A renew's clock reading is no older than the grant's or the last renew's.
 NOT_OLDER = "(attribute_not_exists(#{p}renewed_ms) OR #{p}renewed_ms <= :now_ms)"
 
@@ -83,6 +89,9 @@ def free_slot(p: str) -> str:
     )
 
 
+#: A slot's counter starts above the plain lock's of the same name (its item's ``fence``): a
+#: free plain lock made a pool goes on above the tokens it granted.
+PLAIN_BELOW = "(attribute_not_exists(#fence) OR #fence < :floor)"
 #: A plain acquire never takes a pool's item.
 PLAIN_NOT_POOL = "attribute_not_exists(#slots)"
 #: A pool acquire needs the pool's size to agree, or turns a free plain lock into the pool.
@@ -106,7 +115,9 @@ def acquire_condition(p: str, line: str = "", free: str = FREE_PLAIN) -> str:
     if not p:
         condition = f"{free} AND {PLAIN_NOT_POOL} AND {never_granted(p)} AND {FENCE_ABOVE}"
     else:
-        condition = f"{free_slot(p)} AND {POOL_SIZE_AGREES} AND {never_granted(p)}"
+        condition = (
+            f"{free_slot(p)} AND {POOL_SIZE_AGREES} AND {never_granted(p)} AND {PLAIN_BELOW}"
+        )
     return f"{condition} AND {line}" if line else condition
 
 

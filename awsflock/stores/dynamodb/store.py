@@ -56,6 +56,7 @@ from awsflock.stores.dynamodb.items import (
     A_RENEWED_MS,
     A_USER,
     HISTORY,
+    KIND_FENCE,
     POLLED,
     TICKET,
     fence_key,
@@ -142,10 +143,8 @@ class DynamoDBStore(RetryingStore):
         self._ccf_returns_item: bool | None = None
         #: The latest poll of each lock's line that an answer showed (see ``beat``).
         self._polled: dict[str, int] = {}
-        #: The highest fencing token an answer showed per lock, and the plain lock's record as
-        #: the last refused take showed it (see ``_take_plain``).
+        #: The highest fencing token an answer showed per lock (see ``_take_plain``).
         self._fences: dict[str, int] = {}
-        self._seen: dict[str, LockRecord] = {}
         #: Whether the endpoint runs transactions (until it answers that it does not: dynalite).
         self._transactions = True
 
@@ -341,11 +340,16 @@ class DynamoDBStore(RetryingStore):
                 values[name] = value
         p = slot_prefix(slot)
         update = expressions.acquire_update(p, sets, removes, line_sets)
-        if slot is not None:
-            return self._conditional_update(
-                "acquire", lock_id, update, expressions.acquire_condition(p, line), values, slot
-            )
-        return self._take_plain(lock_id, attempt, update, line, values)
+        if slot is None:
+            return self._take_plain(lock_id, attempt, update, line, values)
+        condition = expressions.acquire_condition(p, line)
+        outcome = self._conditional_update("acquire", lock_id, update, condition, values, slot)
+        plain = outcome.lock.fencing_token if outcome.lock is not None else None
+        if outcome.applied or plain is None or plain < values["floor"]:
+            return outcome
+        # The plain lock's tokens are ahead of our clock: a new slot starts above them.
+        values["floor"] = plain + 1
+        return self._conditional_update("acquire", lock_id, update, condition, values, slot)
 
     def _take_plain(
         self, lock_id: str, attempt: Attempt, update: str, line: str, values: dict[str, Any]
@@ -372,7 +376,7 @@ class DynamoDBStore(RetryingStore):
 
         token = max(attempt.now_ms * 1000, self._fences.get(lock_id, 0)) + 1
         # A waiter whose last answer showed the lease run out reclaims it in one request.
-        seen = self._seen.get(lock_id)
+        seen = attempt.seen
         outcome = Outcome(False, None)
         for _ in range(3):
             free = variant(seen) if self._transactions else expressions.FREE_PLAIN
@@ -396,17 +400,15 @@ class DynamoDBStore(RetryingStore):
                     outcome = dataclasses.replace(
                         outcome, lock=_granted_record(lock_id, attempt, values, replaced)
                     )
-                self._seen.pop(lock_id, None)
                 self._learn_fence(lock_id, token)
                 return outcome
             record = outcome.lock if outcome.pool is None else None
             high = max(fence or 0, (record.fencing_token or 0) if record else 0)
             self._learn_fence(lock_id, high)
-            if record is not None:
-                self._seen[lock_id] = record
             free_now = outcome.pool is None and (record is None or record.is_free(now, skew))
             if high >= token and free_now:
                 token = high + 1  # granted meanwhile, or a clock ahead of ours
+                seen = record if record is not None else seen
                 continue
             changed = variant(record) is not free or (
                 free is expressions.RECLAIM_SEEN
@@ -430,7 +432,9 @@ class DynamoDBStore(RetryingStore):
 
         lock_request = _request(update, condition, values=values)
         fence_request = _request(
-            expressions.FENCE_UPDATE, expressions.FENCE_ABOVE, values={"token": values["token"]}
+            expressions.FENCE_UPDATE,
+            expressions.FENCE_RECORD_ABOVE,
+            values={"token": values["token"], "fence_kind": KIND_FENCE},
         )
 
         items: list[Any] = [
@@ -449,7 +453,7 @@ class DynamoDBStore(RetryingStore):
                 (
                     fence_key(lock_id),
                     expressions.FENCE_UPDATE,
-                    expressions.FENCE_ABOVE,
+                    expressions.FENCE_RECORD_ABOVE,
                     fence_request,
                 ),
             )
@@ -463,6 +467,12 @@ class DynamoDBStore(RetryingStore):
                 code = response.get("Error", {}).get("Code")
                 if code == "UnknownOperationException":
                     return None
+                if code == "ValidationException":
+                    # Some servers (moto) refuse a transaction on a table keyed otherwise without
+                    # saying why; a read of the lock's key says it (translated as such), and
+                    # costs a request only on this error.
+                    self.client.get_item(TableName=self.table_name, Key=items[0]["Update"]["Key"])
+                    raise
                 reasons: list[Any] = response.get("CancellationReasons") or []
                 codes = [r.get("Code") for r in reasons]
                 if (
@@ -474,6 +484,14 @@ class DynamoDBStore(RetryingStore):
                 held = (
                     (reasons[1].get("Item") or {}) if codes[1] == "ConditionalCheckFailed" else {}
                 )
+                if held and from_attr(held.get(A_KIND, {"S": ""})) != KIND_FENCE:
+                    raise errors.ConfigurationError(
+                        f"the key {fence_key(lock_id)!r}, which keeps the fencing counter of "
+                        f"{lock_id!r}, holds something else (an awsflock 0.2.0 lock of that "
+                        "name?): awsflock will not take the lock while it does",
+                        hint="release or delete that item (its name starts with awsflock's "
+                        "reserved prefix)",
+                    ) from exc
                 fence = int(from_attr(held[A_FENCE])) if A_FENCE in held else None
                 if codes[0] == "ConditionalCheckFailed":
                     return "refused", reasons[0].get("Item"), fence
