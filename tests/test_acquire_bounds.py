@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import threading
 from typing import Any, Callable
 
 import pytest
@@ -16,6 +17,7 @@ from awsflock.lease import LockTable
 from awsflock.protocol import MIN_TRY
 from awsflock.records import Identity
 from awsflock.stores.memory import MemoryStore
+from awsflock.stores.retrying import RetryingStore
 
 
 class SlowStore(MemoryStore):
@@ -99,3 +101,39 @@ def test_many_unsettled_attempts_stay_within_the_bound(wait):
     took, warned = _acquire(store, clock, lease=60, wait=wait)
     assert took <= wait + 1.0
     assert warned  # what could not be released in time is named
+
+
+class _PausedInBackoff(RetryingStore):
+    """The request layer alone: its first try is throttled; its clock's sleeps last ``pause``
+    longer than asked (SIGSTOP, a frozen VM in the backoff)."""
+
+    def __init__(self, pause: float) -> None:
+        self.clock = FakeClock()
+        self.request_timeout = 5.0
+        self._local = threading.local()
+        self.sent: list[float] = []
+        sleep = self.clock.sleep
+        self.clock.sleep = lambda seconds: sleep(seconds + pause)  # type: ignore[method-assign]
+
+    def _attempt(self, operation: str, call: Callable[..., Any], timeout: float) -> Any:
+        self.sent.append(self.clock.monotonic())
+        if len(self.sent) == 1:
+            raise errors.Throttled(f"{operation}: throttled")
+        return call()
+
+    def _try_may_have_applied(self, err: errors.StoreError) -> bool:
+        return True
+
+
+def test_a_retry_is_not_sent_after_a_pause_in_its_backoff_spent_the_budget():
+    """Third review: a take throttled, then paused in its backoff, was still sent on waking
+    (each try got at least MIN_TRY), carrying readings made before the pause."""
+    store = _PausedInBackoff(pause=30.0)
+    with pytest.raises(errors.Throttled) as caught:
+        store._send("take", lambda: "granted")
+    assert len(store.sent) == 1
+    assert caught.value.maybe_applied  # the throttled try is still in doubt
+    # Without the pause, the same call is retried and answered.
+    store = _PausedInBackoff(pause=0.0)
+    assert store._send("take", lambda: "granted") == "granted"
+    assert len(store.sent) == 2

@@ -26,6 +26,24 @@ _RNG = random.Random()
 _T = TypeVar("_T")
 
 
+def backoff(tries: int, rng: random.Random) -> float:
+    """The pause after the ``tries``-th failed try: jittered, exponential, capped."""
+    return min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * rng.uniform(0.5, 1)
+
+
+def retry_fits(when: float, end: float) -> bool:
+    """Whether a retry sent at monotonic time ``when`` still has ``MIN_TRY`` of a budget that
+    runs out at ``end``. Checked before the backoff and again after it, when the retry is about
+    to go."""
+    return when + MIN_TRY <= end
+
+
+def still_fits(when: float, end: float) -> bool:
+    """Whether the retry whose backoff ended at ``when`` still goes: the process may have been
+    paused in its backoff for any time."""
+    return retry_fits(when, end)
+
+
 class RetryingStore(ABC):
     """A base for stores whose calls go over a network. A subclass gives ``_attempt`` (one
     try, its errors translated) and ``_try_may_have_applied`` (whether a failed try may have
@@ -57,7 +75,11 @@ class RetryingStore(ABC):
     def _send(self, operation: str, call: Callable[..., _T]) -> _T:
         """Make one call, retrying throttling and transient failures with jittered backoff
         while the budget lasts. A final failure is raised translated, with ``maybe_applied``
-        set if any try may have reached the store."""
+        set if any try may have reached the store.
+
+        A retry is sent only if at least ``MIN_TRY`` of the budget is left when it is about to
+        go: a process paused in its backoff (SIGSTOP, a frozen VM) wakes to a failure, not to
+        a request made of readings taken before the pause."""
         start = self.clock.monotonic()
         end = getattr(self._local, "end", None)
         if end is None:
@@ -73,13 +95,15 @@ class RetryingStore(ABC):
                 # Even if a later try is answered, this one may still be applied (late).
                 if self._try_may_have_applied(err):
                     self._local.earlier_try_may_have_applied = True
-                pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * _RNG.uniform(0.5, 1)
-                if self.clock.monotonic() + pause + MIN_TRY > end:
-                    err.maybe_applied = self._in_doubt()
-                    took = self.clock.monotonic() - start
-                    err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in {took:.1f}s)"
-                    raise
-                self.clock.sleep(pause)
+                pause = backoff(tries, _RNG)
+                if retry_fits(self.clock.monotonic() + pause, end):
+                    self.clock.sleep(pause)
+                    if still_fits(self.clock.monotonic(), end):
+                        continue
+                err.maybe_applied = self._in_doubt()
+                took = self.clock.monotonic() - start
+                err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in {took:.1f}s)"
+                raise
 
     def _in_doubt(self) -> bool:
         """Whether the last call made by this thread had a failed try that may have reached

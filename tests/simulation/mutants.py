@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from awsflock import acquisition, admin, lease, line
 from awsflock.hold import heartbeat
-from awsflock.stores import memory
+from awsflock.stores import memory, retrying
 from awsflock.stores.memory import MemoryStore, _Lease, _Record
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
@@ -354,6 +354,13 @@ def renew_from_its_own_reading() -> contextlib.AbstractContextManager[None]:
     return _patched((_Lease, "renewed_ms", lambda self: None))
 
 
+def retry_after_any_pause() -> contextlib.AbstractContextManager[None]:
+    """K. A retry goes once its backoff ends, however long the process was paused in it: the
+    request carries readings (the clock, what the acquisition saw) older than its caller allows
+    (the request layer before the third review)."""
+    return _patched((retrying, "still_fits", lambda when, end: True))
+
+
 MUTANTS: dict[str, Patch] = {
     "1 late renew beside awsflock 0.2.0": late_renew,
     "2 one lease id per acquire": one_lease_id_per_acquire,
@@ -375,6 +382,7 @@ MUTANTS: dict[str, Patch] = {
     "H line clear without the skew window": line_clear_without_skew,
     "I fence counter dies with its record": fence_dies_with_its_record,
     "J renew from its own reading, however old": renew_from_its_own_reading,
+    "K retry after any pause in its backoff": retry_after_any_pause,
 }
 
 #: The mutants that break only the order of fair waiters: the fairness invariant must be what

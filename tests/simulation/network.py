@@ -30,10 +30,9 @@ from typing import Any, Callable
 from awsflock import errors
 from awsflock.protocol import MIN_TRY, Attempt, LockStore, Outcome
 from awsflock.records import Waiter
+from awsflock.stores import retrying
+from awsflock.stores.retrying import backoff, retry_fits
 from tests.simulation.world import Killed, SimThread, World
-
-BACKOFF_BASE = 0.05
-BACKOFF_CAP = 1.0
 
 
 @dataclass
@@ -145,6 +144,12 @@ class SimStore:
             tries += 1
             if thread.proc.killed:
                 raise Killed
+            if tries > 1 and world.now + MIN_TRY > end_true and self.watcher is not None:
+                self.watcher.fail(
+                    f"{self.proc_name} sent {operation} try {tries} with its budget spent "
+                    f"({end_true - world.now:.2f}s left): a request made of readings older "
+                    "than the caller allows"
+                )
             timeout = max(MIN_TRY, min(self.request_timeout, end_true - world.now))
             sent_at = world.now
             fault = network.draw()
@@ -176,11 +181,14 @@ class SimStore:
                 error = errors.Throttled(f"the simulated store throttled {operation}")
             else:
                 error = errors.EndpointUnreachable(f"the simulated store: {operation} {fault}")
-            pause = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * world.rng.uniform(0.5, 1)
-            if world.now + pause + MIN_TRY > end_true:
-                error.maybe_applied = doubt
-                raise error
-            world.block(wake_at=world.now + pause)
+            pause = backoff(tries, world.rng)
+            if retry_fits(world.now + pause, end_true):
+                world.block(wake_at=world.now + pause)
+                # A pause of the process may have fallen in the backoff.
+                if retrying.still_fits(world.now, end_true):
+                    continue
+            error.maybe_applied = doubt
+            raise error
 
     def _apply(
         self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any], made: float
