@@ -204,15 +204,22 @@ def _unprivileged() -> list[str]:
 class PostgresServer(Server):
     """A throw-away PostgreSQL cluster in a temporary directory, on a free loopback port, run as
     an unprivileged user when we are root. Password (scram) auth over TCP; ``url`` is the
-    superuser's libpq URL. Durability is off (fsync): it is thrown away afterwards."""
+    superuser's libpq URL.
+
+    ``fsync`` stays on (the store refuses a server without it) but the cluster lives in
+    ``/dev/shm`` where it costs nothing; ``synchronous_commit`` is off, the common tuning the
+    store's own steps must override. ``settings``: more ``-c`` settings."""
 
     name = "postgresql"
 
-    def __init__(self) -> None:
+    def __init__(self, settings: tuple[str, ...] = ()) -> None:
         super().__init__()
         import tempfile
 
-        self.dir = Path(tempfile.mkdtemp(prefix="awsflock-pg-"))
+        self.settings = settings
+        shm = Path("/dev/shm")
+        base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+        self.dir = Path(tempfile.mkdtemp(prefix="awsflock-pg-", dir=base))
         self.data = self.dir / "data"
         self.url = f"postgresql://postgres:{PG_PASSWORD}@127.0.0.1:{self.port}/postgres"
 
@@ -262,14 +269,16 @@ class PostgresServer(Server):
             "-c",
             f"unix_socket_directories={self.dir}",
             "-c",
-            "fsync=off",
-            "-c",
             "synchronous_commit=off",
             "-c",
-            "full_page_writes=off",
-            "-c",
             "max_connections=200",
+            *(arg for setting in self.settings for arg in ("-c", setting)),
         ]
+
+    def pid_of(self, backend_type: str) -> int:
+        """The process id of the server's process of ``backend_type`` (e.g. ``walwriter``)."""
+        rows = self.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = %s", backend_type)
+        return int(rows[0][0])
 
     def _answers(self) -> bool:
         import psycopg

@@ -74,3 +74,34 @@ def test_a_table_on_another_clock_than_its_postgresql_store_is_refused():
     assert LockTable(store=store).skew == 0  # one clock times its leases: no skew window
     in_caller_time = PostgresStore("postgresql://u@h/db", server_time=False, clock=FakeClock())
     assert LockTable(store=in_caller_time, clock=FakeClock()).skew == 5
+
+
+@pytest.mark.parametrize(
+    ("url", "env", "expected"),
+    [
+        ("postgresql://h/db", None, "-c statement_timeout=5000 -c synchronous_commit=on"),
+        (
+            "postgresql://h/db?options=-c%20statement_timeout%3D9000",
+            None,
+            "-c statement_timeout=5000 -c statement_timeout=9000 -c synchronous_commit=on",
+        ),
+        (
+            "postgresql://h/db",
+            "-c synchronous_commit=off",
+            "-c statement_timeout=5000 -c synchronous_commit=off -c synchronous_commit=on",
+        ),
+    ],
+)
+def test_the_connection_options_keep_the_users_and_always_commit_synchronously(
+    monkeypatch: pytest.MonkeyPatch, url: str, env: str | None, expected: str
+):
+    """The user's options (the URL's, else PGOPTIONS) come after the store's statement timeout
+    (theirs wins: the last -c of a name does) and before synchronous_commit=on (the store's
+    wins: a grant must be on disk before it is answered)."""
+    from awsflock.stores.postgresql.store import _options
+
+    if env is None:
+        monkeypatch.delenv("PGOPTIONS", raising=False)
+    else:
+        monkeypatch.setenv("PGOPTIONS", env)
+    assert _options(url, 5000) == expected

@@ -28,7 +28,7 @@ _T = TypeVar("_T")
 
 def backoff(tries: int, rng: random.Random) -> float:
     """The pause after the ``tries``-th failed try: jittered, exponential, capped."""
-    return min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * rng.uniform(0.5, 1)
+    return float(min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (tries - 1)) * rng.uniform(0.5, 1))
 
 
 def retry_fits(when: float, end: float) -> bool:

@@ -8,8 +8,10 @@ The commands that work the same on every store run on PostgreSQL in the modules 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -295,6 +297,99 @@ def test_a_hung_server_cannot_hold_run_past_its_lease(
     # Nobody else had it meanwhile; once it ran out, it can be taken.
     got = PgCli(postgres, pg_table)("acquire", lock_name, "--wait-time", "10")
     assert got.returncode == 0, got.stderr
+
+
+# -- durability ----------------------------------------------------------------------------------
+
+
+def _crash_right_after(server: PostgresServer, command: Any) -> Any:
+    """``command()``'s result, run just before the server crashes.
+
+    The WAL writer is stopped (so an asynchronous commit stays in shared memory), the command
+    runs, then the WAL writer is killed, which makes the server drop its shared memory and
+    recover from the WAL on disk; returns once the server answers again."""
+    walwriter = server.pid_of("walwriter")
+    os.kill(walwriter, signal.SIGSTOP)
+    try:
+        result = command()
+    finally:
+        os.kill(walwriter, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # crash recovery, then the server answers again
+        with contextlib.suppress(Exception):
+            if server.pid_of("walwriter") != walwriter:
+                return result
+        time.sleep(0.1)
+    raise AssertionError("the server did not come back from its crash within 60s")
+
+
+def test_a_grant_and_a_table_survive_a_server_crash_right_after_their_answer(
+    lock_name: str, monkeypatch: pytest.MonkeyPatch
+):
+    """Third review: on a server tuned with synchronous_commit=off (as the fixtures' are), a
+    crash right after a grant lost it, and the next acquire was granted the lock, with the
+    same token, while the first holder still had 58 s of lease. Every commit of the store's
+    session (its steps and table-create's) is now on disk before it answers, whatever the
+    server's, role's or session's setting."""
+    server = PostgresServer(settings=("wal_writer_delay=10s",)).start()
+    try:
+        pg = PgCli(server, "crash_" + uuid.uuid4().hex[:8])
+        made = _crash_right_after(server, lambda: pg("table-create", "-q"))
+        assert made.returncode == 0, made.stderr
+        first = _crash_right_after(
+            server, lambda: pg("acquire", lock_name, "--lease-duration", "60s")
+        )
+        assert first.returncode == 0, first.stderr
+        second = pg("acquire", lock_name, "--no-wait", "--request-timeout", "20s")
+        assert second.returncode == 3, (second.stdout, second.stderr)
+        # The step function makes its own commit synchronous: a session that kept it
+        # asynchronous (a pooler that drops the connection's options) cannot lose a grant.
+        from awsflock.stores.postgresql import store as pg_store
+
+        monkeypatch.setattr(pg_store, "_options", lambda *_: "-c synchronous_commit=off")
+        pooled = LockTable(store=PostgresStore(server.url, pg.table))
+        other = lock_name + "-pooled"
+        taken = _crash_right_after(server, lambda: pooled.acquire(other, lease=60, wait=0))
+        pooled.store.close()  # type: ignore[attr-defined]
+        third = pg("acquire", other, "--no-wait", "--request-timeout", "20s")
+        assert third.returncode == 3, (taken, third.stdout, third.stderr)
+    finally:
+        server.stop()
+
+
+def _set_fsync(server: PostgresServer, value: str) -> None:
+    """Set the server's fsync (a reload), and wait until new sessions see it."""
+    server.sql(f"ALTER SYSTEM SET fsync = {value}")
+    server.sql("SELECT pg_reload_conf()")
+    deadline = time.monotonic() + 10
+    while server.sql("SHOW fsync") != [(value,)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.sql("SHOW fsync") == [(value,)]
+
+
+def test_a_server_without_fsync_is_refused_before_anything_is_granted(lock_name: str):
+    """A server run with fsync=off cannot make any step durable: table-create refuses it, and
+    a table made before fsync was turned off grants nothing; one line says so."""
+    server = PostgresServer().start()
+    try:
+        pg = PgCli(server, "nofsync_" + uuid.uuid4().hex[:8])
+        _set_fsync(server, "off")
+        refused = pg("table-create")
+        assert refused.returncode == 1, refused.stderr
+        line = one_line(refused.stderr)
+        assert "fsync=off" in line and "fsync = on" in line, line
+        _set_fsync(server, "on")
+        assert pg("table-create", "-q").returncode == 0
+        _set_fsync(server, "off")
+        refused = pg("acquire", lock_name, "--no-wait")
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stdout == ""
+        line = one_line(refused.stderr)
+        assert "fsync=off" in line and "fsync = on" in line, line
+        leases = server.sql(f'SELECT count(*) FROM "{pg.table}" WHERE lease_id IS NOT NULL')
+        assert leases == [(0,)]
+    finally:
+        server.stop()
 
 
 # -- refusals: one line, the fix, exit 1 (125 for run) ---------------------------------------------

@@ -93,6 +93,13 @@ DECLARE
     v_ok boolean := false;
     v_line jsonb;
 BEGIN
+    IF p_op <> 'read' THEN
+        -- Durable before it answers: a grant a crash can undo is a second holder.
+        IF current_setting('fsync') = 'off' THEN
+            RAISE EXCEPTION 'awsflock: fsync is off on this server' USING ERRCODE = '55000';
+        END IF;
+        PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
     v_cut := v_now - CASE WHEN p ? 'now' THEN COALESCE((p->>'skew')::bigint, 0) ELSE 0 END;
     IF p_op = 'read' THEN
         SELECT * INTO h FROM {T} WHERE lock_id = p_lock AND slot = -1;

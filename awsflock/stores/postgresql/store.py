@@ -138,8 +138,7 @@ class PostgresStore(RetryingStore):
         extra: dict[str, Any] = {}
         if not _given(self.conninfo, "application_name", "PGAPPNAME"):
             extra["application_name"] = "awsflock"
-        if not _given(self.conninfo, "options", "PGOPTIONS"):
-            extra["options"] = f"-c statement_timeout={statement_ms}"
+        extra["options"] = _options(self.conninfo, statement_ms)
         conn = psycopg.connect(
             self.conninfo,
             autocommit=True,
@@ -455,6 +454,20 @@ def _given(conninfo: str, key: str, env: str) -> bool:
     from psycopg.conninfo import conninfo_to_dict
 
     return bool(conninfo_to_dict(conninfo).get(key) or os.environ.get(env))
+
+
+def _options(conninfo: str, statement_ms: int) -> str:
+    """libpq's ``options`` for the store's connection: the user's (from the URL, else
+    PGOPTIONS) between the store's, so that a ``statement_timeout`` of theirs wins and
+    ``synchronous_commit=on`` always does: every commit of this session (table-create's too)
+    is on disk before the server answers, whatever the server, database or role says."""
+    import os
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = conninfo_to_dict(conninfo).get("options") or os.environ.get("PGOPTIONS") or ""
+    parts = [f"-c statement_timeout={statement_ms}", str(given), "-c synchronous_commit=on"]
+    return " ".join(part for part in parts if part)
 
 
 def _close_quietly(conn: Any) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Callable
 from awsflock import errors
 from awsflock.protocol import LINE_LAPSE_MS
 from awsflock.stores.postgresql import schema
+from awsflock.stores.postgresql.translate import no_fsync
 
 
 def create_table(
@@ -24,6 +25,8 @@ def create_table(
     function = schema.render(schema.STEP, name, LINE_LAPSE_MS)
 
     def work(conn: Any) -> tuple[bool, bool]:
+        if conn.execute("SELECT current_setting('fsync')").fetchone()[0] == "off":
+            raise no_fsync(where)
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("awsflock:" + name,))
             comment = conn.execute(

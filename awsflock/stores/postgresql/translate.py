@@ -42,6 +42,14 @@ _TRANSIENT = {
 }
 
 
+def no_fsync(where: str) -> errors.ConfigurationError:
+    """The refusal of a server that runs with ``fsync=off``."""
+    return errors.ConfigurationError(
+        f"{where} runs with fsync=off: a lease it grants would not survive a crash",
+        hint="set fsync = on in the server's postgresql.conf and reload it",
+    )
+
+
 @dataclass
 class Translated:
     error: errors.AwsflockError
@@ -82,6 +90,8 @@ def translate(
             hint="point --store at the primary, read-write server",
         )
         return Translated(err, broken=False)
+    if state == "55000" and "fsync is off" in low:
+        return Translated(no_fsync(where), broken=False)
     if state in _TRANSIENT:
         err = errors.Throttled(
             f"{where} refused {operation}: {_TRANSIENT[state]} ({text})", hint="retry"
