@@ -227,11 +227,14 @@ class Hold:
         if not release or self._lease is None or self._lease.released:
             return
         if self.lost.is_set():
-            # The lease may still be ours (lost only by our own deadline): give it back if so.
+            # The lease may still be ours (lost only by our own deadline), or a renewal still on
+            # its way may land and keep it: give it back. Once released, no renewal revives it.
             try:
                 self._lease.release()
-            except errors.AwsflockError as exc:
+            except errors.NotHeld as exc:
                 log.debug("release after loss of %r: %s", self.lock_id, exc.one_line())
+            except errors.AwsflockError as exc:
+                self._name_unreleased(exc)
             self.check()
         else:
             held = self.clock.time() - self._lease.acquired_at
@@ -243,6 +246,28 @@ class Hold:
                 self._lose(exc.message)
                 self.check()
             log.debug("held %r for %s", self.lock_id, format_seconds(held))
+
+    def _name_unreleased(self, exc: errors.AwsflockError) -> None:
+        """Say, with what frees it, that a lease declared lost could not be released: a renewal
+        sent before the loss may still land and keep the lock held for up to a lease."""
+        lease = self.lease
+        log.warning(
+            "could not release %r after losing it (%s): a renewal still on its way may keep it "
+            "held for up to %s after it lands, under LEASE_ID %s: free it with "
+            "`awsflock release %s %s`",
+            self.lock_id,
+            exc.one_line(),
+            format_seconds(self.lease_s),
+            lease.lease_id,
+            self.lock_id,
+            lease.lease_id,
+            extra={
+                "event": "release_failed",
+                "lock_id": self.lock_id,
+                "lease_id": lease.lease_id,
+                "slot": lease.slot,
+            },
+        )
 
     def __enter__(self) -> Hold:
         return self.start()

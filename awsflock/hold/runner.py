@@ -348,5 +348,14 @@ def _release_quietly(hold: Hold) -> bool:
         log.error("%s", exc.one_line(), extra={"event": "lost", "lock_id": hold.lock_id})
         return False
     except errors.AwsflockError as exc:
-        log.warning("could not release %r: %s", hold.lock_id, exc.one_line())
+        log.warning(
+            "could not release %r (%s): it stays held until its lease ends, under LEASE_ID %s: "
+            "free it sooner with `awsflock release %s %s`",
+            hold.lock_id,
+            exc.one_line(),
+            hold.lease_id,
+            hold.lock_id,
+            hold.lease_id,
+            extra={"event": "release_failed", "lock_id": hold.lock_id, "lease_id": hold.lease_id},
+        )
     return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -170,6 +171,13 @@ def test_lost_lease_stops_the_child_with_124_before_anyone_else_can_take_it(
     # Stopped before the lease expired, so well before another host could take it (+ skew).
     assert child_stopped < expires
     assert proxy.faults["throttle"] >= 2  # renewal was retried before giving up
+    # Its release failed too (throttled): a renewal may still land, so what frees the lock is
+    # named (third review: it used to be silent), and it works.
+    named = re.search(rf"`awsflock release {lock_name} ([0-9a-f-]+)`", err)
+    assert named, err
+    freed = awsflock("release", lock_name, named.group(1))
+    assert freed.returncode == 0, freed.stderr
+    assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
 
 
 def test_child_that_ignores_term_is_killed_after_kill_after(
