@@ -172,3 +172,49 @@ def test_status_of_a_free_pool_shows_its_line(store_and_run):
     result = run("status", "gpus", "--slots", "2")
     assert result.exit_code == 3
     assert "1 waiting (--fair)" in result.stdout and "1. ana" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("env_url", "args", "refused"),
+    [
+        ("dynamodb://t1?region=eu-west-1", ["--region", "us-east-1"], "--region us-east-1"),
+        ("dynamodb://t1?endpoint_url=http://a:1", ["--endpoint-url", "http://b:2"], "--endpoint"),
+        ("dynamodb://t1?profile=p1", ["--profile", "p2"], "--profile p2"),
+        ("dynamodb://t1", ["--tablename", "t2"], "--tablename t2"),
+        ("postgresql://h/db?table=x", ["--tablename", "y"], "--tablename y"),
+        ("postgresql://h/db", ["--endpoint-url", "http://b:2"], "--endpoint-url"),
+    ],
+)
+def test_a_store_url_from_the_environment_never_overrides_the_command_line(
+    monkeypatch, env_url, args, refused
+):
+    """Third review: AWSFLOCK_STORE's region and endpoint silently won over --region and
+    --endpoint-url given on the command line. A contradiction is refused with one line that
+    names both places (exit 2, nothing done)."""
+    monkeypatch.setattr(Common, "table", lambda *_a, **_k: pytest.fail("a table was made"))
+    result = CliRunner(env={"AWSFLOCK_STORE": env_url}).invoke(
+        cli, ["status", "x", *args], catch_exceptions=False
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert refused in line and "AWSFLOCK_STORE" in line, line
+
+
+def test_the_command_line_fills_in_what_the_store_url_leaves_out(monkeypatch):
+    seen: list[Common] = []
+
+    def table(self: Common, owner: str | None = None) -> LockTable:
+        seen.append(self)
+        return LockTable(store=MemoryStore())
+
+    monkeypatch.setattr(Common, "table", table)
+    env = {"AWSFLOCK_STORE": "dynamodb://t1", "AWS_REGION": "ap-south-1"}
+    result = CliRunner(env=env).invoke(
+        cli, ["status", "x", "--region", "us-east-1", "--endpoint-url", "http://b:2"]
+    )
+    assert result.exit_code == 3, result.output  # x: free
+    assert (seen[0].tablename, seen[0].region, seen[0].endpoint_url) == (
+        "t1",
+        "us-east-1",
+        "http://b:2",
+    )

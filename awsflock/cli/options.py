@@ -225,11 +225,24 @@ def _named_store(
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
 
+    # Where the URL came from, for the refusals: a URL in the environment never silently
+    # overrides what the command line says.
+    source = "--store" if given("store") else "AWSFLOCK_STORE"
     if named.table and given("tablename") and tablename != named.table:
         raise errors.UsageError(
-            f"--tablename {tablename} and the store URL's table {named.table} disagree",
+            f"--tablename {tablename} and the table of {source} ({named.table}) disagree",
             hint="name the table in one place",
         )
+    if named.kind == "dynamodb":
+        said = {"region": region, "profile": profile, "endpoint_url": endpoint_url}
+        for name, value in said.items():
+            own = getattr(named, name)
+            if own and given(name) and value != own:
+                option = "--" + name.replace("_", "-")
+                raise errors.UsageError(
+                    f"{option} {value} and the {name} of {source} ({own}) disagree",
+                    hint=f"drop {option}, or the {name} from {source}",
+                )
     if named.kind == "postgresql":
         aws = [
             f"--{n.replace('_', '-')}" for n in ("region", "profile", "endpoint_url") if given(n)
@@ -237,8 +250,8 @@ def _named_store(
         if aws:
             raise errors.UsageError(
                 f"{', '.join(aws)} {'apply' if len(aws) > 1 else 'applies'} to DynamoDB, and "
-                "--store names a PostgreSQL database",
-                hint=f"drop {', '.join(aws)}",
+                f"{source} names a PostgreSQL database",
+                hint=f"drop {', '.join(aws)}" + ("" if source == "--store" else f" or {source}"),
             )
         if given("skew"):
             raise errors.UsageError(
