@@ -99,11 +99,6 @@ class Waiter:
     since_ms: int
     seen_ms: int
 
-    def lapsed(self, now: float, skew: float) -> bool:
-        """Not polled for the lapse bound plus the skew window by a clock reading ``now`` (what
-        the store's line-clear condition, ``status`` and busy messages go by)."""
-        return self.seen_ms < (now - skew) * 1000 - LINE_LAPSE_MS
-
     def describe(self) -> str:
         """'owner (host h, pid p, CI URL)', for a waiter's stderr and ``status``."""
         who = self.identity
@@ -123,9 +118,24 @@ class Line:
     next_number: int = 0
     waiters: tuple[Waiter, ...] = ()
     polled_ms: int | None = None
+    #: The reader's clock less the clock the places' times were written by, in ms: 0 where
+    #: waiters write their own clock (DynamoDB), the server's offset on a store that times the
+    #: line by its own clock (PostgreSQL). The places keep the store's values (a drop must
+    #: name a place's ``seen_ms`` exactly); what is shown goes by ``at``.
+    shift_ms: int = 0
 
     def find(self, ticket: str) -> Waiter | None:
         return next((w for w in self.waiters if w.ticket == ticket), None)
+
+    def at(self, ms: int) -> float:
+        """A place's time (``since_ms``, ``seen_ms``) as epoch seconds by the reader's clock."""
+        return (ms + self.shift_ms) / 1000
+
+    def lapsed(self, waiter: Waiter, now: float, skew: float) -> bool:
+        """``waiter`` has not polled for the lapse bound plus the skew window by the reader's
+        clock reading ``now`` (what the store's line-clear condition, ``status`` and busy
+        messages go by)."""
+        return waiter.seen_ms + self.shift_ms < (now - skew) * 1000 - LINE_LAPSE_MS
 
 
 NO_LINE = Line()

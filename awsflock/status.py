@@ -67,12 +67,14 @@ def view(
 
 
 def line_view(line: Line, now: float, skew: float) -> list[dict[str, Any]]:
-    """The line of fair waiters, in order (``status --json``'s ``line``). A place whose waiter
-    has not polled for the lapse bound plus the skew window, by our clock, is ``lapsed``."""
+    """The line of fair waiters, in order (``status --json``'s ``line``), its times by our
+    clock. A place whose waiter has not polled for the lapse bound plus the skew window, by our
+    clock, is ``lapsed``."""
     places = []
     for place, waiter in enumerate(line.waiters, start=1):
         who = waiter.identity
-        polled = now - waiter.seen_ms / 1000
+        polled = now - line.at(waiter.seen_ms)
+        since = line.at(waiter.since_ms)
         places.append(
             {
                 "place": place,
@@ -81,10 +83,10 @@ def line_view(line: Line, now: float, skew: float) -> list[dict[str, Any]]:
                 "pid": who.pid or None,
                 "user": who.user or None,
                 "ci_url": who.ci_url or None,
-                "waiting_since": iso_utc(waiter.since_ms / 1000),
-                "waiting_for_s": round(now - waiter.since_ms / 1000, 3),
+                "waiting_since": iso_utc(since),
+                "waiting_for_s": round(now - since, 3),
                 "last_poll_s_ago": round(polled, 3),
-                "lapsed": waiter.lapsed(now, skew),
+                "lapsed": line.lapsed(waiter, now, skew),
             }
         )
     return places

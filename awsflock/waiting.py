@@ -124,7 +124,9 @@ def _held(run: Acquisition, now: float, verb: str) -> str:
 def _live_waiters(run: Acquisition, now: float) -> int:
     """Fair waiters in line that polled lately, other than this acquire itself."""
     return sum(
-        1 for w in run.line.waiters if w.ticket != run.own_ticket and not w.lapsed(now, run.skew)
+        1
+        for w in run.line.waiters
+        if w.ticket != run.own_ticket and not run.line.lapsed(w, now, run.skew)
     )
 
 

@@ -118,6 +118,32 @@ def test_a_holders_wall_clock_stepping_back_does_not_stretch_its_lease(
         other.store.close()  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("offset", [3600.0, -3600.0])
+def test_the_lines_times_are_shown_by_the_callers_clock(
+    postgres: PostgresServer, pg_table: str, lock_name: str, offset: float
+):
+    """Third review: a place in line is timed by the server's clock, and status showed it
+    against the caller's: with a clock an hour off, a waiter that had just polled was
+    'waiting for 1h' and lapsed (or waiting for minus an hour)."""
+    from awsflock.records import Identity, Waiter
+    from awsflock.status import line_view
+
+    holder = PostgresStore(postgres.url, pg_table)
+    LockTable(store=holder).acquire(lock_name, lease=60)
+    holder.close()
+    off = PostgresStore(postgres.url, pg_table, clock=OffClock(offset))
+    try:
+        now_ms = round(off.clock.time() * 1000)
+        off.join(lock_name, Waiter("t1", 0, Identity(owner="w"), since_ms=now_ms, seen_ms=now_ms))
+        line = off.read(lock_name).line
+        (place,) = line_view(line, off.clock.time(), 0.0)
+    finally:
+        off.close()
+    assert 0 <= place["waiting_for_s"] < 30, place
+    assert 0 <= place["last_poll_s_ago"] < 30, place
+    assert not place["lapsed"], place
+
+
 def test_a_wall_clock_step_while_the_take_is_on_the_wire_does_not_stretch_the_lease(
     postgres: PostgresServer, pg_table: str, lock_name: str
 ):

@@ -518,7 +518,8 @@ def _record(lock_id: str, row: dict[str, Any], slots: int | None, shift: int) ->
     )
 
 
-def _line(head: dict[str, Any]) -> Line:
+def _line(head: dict[str, Any], shift: int) -> Line:
+    """The lock's line; its places' times are the server's, shown shifted by ``shift``."""
     places = head.get("line") or {}
     waiters = sorted(
         (
@@ -538,6 +539,7 @@ def _line(head: dict[str, Any]) -> Line:
         int(head.get("next_number") or 0),
         tuple(waiters),
         int(polled) if waiters and polled is not None else None,
+        shift,
     )
 
 
@@ -553,7 +555,7 @@ def _outcome(
     if head is None:
         return Outcome(applied, None, None, slot, in_doubt)
     size = head.get("slots")
-    line = _line(head)
+    line = _line(head, shift)
     lock = dataclasses.replace(_record(lock_id, head, size, shift), line=line)
     if size is None:
         return Outcome(applied, lock, None, slot, in_doubt, line)
