@@ -130,3 +130,13 @@ def test_a_pipe_reader_that_is_not_the_callers_shell_is_not_followed():
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
     followed, shell = out.stdout.split()
     assert followed == shell, (out.stdout, out.stderr)
+
+
+def test_a_wrapper_is_passed_over_when_our_output_goes_to_a_file(tmp_path):
+    # `timeout 60 awsflock acquire ... --keep-alive > FILE`: nobody reads our output, and our
+    # parent is `timeout`, which exits with us: the script's shell is followed.
+    code = "from awsflock.hold import keepalive; print(keepalive.default_follow())"
+    out = tmp_path / "followed"
+    script = f'timeout 20 {sys.executable} -c "{code}" > {out}; echo $$'
+    shell = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert out.read_text().strip() == shell.stdout.strip(), shell.stderr

@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -84,11 +84,13 @@ def acquire(
     the holder with a failed conditional write).
     """
     keep_alive = keep_alive or while_pid is not None
-    follow = 0
+    follow, follow_started = 0, ""
     if keep_alive:
         from awsflock.hold import keepalive
 
         follow = while_pid or keepalive.default_follow()
+        # Read now, before the wait: a pid that is recycled meanwhile is not the one followed.
+        follow_started = keepalive.start_time(follow)
         if not keepalive.alive(follow):
             raise errors.UsageError(
                 f"there is no process {follow} to keep the lease alive for",
@@ -114,39 +116,67 @@ def acquire(
         keepalive.sweep()
     table = common.table(owner)
     wait = 0.0 if no_wait else wait_time
-    try:
-        with _stopped_by_signals() as (cancel, received):
-            try:
-                lease = table.acquire(
-                    lock_id, lease=lease_duration, wait=wait, slots=slots, fair=fair, cancel=cancel
-                )
-            except errors.Cancelled:
-                signum = received[0] if received else signal.SIGTERM
-                logs.say(
-                    f"interrupted by signal {signum} while waiting for {lock_id!r}; nothing is "
-                    "held" + (" and the place in line was given up" if fair else ""),
-                    level="warning",
-                    label="warning",
-                    event="interrupted",
-                    lock_id=lock_id,
-                    exit_code=128 + signum,
-                )
-                raise click.exceptions.Exit(128 + signum) from None
-    except errors.LockBusy as exc:
-        if not common.quiet:
-            logs.say(
-                exc.one_line(),
-                level="warning",
-                event="busy",
-                lock_id=lock_id,
-                owner=exc.holder.owner if exc.holder is not None else None,
-                exit_code=conflict_exit_code,
-                error=type(exc).__name__,
+    # From the wait until the LEASE_ID is printed, TERM, INT and HUP are recorded: a signal
+    # ends the wait cleanly, and one that comes with the grant gives the lease back (or, once
+    # the LEASE_ID is out, names it), never leaving a lease held that nobody was told of.
+    with _stopped_by_signals(signal.SIGINT) as (cancel, received):
+        try:
+            lease = table.acquire(
+                lock_id, lease=lease_duration, wait=wait, slots=slots, fair=fair, cancel=cancel
             )
-        raise click.exceptions.Exit(conflict_exit_code) from None
-    if keep_alive:
-        _keep_alive(common, table, lease, follow)
-    print_lease(lease, as_json)
+        except errors.Cancelled:
+            _interrupted(
+                received,
+                lock_id,
+                f"while waiting for {lock_id!r}; nothing is held"
+                + (" and the place in line was given up" if fair else ""),
+            )
+        except errors.LockBusy as exc:
+            if not common.quiet:
+                logs.say(
+                    exc.one_line(),
+                    level="warning",
+                    event="busy",
+                    lock_id=lock_id,
+                    owner=exc.holder.owner if exc.holder is not None else None,
+                    exit_code=conflict_exit_code,
+                    error=type(exc).__name__,
+                )
+            raise click.exceptions.Exit(conflict_exit_code) from None
+        if received:
+            _give_back(table, lease)
+            _interrupted(received, lock_id, f"just after {lock_id!r} was granted; gave it back")
+        if keep_alive:
+            try:
+                _keep_alive(common, table, lease, follow, follow_started, cancel)
+            except errors.Cancelled:
+                _interrupted(
+                    received,
+                    lock_id,
+                    f"while the keep-alive renewer of {lock_id!r} started; gave the lease back",
+                )
+        print_lease(lease, as_json)
+        if received and keep_alive:  # after the LEASE_ID is out: kept alive for the script
+            _interrupted(
+                received,
+                lock_id,
+                f"after {lock_id!r} was granted and its LEASE_ID printed; it is kept alive for "
+                f"pid {follow}: free it with `awsflock release {lock_id} {lease.lease_id}`",
+            )
+
+
+def _interrupted(received: list[int], lock_id: str, what: str) -> NoReturn:
+    """Say that signal ``received[0]`` (TERM if none) interrupted ``what``; exit 128 + it."""
+    signum = received[0] if received else signal.SIGTERM
+    logs.say(
+        f"interrupted by signal {signum} {what}",
+        level="warning",
+        label="warning",
+        event="interrupted",
+        lock_id=lock_id,
+        exit_code=128 + signum,
+    )
+    raise click.exceptions.Exit(128 + signum)
 
 
 #: The default lease of ``acquire --keep-alive``: short, since it is renewed.
@@ -155,29 +185,62 @@ KEEP_ALIVE_LEASE = 60.0
 KEEP_ALIVE_MIN = 3.0
 
 
-def _keep_alive(common: Common, table: Any, lease: Any, follow: int) -> None:
-    """Start the renewer of a lease just taken; if it cannot start, give the lease back."""
+def _keep_alive(
+    common: Common,
+    table: Any,
+    lease: Any,
+    follow: int,
+    follow_started: str,
+    cancel: threading.Event,
+) -> None:
+    """Start the renewer of a lease just taken. If the followed process is gone, the renewer
+    cannot start, or a signal comes first, the lease is given back, and named if that fails."""
     from awsflock.hold import keepalive
 
     try:
+        if not keepalive.alive(follow, follow_started):
+            raise errors.AwsflockError(
+                f"process {follow}, for which the lease was to be kept alive, exited while "
+                f"waiting for {lease.lock_id!r}; the lease was given back",
+                hint="give --while-pid a process that runs until the lock is released",
+            )
         keepalive.spawn(
-            common.store_options(),
+            [*common.store_options(), "--log-format", common.log_format],
             lease.lock_id,
             lease.lease_id,
             lease.lease_duration,
             follow,
+            follow_started,
             common.request_timeout,
             env=common.store_env(),
+            cancel=cancel,
         )
-    except errors.AwsflockError:
-        with contextlib.suppress(errors.AwsflockError):
-            table.release_lease(lease.lock_id, lease.lease_id)
+    except (errors.AwsflockError, KeyboardInterrupt):
+        _give_back(table, lease)
         raise
+
+
+def _give_back(table: Any, lease: Any) -> None:
+    """Release a lease no LEASE_ID was printed for; if that fails, name it and what frees it
+    (one line), so that no lease is left held that nobody knows of."""
+    try:
+        table.release_lease(lease.lock_id, lease.lease_id)
+    except errors.NotHeld:
+        return
+    except errors.AwsflockError as exc:
+        logs.say(
+            f"could not give back the lease on {lease.lock_id!r} ({exc.one_line()}): it is held "
+            f"until its lease ends, under LEASE_ID {lease.lease_id}: free it with "
+            f"`awsflock release {lease.lock_id} {lease.lease_id}`",
+            level="warning",
+            label="warning",
+            event="release_failed",
+            lock_id=lease.lock_id,
+        )
 
 
 @cli.command("keep-alive", context_settings=CONTEXT, hidden=True)
 @click.argument("lock_id", metavar="LOCK_ID")
-@click.argument("lease_id", metavar="LEASE_ID")
 @common_options
 @lease_option("1 minute", "Lease length; renewed every third of it.")
 @click.option("--while-pid", type=click.IntRange(1), required=True, metavar="PID")
@@ -185,24 +248,52 @@ def _keep_alive(common: Common, table: Any, lease: Any, follow: int) -> None:
 def keep_alive_command(
     common: Common,
     lock_id: str,
-    lease_id: str,
     lease_duration: float,
     while_pid: int,
     while_pid_start: str,
 ) -> None:
-    """The renewer that `acquire --keep-alive` leaves behind (not for direct use)."""
-    from awsflock.hold.keepalive import serve
+    """The renewer that `acquire --keep-alive` leaves behind (not for direct use). Its
+    LEASE_ID comes in its environment, never on its command line."""
+    import os
 
+    from awsflock.hold.keepalive import LEASE_ENV, serve
+    from awsflock.names import check_lease_id
+
+    lease_id = os.environ.pop(LEASE_ENV, "")
+    if not lease_id:
+        raise errors.UsageError(f"no LEASE_ID in {LEASE_ENV}", hint="use acquire --keep-alive")
     started = "" if while_pid_start == "-" else while_pid_start
-    code = serve(common.table(), lock_id, lease_id, lease_duration, while_pid, started, sys.stdout)
+
+    def render(message: str) -> str:
+        return logs.render(
+            message,
+            level="warning",
+            label="warning",
+            event="lost",
+            logger="awsflock.keepalive",
+            fmt=common.log_format,
+            lock_id=lock_id,
+        )
+
+    code = serve(
+        common.table(),
+        lock_id,
+        check_lease_id(lease_id),
+        lease_duration,
+        while_pid,
+        started,
+        sys.stdout,
+        render,
+    )
     raise click.exceptions.Exit(code)
 
 
 @contextlib.contextmanager
-def _stopped_by_signals() -> Iterator[tuple[threading.Event, list[int]]]:
-    """While inside, TERM and HUP end a waiting acquire through its ``cancel`` event (as INT
-    does by KeyboardInterrupt), so that it cleans up: its attempts are released and its place
-    in line is given up, rather than the process dying with them left behind."""
+def _stopped_by_signals(*more: int) -> Iterator[tuple[threading.Event, list[int]]]:
+    """While inside, TERM and HUP (and ``more``) are recorded and set ``cancel`` rather than
+    kill us: a waiting acquire ends through it and cleans up (its attempts are released and its
+    place in line given up; INT does so by KeyboardInterrupt), and a renewer that is starting
+    is stopped and its lease given back, rather than left held with nothing printed."""
     cancel, received = threading.Event(), []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -212,7 +303,8 @@ def _stopped_by_signals() -> Iterator[tuple[threading.Event, list[int]]]:
     if threading.current_thread() is not threading.main_thread():
         yield cancel, received  # signal handlers can only be set in the main thread
         return
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    signals = (signal.SIGTERM, signal.SIGHUP, *more)
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
     try:
         yield cancel, received
     finally:

@@ -53,20 +53,29 @@ def current_format() -> str:
     return _format
 
 
-def say(
+def say(message: str, **fields: Any) -> None:
+    """Write one line to stderr: ``awsflock: [label: ]message``, or one JSON object (the
+    keywords are ``render``'s: level, event, label, logger, and fields for JSON)."""
+    sys.stderr.write(render(message, **fields) + "\n")
+    sys.stderr.flush()
+
+
+def render(
     message: str,
     *,
     level: str = "info",
     event: str = "log",
     label: str = "",
     logger: str = "awsflock.cli",
+    fmt: str | None = None,
     **fields: Any,
-) -> None:
-    """Write one line to stderr: ``awsflock: [label: ]message``, or one JSON object.
+) -> str:
+    """The line ``say`` writes, in format ``fmt`` (default: the current one), without its
+    newline (for lines written elsewhere: the keep-alive renewer's to the script's stderr).
 
     ``fields`` (exit_code, error, lock_id, ...) appear in JSON only; None values are left out.
     """
-    if _format == "json":
+    if (fmt or _format) == "json":
         data: dict[str, Any] = {
             "ts": round(time.time(), 3),
             "level": level,
@@ -75,11 +84,8 @@ def say(
         }
         data.update({k: v for k, v in fields.items() if v is not None})
         data["message"] = message
-        line = json.dumps(data, default=str)
-    else:
-        line = "awsflock: " + (f"{label}: " if label else "") + message
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+        return json.dumps(data, default=str)
+    return "awsflock: " + (f"{label}: " if label else "") + message
 
 
 class JsonFormatter(logging.Formatter):

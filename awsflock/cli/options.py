@@ -56,9 +56,11 @@ class Common:
     store_url: str | None = None
 
     def store_env(self) -> dict[str, str]:
-        """What the keep-alive renewer needs in its environment (the store URL, which may hold
-        a password, is passed there rather than on a command line anyone can read)."""
-        return {"AWSFLOCK_STORE": self.store_url} if self.store_url else {}
+        """What the keep-alive renewer needs in its environment: the store URL, which may hold
+        a password, is passed there rather than on a command line anyone can read; for a
+        DynamoDB table, named by ``store_options``, an empty one, so that an AWSFLOCK_STORE
+        the caller's command line overrode does not name another store for the renewer."""
+        return {"AWSFLOCK_STORE": self.store_url or ""}
 
     def store_options(self) -> list[str]:
         """These options as command-line arguments (for ``acquire --keep-alive``'s renewer)."""

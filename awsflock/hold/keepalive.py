@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
 from awsflock.names import slot_of
@@ -100,31 +100,39 @@ def alive(pid: int, started: str = "") -> bool:
 START_UP = 10.0
 
 
+#: The environment variable that hands the renewer its LEASE_ID: on a command line every local
+#: user could read it in ``ps``; a process's environment is readable by its own user alone.
+LEASE_ENV = "AWSFLOCK_KEEP_ALIVE_LEASE_ID"
+
+
 def spawn(
     options: list[str],
     lock_id: str,
     lease_id: str,
     lease_s: float,
     follow: int,
+    follow_started: str,
     request_timeout: float,
     env: dict[str, str] | None = None,
+    cancel: threading.Event | None = None,
 ) -> int:
     """Start the renewer for a lease this process holds; its pid once it renewed the lease
     (within ``START_UP`` plus ``request_timeout``). ``options``: the store's command-line
-    options (table, endpoint, region, ...); ``env``: variables to add to its environment."""
+    options (table, endpoint, region, ...); ``env``: variables to add to its environment;
+    ``follow_started``: the followed process's start time, read before the lock was waited
+    for. ``cancel`` set (a signal) kills the renewer and raises ``Cancelled``."""
     argv = [
         sys.executable,
         "-m",
         "awsflock",
         "keep-alive",
         lock_id,
-        lease_id,
         "--lease-duration",
         f"{lease_s}s",
         "--while-pid",
         str(follow),
         "--while-pid-start",
-        start_time(follow) or "-",
+        follow_started or "-",
         *options,
     ]
     child = subprocess.Popen(
@@ -135,20 +143,25 @@ def spawn(
         close_fds=True,
         start_new_session=True,
         cwd="/",
-        env={**os.environ, **env} if env else None,
+        env={**os.environ, **(env or {}), LEASE_ENV: lease_id},
     )
     # The renewer outlives us: nobody waits for it (without this, the Popen object would warn
     # that it is still running when it is collected).
     child.returncode = 0
     assert child.stdout is not None
+    limit = START_UP + request_timeout
     with child.stdout:
-        limit = START_UP + request_timeout
-        ready, _, _ = select.select([child.stdout], [], [], limit)
+        end = time.monotonic() + limit
+        ready: list[Any] = []
+        while not ready and time.monotonic() < end:
+            if cancel is not None and cancel.is_set():
+                _kill(child.pid)
+                raise errors.Cancelled("interrupted while the keep-alive renewer started")
+            ready, _, _ = select.select([child.stdout], [], [], min(0.1, end - time.monotonic()))
         said = child.stdout.readline().decode(errors="replace").strip() if ready else ""
     if said == "ok":
         return child.pid
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(child.pid, signal.SIGKILL)
+    _kill(child.pid)
     if said.startswith("error "):
         code, _, message = said[6:].partition(" ")
         error = errors.AwsflockError(f"the keep-alive renewer could not start: {message}")
@@ -159,6 +172,11 @@ def spawn(
         + (f": {said}" if said else " (it exited at once)" if ready else f" within {limit:g}s"),
         hint="run `awsflock keep-alive --help`, or acquire without --keep-alive",
     )
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def stop(lease_id: str, lock_id: str | None = None) -> bool:
@@ -191,8 +209,10 @@ def serve(
     follow: int,
     follow_started: str,
     handshake: IO[str],
+    render: Callable[[str], str] | None = None,
 ) -> int:
-    """The renewer (see the module docstring). Returns its exit status."""
+    """The renewer (see the module docstring). Returns its exit status. ``render``: the line
+    a loss is told by, in the caller's log format."""
     stopping = threading.Event()
     renew_now = threading.Event()
     signalled: list[int] = []
@@ -208,6 +228,11 @@ def serve(
         signal.signal(sig, on_signal)
     keeper = f"host {socket.gethostname()}, pid {os.getpid()}, following pid {follow}"
     try:
+        if not alive(follow, follow_started):
+            raise errors.AwsflockError(
+                f"process {follow}, for which the lease was to be kept alive, has exited",
+                hint="give --while-pid a process that runs until the lock is released",
+            )
         hold = table.hold(lock_id, lease=lease_s)  # checks the lease can be renewed in time
         lease = table.renew_lease(lock_id, lease_id, lease=lease_s, keeper=keeper)
         hold.adopt(lease)
@@ -238,7 +263,7 @@ def serve(
             try:
                 hold.check()
             except errors.LeaseLost as lost:
-                _tell_lost(lost, follow, lock_id)
+                _tell_lost(lost, follow, lock_id, render or _plain)
                 why = f"its renewal failed ({lost.message})"
         elif signalled:
             why = f"its keep-alive renewer was stopped by signal {signalled[0]}"
@@ -280,15 +305,24 @@ def _say(handshake: IO[str], line: str) -> None:
         handshake.flush()
 
 
-def _tell_lost(lost: errors.LeaseLost, follow: int, lock_id: str) -> None:
+def _plain(message: str) -> str:
+    return f"awsflock: warning: {message}"
+
+
+def _tell_lost(
+    lost: errors.LeaseLost, follow: int, lock_id: str, render: Callable[[str], str] = _plain
+) -> None:
     """Write the loss to the followed process's stderr, if it is still there: the script cannot
     be stopped, but its log shows why its lock went away. Appended, never truncating a log."""
     why = lost.message
     if "it was released" in why:
         return  # released elsewhere (by its LEASE_ID): nothing was lost
     line = (
-        f"awsflock: warning: the lock {lock_id!r} kept alive for this process was lost ({why}); "
-        "commands that must stop when it is lost should use `awsflock run`\n"
+        render(
+            f"the lock {lock_id!r} kept alive for this process was lost ({why}); commands that "
+            "must stop when it is lost should use `awsflock run`"
+        )
+        + "\n"
     )
     flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_NOCTTY
     try:
@@ -325,21 +359,63 @@ def sweep() -> None:
             renewer_of(lease_id)
 
 
+#: Programs that run a command and end with it (``timeout 60 awsflock ...``, ``time``,
+#: ``sudo -u``, ...): never the process a lock is kept alive for, so ``default_follow`` passes
+#: over them to the script that called them. Matched on the process's name (``comm``).
+WRAPPERS = frozenset(
+    {
+        "timeout",
+        "time",
+        "nice",
+        "ionice",
+        "env",
+        "stdbuf",
+        "chrt",
+        "taskset",
+        "prlimit",
+        "numactl",
+        "setpriv",
+        "setsid",
+        "sudo",
+        "doas",
+        "su",
+        "runuser",
+        "flock",
+        "strace",
+        "ltrace",
+        "unbuffer",
+        "chronic",
+    }
+)
+
+
 def default_follow() -> int:
     """What ``acquire --keep-alive`` follows unless told: in ``LEASE_ID=$(awsflock ...)`` the
     process that reads our output, when it is one of our ancestors (then it is the script's
     shell), whatever runs in between
     (bash forks a subshell for ``$(cmd 2>/dev/null)``; ``timeout`` is a process of its own);
-    else our parent, passing over subshells (forks with their parent's command line)."""
+    else our parent, passing over subshells (forks with their parent's command line) and
+    wrappers (``WRAPPERS``: ``timeout 60 awsflock acquire ... > FILE`` keeps the lock for the
+    script, not for ``timeout``)."""
     reader = _pipe_reader(1)
     if reader is not None and reader in _ancestors():
         return reader  # not a `| cat` or `| logger` that may outlive the script, or end early
     pid = os.getppid()
     while True:
         parent = _parent(pid)
-        if parent is None or parent <= 1 or _image(pid) is None or _image(pid) != _image(parent):
+        if parent is None or parent <= 1:
+            return pid
+        if _name(pid) not in WRAPPERS and (_image(pid) is None or _image(pid) != _image(parent)):
             return pid
         pid = parent
+
+
+def _name(pid: int) -> str:
+    """The process's name (``/proc/PID/comm``, readable for every process), '' if gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _pipe_reader(fd: int) -> int | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.faultproxy import FaultProxy
 from tests.integration.conftest import BIN, Cli
 
 LEASE = 6.0
@@ -220,10 +223,12 @@ def test_release_stops_the_renewer_and_leaves_nothing(awsflock: Cli, lock_name):
     assert status(awsflock, lock_name)["state"] == "free"
 
 
-def test_a_force_release_is_told_to_the_script_and_to_its_release(awsflock: Cli, lock_name):
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_force_release_is_told_to_the_script_and_to_its_release(awsflock: Cli, lock_name, fmt):
+    acquire = f"awsflock acquire {lock_name} --keep-alive --lease-duration 6s --log-format {fmt}"
     script = shell(
         awsflock,
-        f"LEASE_ID=$(awsflock acquire {lock_name} --keep-alive --lease-duration 6s) || exit 9\n"
+        f"LEASE_ID=$({acquire}) || exit 9\n"
         # Wait while it is held (until the operator forced it), then for the renewer to notice
         # at its next renewal (every 2 s).
         f"i=0; while [ $i -lt 100 ] && awsflock status {lock_name} >/dev/null; do"
@@ -238,8 +243,14 @@ def test_a_force_release_is_told_to_the_script_and_to_its_release(awsflock: Cli,
     out, err = script.communicate(timeout=60)
     assert "release=3" in out
     assert "force-released by" in err and "stuck deploy" in err
-    # The renewer wrote the loss to the script's stderr before it went.
-    assert f"the lock '{lock_name}' kept alive for this process was lost" in err
+    # The renewer wrote the loss to the script's stderr before it went, in the acquire's log
+    # format (third review: it was text under --log-format json).
+    told = f"the lock '{lock_name}' kept alive for this process was lost"
+    if fmt == "json":
+        (lost,) = [json.loads(x) for x in err.splitlines() if x.startswith("{") and told in x]
+        assert lost["event"] == "lost" and lost["lock_id"] == lock_name, lost
+    else:
+        assert told in err
     assert gone(pid)
 
 
@@ -279,6 +290,134 @@ def test_while_pid_of_no_process_is_a_usage_error(awsflock: Cli, lock_name):
     result = awsflock("acquire", lock_name, "--while-pid", "4194303")
     assert result.returncode == 2 and result.stdout == ""
     assert "there is no process 4194303" in result.stderr
+    assert status(awsflock, lock_name)["state"] == "free"
+
+
+@pytest.mark.parametrize("wrapper", ["timeout 60", "flock {tmp}/f"])
+def test_a_wrapper_between_the_script_and_acquire_does_not_end_the_lock(
+    awsflock: Cli, lock_name, tmp_path, wrapper
+):
+    """Third review: under `timeout 60 awsflock acquire ... --keep-alive > FILE` the renewer
+    followed `timeout`, which exits with acquire, and released at once. It follows the script."""
+    lease = tmp_path / "lease"
+    wrapper = wrapper.format(tmp=tmp_path)  # each a process that waits for its command
+    script = shell(
+        awsflock,
+        f"{wrapper} awsflock acquire {lock_name} --keep-alive --lease-duration 6s > {lease}"
+        " || exit 9\n"
+        "sleep 9\n"  # past the 6 s lease: kept alive while the script runs
+        f"awsflock status {lock_name} --json\n"
+        f'awsflock release {lock_name} "$(cat {lease})"; echo release=$?\n',
+    )
+    out, err = script.communicate(timeout=60)
+    assert script.returncode == 0, err
+    during = json.loads(out.splitlines()[0])
+    assert during["state"] == "held", (during, err)
+    assert "release=0" in out, err
+
+
+def test_store_on_the_command_line_wins_over_the_environment_for_the_renewer_too(
+    server, awsflock: Cli, lock_name
+):
+    """Third review: `--store dynamodb://...` on the command line named the store for acquire,
+    but the renewer inherited AWSFLOCK_STORE (here a PostgreSQL database that does not answer)
+    and failed to start, or kept another store's lock."""
+    url = f"dynamodb://{awsflock.table}?endpoint_url={awsflock.endpoint}"
+    elsewhere = "postgresql://nobody@127.0.0.1:1/nowhere?connect_timeout=1"
+    args = ("acquire", lock_name, "--keep-alive", "--while-pid", str(os.getpid()), "--store", url)
+    result = awsflock(*args, AWSFLOCK_STORE=elsewhere)
+    assert result.returncode == 0, result.stderr
+    pid = renewer_pid(awsflock, lock_name)  # it renewed the lease on DynamoDB
+    assert awsflock("release", lock_name, result.stdout.strip()).returncode == 0
+    assert gone(pid)
+
+
+def test_a_renewer_that_cannot_start_leaves_no_unnamed_lease(server, awsflock: Cli, lock_name):
+    """Third review: when the renewer could not start, acquire gave the lease back, and if that
+    failed too it said nothing: the lease stayed held, its LEASE_ID known to nobody. Here the
+    endpoint throttles every write after the grant (the renewer's renewal, then the release)."""
+    with FaultProxy(("127.0.0.1", server.port)) as proxy:
+        proxy.plan = lambda target, n: "throttle" if target == "UpdateItem" and n > 1 else "pass"
+        via = Cli(proxy.url, awsflock.table)
+        result = via(
+            "acquire", lock_name, "--keep-alive", "--while-pid", str(os.getpid()),
+            "--request-timeout", "1s",
+        )  # fmt: skip
+    assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert "renewer could not start" in result.stderr
+    named = re.search(rf"`awsflock release {lock_name} ([0-9a-f-]+)`", result.stderr)
+    assert named, result.stderr
+    assert awsflock("release", lock_name, named.group(1)).returncode == 0
+
+
+def test_the_lease_id_is_not_on_the_renewers_command_line(awsflock: Cli, lock_name):
+    """Third review: the renewer's argv (which every local user reads in `ps`) carried the
+    LEASE_ID, enough to renew or release someone else's lock."""
+    result = awsflock("acquire", lock_name, "--keep-alive", "--while-pid", str(os.getpid()))
+    assert result.returncode == 0, result.stderr
+    lease_id = result.stdout.strip()
+    pid = renewer_pid(awsflock, lock_name)
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert lease_id.encode() not in b" ".join(argv), argv
+    assert awsflock("release", lock_name, lease_id).returncode == 0
+    assert gone(pid)
+
+
+def test_a_followed_process_gone_by_the_grant_gives_the_lease_back(awsflock: Cli, lock_name):
+    """Third review: --while-pid was checked only before the wait; a process that exited while
+    acquire waited got a LEASE_ID printed, exit 0, for a lease its renewer ended at once."""
+    held = awsflock("acquire", lock_name, "--owner", "first")
+    assert held.returncode == 0, held.stderr
+    follow = subprocess.Popen(["sleep", "60"])
+    waiting = awsflock.popen(
+        "acquire", lock_name, "--while-pid", str(follow.pid), "--wait-time", "30"
+    )
+    try:
+        time.sleep(1.0)  # it is waiting (the lock is held)
+        follow.kill()
+        follow.wait()
+        assert awsflock("release", lock_name, held.stdout.strip()).returncode == 0
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        follow.kill()
+        follow.wait()
+        waiting.kill()
+    assert waiting.returncode == 1, (out, err)
+    assert out == ""
+    assert f"process {follow.pid}" in err and "given back" in err, err
+    assert status(awsflock, lock_name)["state"] == "free"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_renewer_starts_never_leaves_an_unnamed_lease(
+    awsflock: Cli, lock_name, sig
+):
+    """Third review: TERM or INT while the renewer started killed acquire with the lease held
+    (and the renewer keeping it), and no LEASE_ID printed. Now the lease is given back, or
+    (if the signal came once it was printed) the LEASE_ID stands and the release is named."""
+    proc = awsflock.popen(
+        "acquire", lock_name, "--keep-alive", "--while-pid", str(os.getpid()), "-v"
+    )
+    assert proc.stderr is not None
+    fd, seen, deadline = proc.stderr.fileno(), b"", time.monotonic() + 30
+    # The grant is logged (-v) before the renewer starts, which takes a while (it imports
+    # the store's client): the signal falls in that window.
+    while b"acquired" not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.05)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            seen += chunk
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    err = seen.decode() + err
+    assert proc.returncode == 128 + sig, (out, err)
+    if out.strip():  # printed: kept alive, and what frees it is named
+        assert f"`awsflock release {lock_name} {out.strip()}`" in err, err
+        assert awsflock("release", lock_name, out.strip()).returncode == 0
+    else:
+        assert "gave the lease back" in err or "gave it back" in err, err
     assert status(awsflock, lock_name)["state"] == "free"
 
 
