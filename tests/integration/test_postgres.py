@@ -426,6 +426,25 @@ def test_a_server_without_fsync_is_refused_before_anything_is_granted(lock_name:
         server.stop()
 
 
+def test_an_unlogged_lock_table_is_refused_before_anything_is_granted(
+    postgres: PostgresServer, lock_name: str
+):
+    """Adversarial review of the durability fix: an UNLOGGED table (a common "tuning") is
+    emptied by crash recovery, so a grant answered before a crash was forgotten and the lock
+    granted again. The step function and table-create refuse it, naming the fix."""
+    pg = PgCli(postgres, "unlogged_" + uuid.uuid4().hex[:8])
+    assert pg("table-create", "-q").returncode == 0
+    postgres.sql(f'ALTER TABLE "{pg.table}" SET UNLOGGED')
+    for args in (("acquire", lock_name, "--no-wait"), ("table-create",)):
+        refused = pg(*args)
+        assert refused.returncode == 1 and refused.stdout == "", refused.stderr
+        line = one_line(refused.stderr)
+        assert "is not logged" in line and "SET LOGGED" in line, line
+    assert postgres.sql(f'SELECT count(*) FROM "{pg.table}" WHERE lease_id IS NOT NULL') == [(0,)]
+    postgres.sql(f'ALTER TABLE "{pg.table}" SET LOGGED')
+    assert pg("acquire", lock_name, "--no-wait").returncode == 0
+
+
 # -- refusals: one line, the fix, exit 1 (125 for run) ---------------------------------------------
 
 

@@ -98,6 +98,9 @@ BEGIN
         IF current_setting('fsync') = 'off' THEN
             RAISE EXCEPTION 'awsflock: fsync is off on this server' USING ERRCODE = '55000';
         END IF;
+        IF (SELECT relpersistence FROM pg_class WHERE oid = '{T}'::regclass) <> 'p' THEN
+            RAISE EXCEPTION 'awsflock: the lock table is not logged' USING ERRCODE = '55000';
+        END IF;
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
     v_cut := v_now - CASE WHEN p ? 'now' THEN COALESCE((p->>'skew')::bigint, 0) ELSE 0 END;

@@ -7,7 +7,7 @@ from typing import Any, Callable
 from awsflock import errors
 from awsflock.protocol import LINE_LAPSE_MS
 from awsflock.stores.postgresql import schema
-from awsflock.stores.postgresql.translate import no_fsync
+from awsflock.stores.postgresql.translate import no_fsync, not_logged
 
 
 def create_table(
@@ -34,6 +34,12 @@ def create_table(
                 (table, table),
             ).fetchone()
             exists, layout = bool(comment[0]), comment[1]
+            if exists and layout == schema.LAYOUT:
+                persistence = conn.execute(
+                    "SELECT relpersistence FROM pg_class WHERE oid = to_regclass(%s)", (table,)
+                ).fetchone()[0]
+                if persistence != "p":
+                    raise not_logged(name, where)
             if exists and layout != schema.LAYOUT:
                 columns = conn.execute(
                     "SELECT string_agg(attname, ', ' ORDER BY attnum) FROM pg_attribute"

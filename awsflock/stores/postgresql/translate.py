@@ -50,6 +50,15 @@ def no_fsync(where: str) -> errors.ConfigurationError:
     )
 
 
+def not_logged(table: str, where: str) -> errors.ConfigurationError:
+    """The refusal of a lock table that is UNLOGGED (or temporary): a crash empties it."""
+    return errors.ConfigurationError(
+        f"table {table!r} in {where} is not logged: a crash would empty it and forget the "
+        "leases it granted",
+        hint=f'make it logged: ALTER TABLE "{table}" SET LOGGED',
+    )
+
+
 @dataclass
 class Translated:
     error: errors.AwsflockError
@@ -92,6 +101,8 @@ def translate(
         return Translated(err, broken=False)
     if state == "55000" and "fsync is off" in low:
         return Translated(no_fsync(where), broken=False)
+    if state == "55000" and "table is not logged" in low:
+        return Translated(not_logged(table, where), broken=False)
     if state in _TRANSIENT:
         err = errors.Throttled(
             f"{where} refused {operation}: {_TRANSIENT[state]} ({text})", hint="retry"
