@@ -116,6 +116,18 @@ def force_release(
         raise
     if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
         after = outcome.record
+        earlier = _forced_mark(after, record.lease_id)
+        if earlier is not None:
+            # An earlier run's force-release, whose request landed after that run gave up,
+            # ended the lease: the one audit record of the lease is that force's, not voided.
+            if after is not None and after.lease_id == record.lease_id:
+                _ensure_audit(table, lock_id, slot, after, replace=True)
+            else:
+                table.store.put_audit(audit_key(record.lease_id), {**entry, "action_id": earlier})
+            raise errors.NotHeld(
+                f"{what} is not held: an earlier force-release of it took effect (audited)",
+                hint="nothing more to do",
+            )
         table.store.void_audit(audit_key(record.lease_id), action_id)
         raise errors.NotHeld(
             f"lock {lock_id!r} changed hands before the force-release "
@@ -164,13 +176,28 @@ def _entry(
     }
 
 
-def _ensure_audit(table: LockTable, lock_id: str, slot: int | None, record: LockRecord) -> None:
-    """The audit record of the force-release that ended ``record``, written if missing (from
-    what the item itself records)."""
+def _ensure_audit(
+    table: LockTable, lock_id: str, slot: int | None, record: LockRecord, replace: bool = False
+) -> None:
+    """The audit record of the force-release that ended ``record``, written if missing (or,
+    ``replace``, over another run's) from what the item itself records."""
     action_id = record.ended[len(ENDED_FORCED) :]
     at_ms = round((record.forced_at or record.expires_at) * 1000)
     entry = _entry(lock_id, slot, record, record.forced_by, record.forced_reason, at_ms, action_id)
-    table.store.put_audit(audit_key(record.lease_id), entry, replace=False)
+    table.store.put_audit(audit_key(record.lease_id), entry, replace=replace)
+
+
+def _forced_mark(record: LockRecord | None, lease_id: str) -> str | None:
+    """The action id of the force-release that ended ``lease_id``, as ``record`` (the lock's
+    current state) shows it; None if it did not end by a force-release, or is not shown."""
+    if record is None:
+        return None
+    ended = record.ended if record.lease_id == lease_id else None
+    if ended is None:
+        ended = next((e for lease, e in record.history if lease == lease_id), None)
+    if ended is None or not ended.startswith(ENDED_FORCED):
+        return None
+    return ended[len(ENDED_FORCED) :]
 
 
 def _settle_audit(table: LockTable, lease_id: str, record: LockRecord) -> None:

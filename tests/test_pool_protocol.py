@@ -97,3 +97,31 @@ def test_a_free_plain_lock_made_a_pool_goes_on_above_its_tokens(make_table, cloc
     plain.release()
     slot = make_table("b").acquire("gpus", lease=60, wait=0, slots=2)
     assert slot.fencing_token > plain.fencing_token
+
+
+def test_a_pool_made_where_the_plain_locks_item_was_deleted_goes_on_above_its_tokens(
+    make_table, clock, moto
+):
+    """Adversarial review of the fence record: the plain lock's item was deleted (TTL, or an
+    awsflock 0.2.0 release) and its tokens lived only in the fence record, which a pool's take
+    did not look at: a take made earlier (a clock behind, a pause, a late request) started the
+    slot below tokens already granted. Turning an item into a pool now checks the record."""
+    from awsflock.clock import FakeClock
+
+    ahead = make_table("a", clock=FakeClock(clock.time() + 60))
+    plain = ahead.acquire("gpus", lease=60, wait=0)
+    plain.release()
+    moto.delete_item(TableName=ahead.table_name, Key={"lock_id": {"S": "gpus"}})
+    client = CountingClient(moto)
+    slot = make_table("b", client=client).acquire("gpus", lease=60, wait=0, slots=2)
+    assert slot.fencing_token > plain.fencing_token
+    # Made a pool in a transaction with the fence record; a take of the other slot, new too,
+    # starts above the plain token the pool now keeps, without a transaction (a probe of the
+    # busy slot if it tries that first, then one request, and one more because its clock is
+    # behind that token).
+    assert client.calls["transact_write_items"] >= 1
+    before = dict(client.calls)
+    other = make_table("c", client=client).acquire("gpus", lease=60, wait=0, slots=2)
+    assert other.slot != slot.slot and other.fencing_token > plain.fencing_token
+    assert client.calls["update_item"] - before.get("update_item", 0) <= 3
+    assert client.calls["transact_write_items"] == before["transact_write_items"]

@@ -538,6 +538,46 @@ def test_a_force_release_that_did_not_take_effect_leaves_no_audit_record(make_ta
     assert audit_records(operator, "f0") == []
 
 
+@pytest.mark.parametrize("taken_after", [False, True])
+def test_a_force_release_that_lands_late_under_a_rerun_keeps_its_audit_record(
+    make_table, moto, taken_after
+):
+    """Found by the simulator after the request layer stopped sending retries past their
+    budget: a force-release gave up without an answer; the operator ran it again, and the first
+    one's request landed between the rerun's read and its write. The rerun was refused (the
+    lease had ended) and voided the lease's one audit record: a force-release applied, and no
+    record of it. (taken_after: another holder took the lock meanwhile too.)"""
+    lease = make_table("a").acquire("late-force", lease=600, wait=0)
+    first = make_table("op")
+    landed: list[Any] = []
+    real = first.store.force_release
+
+    def never_answered(*args: Any, **kwargs: Any) -> Any:
+        landed.append(lambda: real(*args, **kwargs))  # on its way: it lands later
+        error = errors.EndpointUnreachable("no answer")
+        error.maybe_applied = True
+        raise error
+
+    first.store.force_release = never_answered  # type: ignore[method-assign]
+    with pytest.raises(errors.EndpointUnreachable):
+        force_release(first, "late-force", reason="stuck", lease_id=lease.lease_id, actor="ana")
+    rerun = make_table("op")
+    put = rerun.store.put_audit
+
+    def lands_now(*args: Any, **kwargs: Any) -> Any:
+        if landed:  # the first run's request lands after the rerun read the lock
+            landed.pop()()
+            if taken_after:
+                make_table("w").acquire("late-force", lease=600, wait=0)
+        return put(*args, **kwargs)
+
+    rerun.store.put_audit = lands_now  # type: ignore[method-assign]
+    with pytest.raises(errors.NotHeld, match="earlier force-release"):
+        force_release(rerun, "late-force", reason="stuck", lease_id=lease.lease_id, actor="ana")
+    records = audit_records(make_table("op"), "late-force")
+    assert [r["lease_id"] for r in records] == [lease.lease_id]
+
+
 # -- found by the second adversarial review -------------------------------------------------------
 
 

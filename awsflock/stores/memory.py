@@ -239,6 +239,7 @@ class MemoryStore:
                 record.remove([attempt.ticket, *(t for t, _ in attempt.drop)])
             if record is None:
                 record = self._records[lock_id] = _Record()
+            becomes_pool = slot is not None and record.slots is None
             old = record.top if slot is None else record.pool.get(slot, _Lease())
             if slot is None:
                 # The token the DynamoDB store's tries settle on: one above its clock reading
@@ -248,9 +249,15 @@ class MemoryStore:
                 self._fences[lock_id] = fence
             else:
                 # A new slot starts above the plain lock's tokens, as the DynamoDB store's
-                # second try does when they are ahead of the caller's clock.
+                # second try does when they are ahead of the caller's clock. An item that
+                # becomes a pool goes above every plain token ever granted (the fence record,
+                # which outlives the item) and keeps the highest as its plain token, so that
+                # every slot made later starts above it too.
                 top = record.top.fence
                 floor = now_ms * 1000 if top is None else max(now_ms * 1000, top + 1)
+                if becomes_pool:
+                    floor = max(floor, self._fences.get(lock_id, 0) + 1)
+                    record.top.fence = floor - 1
                 fence = (floor if old.fence is None else old.fence) + 1
             expires_ms = now_ms + attempt.lease_ms
             new = _Lease(

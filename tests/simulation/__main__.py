@@ -178,11 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         "--late", type=float, help="the share of tries that land late (default 0.02)"
     )
     args = parser.parse_args(argv)
-    faults = Faults()
-    if args.late_by is not None:
-        faults.late_by = (min(0.5, args.late_by), args.late_by)
-    if args.late is not None:
-        faults.late = args.late
+    faults: Faults | None = None  # each seed's own (see run.default_faults)
+    if args.late_by is not None or args.late is not None:
+        faults = Faults()
+        if args.late_by is not None:
+            faults.late_by = (min(0.5, args.late_by), args.late_by)
+        if args.late is not None:
+            faults.late = args.late
     mutant: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if args.mutant:
         names = [name for name in MUTANTS if name.startswith(args.mutant)]

@@ -151,6 +151,11 @@ class Checker:
                 last = self.max_token.get(key)
                 if last is not None and token <= last:
                     self.fail(f"token went down or repeated on {key}: {token} after {last}")
+                plain = self.max_token.get((args[0], None)) if attempt.slot is not None else None
+                if plain is not None and token <= plain:
+                    # A pool made of a lock goes on above its plain tokens: a resource fenced
+                    # by the lock's name sees no token go down.
+                    self.fail(f"slot token {token} on {key} not above plain token {plain}")
                 self.max_token[key] = token
             self.latest[key] = (attempt.lease_id, token)
         elif operation in ("renew", "release", "force_release") and isinstance(result, Outcome):
@@ -196,6 +201,11 @@ class Checker:
                     self.fail(f"pool {name!r} shrunk to {new} over held slot {slot}")
         elif operation == "legacy_put" and result:
             self.latest[(args[0], None)] = (args[1], None)
+            # awsflock 0.2.0 writes the whole record: the leases it remembered are gone, as
+            # when it is deleted (what a release retried afterwards can still tell).
+            self.deleted(args[0])
+        elif operation == "legacy_delete" and result:
+            self.deleted(args[0])
 
     def _check_take(self, key: Key, attempt: Attempt, before: Any) -> None:
         """An applied take was allowed: the lock (slot) free by the taker's clock, the lease id

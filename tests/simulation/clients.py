@@ -28,6 +28,17 @@ if TYPE_CHECKING:
 
 PLAIN = ("L0", "L1")
 POOL = "P"
+#: Plain locks (their holders, awsflock 0.2.0's too, and TTL at work on them) that a pool
+#: acquire now and then turns into a pool: the pool must go on above every token the lock was
+#: granted, also where its record was deleted meanwhile.
+CONVERTS = ("C",)
+
+
+def plain_name(rng: Any) -> str:
+    """A plain lock's name: mostly the plain ones, now and then one that may become a pool."""
+    return rng.choice(CONVERTS) if rng.random() < 0.3 else rng.choice(PLAIN)
+
+
 SKEW = 5.0
 #: How many acquires wait in line (``fair=True``); the others poll as they always did.
 FAIR = 0.5
@@ -72,7 +83,7 @@ class Client:
 
     def worker(self) -> None:
         self.work()
-        for name in (*PLAIN, POOL):
+        for name in (*PLAIN, POOL, *CONVERTS):
             self.checker.no_phantom(self.proc, name)
 
     def work(self) -> None:
@@ -80,7 +91,9 @@ class Client:
             choice = self.rng.random()
             try:
                 if choice < 0.5:
-                    self.lease_work(self.rng.choice(PLAIN), None)
+                    self.lease_work(plain_name(self.rng), None)
+                elif choice < 0.51:
+                    self.lease_work(self.rng.choice(CONVERTS), self.shared.pool_size)
                 elif choice < 0.75:
                     self.lease_work(POOL, self.shared.pool_size)
                 elif choice < 0.8:
@@ -249,7 +262,7 @@ class Client:
             self.pause(0.0, 5.0)
             if not self.count():
                 return
-            name = self.rng.choice(PLAIN)
+            name = plain_name(self.rng)
             lease_s = self.rng.choice((5, 10, 20))
             try:
                 lease_id = self.legacy_acquire(name, lease_s)

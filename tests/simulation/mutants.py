@@ -361,6 +361,25 @@ def retry_after_any_pause() -> contextlib.AbstractContextManager[None]:
     return _patched((retrying, "still_fits", lambda when, end: True))
 
 
+def pool_ignores_the_fence_counter() -> contextlib.AbstractContextManager[None]:
+    """L. A record that becomes a pool starts its slots above the plain token its record shows,
+    not above the fencing counter that outlives it: where the record was deleted (TTL, a 0.2.0
+    release), a take that lands late starts a slot below plain tokens already granted (found
+    by the adversarial review of the fence record)."""
+    take = MemoryStore.take
+
+    def forgetful(self: MemoryStore, lock_id: str, attempt: Any) -> Any:
+        if attempt.slot is None or lock_id not in self._fences:
+            return take(self, lock_id, attempt)
+        saved = self._fences.pop(lock_id)
+        try:
+            return take(self, lock_id, attempt)
+        finally:
+            self._fences[lock_id] = max(saved, self._fences.get(lock_id, 0))
+
+    return _patched((MemoryStore, "take", forgetful))
+
+
 MUTANTS: dict[str, Patch] = {
     "1 late renew beside awsflock 0.2.0": late_renew,
     "2 one lease id per acquire": one_lease_id_per_acquire,
@@ -383,6 +402,7 @@ MUTANTS: dict[str, Patch] = {
     "I fence counter dies with its record": fence_dies_with_its_record,
     "J renew from its own reading, however old": renew_from_its_own_reading,
     "K retry after any pause in its backoff": retry_after_any_pause,
+    "L pool ignores the fencing counter": pool_ignores_the_fence_counter,
 }
 
 #: The mutants that break only the order of fair waiters: the fairness invariant must be what

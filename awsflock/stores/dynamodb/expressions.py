@@ -96,6 +96,8 @@ PLAIN_BELOW = "(attribute_not_exists(#fence) OR #fence < :floor)"
 PLAIN_NOT_POOL = "attribute_not_exists(#slots)"
 #: A pool acquire needs the pool's size to agree, or turns a free plain lock into the pool.
 POOL_SIZE_AGREES = f"(#slots = :slots OR (attribute_not_exists(#slots) AND {FREE_PLAIN}))"
+#: The item is this pool already (the one-request take of a slot).
+IS_POOL = "#slots = :slots"
 #: A slot that a pool-resize removed cannot be renewed.
 SLOT_IN_POOL = "#slots > :slot"
 
@@ -108,16 +110,18 @@ def never_granted(p: str) -> str:
     return "NOT (" + " OR ".join(f"{name} = :lease" for name in known) + ")"
 
 
-def acquire_condition(p: str, line: str = "", free: str = FREE_PLAIN) -> str:
+def acquire_condition(
+    p: str, line: str = "", free: str = FREE_PLAIN, pool: str = POOL_SIZE_AGREES
+) -> str:
     """``line``: the line's part (``LINE_CLEAR``, or ``in_line`` for a fair waiter's take);
     ``free``: for a plain lock, which free state it may take (``FREE_ENDED``, ``RECLAIM_SEEN``,
-    or, without a fence record, ``FREE_PLAIN``). A plain take carries its own token."""
+    or, without a fence record, ``FREE_PLAIN``). A plain take carries its own token. ``pool``:
+    for a slot, what the item must be (``POOL_SIZE_AGREES``: this pool, or a free plain lock
+    it turns into one; ``IS_POOL``: this pool already)."""
     if not p:
         condition = f"{free} AND {PLAIN_NOT_POOL} AND {never_granted(p)} AND {FENCE_ABOVE}"
     else:
-        condition = (
-            f"{free_slot(p)} AND {POOL_SIZE_AGREES} AND {never_granted(p)} AND {PLAIN_BELOW}"
-        )
+        condition = f"{free_slot(p)} AND {pool} AND {never_granted(p)} AND {PLAIN_BELOW}"
     return f"{condition} AND {line}" if line else condition
 
 
@@ -126,9 +130,13 @@ def acquire_update(
     holder_sets: list[str],
     holder_removes: list[str],
     line: tuple[str, str] | None = None,
+    plain_top: bool = False,
 ) -> str:
     """Write a new lease; remember the one it replaces. SET clauses read the item as it was
-    before the update (DynamoDB's rule; moto applies them in order, hence oldest first)."""
+    before the update (DynamoDB's rule; moto applies them in order, hence oldest first).
+    ``plain_top``: a slot's take that turns the item into a pool also sets the plain lock's
+    token to ``:plain_top``, the highest it was granted (its fence record's, checked in the same
+    transaction), so that every slot made later starts above it (``PLAIN_BELOW``)."""
     sets = []
     for i in range(HISTORY - 1, 0, -1):
         (lease_to, end_to), (lease_from, end_from) = history_names(i), history_names(i - 1)
@@ -152,6 +160,8 @@ def acquire_update(
         # slot's counts on from its item, which is never deleted.
         f"#{p}fence = :token" if not p else f"#{p}fence = if_not_exists(#{p}fence, :floor) + :one",
     ]
+    if p and plain_top:
+        sets.append("#fence = :plain_top")
     sets += [f"#{p}{name} = :{name}" for name in holder_sets]
     removes = [
         f"#{p}{name}" for name in ("ended", "forced_by", "forced_reason", "forced_ms", "keeper")

@@ -342,14 +342,71 @@ class DynamoDBStore(RetryingStore):
         update = expressions.acquire_update(p, sets, removes, line_sets)
         if slot is None:
             return self._take_plain(lock_id, attempt, update, line, values)
-        condition = expressions.acquire_condition(p, line)
-        outcome = self._conditional_update("acquire", lock_id, update, condition, values, slot)
-        plain = outcome.lock.fencing_token if outcome.lock is not None else None
-        if outcome.applied or plain is None or plain < values["floor"]:
-            return outcome
-        # The plain lock's tokens are ahead of our clock: a new slot starts above them.
-        values["floor"] = plain + 1
-        return self._conditional_update("acquire", lock_id, update, condition, values, slot)
+        becomes = expressions.acquire_update(p, sets, removes, line_sets, plain_top=True)
+        return self._take_slot(lock_id, attempt, (update, becomes), line, values, slot)
+
+    def _take_slot(
+        self,
+        lock_id: str,
+        attempt: Attempt,
+        updates: tuple[str, str],
+        line: str,
+        values: dict[str, Any],
+        slot: int,
+    ) -> Outcome:
+        """A pool slot's take. On an item that is a pool already, one UpdateItem: a pool's item
+        is never deleted and its plain lock's token stays as it was, so a new slot starting
+        above that token (``PLAIN_BELOW``) starts above every plain grant. An item that is not a
+        pool yet (absent, or a free plain lock) becomes one in a transaction that also checks
+        the fence record: the plain lock's tokens may live only there (its item deleted by TTL
+        or by an awsflock 0.2.0 release), and a take that lands late must not start below
+        them. A new slot starts above its plain lock's tokens: refused as too low, the take is
+        sent again above them."""
+        p = slot_prefix(slot)
+        now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
+        update, update_becomes = updates
+        pooled = expressions.acquire_condition(p, line, pool=expressions.IS_POOL)
+        becomes = expressions.acquire_condition(p, line)
+        outcome = self._conditional_update("acquire", lock_id, update, pooled, values, slot)
+        fence: int | None = None  # the fence record's token, once a transaction showed it
+        sent_floor = None  # the floor of the last transaction
+        for _ in range(3):
+            if outcome.applied:
+                return outcome
+            record = outcome.lock
+            plain = record.fencing_token if record is not None else None
+            if outcome.pool is not None:  # a pool: the slot busy, or its plain token above
+                held = outcome.pool.slots.get(slot)
+                if held is not None and not held.is_free(now, skew):
+                    return outcome
+                if plain is None or plain < values["floor"]:
+                    return outcome
+                values["floor"] = plain + 1  # a new slot starts above its plain lock's tokens
+                outcome = self._conditional_update("acquire", lock_id, update, pooled, values, slot)
+                continue
+            if record is not None and not record.is_free(now, skew):
+                return outcome  # a plain lock, held
+            # Not a pool (absent, or a free plain lock): it becomes one, above every token the
+            # plain lock was granted, its item's and its fence record's.
+            values["floor"] = max(values["floor"], (plain or 0) + 1, (fence or 0) + 1)
+            if values["floor"] == sent_floor:
+                return outcome  # refused as it stands (the line, a lease id seen before)
+            if not self._transactions:  # dynalite: the item's own token alone
+                return self._conditional_update("acquire", lock_id, update, becomes, values, slot)
+            values["token"] = values["floor"]  # the fence record must be below it
+            values["plain_top"] = values["floor"] - 1
+            answer = self._fenced_take(lock_id, update_becomes, becomes, values, slot=slot)
+            if answer is None:  # the endpoint has no transactions
+                self._transactions = False
+                continue
+            sent_floor = values["floor"]
+            outcome, fence = answer
+            if outcome.applied:  # a transaction answers nothing: read what it made
+                return dataclasses.replace(
+                    self._outcome(True, self._get_item(lock_id), lock_id, slot),
+                    in_doubt=outcome.in_doubt,
+                )
+        return outcome
 
     def _take_plain(
         self, lock_id: str, attempt: Attempt, update: str, line: str, values: dict[str, Any]
@@ -423,40 +480,48 @@ class DynamoDBStore(RetryingStore):
         return outcome
 
     def _fenced_take(
-        self, lock_id: str, update: str, condition: str, values: dict[str, Any]
+        self,
+        lock_id: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        slot: int | None = None,
     ) -> tuple[Outcome, int | None] | None:
-        """One TransactWriteItems: the lock item's take and its fence record's raise. The
-        outcome (its ``lock`` None when applied: a transaction answers nothing) and the fence
-        record's token when that refused it; None if the endpoint has no transactions."""
+        """One TransactWriteItems: the lock item's take, and the fence record's check that it
+        holds no token from ``values["token"]`` up: raised to that token for a plain take,
+        only checked for a pool slot's (``slot``; a pool's tokens are its slots'). The outcome
+        (its ``lock`` None when applied: a transaction answers nothing) and the fence record's
+        token when that refused it; None if the endpoint has no transactions."""
         from botocore.exceptions import ClientError
 
-        lock_request = _request(update, condition, values=values)
-        fence_request = _request(
-            expressions.FENCE_UPDATE,
-            expressions.FENCE_RECORD_ABOVE,
-            values={"token": values["token"], "fence_kind": KIND_FENCE},
-        )
-
+        fence_values = {"token": values["token"], "fence_kind": KIND_FENCE}
+        fence_check: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
+            "ConditionExpression": expressions.FENCE_RECORD_ABOVE,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if slot is None:
+            fence_check["UpdateExpression"] = expressions.FENCE_UPDATE
+            fence_check.update(
+                _request(
+                    expressions.FENCE_UPDATE, expressions.FENCE_RECORD_ABOVE, values=fence_values
+                )
+            )
+        else:
+            fence_check.update(_request(expressions.FENCE_RECORD_ABOVE, values=fence_values))
         items: list[Any] = [
             {
                 "Update": {
                     "TableName": self.table_name,
-                    "Key": {A_LOCK_ID: {"S": key}},
-                    "UpdateExpression": expression,
-                    "ConditionExpression": checked,
+                    "Key": {A_LOCK_ID: {"S": lock_id}},
+                    "UpdateExpression": update,
+                    "ConditionExpression": condition,
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    **request,
+                    **_request(update, condition, values=values),
                 }
-            }
-            for key, expression, checked, request in (
-                (lock_id, update, condition, lock_request),
-                (
-                    fence_key(lock_id),
-                    expressions.FENCE_UPDATE,
-                    expressions.FENCE_RECORD_ABOVE,
-                    fence_request,
-                ),
-            )
+            },
+            {"Update" if slot is None else "ConditionCheck": fence_check},
         ]
 
         def call() -> tuple[str, dict[str, Any] | None, int | None] | None:
@@ -508,7 +573,7 @@ class DynamoDBStore(RetryingStore):
         if how == "low":
             # Only the fence record refused: the lock's item would have taken it (not read).
             return Outcome(False, None, in_doubt=in_doubt), int(fence or 0)
-        outcome = self._after_update("acquire", False, item, lock_id, None)
+        outcome = self._after_update("acquire", False, item, lock_id, slot)
         fence_value = None if fence is None else int(fence)
         return (dataclasses.replace(outcome, in_doubt=True) if in_doubt else outcome), fence_value
 

@@ -161,7 +161,8 @@ BEGIN
                 lease_ms = (p->>'lease_ms')::bigint,
                 expires_ms = v_now + (p->>'lease_ms')::bigint,
                 acquired_ms = v_now,
-                fence = COALESCE(r.fence, v_now * 1000) + 1,
+                -- A new slot starts above its plain lock's tokens (rows are never deleted).
+                fence = COALESCE(r.fence, GREATEST(v_now * 1000, COALESCE(h.fence, 0))) + 1,
                 ended = '',
                 history = jsonb_path_query_array(
                     CASE WHEN r.lease_id IS NULL THEN '[]'::jsonb
