@@ -443,9 +443,16 @@ class LockTable:
         if not outcome.applied:
             verdict = _verdict(outcome, lock_id, lease_id, "release", self.clock.time())
             if outcome.lock is None and outcome.in_doubt:
-                # An earlier try of this release landed unanswered, and the ended record has
-                # since been removed (TTL): the release happened.
-                verdict = None
+                # No record, and an earlier try may have landed unanswered: this release may
+                # have ended the lease before the record was deleted, or the lease ran out and
+                # the record went by TTL or by another client's release. Which, nothing says:
+                # not "released" (its work may have run unprotected), but not held either way.
+                verdict = errors.NotHeld(
+                    f"lease {lease_id} does not hold {lock_id!r}: there is no such lock now, and "
+                    "whether this release ended the lease before its record was deleted or the "
+                    "lease ran out first cannot be told",
+                    hint="check the work done under it",
+                )
             if verdict is not None:
                 raise verdict
         event = event_fields("released", lock_id, record)
