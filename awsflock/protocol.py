@@ -49,6 +49,11 @@ from awsflock.records import (
     Waiter,
 )
 
+#: The expiry time (epoch seconds, DynamoDB's TTL attribute) of a lock record kept for good:
+#: on an endpoint without transactions, where no fence record can be kept, a plain lock's record
+#: must outlive TTL and awsflock 0.2.0 clients (9999-12-31T23:59:59Z).
+KEPT_UNTIL = 253402300799
+
 #: Keys of audit records start with this.
 AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
 #: An audit record's ``status`` once the action it describes turned out not to take effect.

@@ -466,6 +466,61 @@ def test_an_endpoint_without_transactions_takes_the_lock_item_alone(make_table, 
     assert len(transactions) == 1  # tried once, then not again
 
 
+def test_without_transactions_a_late_take_never_starts_below_an_earlier_token(
+    make_table, moto, clock
+):
+    # dynalite has no transactions, so no fence record: the lock's item alone keeps the
+    # counter. An awsflock 0.2.0 client that reclaimed it (PutItem, which drops the counter)
+    # and released it (DeleteItem) would let a take held up since before Y's grant start again
+    # below Y's token. There awsflock keeps its items for good: 0.2.0 sees them held.
+    from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
+
+    held_up: list[Any] = []
+
+    def no_transactions(hold: bool) -> Any:
+        def script(n: int, send: Any, kwargs: Any) -> Any:
+            if "TransactItems" in kwargs:
+                raise ClientError(
+                    {"Error": {"Code": "UnknownOperationException", "Message": ""}},
+                    "TransactWriteItems",
+                )
+            if hold and not held_up:  # held up in the network; the retries find it down
+                held_up.append(send)
+                raise ConnectionClosedError(endpoint_url="http://reset")
+            if hold:
+                raise EndpointConnectionError(endpoint_url="http://down")
+            return send()
+
+        return ScriptedWrites(moto, script)
+
+    with pytest.raises(errors.EndpointUnreachable):
+        make_table("x", client=no_transactions(True)).acquire("late", lease=60, wait=0)
+    clock.advance(30)
+    y = make_table("y", client=no_transactions(False)).acquire("late", lease=60, wait=0)
+    y.release()
+    clock.advance(11)
+    # awsflock 0.2.0's acquire: read, reclaim if expired more than 5 s ago, else busy.
+    key = {"lock_id": {"S": "late"}}
+    item = moto.get_item(TableName="awsflock", Key=key, ConsistentRead=True)["Item"]
+    if clock.time() - int(item["expiration_time"]["N"]) > 5:
+        moto.put_item(
+            TableName="awsflock",
+            Item={**key, "lease_id": {"S": "old"}, "expiration_time": {"N": "1"}},
+            ConditionExpression="#l = :l",
+            ExpressionAttributeNames={"#l": "lease_id"},
+            ExpressionAttributeValues={":l": item["lease_id"]},
+        )
+        moto.delete_item(TableName="awsflock", Key=key)  # and its release
+    try:
+        held_up[0]()
+    except ClientError as exc:
+        assert "ConditionalCheckFailed" in str(exc)
+    late = make_table("z").store.read("late").lock
+    assert late is not None and late.fencing_token == y.fencing_token  # refused: Y's stays
+    z = make_table("z", client=no_transactions(False)).acquire("late", lease=60, wait=0)
+    assert z.fencing_token > y.fencing_token
+
+
 def test_a_waiter_reclaims_an_expired_lease_in_one_request(make_table, moto):
     # A transaction answers nothing, so a first contact learns that a lease ran out from a
     # refusal (a second request); a waiter saw it in its last answer: each of its tries, the

@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from tests.simulation.__main__ import run_many
-from tests.simulation.mutants import MUTANTS, ORDER_ONLY
+from tests.simulation.mutants import MUTANTS, NO_TRANSACTIONS, ORDER_ONLY
 from tests.simulation.network import Faults
 from tests.test_simulation import HALF_BUDGET
 
@@ -46,6 +46,7 @@ def test_each_known_bug_put_back_is_found(name):
             budget=RARE.get(name, MUTANT_BUDGET),
             duration=None,
             store="memory",
+            transactions=name not in NO_TRANSACTIONS,
         )
     spent = sum(r.operations for r in results)
     assert failed is not None, f"{name}: not found in {spent} operations"
@@ -59,6 +60,22 @@ def test_the_dynamodb_store_on_moto_keeps_every_invariant():
         seeds=itertools.count(0), clients=6, ops=30, budget=1_500, duration=None, store="moto"
     )
     assert failed is None, f"{failed.violation}\nreplay: {failed.replay(30, 'moto')}"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("store", "budget"), [("memory", 20_000), ("moto", 800)])
+def test_without_transactions_every_invariant_holds_too(store, budget):
+    # As on dynalite: no fence records; a plain lock's record is kept for good instead.
+    _, failed = run_many(
+        seeds=itertools.count(0),
+        clients=6 if store == "moto" else 8,
+        ops=30 if store == "moto" else 60,
+        budget=budget,
+        duration=None,
+        store=store,
+        transactions=False,
+    )
+    assert failed is None, f"{failed.violation}\nreplay: {failed.replay(60, store)}"
 
 
 def test_requests_landing_up_to_a_minute_late_never_lower_a_token_or_shorten_a_lease():

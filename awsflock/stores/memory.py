@@ -32,6 +32,7 @@ from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
+    KEPT_UNTIL,
     LINE_LAPSE_MS,
     MAX_DROPS,
     Attempt,
@@ -136,6 +137,13 @@ class _Record:
     line: dict[str, Waiter] = field(default_factory=dict)
     next_number: int = 0
     polled_ms: int | None = None
+    #: Kept for good (an endpoint without transactions: see the DynamoDB store's
+    #: ``kept_until``): its expiry time is ``KEPT_UNTIL`` from its first take on.
+    kept: bool = False
+
+    def ttl(self, seconds: int) -> int:
+        """The record's expiry time for a plain lease's write (DynamoDB's TTL attribute)."""
+        return KEPT_UNTIL if self.kept else seconds
 
     def line_clear(self, now_ms: int, skew_ms: int) -> bool:
         """No live place in line: none at all, or none polled lately (by the caller's clock)."""
@@ -171,8 +179,12 @@ class MemoryStore:
         *,
         clock: Clock | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        transactions: bool = True,
     ) -> None:
         self.table_name = table_name
+        #: False: as the DynamoDB store on an endpoint without transactions (dynalite): no fence
+        #: records; a plain lock's record is kept for good once taken.
+        self.transactions = transactions
         self.clock: Clock = clock or SystemClock()
         self.request_timeout = request_timeout
         self._mutex = threading.Lock()
@@ -246,7 +258,10 @@ class MemoryStore:
                 # (x1000), or above the highest granted on the lock ever, if that is higher.
                 highest = max(self._fences.get(lock_id, 0), old.fence or 0)
                 fence = max(now_ms * 1000, highest) + 1
-                self._fences[lock_id] = fence
+                if self.transactions:
+                    self._fences[lock_id] = fence
+                else:
+                    record.kept = True
             else:
                 # A new slot starts above the plain lock's tokens, as the DynamoDB store's
                 # second try does when they are ahead of the caller's clock. An item that
@@ -266,7 +281,7 @@ class MemoryStore:
                 identity=attempt.identity,
                 lease_ms=attempt.lease_ms,
                 expires_ms=expires_ms,
-                expires_s=_seconds(expires_ms + attempt.skew_ms),
+                expires_s=record.ttl(_seconds(expires_ms + attempt.skew_ms)),
                 acquired_ms=now_ms,
                 fence=fence,
                 history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
@@ -311,7 +326,7 @@ class MemoryStore:
             lease.version = _version()
             lease.lease_ms = lease_ms
             lease.expires_ms = expires_ms
-            lease.expires_s = _seconds(expires_ms + skew_ms)
+            lease.expires_s = record.ttl(_seconds(expires_ms + skew_ms))
             if keeper is not None:
                 lease.keeper = keeper
             return self._outcome(True, lock_id, record, slot)
@@ -349,13 +364,13 @@ class MemoryStore:
         with self._mutex:
             record = self._records.get(lock_id)
             lease = self._running(record, slot, lease_id)
-            if lease is None:
+            if lease is None or record is None:
                 return self._outcome(False, lock_id, record, slot)
             lease.ended = ended
             lease.lease = lease_id
             lease.version = _version()
             lease.expires_ms = now_ms
-            lease.expires_s = _seconds(now_ms + skew_ms)
+            lease.expires_s = record.ttl(_seconds(now_ms + skew_ms))
             for name, value in (forced or {}).items():
                 setattr(lease, name, value)
             return self._outcome(True, lock_id, record, slot)

@@ -118,6 +118,22 @@ def test_a_table_made_by_the_new_tool_works_with_020(server, old_bin, awsflock: 
     )
     assert released.returncode == 3, released.stderr
     assert awsflock("release", lock_name, new_lease).returncode == 0
+    # A released lease looks expired to 0.2.0 five seconds after its end (its reclaim rule).
+    waits = ["--no-wait"] if server.name == "dynalite" else ["--wait-time", "30"]
+    after = subprocess.run(
+        [str(old_bin), "acquire", lock_name, *waits],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    if server.name == "dynalite":
+        # No transactions, so no fence record: awsflock keeps the lock's item for good (its
+        # expiration_time far ahead), and 0.2.0, which would overwrite and delete it and its
+        # fencing counter, sees it held for good.
+        assert after.returncode == 3, after.stderr
+    else:
+        assert after.returncode == 0, after.stderr
 
 
 def test_a_table_made_by_020_works_with_the_new_tool(server, old_bin, lock_name):
@@ -142,6 +158,8 @@ def test_a_table_made_by_020_works_with_the_new_tool(server, old_bin, lock_name)
 
 
 def test_mixed_fleet_never_grants_a_lock_twice(server, old_bin, awsflock: Cli, lock_name, tmp_path):
+    if server.name == "dynalite":
+        pytest.skip("no transactions: 0.2.0 never takes a lock awsflock has held (see above)")
     counter, log = tmp_path / "counter", tmp_path / "holds.jsonl"
     counter.write_text("0")
     procs = []

@@ -5,6 +5,7 @@
     scripts/simulate --duration 600                   # a long soak
     scripts/simulate --mutant "C fencing"             # put a known bug back: it must be found
     scripts/simulate --store moto                     # the DynamoDB store, on in-process moto
+    scripts/simulate --no-transactions                # as on dynalite (memory or moto)
     scripts/simulate --store postgresql               # the PostgreSQL store, on a throw-away server
 
 Exit 0 when no invariant failed, 1 with the seed, the trace and the command that replays it.
@@ -14,20 +15,39 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
+from awsflock.stores.memory import MemoryStore
 from tests.simulation.mutants import MUTANTS
 from tests.simulation.network import Faults
 from tests.simulation.run import Result, simulate
 
 
+class _NoTransactions:
+    """A DynamoDB client that, like dynalite, does not know TransactWriteItems."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def transact_write_items(self, **_kwargs: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        error = {"Error": {"Code": "UnknownOperationException", "Message": ""}}
+        raise ClientError(error, "TransactWriteItems")  # type: ignore[arg-type]
+
+
 @contextlib.contextmanager
-def moto_store() -> Iterator[Callable[[], Any]]:
-    """A factory of fresh DynamoDB stores on in-process moto (one table per simulation)."""
+def moto_store(transactions: bool = True) -> Iterator[Callable[[], Any]]:
+    """A factory of fresh DynamoDB stores on in-process moto (one table per simulation);
+    without ``transactions``, as on dynalite."""
     import itertools
     import os
 
@@ -44,7 +64,9 @@ def moto_store() -> Iterator[Callable[[], Any]]:
         numbers = itertools.count()
 
         def make() -> Any:
-            store = DynamoDBStoreWith020(f"sim{next(numbers)}", client)
+            store = DynamoDBStoreWith020(
+                f"sim{next(numbers)}", client if transactions else _NoTransactions(client)
+            )
             store.create()
             return store
 
@@ -127,21 +149,28 @@ def run_many(
     faults: Faults | None = None,
     say: Callable[[str], None] = lambda _line: None,
     pg_url: str | None = None,
+    transactions: bool = True,
 ) -> tuple[list[Result], Result | None]:
     """Simulate seed after seed until ``budget`` operations or ``duration`` seconds are spent,
     or a violation is found (returned second). ``store``: memory, moto or postgresql (on the
-    server at ``pg_url``, else on a throw-away one)."""
+    server at ``pg_url``, else on a throw-away one); without ``transactions`` (memory, moto), as
+    the DynamoDB store on an endpoint that has none (dynalite)."""
     started = time.perf_counter()
     results: list[Result] = []
     done = 0
     with contextlib.ExitStack() as stack:
         make = None
         if store == "moto":
-            make = stack.enter_context(moto_store())
+            make = stack.enter_context(moto_store(transactions))
+        elif not transactions and store == "memory":
+            make = functools.partial(MemoryStore, transactions=False)
+        elif not transactions:
+            raise ValueError(f"{store}: only memory and moto run without transactions")
         elif store == "postgresql":
             make = stack.enter_context(postgres_store(pg_url))
         for seed in seeds:
             result = simulate(seed, clients=clients, ops=ops, make_store=make, faults=faults)
+            result.flags = "" if transactions else " --no-transactions"
             results.append(result)
             done += result.operations
             if result.violation:
@@ -164,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="stop after this many operations in all")
     parser.add_argument("--duration", type=float, help="stop after this many seconds")
     parser.add_argument("--store", choices=("memory", "moto", "postgresql"), default="memory")
+    parser.add_argument(
+        "--no-transactions",
+        action="store_true",
+        help="as on an endpoint without TransactWriteItems (dynalite); memory and moto only",
+    )
     parser.add_argument(
         "--pg-url",
         default=os.environ.get(PG_URL_ENV) or None,
@@ -210,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             faults=faults,
             say=lambda line: print(line, file=sys.stderr),
             pg_url=args.pg_url,
+            transactions=not args.no_transactions,
         )
     wall = time.perf_counter() - started
     operations = sum(r.operations for r in results)

@@ -380,6 +380,15 @@ def pool_ignores_the_fence_counter() -> contextlib.AbstractContextManager[None]:
     return _patched((MemoryStore, "take", forgetful))
 
 
+def item_not_kept() -> contextlib.AbstractContextManager[None]:
+    """M. Without transactions (dynalite) there is no fence record, and a plain lock's record is
+    not kept for good: its expiry time is its lease's, so an awsflock 0.2.0 client reclaims it
+    (dropping its counter) and deletes it, and a take that lands late starts the counter again
+    below tokens granted meanwhile (found by the adversarial review on dynalite). Run with
+    ``--no-transactions`` (``NO_TRANSACTIONS``)."""
+    return _patched((_Record, "ttl", lambda _self, seconds: seconds))
+
+
 MUTANTS: dict[str, Patch] = {
     "1 late renew beside awsflock 0.2.0": late_renew,
     "2 one lease id per acquire": one_lease_id_per_acquire,
@@ -403,7 +412,11 @@ MUTANTS: dict[str, Patch] = {
     "J renew from its own reading, however old": renew_from_its_own_reading,
     "K retry after any pause in its backoff": retry_after_any_pause,
     "L pool ignores the fencing counter": pool_ignores_the_fence_counter,
+    "M no-transaction item not kept": item_not_kept,
 }
+
+#: The mutants that exist only on a store without transactions (``--no-transactions``).
+NO_TRANSACTIONS = {"M no-transaction item not kept"}
 
 #: The mutants that break only the order of fair waiters: the fairness invariant must be what
 #: finds them (its messages say "line of" the lock), not some other failure they provoke.

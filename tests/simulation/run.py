@@ -57,9 +57,14 @@ class Result:
     #: What the simulation left out on this store (``NEEDS``).
     off: list[str] = field(default_factory=list)
 
-    def replay(self, ops: int, store: str) -> str:
-        return f"scripts/simulate --seed {self.seed} --clients {self.clients} --ops {ops}" + (
-            "" if store == "memory" else f" --store {store}"
+    #: Options the run needs beyond the store's (`` --no-transactions``).
+    flags: str = ""
+
+    def replay(self, ops: int, store: str = "memory") -> str:
+        return (
+            f"scripts/simulate --seed {self.seed} --clients {self.clients} --ops {ops}"
+            + ("" if store == "memory" else f" --store {store}")
+            + self.flags
         )
 
 

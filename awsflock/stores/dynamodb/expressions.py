@@ -11,8 +11,10 @@ Values (``:name``) are filled in by the store. Every step is one conditional Upd
   written only if it is above the item's ``fence`` and above the lock's *fence record*, an item
   of its own that no TTL and no 0.2.0 client ever deletes, updated in the same transaction
   (``FENCE_ABOVE``): so a take that lands late, after the lock's item was deleted, cannot start
-  the counter again below tokens granted meanwhile. The take without a fence record (endpoints
-  without transactions) frees the item as before; a pool slot's counter goes up by one
+  the counter again below tokens granted meanwhile. Without transactions (dynalite) there is
+  no fence record: the take checks the item's ``fence`` alone and sets ``kept_until``, after
+  which no write of ours gives the item an ``expiration_time`` that TTL or a 0.2.0 client
+  would act on (``ttl``), so the item and its counter stay; a pool slot's counter goes up by one
   (``if_not_exists(fence, floor) + 1``): a pool's item is never deleted.
 - **renew** needs the lease to be ours, not ended, and not yet run out by the caller's clock
   (a renew never revives an expired lease), and its clock reading to be no older than the one
@@ -35,6 +37,18 @@ from __future__ import annotations
 from awsflock.protocol import Drops
 from awsflock.stores.dynamodb.items import HISTORY, NUMBER, POLLED, history_names
 from awsflock.stores.dynamodb.items import PLACE as W
+
+
+def ttl(p: str = "") -> str:
+    """The SET clause of a lease's ``expiration_time``: ``:ttl``, unless the item is kept for
+    good (``kept_until``, an endpoint without transactions). A pool's item has none."""
+    if p:
+        return f"#{p}expiration_time = :ttl"
+    return "#expiration_time = if_not_exists(#kept_until, :ttl)"
+
+
+#: A take on an endpoint without transactions: the item is kept from now on.
+KEPT = "#expiration_time = :kept_until, #kept_until = :kept_until"
 
 
 def owned(p: str = "") -> str:
@@ -131,12 +145,14 @@ def acquire_update(
     holder_removes: list[str],
     line: tuple[str, str] | None = None,
     plain_top: bool = False,
+    kept: bool = False,
 ) -> str:
     """Write a new lease; remember the one it replaces. SET clauses read the item as it was
     before the update (DynamoDB's rule; moto applies them in order, hence oldest first).
     ``plain_top``: a slot's take that turns the item into a pool also sets the plain lock's
     token to ``:plain_top``, the highest it was granted (its fence record's, checked in the same
-    transaction), so that every slot made later starts above it (``PLAIN_BELOW``)."""
+    transaction), so that every slot made later starts above it (``PLAIN_BELOW``). ``kept``: a
+    plain take without transactions, which keeps the item for good (``KEPT``)."""
     sets = []
     for i in range(HISTORY - 1, 0, -1):
         (lease_to, end_to), (lease_from, end_from) = history_names(i), history_names(i - 1)
@@ -152,7 +168,7 @@ def acquire_update(
         f"#{p}lease_id = :version",
         f"#{p}owner = :owner",
         f"#{p}lease_duration = :lease_duration",
-        f"#{p}expiration_time = :ttl",
+        KEPT if kept and not p else ttl(p),
         f"#{p}expires_ms = :expires_ms",
         f"#{p}acquired_ms = :now_ms",
         f"#{p}renewed_ms = :now_ms",
@@ -188,7 +204,7 @@ def renew_update(p: str, keeper: bool = False) -> str:
     """``keeper``: also record who keeps the lease alive (a grant removes it)."""
     return (
         f"SET #{p}lease = :lease, #{p}lease_id = :version, #{p}lease_duration = :lease_duration,"
-        f" #{p}expiration_time = :ttl, #{p}expires_ms = :expires_ms, #{p}renewed_ms = :now_ms"
+        f" {ttl(p)}, #{p}expires_ms = :expires_ms, #{p}renewed_ms = :now_ms"
         + (f", #{p}keeper = :keeper" if keeper else "")
     )
 
@@ -202,7 +218,7 @@ def release_condition(p: str) -> str:
 def release_update(p: str) -> str:
     return (
         f"SET #{p}ended = :ended, #{p}lease = :lease, #{p}lease_id = :version,"
-        f" #{p}expires_ms = :now_ms, #{p}expiration_time = :ttl"
+        f" #{p}expires_ms = :now_ms, {ttl(p)}"
     )
 
 

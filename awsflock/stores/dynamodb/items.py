@@ -9,6 +9,7 @@ reads and writes; the others are ours, and a 0.2.0 client that overwrites an ite
   (releases) a lease. We write a fresh random value there on every write, never the LEASE_ID,
   so a 0.2.0 client that read the item before any of our writes cannot then overwrite it (its
   condition no longer holds), and can never delete an item of ours. A pool's item has none.
+- ``kept_until``: only on an endpoint without transactions; see ``A_KEPT_UNTIL``.
 - ``ended``: how the current lease ended: ``released`` by its holder or ``forced:ID`` by an
   operator; absent while it runs (or after it expired).
 - ``h0_lease``/``h0_end`` ... ``h2_*``: the last three leases and how each ended, shifted on
@@ -57,6 +58,11 @@ A_FORCED_REASON = "forced_reason"
 A_FORCED_MS = "forced_ms"
 A_KIND = "kind"  # on awsflock's own items: "audit", "fence"
 KIND_FENCE = "fence"
+#: On an endpoint without transactions (dynalite), where no fence record can be kept, a plain
+#: lock's item is kept for good: its first take there sets ``expiration_time`` and this to
+#: ``protocol.KEPT_UNTIL``, and every later write keeps that, so neither TTL nor an awsflock
+#: 0.2.0 client (which would overwrite and delete the item, its counter with it) sees it expire.
+A_KEPT_UNTIL = "kept_until"
 A_KEEPER = "keeper"  # who keeps the lease alive (acquire --keep-alive): "host H, pid P, ..."
 A_LINE_NEXT = "qn"
 A_LINE_LEN = "qlen"

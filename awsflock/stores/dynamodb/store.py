@@ -28,6 +28,7 @@ from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
+    KEPT_UNTIL,
     LINE_LAPSE_MS,
     MAX_DROPS,
     Attempt,
@@ -341,7 +342,9 @@ class DynamoDBStore(RetryingStore):
         p = slot_prefix(slot)
         update = expressions.acquire_update(p, sets, removes, line_sets)
         if slot is None:
-            return self._take_plain(lock_id, attempt, update, line, values)
+            kept = expressions.acquire_update(p, sets, removes, line_sets, kept=True)
+            values["kept_until"] = KEPT_UNTIL
+            return self._take_plain(lock_id, attempt, (update, kept), line, values)
         becomes = expressions.acquire_update(p, sets, removes, line_sets, plain_top=True)
         return self._take_slot(lock_id, attempt, (update, becomes), line, values, slot)
 
@@ -391,10 +394,12 @@ class DynamoDBStore(RetryingStore):
             values["floor"] = max(values["floor"], (plain or 0) + 1, (fence or 0) + 1)
             if values["floor"] == sent_floor:
                 return outcome  # refused as it stands (the line, a lease id seen before)
-            if not self._transactions:  # dynalite: the item's own token alone
-                return self._conditional_update("acquire", lock_id, update, becomes, values, slot)
-            values["token"] = values["floor"]  # the fence record must be below it
             values["plain_top"] = values["floor"] - 1
+            if not self._transactions:  # dynalite: the item's own token alone
+                return self._conditional_update(
+                    "acquire", lock_id, update_becomes, becomes, values, slot
+                )
+            values["token"] = values["floor"]  # the fence record must be below it
             answer = self._fenced_take(lock_id, update_becomes, becomes, values, slot=slot)
             if answer is None:  # the endpoint has no transactions
                 self._transactions = False
@@ -409,13 +414,21 @@ class DynamoDBStore(RetryingStore):
         return outcome
 
     def _take_plain(
-        self, lock_id: str, attempt: Attempt, update: str, line: str, values: dict[str, Any]
+        self,
+        lock_id: str,
+        attempt: Attempt,
+        updates: tuple[str, str],
+        line: str,
+        values: dict[str, Any],
     ) -> Outcome:
         """A plain lock's take: its token chosen here and checked against the lock's item and
         its fence record in one transaction (see ``expressions``). Two more requests at most:
         one when the last token granted is ahead of ours (a clock behind the last holder's),
-        one to reclaim a lease that ran out, which a first try cannot see."""
+        one to reclaim a lease that ran out, which a first try cannot see. ``updates``: the
+        take's, and the same keeping the item for good, for an endpoint without transactions
+        (no fence record there: the item must outlive TTL and 0.2.0 clients)."""
         now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
+        update, kept = updates
 
         def reclaimable(record: LockRecord | None) -> bool:
             """A lease that ran out (not ended) on an item of a known version."""
@@ -442,7 +455,7 @@ class DynamoDBStore(RetryingStore):
             condition = expressions.acquire_condition("", line, free)
             if not self._transactions:
                 outcome = self._conditional_update(
-                    "acquire", lock_id, update, condition, values, None
+                    "acquire", lock_id, kept, condition, values, None
                 )
                 fence = None
             else:
