@@ -138,8 +138,7 @@ class LockTable:
         request_timeout: float | None = None,
     ) -> None:
         self.clock: Clock = clock or (store.clock if store is not None else SystemClock())
-        skew_free = store is not None and getattr(store, "skew_free", False)
-        if skew_free and store is not None and self.clock is not store.clock:
+        if store is not None and store.skew_free and self.clock is not store.clock:
             # Its answers are put on the store's clock: a table on another would misread them.
             raise errors.UsageError(
                 "the table's clock differs from its store's, whose clock times its answers",
@@ -161,25 +160,22 @@ class LockTable:
                     hint="set them on the store itself, or pass them without store=",
                 )
         if store is None:
-            from awsflock.stores.dynamodb import DynamoDBStore
+            from awsflock.stores import kinds
 
-            store = DynamoDBStore(
+            settings = kinds.Settings(
                 table_name,
-                client,
-                region=region,
-                profile=profile,
-                endpoint_url=endpoint_url,
-                request_timeout=DEFAULT_REQUEST_TIMEOUT
-                if request_timeout is None
-                else request_timeout,
+                DEFAULT_REQUEST_TIMEOUT if request_timeout is None else request_timeout,
+                {"region": region, "profile": profile, "endpoint_url": endpoint_url},
                 clock=self.clock,
+                extra={"client": client} if client is not None else {},
             )
+            store = kinds.DEFAULT.open(kinds.default(), settings)
         self.store: LockStore = store
         self.table_name = store.table_name
         self.rng = rng or random.Random()
         # A store whose leases are timed by one clock of its own (PostgreSQL's server) needs
         # no window for the skew between holders' clocks.
-        self.skew = 0.0 if getattr(store, "skew_free", False) else skew_seconds(skew)
+        self.skew = 0.0 if store.skew_free else skew_seconds(skew)
         self.identity = identity or Identity.of_this_process(owner)
 
     @classmethod
@@ -337,7 +333,7 @@ class LockTable:
             held.lock_id, held.lease_id, lease=held.lease_duration if lease is None else lease
         )
         to_mono = fresh.to_mono
-        if not getattr(self.store, "skew_free", False) and held.to_mono:
+        if not self.store.skew_free and held.to_mono:
             # On a store that writes ends from our wall clock, a step of it back since the
             # lease began makes others see the renewed end earlier by the step: never count
             # on the end as this host's stepped clock wrote it (found by an adversarial review).

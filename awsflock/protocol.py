@@ -135,6 +135,15 @@ class LockStore(Protocol):
     #: The clock budgets are measured by (``monotonic``) and retries wait on (``sleep``).
     clock: Clock
 
+    @property
+    def skew_free(self) -> bool:
+        """Whose clock times the leases: False, the callers' (each step carries the caller's
+        ``now_ms``, and an expired lease is taken only a skew window after its end); True,
+        one clock of the store's own (a database server's), so no skew window applies, the
+        steps ignore ``skew_ms``, and answers come back in the caller's clock. Declared by
+        the store's kind as well (``kinds.Kind.no_skew``)."""
+        ...
+
     def where(self) -> str:
         """Where the store is, for messages ("DynamoDB at http://...")."""
         ...

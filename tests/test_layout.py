@@ -1,5 +1,6 @@
-"""The package's shape, checked: no import cycles, DynamoDB only in its own sub-package, a
-docstring in every room, every sub-package shipped."""
+"""The package's shape, checked: no import cycles, DynamoDB only in its own sub-package, no
+backend reached but through the store registry, a docstring in every room, every sub-package
+shipped."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "awsflock"
 DYNAMODB = "awsflock.stores.dynamodb"
-#: Who outside the DynamoDB sub-package may import it: the public names, the convenience
-#: constructor, and the CLI's DynamoDB-only commands (dev-server, iam-policy).
-DYNAMODB_USERS = {"awsflock", "awsflock.lease", "awsflock.cli.setup"}
+#: Who outside the DynamoDB sub-package may import it: the public names (``DynamoDBStore``,
+#: ``fenced_update``), and ``LockTable``'s ``client=`` type (under TYPE_CHECKING only).
+#: Everything else opens stores through the registry (``stores.kinds``).
+DYNAMODB_USERS = {"awsflock", "awsflock.lease"}
+#: The modules of ``awsflock.stores`` that are not a backend.
+NOT_BACKENDS = {"awsflock.stores", "awsflock.stores.kinds", "awsflock.stores.retrying"}
 
 
 def _modules() -> dict[str, Path]:
@@ -104,6 +108,36 @@ def test_only_the_named_modules_reach_into_the_dynamodb_store():
             continue
         inside = {m for m in GRAPH[name] if m.startswith(DYNAMODB)}
         assert not inside, f"{name} imports {inside}"
+
+
+def _backends_reached(graph: dict[str, set[str]], under: str) -> dict[str, set[str]]:
+    """The modules under ``under`` that import a backend (anything in ``awsflock.stores`` but
+    the registry and the request layer), and what they import."""
+    found = {}
+    for name, imported in graph.items():
+        if name == under or name.startswith(under + "."):
+            backends = {
+                m for m in imported if m.startswith("awsflock.stores.") and m not in NOT_BACKENDS
+            }
+            if backends:
+                found[name] = backends
+    return found
+
+
+def test_the_cli_imports_no_backend_package():
+    # Stores are chosen and opened through the registry alone (``awsflock.stores.kinds``).
+    assert _backends_reached(GRAPH, "awsflock.cli") == {}
+
+
+def test_the_cli_rule_finds_a_planted_violation(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        '"""Planted."""\n\ndef f():\n    from awsflock.stores.postgresql import schema\n'
+    )
+    graph = {**GRAPH, "awsflock.cli.planted": _imports("awsflock.cli.planted", planted)}
+    assert _backends_reached(graph, "awsflock.cli") == {
+        "awsflock.cli.planted": {"awsflock.stores.postgresql.schema"}
+    }
 
 
 def test_the_lease_logic_speaks_only_to_the_store_interface():

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
 from awsflock import durations, errors
+from awsflock.stores import kinds
+
+if TYPE_CHECKING:
+    from awsflock.lease import LockTable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,51 +56,41 @@ class Common:
     debug: bool
     skew: float
     request_timeout: float = 5.0
-    #: ``--store``'s PostgreSQL URL (None: the DynamoDB store, named by the other options).
-    store_url: str | None = None
+    #: The store ``--store`` (or ``AWSFLOCK_STORE``) names; without one, the default kind.
+    named: kinds.Named = field(default_factory=kinds.default)
+
+    @property
+    def kind(self) -> kinds.Kind:
+        return kinds.get(self.named.kind)
+
+    def location(self) -> dict[str, str | None]:
+        return {"region": self.region, "profile": self.profile, "endpoint_url": self.endpoint_url}
 
     def store_env(self) -> dict[str, str]:
         """What the keep-alive renewer needs in its environment: the store URL, which may hold
-        a password, is passed there rather than on a command line anyone can read; for a
-        DynamoDB table, named by ``store_options``, an empty one, so that an AWSFLOCK_STORE
-        the caller's command line overrode does not name another store for the renewer."""
-        return {"AWSFLOCK_STORE": self.store_url or ""}
+        a password, is passed there rather than on a command line anyone can read (empty
+        without one, so that an AWSFLOCK_STORE the caller's command line overrode does not
+        name another store for the renewer)."""
+        return {"AWSFLOCK_STORE": self.named.url}
 
     def store_options(self) -> list[str]:
-        """These options as command-line arguments (for ``acquire --keep-alive``'s renewer)."""
+        """These options as command-line arguments (for ``acquire --keep-alive``'s renewer):
+        those that apply to the store's kind."""
         argv = ["--tablename", self.tablename, "--request-timeout", f"{self.request_timeout}s"]
-        if self.store_url:
-            return argv
-        argv += ["--skew", f"{self.skew}s"]
-        for name, value in (
-            ("--region", self.region),
-            ("--profile", self.profile),
-            ("--endpoint-url", self.endpoint_url),
-        ):
-            if value:
-                argv += [name, value]
+        if not self.kind.no_skew:
+            argv += ["--skew", f"{self.skew}s"]
+        for name, value in self.location().items():
+            if value and name in self.kind.location:
+                argv += ["--" + name.replace("_", "-"), value]
         return argv
 
-    def table(self, owner: str | None = None) -> Any:
+    def table(self, owner: str | None = None) -> LockTable:
         """The LockTable these options name (the import of the library happens here)."""
         from awsflock.lease import LockTable
 
-        if self.store_url:
-            from awsflock.stores.postgresql import PostgresStore
-
-            store = PostgresStore(
-                self.store_url, self.tablename, request_timeout=self.request_timeout
-            )
-            return LockTable(store=store, skew=self.skew, owner=owner)
-        return LockTable(
-            self.tablename,
-            region=self.region,
-            profile=self.profile,
-            endpoint_url=self.endpoint_url,
-            skew=self.skew,
-            owner=owner,
-            request_timeout=self.request_timeout,
-        )
+        settings = kinds.Settings(self.tablename, self.request_timeout, self.location())
+        store = self.kind.open(self.named, settings)
+        return LockTable(store=store, skew=self.skew, owner=owner)
 
 
 #: Set by the --debug option so the top-level error handler knows whether to show tracebacks.
@@ -116,9 +110,8 @@ def common_options(func: F) -> F:
         "--store",
         envvar="AWSFLOCK_STORE",
         metavar="URL",
-        help="Where the locks live: postgresql://USER@HOST:5432/DB?table=NAME, or "
-        "dynamodb://TABLE?region=REGION (default: DynamoDB, named by the options below) "
-        "[env AWSFLOCK_STORE].",
+        help=f"Where the locks live: {kinds.forms()} (default: "
+        f"{kinds.DEFAULT.title.split()[0]}, named by the options below) [env AWSFLOCK_STORE].",
     )
     @click.option(
         "--tablename",
@@ -189,12 +182,13 @@ def common_options(func: F) -> F:
         from awsflock.cli import logs
 
         named = _named_store(store, tablename, region, profile, endpoint_url)
+        own = named.settings
         common = Common(
             tablename=named.table or tablename,
-            region=named.region or region or None,
-            profile=named.profile or profile or None,
-            endpoint_url=named.endpoint_url or endpoint_url or None,
-            store_url=named.url if named.kind == "postgresql" else None,
+            region=own.get("region") or region or None,
+            profile=own.get("profile") or profile or None,
+            endpoint_url=own.get("endpoint_url") or endpoint_url or None,
+            named=named,
             verbose=max(verbose, 2) if debug else verbose,
             quiet=quiet,
             log_format=log_format,
@@ -214,14 +208,13 @@ def _named_store(
     region: str | None,
     profile: str | None,
     endpoint_url: str | None,
-) -> Any:
-    """The store ``--store`` names (a DynamoDB one named by the other options if none), with
-    options that cannot apply to it, or contradict it, refused."""
-    from awsflock.stores import urls
-
+) -> kinds.Named:
+    """The store ``--store`` names (the default kind, named by the other options, if none),
+    with options that do not apply to its kind, or contradict its URL, refused."""
     if not store:
-        return urls.StoreURL("dynamodb", "")
-    named = urls.parse(store)
+        return kinds.default()
+    named = kinds.parse(store)
+    kind = kinds.get(named.kind)
     ctx = click.get_current_context()
 
     def given(name: str) -> bool:
@@ -235,32 +228,29 @@ def _named_store(
             f"--tablename {tablename} and the table of {source} ({named.table}) disagree",
             hint="name the table in one place",
         )
-    if named.kind == "dynamodb":
-        said = {"region": region, "profile": profile, "endpoint_url": endpoint_url}
-        for name, value in said.items():
-            own = getattr(named, name)
-            if own and given(name) and value != own:
-                option = "--" + name.replace("_", "-")
-                raise errors.UsageError(
-                    f"{option} {value} and the {name} of {source} ({own}) disagree",
-                    hint=f"drop {option}, or the {name} from {source}",
-                )
-    if named.kind == "postgresql":
-        aws = [
-            f"--{n.replace('_', '-')}" for n in ("region", "profile", "endpoint_url") if given(n)
-        ]
-        if aws:
+    said = {"region": region, "profile": profile, "endpoint_url": endpoint_url}
+    for name, value in said.items():
+        own = named.settings.get(name)
+        if own and given(name) and value != own:
+            option = "--" + name.replace("_", "-")
             raise errors.UsageError(
-                f"{', '.join(aws)} {'apply' if len(aws) > 1 else 'applies'} to DynamoDB, and "
-                f"{source} names a PostgreSQL database",
-                hint=f"drop {', '.join(aws)}" + ("" if source == "--store" else f" or {source}"),
+                f"{option} {value} and the {name} of {source} ({own}) disagree",
+                hint=f"drop {option}, or the {name} from {source}",
             )
-        if given("skew"):
-            raise errors.UsageError(
-                "--skew does not apply to the PostgreSQL store: its leases are timed by the "
-                "database server's clock alone, so no clock-skew window is needed",
-                hint="drop --skew",
-            )
+    foreign = [n for n in kinds.LOCATION_OPTIONS if given(n) and n not in kind.location]
+    if foreign:
+        options = [f"--{n.replace('_', '-')}" for n in foreign]
+        owners = sorted({kinds.applies_to(n) for n in foreign})
+        raise errors.UsageError(
+            f"{', '.join(options)} {'apply' if len(options) > 1 else 'applies'} to "
+            f"{' and '.join(owners)}, and {source} names a {kind.title}",
+            hint=f"drop {', '.join(options)}" + ("" if source == "--store" else f" or {source}"),
+        )
+    if kind.no_skew and given("skew"):
+        raise errors.UsageError(
+            f"--skew does not apply to the {kind.title.split()[0]} store: {kind.no_skew}",
+            hint="drop --skew",
+        )
     return named
 
 

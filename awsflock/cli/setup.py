@@ -15,6 +15,7 @@ from awsflock.cli.options import (
     Common,
     common_options,
 )
+from awsflock.stores import kinds
 
 
 @cli.command("table-create", context_settings=CONTEXT)
@@ -66,10 +67,10 @@ def table_create(
             f"{named} only {verb} to provisioned billing, and the table would be on-demand",
             hint=f"add --billing-mode provisioned, or drop {named}",
         )
-    if common.store_url and (mode == "PROVISIONED" or given):
+    if "billing_mode" not in common.kind.create_options and (mode == "PROVISIONED" or given):
         raise errors.UsageError(
             "--billing-mode and the capacity options apply to DynamoDB, and --store names a "
-            "PostgreSQL database",
+            f"{common.kind.title}",
             hint="drop them",
         )
     table = common.table()
@@ -112,9 +113,8 @@ def iam_policy_command(tablename: str, read_only: bool, region: str, account: st
 
     The "AwsflockTableSetup" statement is only for whoever runs table-create.
     """
-    from awsflock.stores.dynamodb.iam import iam_policy
-
-    click.echo(iam_policy(tablename, read_only=read_only, region=region, account=account))
+    policy = kinds.with_command("iam-policy").command("iam-policy")
+    click.echo(policy(tablename, read_only=read_only, region=region, account=account))
 
 
 @cli.command("grants", context_settings=CONTEXT)
@@ -130,17 +130,16 @@ def grants_command(tablename: str, store: str | None, role: str, read_only: bool
     The counterpart of iam-policy for the PostgreSQL store: run them as the table's owner
     (whoever ran table-create), e.g. `awsflock grants --role app | psql "$URL"`.
     """
-    from awsflock.stores import urls
-    from awsflock.stores.postgresql import schema
-
+    kind = kinds.with_command("grants")
     if store:
-        named = urls.parse(store)
-        if named.kind != "postgresql":
+        named = kinds.parse(store)
+        if named.kind != kind.name:
             raise errors.UsageError(
-                "grants is for the PostgreSQL store", hint="for DynamoDB, run `awsflock iam-policy`"
+                f"grants is for the {kind.title.split()[0]} store",
+                hint="for DynamoDB, run `awsflock iam-policy`",
             )
         tablename = named.table or tablename
-    click.echo(schema.grants(schema.check_name(tablename), role, read_only=read_only))
+    click.echo(kind.command("grants")(tablename, role, read_only=read_only))
 
 
 @cli.command("dev-server", context_settings=CONTEXT)
@@ -159,7 +158,7 @@ def dev_server(port: int, quiet: bool) -> None:
     pointed at a loopback endpoint need no AWS credentials or region. Needs the
     'local' extra: pip install 'awsflock[local]'.
     """
-    from awsflock.stores.dynamodb.devserver import serve
+    serve = kinds.with_command("dev-server").command("dev-server")
 
     def ready(url: str) -> None:
         click.echo(f"export AWSFLOCK_ENDPOINT_URL={url}")

@@ -173,6 +173,9 @@ class MemoryStore:
     times from the caller, as every store's do.
     """
 
+    #: Leases are timed by the callers' clocks (see ``LockStore.skew_free``).
+    skew_free = False
+
     def __init__(
         self,
         table_name: str = "memory",

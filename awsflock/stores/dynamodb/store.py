@@ -119,6 +119,9 @@ def new_version() -> str:
 class DynamoDBStore(RetryingStore):
     """A lock table in DynamoDB (a ``LockStore``). Builds its botocore client on first use."""
 
+    #: Leases are timed by the callers' clocks (see ``LockStore.skew_free``).
+    skew_free = False
+
     def __init__(
         self,
         table_name: str,

@@ -47,7 +47,6 @@ from awsflock.records import (
 from awsflock.stores.postgresql import schema
 from awsflock.stores.postgresql.translate import translate
 from awsflock.stores.retrying import RetryingStore
-from awsflock.stores.urls import split_postgresql
 
 _T = TypeVar("_T")
 #: Real time a try is given beyond its timeout before it is given up.
@@ -73,7 +72,7 @@ class PostgresStore(RetryingStore):
         clock: Clock | None = None,
         server_time: bool = True,
     ) -> None:
-        self.conninfo, url_table = split_postgresql(url)
+        self.conninfo, url_table = schema.split_url(url)
         name = schema.check_name(url_table or table_name or "awsflock")
         self.table_name = name
         self.request_timeout = request_timeout

@@ -1,0 +1,170 @@
+"""The store kinds: the one front door through which the CLI, ``LockTable``, the keep-alive
+renewer and the tests choose and open a store.
+
+A store is named by a URL (``--store``, ``AWSFLOCK_STORE``) or, with none, is the default kind
+(DynamoDB) named by the command-line options. Each backend is one ``Kind`` in ``KINDS``: its URL
+schemes, the ``pip`` extra it needs, which of the shared command-line options apply to it (and
+why the others do not), and the module of its sub-package that parses its URLs, opens its
+store and runs its own commands (``iam-policy``, ``dev-server``, ``grants``). That module is
+imported only when a store of that kind is used, so the CLI never imports a backend package
+and no command pays for a backend it does not use.
+
+Adding a backend: its sub-package with a ``kind`` module (``parse``, ``open``), one ``Kind``
+line below, its extra in ``pyproject.toml``, a conformance subclass and a server fixture (see
+the README, "Writing a store").
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
+from urllib.parse import urlsplit
+
+from awsflock import errors
+
+if TYPE_CHECKING:
+    from awsflock.clock import Clock
+    from awsflock.protocol import LockStore
+
+#: The shared command-line options that describe where a store is, beyond its table name.
+LOCATION_OPTIONS = ("region", "profile", "endpoint_url")
+
+
+@dataclass(frozen=True)
+class Named:
+    """A store as a URL (or, ``url`` empty, as the options alone) names it: its kind, the
+    table it names (None: not named) and the kind's own settings from the URL (for DynamoDB
+    ``region``, ``endpoint_url``, ``profile``)."""
+
+    kind: str
+    url: str = ""
+    table: str | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the caller says besides the URL: the table name, the request timeout, the kind's
+    location options (``LOCATION_OPTIONS``, None where not given), the clock, and objects
+    only a library caller passes (``extra``: a DynamoDB ``client``)."""
+
+    table: str
+    request_timeout: float
+    location: Mapping[str, str | None] = field(default_factory=dict)
+    clock: Clock | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One backend."""
+
+    #: Its name (a ``Named.kind``), and what messages call a place of it.
+    name: str
+    title: str
+    #: The URL schemes that name it, and the URL form shown in help and errors.
+    schemes: tuple[str, ...]
+    form: str
+    #: The module (in its sub-package) with ``parse(url) -> Named``, ``open(named, settings)
+    #: -> LockStore`` and its commands; the ``pip`` extra it needs (None: always there).
+    module: str
+    extra: str | None
+    #: Which ``LOCATION_OPTIONS`` apply to it.
+    location: tuple[str, ...] = ()
+    #: Why ``--skew`` does not apply ("": it does; the store's leases are timed by its callers'
+    #: clocks). Must agree with its stores' ``skew_free``.
+    no_skew: str = ""
+    #: ``table-create`` options beyond the table's name that apply to it.
+    create_options: tuple[str, ...] = ()
+    #: Its own commands: command name -> function name in ``module``.
+    commands: Mapping[str, str] = field(default_factory=dict)
+
+    def hooks(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+    def parse(self, url: str) -> Named:
+        named: Named = self.hooks().parse(url)
+        return named
+
+    def open(self, named: Named, settings: Settings) -> LockStore:
+        """The store ``named`` and ``settings`` describe (the URL's parts win; the caller has
+        refused contradictions before)."""
+        store: LockStore = self.hooks().open(named, settings)
+        return store
+
+    def command(self, name: str) -> Callable[..., Any]:
+        """The function behind one of the kind's own commands."""
+        function: Callable[..., Any] = getattr(self.hooks(), self.commands[name])
+        return function
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind(
+        name="dynamodb",
+        title="DynamoDB table",
+        schemes=("dynamodb",),
+        form="dynamodb://TABLE?region=REGION",
+        module="awsflock.stores.dynamodb.kind",
+        extra=None,
+        location=LOCATION_OPTIONS,
+        create_options=("billing_mode", "capacity"),
+        commands={"iam-policy": "iam_policy", "dev-server": "dev_server"},
+    ),
+    Kind(
+        name="postgresql",
+        title="PostgreSQL database",
+        schemes=("postgresql", "postgres"),
+        form="postgresql://USER@HOST:5432/DB?table=NAME",
+        module="awsflock.stores.postgresql.kind",
+        extra="postgres",
+        no_skew="its leases are timed by the database server's clock alone, so no clock-skew "
+        "window is needed",
+        commands={"grants": "grants"},
+    ),
+)
+
+#: The kind used when no URL names one.
+DEFAULT = KINDS[0]
+
+
+def get(name: str) -> Kind:
+    for kind in KINDS:
+        if kind.name == name:
+            return kind
+    raise KeyError(name)
+
+
+def with_command(command: str) -> Kind:
+    """The kind that has ``command`` among its own."""
+    return next(kind for kind in KINDS if command in kind.commands)
+
+
+def forms() -> str:
+    return " or ".join(kind.form for kind in KINDS)
+
+
+def parse(url: str) -> Named:
+    """``url`` as the store it names; a UsageError (exit 2) naming the forms if none."""
+    text = url.strip()
+    try:
+        scheme = urlsplit(text).scheme.lower()
+    except ValueError as exc:
+        raise errors.UsageError(f"bad store URL {url!r} ({exc})", hint=f"use {forms()}") from None
+    for kind in KINDS:
+        if scheme in kind.schemes:
+            return kind.parse(text)
+    shown = f"{scheme}://" if scheme else repr(url)
+    raise errors.UsageError(f"unknown store {shown}", hint=f"use {forms()}")
+
+
+def default() -> Named:
+    """The default kind, named by the options alone."""
+    return Named(DEFAULT.name)
+
+
+def applies_to(option: str) -> str:
+    """The titles of the kinds a location option applies to, for messages ("DynamoDB")."""
+    return ", ".join(k.title.split()[0] for k in KINDS if option in k.location)

@@ -1,0 +1,30 @@
+"""The PostgreSQL store's entry in the store registry (``awsflock.stores.kinds``): its URLs
+(``postgresql://user@host:5432/db?table=NAME`` or ``postgres://``, a libpq URL, so libpq's
+environment fills in what it leaves out; ``table`` is awsflock's own parameter), how it is
+opened, and its own command (``grants``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from awsflock.stores.kinds import Named, Settings
+from awsflock.stores.postgresql import schema
+
+if TYPE_CHECKING:
+    from awsflock.stores.postgresql.store import PostgresStore
+
+
+def parse(url: str) -> Named:
+    return Named("postgresql", url, table=schema.split_url(url)[1])
+
+
+def open(named: Named, settings: Settings) -> PostgresStore:
+    from awsflock.stores.postgresql.store import PostgresStore
+
+    return PostgresStore(
+        named.url, settings.table, request_timeout=settings.request_timeout, clock=settings.clock
+    )
+
+
+def grants(table: str, role: str, *, read_only: bool) -> str:
+    return schema.grants(schema.check_name(table), role, read_only=read_only)
