@@ -184,6 +184,7 @@ class DynamoDBLocal(Server):
         ]
 
 
+#: The DynamoDB-compatible servers, by name.
 SERVERS = {"moto": MotoServer, "dynalite": Dynalite, "dynamodb_local": DynamoDBLocal}
 
 
@@ -306,3 +307,11 @@ class PostgresServer(Server):
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+#: Every store kind's test servers (``awsflock.stores.kinds``), by kind: the integration suite
+#: runs over all of them. A new store kind adds its line here.
+KIND_SERVERS: dict[str, dict[str, type[Server]]] = {
+    "dynamodb": dict(SERVERS),
+    "postgresql": {"postgresql": PostgresServer},
+}

@@ -8,32 +8,66 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
+from awsflock.stores import kinds
 from tests.faultproxy import FaultProxy
-from tests.servers import NO_AWS_FILES, SERVERS, PostgresServer, Server, local_client
+from tests.servers import (
+    KIND_SERVERS,
+    NO_AWS_FILES,
+    SERVERS,
+    PostgresServer,
+    Server,
+    local_client,
+)
 
 BIN = Path(sys.executable).parent / "awsflock"
 
 
-#: The PostgreSQL store's server, as a value of the ``server`` fixture.
-PG = "postgresql"
-#: Fixtures that only make sense on DynamoDB (its endpoint, raw client, HTTP fault proxy, ...):
-#: a test that asks for one itself runs on the DynamoDB servers only.
-DYNAMODB_ONLY = {"server", "raw_client", "proxy", "moto_server", "big_table", "old_bin", "foreign"}
+#: A capability a test may need beyond the lock steps every store has, and whether a store
+#: kind has it. A test says what it needs with ``@pytest.mark.needs(NAME, reason)`` (on the
+#: test, or as a module's ``pytestmark``), or by asking for a fixture of ``FIXTURE_NEEDS``; it
+#: then runs on the servers of the kinds that have it, and on every server otherwise.
+CAPABILITIES: dict[str, Callable[[kinds.Kind], bool]] = {
+    # Leases timed by the callers' clocks, reclaimed a skew window after their end.
+    "skew_window": lambda kind: not kind.no_skew,
+    # An endpoint URL (--endpoint-url) that names where the store is.
+    "endpoint": lambda kind: "endpoint_url" in kind.location,
+    # The server speaks DynamoDB's API: its HTTP fault proxy, a raw client, awsflock 0.2.0.
+    "dynamodb_api": lambda kind: kind.name == "dynamodb",
+}
+#: Fixtures that need a capability: a test that asks for one runs where it is.
+FIXTURE_NEEDS = {
+    name: "dynamodb_api"
+    for name in ("server", "raw_client", "proxy", "moto_server", "big_table", "old_bin", "foreign")
+}
+#: Each server of the ``server`` fixture: its store kind.
+KIND_OF = {name: kind for kind, servers in KIND_SERVERS.items() for name in servers}
+
+
+def needs(item: pytest.Item) -> set[str]:
+    """The capabilities ``item`` needs."""
+    found = {str(mark.args[0]) for mark in item.iter_markers("needs")}
+    fixtures = set(item._fixtureinfo.argnames)  # type: ignore[attr-defined]
+    found |= {FIXTURE_NEEDS[name] for name in fixtures & set(FIXTURE_NEEDS)}
+    unknown = found - set(CAPABILITIES)
+    assert not unknown, f"{item.nodeid}: unknown capability {unknown}"
+    return found
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Integration tests run on every DynamoDB server; those of a module that says
-    ``ON_POSTGRESQL = True`` also on PostgreSQL, unless they need a DynamoDB-only fixture or
-    are marked ``dynamodb_only`` (with the reason)."""
+    """Integration tests run on every server of every store kind, except where they need a
+    capability its kind does not have (``needs``)."""
     keep, off = [], []
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
         spec = getattr(item, "callspec", None)
-        if spec is not None and spec.params.get("server") == PG and not _on_postgresql(item):
+        name = spec.params.get("server") if spec is not None else None
+        kind = kinds.get(KIND_OF[name]) if name in KIND_OF else None
+        if kind is not None and not all(CAPABILITIES[c](kind) for c in needs(item)):
             off.append(item)
         else:
             keep.append(item)
@@ -42,23 +76,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-def _on_postgresql(item: pytest.Item) -> bool:
-    module = getattr(item, "module", None)
-    return (
-        bool(getattr(module, "ON_POSTGRESQL", False))
-        and item.get_closest_marker("dynamodb_only") is None
-        and not DYNAMODB_ONLY & set(item._fixtureinfo.argnames)  # type: ignore[attr-defined]
-    )
-
-
-@pytest.fixture(scope="session", params=[*sorted(SERVERS), PG])
+@pytest.fixture(scope="session", params=list(KIND_OF))
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    """Each integration test runs once on each server: moto, dynalite, DynamoDB Local; and
-    on PostgreSQL where its module says so (see ``pytest_collection_modifyitems``)."""
-    if request.param == PG:
+    """Each integration test runs once on each server of each store kind (``KIND_SERVERS``):
+    moto, dynalite and DynamoDB Local; PostgreSQL."""
+    if request.param == "postgresql":
         yield request.getfixturevalue("postgres")
         return
-    srv = SERVERS[request.param]().start()
+    srv = KIND_SERVERS[KIND_OF[request.param]][request.param]().start()
     try:
         yield srv
     finally:
@@ -202,7 +227,7 @@ class PgCli(Cli):
 def _no_skew(args: tuple[str, ...]) -> list[str]:
     """``args`` without ``--skew VALUE``: tests written for DynamoDB pass a short skew window
     to make reclaims quick, and the PostgreSQL store has none (it refuses the option: see
-    test_postgres.py). A test whose point is the window is marked ``dynamodb_only``."""
+    test_postgres.py). A test whose point is the window needs ``skew_window``."""
     out: list[str] = []
     words = iter(args)
     for word in words:

@@ -12,7 +12,6 @@ from tests.integration.checks import assert_never_two_holders, run_workers
 from tests.integration.conftest import BIN, Cli
 
 #: These tests run on PostgreSQL too (see conftest.py).
-ON_POSTGRESQL = True
 
 
 def one_line(text: str) -> str:
@@ -92,7 +91,7 @@ def test_wait_time_runs_out_with_exit_3(awsflock: Cli, lock_name):
     assert "gave up after 2" in one_line(result.stderr)
 
 
-@pytest.mark.dynamodb_only("PostgreSQL has no skew window: test_postgres.py reclaims at expiry")
+@pytest.mark.needs("skew_window", "test_postgres.py reclaims at expiry where there is none")
 def test_expired_lease_is_reclaimed_after_lease_plus_skew(awsflock: Cli, lock_name):
     start = time.monotonic()
     assert awsflock("acquire", lock_name, "--lease-duration", "2s").returncode == 0

@@ -14,6 +14,7 @@ from tests.conformance.suite import StoreConformance
 from tests.servers import PostgresServer, Server, local_client
 
 
+@pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
 class TestDynamoDBStoreOnServers(StoreConformance):
     @pytest.fixture
     def store(self, server: Server, shared_table: str) -> DynamoDBStore:

@@ -25,7 +25,6 @@ from awsflock.waiting import POLL_INTERVAL, POLL_JITTER
 from tests.integration.conftest import BIN, Cli
 
 #: These tests run on PostgreSQL too (see conftest.py).
-ON_POSTGRESQL = True
 
 #: Arrivals of fair waiters are at least this far apart.
 SPACING = 1.0
@@ -392,7 +391,7 @@ def test_an_acquire_stopped_by_term_or_hup_gives_up_its_place_at_once(
     release(awsflock, lock_name, first.stdout().strip())
 
 
-@pytest.mark.dynamodb_only("it writes the dead places with the DynamoDB store itself")
+@pytest.mark.needs("dynamodb_api", "it writes the dead places with the DynamoDB store itself")
 def test_a_burst_of_dead_places_does_not_stop_a_fair_waiter(awsflock: Cli, lock_name, spawn):
     # 100 places whose waiters never poll (a cancelled batch of jobs), written straight into
     # the record. A fair waiter behind them removes them a bounded number per write: a single

@@ -16,7 +16,6 @@ from tests.integration.conftest import BIN, Cli, cli_env
 from tests.servers import free_port
 
 #: These tests run on PostgreSQL too (see conftest.py).
-ON_POSTGRESQL = True
 
 JSON = ("--log-format", "json")
 FIELDS = {"ts", "level", "logger", "event", "message"}
@@ -89,7 +88,7 @@ def test_access_denied_is_json(awsflock: Cli, proxy, lock_name):
     assert "dynamodb:UpdateItem" in the_error(result, 1, "AccessDenied")["message"]
 
 
-@pytest.mark.dynamodb_only("an endpoint URL is DynamoDB's")
+@pytest.mark.needs("endpoint", "a bad endpoint URL")
 def test_a_bad_endpoint_is_json(awsflock: Cli, lock_name):
     result = awsflock(
         "acquire", lock_name, "--endpoint-url", "not-a-url", "--region", "us-east-1", *JSON,

@@ -28,7 +28,6 @@ SKEW = 5.0
 SLACK = 3.0
 
 #: These tests run on PostgreSQL too (see conftest.py).
-ON_POSTGRESQL = True
 
 
 def shell(cli: Cli, script: str, **env: str) -> subprocess.Popen[str]:

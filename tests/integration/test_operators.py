@@ -14,7 +14,6 @@ from tests.integration.checks import wait_for
 from tests.integration.conftest import BIN, Cli
 
 #: These tests run on PostgreSQL too (see conftest.py).
-ON_POSTGRESQL = True
 
 STATUS_FIELDS = {
     "lock_id",
@@ -79,7 +78,7 @@ def test_status_of_a_held_lock_names_everything(awsflock: Cli, lock_name):
     assert "lease_id" not in data
 
 
-@pytest.mark.dynamodb_only("the skew window: on PostgreSQL see test_postgres.py")
+@pytest.mark.needs("skew_window", "on PostgreSQL see test_postgres.py")
 def test_status_of_an_expired_unreclaimed_lock(awsflock: Cli, lock_name):
     awsflock("acquire", lock_name, "--lease-duration", "1s")
     time.sleep(1.3)

@@ -9,7 +9,6 @@ from tests.integration.checks import assert_pool_never_over_admitted, run_worker
 from tests.integration.conftest import BIN, Cli
 
 #: These tests run on PostgreSQL too (see conftest.py).
-ON_POSTGRESQL = True
 
 
 def acquire(cli: Cli, lock: str, *args: str) -> dict:

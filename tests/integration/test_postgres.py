@@ -2,8 +2,9 @@
 window, clients' clocks not trusted), one connection per process, statements whose answers are
 lost, a server that hangs, and every way a connection or a statement can be refused.
 
-The commands that work the same on every store run on PostgreSQL in the modules that say
-``ON_POSTGRESQL`` (run, pools, operators, fair waiting, keep-alive, JSON stderr, the CLI).
+The commands that work the same on every store run on PostgreSQL in every integration module,
+except the tests that need a capability it lacks (``needs``: a skew window, an endpoint URL,
+DynamoDB's API).
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from tests.integration.checks import wait_for
 from tests.integration.conftest import BIN, Cli
 
 #: These tests run on PostgreSQL too (see conftest.py).
-ON_POSTGRESQL = True
 
 
 @pytest.mark.parametrize("status", [0, 1, 3, 42])
