@@ -8,7 +8,9 @@ import pytest
 
 from awsflock import errors
 from awsflock.hold.heartbeat import Hold
-from awsflock.hold.runner import kill_timing
+from awsflock.renewal import POLICY
+
+kill_timing = POLICY.kill_timing
 
 # lease: (default kill-after, guard = how long before expiry the command is dead, margin)
 TIMINGS = {

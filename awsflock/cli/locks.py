@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import click
 
-from awsflock import errors
+from awsflock import errors, renewal
 from awsflock.cli import logs
 from awsflock.cli.app import CONTEXT, cli, emit, print_lease
 from awsflock.cli.options import (
@@ -42,7 +42,8 @@ PID_MAX = 4_194_304
     "--keep-alive",
     is_flag=True,
     help="Keep the lease alive in the background while the calling shell lives (a short "
-    "lease, 1 minute unless --lease-duration says otherwise, renewed every third of it), and "
+    f"lease, 1 minute unless --lease-duration says otherwise, renewed {renewal.POLICY.said}), "
+    "and "
     "release it when that shell exits. `release` stops the renewer.",
 )
 @click.option(
@@ -181,8 +182,8 @@ def _interrupted(received: list[int], lock_id: str, what: str) -> NoReturn:
 
 #: The default lease of ``acquire --keep-alive``: short, since it is renewed.
 KEEP_ALIVE_LEASE = 60.0
-#: The shortest: renewed every third of it, it must leave the heartbeat's margin (1 s).
-KEEP_ALIVE_MIN = 3.0
+#: The shortest: renewed as the policy says, it must leave the heartbeat's margin.
+KEEP_ALIVE_MIN = renewal.POLICY.shortest_lease()
 
 
 def _keep_alive(
@@ -242,7 +243,7 @@ def _give_back(table: Any, lease: Any) -> None:
 @cli.command("keep-alive", context_settings=CONTEXT, hidden=True)
 @click.argument("lock_id", metavar="LOCK_ID")
 @common_options
-@lease_option("1 minute", "Lease length; renewed every third of it.")
+@lease_option("1 minute", f"Lease length; renewed {renewal.POLICY.said}.")
 @click.option("--while-pid", type=click.IntRange(1), required=True, metavar="PID")
 @click.option("--while-pid-start", default="-", metavar="TICKS")
 def keep_alive_command(

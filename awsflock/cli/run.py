@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from awsflock import durations, errors
+from awsflock import durations, errors, renewal
 from awsflock.cli.app import CONTEXT, RunCommand, cli
 from awsflock.cli.options import (
     STATE,
@@ -23,7 +23,7 @@ from awsflock.cli.options import (
 @click.argument("lock_id", metavar="LOCK_ID")
 @click.option("-c", "shell", metavar="STRING", help="Run STRING with /bin/sh -c instead of CMD.")
 @common_options
-@lease_option("1 minute", "Lease length; renewed every third of it while CMD runs.")
+@lease_option("1 minute", f"Lease length; renewed {renewal.POLICY.said} while CMD runs.")
 @wait_options
 @owner_option
 @slots_option
@@ -64,7 +64,7 @@ def run_command(
       awsflock run --no-wait -E 0 nightly-report -- ./report.sh
       awsflock run backup -c 'pg_dump db | gzip > /backups/db.gz'
 
-    The lease (default 1 minute) is renewed every third of its length. CMD gets
+    The lease (default 1 minute) is renewed {said}. CMD gets
     AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN
     (and AWSFLOCK_SLOT with --slots).
     Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
@@ -72,7 +72,7 @@ def run_command(
     If the lease is lost (a renewal refused, or none succeeded by kill-after + G
     before expiry, G = 1s or lease/10 if shorter), CMD's group gets TERM, then
     KILL after --kill-after, so CMD is dead G before its lease ends. An explicit
-    --kill-after must satisfy kill-after + G < 2/3 of the lease, so renewal gets
+    --kill-after must satisfy kill-after + G < lease - lease/{per}, so renewal gets
     its chance first; the default (10s, or lease/5) always does.
 
     \b
@@ -103,3 +103,10 @@ def run_command(
     code = run(table, lock_id, argv, options)
     STATE["ran"] = True
     raise click.exceptions.Exit(code)
+
+
+# The help states the renewal policy's numbers (awsflock.renewal), not copies of them.
+run_command.help = (run_command.help or "").format(
+    said=f"{renewal.POLICY.said.replace(' of it', ' of its length')}",
+    per=renewal.POLICY.per_lease,
+)

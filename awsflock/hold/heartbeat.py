@@ -14,7 +14,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from awsflock import errors
+from awsflock import errors, renewal
 from awsflock.clock import Clock, start_thread
 from awsflock.durations import lease_seconds
 from awsflock.protocol import LockStore
@@ -65,11 +65,6 @@ class Leases(Protocol):
     ) -> HeldLease: ...
 
 
-def default_margin(lease: float) -> float:
-    """How long before expiry a lease with no successful renewal counts as lost."""
-    return max(1.0, lease / 6)
-
-
 class Hold:
     """A lock held while the caller works, renewed in the background.
 
@@ -99,14 +94,10 @@ class Hold:
         self.lock_id = lock_id
         self.lease_s = lease_seconds(lease)
         self.wait_s = wait
-        self.interval = renew_every if renew_every is not None else self.lease_s / 3
-        self.margin = default_margin(self.lease_s) if margin is None else margin
-        if self.margin >= self.lease_s - self.interval:
-            raise errors.UsageError(
-                f"safety margin {format_seconds(self.margin)} leaves no time to renew a "
-                f"{format_seconds(self.lease_s)} lease every {format_seconds(self.interval)}",
-                hint="use a longer lease or a shorter margin",
-            )
+        policy = renewal.POLICY
+        self.interval = renew_every if renew_every is not None else policy.interval(self.lease_s)
+        self.margin = policy.margin(self.lease_s) if margin is None else margin
+        policy.check(self.lease_s, self.margin, self.interval)
         self.on_lost = on_lost
         self.identity = identity
         self.slots = slots

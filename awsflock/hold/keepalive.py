@@ -6,15 +6,16 @@ never holds a ``$(...)`` or a CI step's output open. It renews at once, recordin
 lease's keeper (``status`` shows it), and says "ok" on a pipe the caller reads before it prints
 the LEASE_ID; then it closes that pipe too.
 
-``serve`` is the renewer: a ``Hold`` renews every third of the lease while the followed process
-lives (checked four times a second; a recycled pid is told apart by its start time). When that
-process is gone, on TERM, INT or HUP, or when the lease is lost (a renewal refused, or none got
-through before the safety deadline), it ends the lease itself, marked force-released by the
-renewer with why, so that the script's own ``renew`` and ``release`` exit 3 saying so rather
-than pretending all went well; a loss is also written to the followed process's stderr where
-it can (appended to ``/proc/PID/fd/2``): the renewer cannot stop the script. ``awsflock
-release`` releases, then stops it (USR1: exit without ending anything) through its pid file;
-``renew`` asks it to renew at once with its own length (USR2). It leaves no file behind.
+``serve`` is the renewer: a ``Hold`` renews the lease (as ``awsflock.renewal`` says) while the
+followed process lives (checked four times a second; a recycled pid is told apart by its start
+time). When that process is gone, on TERM, INT or HUP, or when the lease is lost (a renewal
+refused, or none got through before the safety deadline), it ends the lease itself, marked
+force-released by the renewer with why, so that the script's own ``renew`` and ``release`` exit
+3 saying so rather than pretending all went well; a loss is also written to the followed
+process's stderr where it can (appended to ``/proc/PID/fd/2``): the renewer cannot stop the
+script. ``awsflock release`` releases, then stops it (USR1: exit without ending anything)
+through its pid file; ``renew`` asks it to renew at once with its own length (USR2). It leaves
+no file behind.
 """
 
 from __future__ import annotations

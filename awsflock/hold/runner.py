@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import shutil
 import signal
@@ -21,7 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from awsflock import errors
+from awsflock import errors, renewal
 from awsflock.text import format_seconds
 
 if TYPE_CHECKING:
@@ -54,57 +53,11 @@ RELEASE_AFTER_LOSS = 1.5
 class RunOptions:
     lease: float = 60.0
     wait: float | None = 60.0
-    kill_after: float | None = None  # None: default_kill_after(lease)
+    kill_after: float | None = None  # None: the renewal policy's default
     conflict_exit_code: int = EXIT_NOT_ACQUIRED
     slots: int | None = None
     fair: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
-
-
-#: The longest default ``--kill-after``: time for a command to clean up after TERM.
-KILL_AFTER = 10.0
-#: The longest time the command is dead before its lease ends.
-KILL_GUARD = 1.0
-
-
-def default_kill_after(lease: float) -> float:
-    """``--kill-after`` when none is given: 10 s, or a fifth of a lease shorter than 50 s."""
-    return min(KILL_AFTER, lease / 5)
-
-
-def kill_guard(lease: float) -> float:
-    """How long before expiry the command is KILLed: 1 s, or a tenth of a lease under 10 s."""
-    return min(KILL_GUARD, lease / 10)
-
-
-def kill_timing(lease: float, kill_after: float | None = None) -> tuple[float, float]:
-    """(kill_after, safety margin) for a lease; ``None`` picks the default kill-after.
-
-    Loss is declared ``margin`` = kill_after + guard before expiry: TERM then, KILL kill_after
-    later, so the command is dead ``guard`` before its lease ends, and the skew window more
-    before another host may take the lock. Renewal runs every lease/3, so the margin must stay
-    under two thirds of the lease; the default always fits (at most 0.3 of the lease), an
-    explicit value that does not is refused.
-    """
-    guard = kill_guard(lease)
-    if kill_after is None:
-        kill_after = default_kill_after(lease)
-    if kill_after < 0:
-        raise errors.UsageError(
-            f"--kill-after must not be negative, got {format_seconds(kill_after)}",
-            hint="give e.g. '5s', or 0 to KILL right after TERM",
-        )
-    limit = lease * 2 / 3 - guard
-    if kill_after >= limit:
-        step = 1.0 if limit > 10 else 0.1  # what format_seconds shows, rounded down
-        longest = max(0.0, math.floor(limit / step - 1e-6) * step)
-        raise errors.UsageError(
-            f"--kill-after {format_seconds(kill_after)} is too long for a "
-            f"{format_seconds(lease)} lease",
-            hint=f"use at most {format_seconds(longest)} (or leave it out), or a longer "
-            "--lease-duration, so the command is dead before another host can take the lock",
-        )
-    return kill_after, kill_after + guard
 
 
 def resolve(argv: list[str]) -> str:
@@ -183,7 +136,7 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
         raise errors.UsageError(
             "no command to run", hint="give one after --, e.g. awsflock run LOCK -- make deploy"
         )
-    kill_after, margin = kill_timing(options.lease, options.kill_after)
+    kill_after, margin = renewal.POLICY.kill_timing(options.lease, options.kill_after)
     try:
         executable = resolve(argv)
     except _CommandProblem as problem:

@@ -14,8 +14,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from awsflock import acquisition, admin, lease, line
-from awsflock.hold import heartbeat
+from awsflock import acquisition, admin, lease, line, renewal
 from awsflock.stores import memory, retrying
 from awsflock.stores.memory import MemoryStore, _Lease, _Record
 
@@ -301,7 +300,7 @@ def fence_not_bumped() -> contextlib.AbstractContextManager[None]:
 def margin_backwards() -> contextlib.AbstractContextManager[None]:
     """D. The heartbeat's safety margin applied the wrong way: a hold counts its lease as kept
     for twice the skew window past its end, without a renewal."""
-    return _patched((heartbeat, "default_margin", lambda lease: -10.0))
+    return _patched((renewal.RenewalPolicy, "margin", lambda _self, lease: -10.0))
 
 
 def head_not_checked() -> contextlib.AbstractContextManager[None]:
