@@ -775,3 +775,77 @@ def test_a_bare_server_error_after_the_write_applied_leaves_no_phantom(make_tabl
     table = make_table("a", client=BadGatewayAfterWrite(moto))
     lease = table.acquire("gw", lease=3600, wait=0)
     assert make_table("b").store.read("gw").record.lease_id == lease.lease_id
+
+
+# -- the fourth review: a take's doubt is the whole step's ------------------------------------
+
+
+def _throttled(operation: str) -> Any:
+    from botocore.exceptions import ClientError
+
+    error = {"Error": {"Code": "ThrottlingException", "Message": "slow down"}}
+    return ClientError(error, operation)  # type: ignore[arg-type]
+
+
+def test_a_take_whose_early_try_may_land_is_not_dropped_when_a_later_call_fails(
+    make_table, moto, clock, caplog
+):
+    # B's lease ran out. A's first transaction is held up in the network (it may land later);
+    # its retry is refused and shows B's lease ran out, so the take sends a second transaction
+    # to reclaim it, which is throttled until the budget is spent. The first try then lands
+    # (after B's item was deleted by TTL): A must have kept that attempt unsettled, and named
+    # its LEASE_ID, not reported a failure that left the lock held by nobody it told.
+    from botocore.exceptions import ConnectionClosedError
+
+    make_table("b").acquire("doubt", lease=10, wait=0)
+    clock.advance(16)
+    held_up: list[Any] = []
+
+    def script(n: int, send: Any, kwargs: Any) -> Any:
+        if n == 1:
+            held_up.append(send)
+            raise ConnectionClosedError(endpoint_url="http://reset")
+        if n == 2:
+            return send()  # refused: shows B's lease ran out
+        raise _throttled("TransactWriteItems")
+
+    with pytest.raises(errors.Throttled) as caught:
+        make_table("a", client=ScriptedWrites(moto, script)).acquire("doubt", lease=60, wait=0)
+    assert caught.value.maybe_applied
+    moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": "doubt"}})  # TTL
+    held_up[0]()  # lands
+    held = make_table("c").store.read("doubt").lock
+    assert held is not None and not held.released
+    assert held.lease_id in caplog.text and "awsflock release doubt" in caplog.text
+
+
+def test_a_pool_slot_taken_whose_read_back_fails_is_released_not_forgotten(make_table, moto):
+    # The transaction that makes a pool of a free lock is applied; reading back what it made
+    # is throttled until the budget is spent. The slot is held: the acquire must give it back
+    # (or name it), not drop it as never granted.
+    class ThrottledReads(CountingClient):
+        taken = False
+
+        def __getattr__(self, name: str) -> Any:
+            inner = super().__getattr__(name)
+            if name == "transact_write_items":
+
+                def take(*args: Any, **kwargs: Any) -> Any:
+                    result = inner(*args, **kwargs)
+                    ThrottledReads.taken = True
+                    return result
+
+                return take
+            if name == "get_item" and ThrottledReads.taken:
+
+                def read(*args: Any, **kwargs: Any) -> Any:
+                    raise _throttled("GetItem")
+
+                return read
+            return inner
+
+    with pytest.raises(errors.AwsflockError):
+        make_table("a", client=ThrottledReads(moto)).acquire("pool", lease=60, wait=0, slots=2)
+    pool = make_table("c").store.read("pool").pool
+    assert pool is not None
+    assert all(record.released for record in pool.slots.values()), pool.slots

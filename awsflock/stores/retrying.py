@@ -5,6 +5,8 @@ caller's budget (``budget``; default: one request timeout), with jittered expone
 between them. Only ``Throttled`` and ``EndpointUnreachable`` are retried. A try that failed
 after it may have reached the store makes the call *in doubt* (``_in_doubt``): it may still be
 applied, even after a later try was answered; a final failure carries it as ``maybe_applied``.
+A step made of several calls (``step``) keeps the doubt of every call in it: a later call that
+fails without doubt, or is answered, does not make an earlier one's late landing forgotten.
 """
 
 from __future__ import annotations
@@ -64,6 +66,28 @@ class RetryingStore(ABC):
         finally:
             self._local.end = outer
 
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """One lock step, however many calls it makes: if any call of it may have reached the
+        store unanswered (or one was applied and a later one failed: ``applied``), every later
+        answer says ``in_doubt`` and a final failure ``maybe_applied``."""
+        outer = getattr(self._local, "step_doubt", None)
+        self._local.step_doubt = bool(outer)
+        try:
+            yield
+        except errors.StoreError as err:
+            if self._local.step_doubt:
+                err.maybe_applied = True
+            raise
+        finally:
+            self._local.step_doubt = outer if outer is None else outer or self._local.step_doubt
+
+    def applied(self) -> None:
+        """A call of the current step was applied: a later failure of the step may not say
+        that nothing was."""
+        if getattr(self._local, "step_doubt", None) is not None:
+            self._local.step_doubt = True
+
     @abstractmethod
     def _attempt(self, operation: str, call: Callable[..., _T], timeout: float) -> _T:
         """One try of ``call`` within ``timeout``, its failures raised as awsflock's."""
@@ -95,6 +119,7 @@ class RetryingStore(ABC):
                 # Even if a later try is answered, this one may still be applied (late).
                 if self._try_may_have_applied(err):
                     self._local.earlier_try_may_have_applied = True
+                    self.applied()  # the step is in doubt too
                 pause = backoff(tries, _RNG)
                 if retry_fits(self.clock.monotonic() + pause, end):
                     self.clock.sleep(pause)
@@ -106,6 +131,10 @@ class RetryingStore(ABC):
                 raise
 
     def _in_doubt(self) -> bool:
-        """Whether the last call made by this thread had a failed try that may have reached
-        the store (it may land even after a later try was answered)."""
-        return bool(getattr(self._local, "earlier_try_may_have_applied", False))
+        """Whether the last call made by this thread, or any earlier call of its step, had a
+        failed try that may have reached the store (it may land even after a later try was
+        answered)."""
+        return bool(
+            getattr(self._local, "earlier_try_may_have_applied", False)
+            or getattr(self._local, "step_doubt", None)
+        )

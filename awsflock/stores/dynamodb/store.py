@@ -294,7 +294,12 @@ class DynamoDBStore(RetryingStore):
     # -- lock operations ----------------------------------------------------------------------
 
     def take(self, lock_id: str, attempt: Attempt) -> Outcome:
-        """Take the lock (or the attempt's slot of its pool) if it is free (see ``LockStore``)."""
+        """Take the lock (or the attempt's slot of its pool) if it is free (see ``LockStore``).
+        One step of up to five calls: a doubt from any of them stays with the answer."""
+        with self.step():
+            return self._take(lock_id, attempt)
+
+    def _take(self, lock_id: str, attempt: Attempt) -> Outcome:
         identity, now_ms, skew_ms = attempt.identity, attempt.now_ms, attempt.skew_ms
         lease_ms, slot, slots = attempt.lease_ms, attempt.slot, attempt.slots
         expires_ms = now_ms + lease_ms
@@ -410,6 +415,7 @@ class DynamoDBStore(RetryingStore):
             sent_floor = values["floor"]
             outcome, fence = answer
             if outcome.applied:  # a transaction answers nothing: read what it made
+                self.applied()  # a failed read must not say that nothing was
                 return dataclasses.replace(
                     self._outcome(True, self._get_item(lock_id), lock_id, slot),
                     in_doubt=outcome.in_doubt,
