@@ -27,8 +27,8 @@ if TYPE_CHECKING:
         Throttled,
         UsageError,
     )
-    from awsflock.hold.heartbeat import Hold
-    from awsflock.lease import Lease, LockTable
+    from awsflock.lock.heartbeat import Hold
+    from awsflock.lock.lease import Lease, LockTable
     from awsflock.protocol import Attempt, LockStore, Outcome
     from awsflock.records import Identity, Line, LockRecord, Pool, Waiter
     from awsflock.stores.dynamodb import DynamoDBStore
@@ -46,15 +46,15 @@ _WHERE = {
     "DynamoDBStore": "stores.dynamodb",
     "EndpointUnreachable": "errors",
     "FakeClock": "clock",
-    "Hold": "hold.heartbeat",
+    "Hold": "lock.heartbeat",
     "Identity": "records",
-    "Lease": "lease",
+    "Lease": "lock.lease",
     "LeaseLost": "errors",
     "LockBusy": "errors",
     "Line": "records",
     "LockRecord": "records",
     "LockStore": "protocol",
-    "LockTable": "lease",
+    "LockTable": "lock.lease",
     "MemoryStore": "stores.memory",
     "NotHeld": "errors",
     "Outcome": "protocol",

@@ -1,9 +1,9 @@
 """The store interface: every step of the lock protocol as one atomic, conditional operation.
 
-The lease logic (``awsflock.lease`` and the modules it uses) speaks only to a ``LockStore``, and
-a store speaks only the library's types: ``Attempt`` in, ``Outcome`` (``LockRecord``, ``Pool``)
-out. A store decides nothing: each method checks its condition and writes, atomically, or
-changes nothing; what a refusal means is decided by the caller from the state it returns.
+The lock logic (``awsflock.lock``) speaks only to a ``LockStore``, and a store speaks only the
+library's types: ``Attempt`` in, ``Outcome`` (``LockRecord``, ``Pool``) out. A store decides
+nothing: each method checks its condition and writes, atomically, or changes nothing; what a
+refusal means is decided by the caller from the state it returns.
 
 Times are the *caller's* wall clock in epoch milliseconds (``now_ms``); ``skew_ms`` is the
 window the clocks of all holders are assumed to agree within (the NTP assumption, see the

@@ -414,7 +414,7 @@ def stores(new_bin: Path, quick: bool, results: dict[str, Any]) -> list[Row]:
     """The PostgreSQL store beside the DynamoDB store on DynamoDB Local, interleaved in one run:
     requests per command, latency per operation (CLI and library), acquire+release cycle,
     hand-off and contention throughput. Rows: (measure, DynamoDB Local, PostgreSQL, unit)."""
-    from awsflock.lease import LockTable
+    from awsflock.lock.lease import LockTable
     from awsflock.stores.postgresql.store import PostgresStore
 
     began = time.perf_counter()

@@ -53,7 +53,7 @@ def moto() -> Iterator[object]:
 @pytest.fixture
 def make_table(moto, clock):
     """Build LockTables sharing the moto table and the fake clock, one per simulated host."""
-    from awsflock.lease import LockTable
+    from awsflock.lock.lease import LockTable
     from awsflock.records import Identity
 
     def make(owner: str = "host-a", **kwargs):
@@ -72,7 +72,7 @@ def make_table(moto, clock):
 def make_any_table(request, clock):
     """As ``make_table``, on each store in turn: the DynamoDB store on in-process moto, and the
     in-memory store. For tests of the protocol that hold on every store."""
-    from awsflock.lease import LockTable
+    from awsflock.lock.lease import LockTable
     from awsflock.records import Identity
 
     if request.param == "dynamodb":

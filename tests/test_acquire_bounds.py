@@ -13,7 +13,7 @@ import pytest
 
 from awsflock import errors
 from awsflock.clock import FakeClock
-from awsflock.lease import LockTable
+from awsflock.lock.lease import LockTable
 from awsflock.protocol import MIN_TRY
 from awsflock.records import Identity
 from awsflock.stores.memory import MemoryStore

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from awsflock.cli import cli
 from awsflock.cli.options import Common
-from awsflock.lease import LockTable
+from awsflock.lock.lease import LockTable
 from awsflock.records import Identity
 from awsflock.stores.memory import MemoryStore
 

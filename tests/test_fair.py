@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 
 from awsflock import errors
-from awsflock.lease import LockTable
+from awsflock.lock.lease import LockTable
 from awsflock.protocol import LINE_LAPSE_MS
 from awsflock.records import Identity
 from awsflock.stores.memory import MemoryStore
@@ -335,7 +335,7 @@ def test_a_slow_but_live_waiter_keeps_its_place(seed):
 def test_a_place_wiped_with_the_record_is_said_so(caplog):
     from types import SimpleNamespace
 
-    from awsflock.line import Place
+    from awsflock.lock.line import Place
     from awsflock.records import Line, Waiter
 
     clock = _Shifted(0)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from awsflock.hold import keepalive
+from awsflock.supervise import keepalive
 
 
 @pytest.fixture(autouse=True)
@@ -109,7 +109,7 @@ def test_a_loss_is_appended_to_the_followed_process_log_never_truncating_it(tmp_
 def test_the_default_follow_is_the_reader_of_our_output():
     # In LEASE_ID=$(awsflock ...) the reader of awsflock's stdout is the script's shell, also
     # when bash forks a subshell for it (a redirection inside) or a wrapper runs it (timeout).
-    code = "from awsflock.hold import keepalive; print(keepalive.default_follow())"
+    code = "from awsflock.supervise import keepalive; print(keepalive.default_follow())"
     for form in (
         '$({py} -c "{code}")',
         '$({py} -c "{code}" 2>/dev/null)',
@@ -125,7 +125,7 @@ def test_the_default_follow_is_the_reader_of_our_output():
 def test_a_pipe_reader_that_is_not_the_callers_shell_is_not_followed():
     # `job.sh | cat` (or `| logger`): cat reads our output but may outlive the script, and
     # `$(awsflock ... | jq)`: jq would end at once. Neither is an ancestor: follow the parent.
-    code = "from awsflock.hold import keepalive; import os; print(keepalive.default_follow())"
+    code = "from awsflock.supervise import keepalive; import os; print(keepalive.default_follow())"
     script = f'{sys.executable} -c "{code}" | cat; echo $$'
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
     followed, shell = out.stdout.split()
@@ -135,7 +135,7 @@ def test_a_pipe_reader_that_is_not_the_callers_shell_is_not_followed():
 def test_a_wrapper_is_passed_over_when_our_output_goes_to_a_file(tmp_path):
     # `timeout 60 awsflock acquire ... --keep-alive > FILE`: nobody reads our output, and our
     # parent is `timeout`, which exits with us: the script's shell is followed.
-    code = "from awsflock.hold import keepalive; print(keepalive.default_follow())"
+    code = "from awsflock.supervise import keepalive; print(keepalive.default_follow())"
     out = tmp_path / "followed"
     script = f'timeout 20 {sys.executable} -c "{code}" > {out}; echo $$'
     shell = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)

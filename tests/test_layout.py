@@ -13,9 +13,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "awsflock"
 DYNAMODB = "awsflock.stores.dynamodb"
 #: Who outside the DynamoDB sub-package may import it: the public names (``DynamoDBStore``,
-#: ``fenced_update``), and ``LockTable``'s ``client=`` type (under TYPE_CHECKING only).
-#: Everything else opens stores through the registry (``stores.kinds``).
-DYNAMODB_USERS = {"awsflock", "awsflock.lease"}
+#: ``fenced_update``). Everything else opens stores through the registry (``stores.kinds``).
+DYNAMODB_USERS = {"awsflock"}
 #: The modules of ``awsflock.stores`` that are not a backend.
 NOT_BACKENDS = {"awsflock.stores", "awsflock.stores.kinds", "awsflock.stores.retrying"}
 
@@ -86,11 +85,11 @@ def test_there_are_no_import_cycles():
 
 
 def test_the_cycle_finder_finds_a_cycle():
-    GRAPH["awsflock.errors"].add("awsflock.lease")
+    GRAPH["awsflock.errors"].add("awsflock.lock.lease")
     try:
         assert _cycle() is not None
     finally:
-        GRAPH["awsflock.errors"].discard("awsflock.lease")
+        GRAPH["awsflock.errors"].discard("awsflock.lock.lease")
 
 
 def test_only_the_dynamodb_store_imports_botocore():
@@ -141,7 +140,12 @@ def test_the_cli_rule_finds_a_planted_violation(tmp_path):
 
 
 def test_the_lease_logic_speaks_only_to_the_store_interface():
-    for name in ("awsflock.acquisition", "awsflock.waiting", "awsflock.admin", "awsflock.names"):
+    for name in (
+        "awsflock.lock.acquisition",
+        "awsflock.lock.waiting",
+        "awsflock.lock.admin",
+        "awsflock.names",
+    ):
         assert not {m for m in GRAPH[name] if m.startswith("awsflock.stores")}, name
 
 
@@ -161,3 +165,58 @@ def test_every_sub_package_is_shipped():
     shipped = set(find_packages(str(PACKAGE.parent), include=find["include"]))
     packages = {n for n, p in MODULES.items() if p.name == "__init__.py"}
     assert packages <= shipped
+
+
+#: The layers, lowest first: a module may import its own layer and those below, never above.
+#: The lock logic reaches stores only through the registry (``stores.kinds``), which it may
+#: use to open the default store.
+LAYERS = (
+    ("core", ("protocol", "records", "errors", "clock", "durations", "text", "names")),
+    ("stores", ("stores",)),
+    ("lock", ("lock",)),
+    ("supervise", ("supervise",)),
+    ("cli", ("cli", "__main__")),
+)
+
+
+def _layer(name: str) -> int | None:
+    parts = name.split(".")
+    if len(parts) < 2:
+        return None  # the package itself: the public names, from every layer
+    for rank, (_, tops) in enumerate(LAYERS):
+        if parts[1] in tops:
+            return rank
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS")
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Imports that point up a layer, or from the lock logic into a store but the registry."""
+    found = []
+    for name, imported in sorted(graph.items()):
+        rank = _layer(name)
+        for other in sorted(imported):
+            target = _layer(other)
+            if rank is None or target is None:
+                continue
+            if target > rank or (
+                LAYERS[rank][0] == "lock"
+                and LAYERS[target][0] == "stores"
+                and other not in ("awsflock.stores", "awsflock.stores.kinds")
+            ):
+                found.append(f"{name} -> {other}")
+    return found
+
+
+def test_no_import_points_up_a_layer():
+    assert _upward(GRAPH) == []
+
+
+def test_the_layer_rule_finds_a_planted_violation():
+    graph = {**GRAPH, "awsflock.lock.planted": {"awsflock.supervise.runner"}}
+    graph["awsflock.records"] = GRAPH["awsflock.records"] | {"awsflock.lock.lease"}
+    graph["awsflock.lock.leak"] = {"awsflock.stores.memory"}
+    assert _upward(graph) == [
+        "awsflock.lock.leak -> awsflock.stores.memory",
+        "awsflock.lock.planted -> awsflock.supervise.runner",
+        "awsflock.records -> awsflock.lock.lease",
+    ]

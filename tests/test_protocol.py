@@ -8,7 +8,7 @@ import pytest
 
 from awsflock import errors
 from awsflock.clock import FakeClock
-from awsflock.lease import LockTable
+from awsflock.lock.lease import LockTable
 from awsflock.records import Identity
 from awsflock.stores.dynamodb import DynamoDBStore as Store
 from tests.helpers import (

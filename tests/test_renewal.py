@@ -1,13 +1,14 @@
-"""The renewal policy (``awsflock.renewal``) is the one place its rules live: the heartbeat,
+"""The renewal policy (``awsflock.lock.renewal``) is the one place its rules live: the heartbeat,
 ``run``'s kill timing and the keep-alive's shortest lease all follow it."""
 
 from __future__ import annotations
 
 import pytest
 
-from awsflock import errors, renewal
-from awsflock.hold.heartbeat import Hold
-from awsflock.lease import LockTable
+from awsflock import errors
+from awsflock.lock import renewal
+from awsflock.lock.heartbeat import Hold
+from awsflock.lock.lease import LockTable
 from awsflock.stores.memory import MemoryStore
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from awsflock import errors
-from awsflock.hold.heartbeat import Hold
-from awsflock.renewal import POLICY
+from awsflock.lock.heartbeat import Hold
+from awsflock.lock.renewal import POLICY
 
 kill_timing = POLICY.kill_timing
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from awsflock import errors
-from awsflock.admin import audit_records, force_release, resize_pool
 from awsflock.clock import FakeClock
-from awsflock.lease import LockTable
+from awsflock.lock.admin import audit_records, force_release, resize_pool
+from awsflock.lock.lease import LockTable
 from awsflock.protocol import Attempt
 from awsflock.records import Identity
 from tests.helpers import WRITES, CountingClient, LosingClient, ScheduledClock, ScriptedWrites
@@ -356,7 +356,7 @@ def test_a_release_of_an_expired_and_taken_lease_says_so(make_any_table, clock):
 def test_a_signal_just_after_the_grant_releases_and_never_starts_the_command(
     make_any_table, tmp_path
 ):
-    from awsflock.hold.runner import RunOptions, run
+    from awsflock.supervise.runner import RunOptions, run
 
     table = make_any_table("a")
     real_acquire = table.acquire
@@ -398,7 +398,7 @@ def test_library_wait_zero_means_do_not_wait_as_number_or_text(make_any_table):
 
 
 def test_wait_forever_is_a_named_constant(make_any_table):
-    from awsflock.lease import WAIT_FOREVER
+    from awsflock.lock.lease import WAIT_FOREVER
 
     assert WAIT_FOREVER is None
     assert make_any_table("a").acquire("w16b", lease=60, wait=WAIT_FOREVER)
@@ -685,7 +685,7 @@ def test_a_lease_id_is_granted_at_most_once(make_any_table):
 def test_a_loss_noticed_just_after_the_command_finished_still_exits_124(make_any_table):
     # The chaos checker caught this: a force-release during the command, noticed by the
     # heartbeat as the command exited 0, and `run` then exited 0 as if all was well.
-    from awsflock.hold.runner import EXIT_LOST, RunOptions, _release_quietly
+    from awsflock.supervise.runner import EXIT_LOST, RunOptions, _release_quietly
 
     table = make_any_table("a")
     held = table.hold("late-loss", lease=60)

@@ -34,9 +34,9 @@ def status(
     \b
     IAM: dynamodb:GetItem.
     """
+    from awsflock.cli.status import HELD, pool_view, render_pool, render_status, view
     from awsflock.names import check_lock_id, check_slots
     from awsflock.records import Pool
-    from awsflock.status import HELD, pool_view, render_pool, render_status, view
 
     table = common.table()
     check_lock_id(lock_id)
@@ -78,8 +78,8 @@ def list_locks(common: Common, prefix: str, only: str | None, as_json: bool) -> 
     IAM: dynamodb:Scan, and DescribeTable (to check first that the table is
     an awsflock table; skipped where it is denied).
     """
+    from awsflock.cli.status import LIST_HEADER, pool_view, render_list_row, view
     from awsflock.records import LockRecord
-    from awsflock.status import LIST_HEADER, pool_view, render_list_row, view
 
     table = common.table()
     header = not as_json  # printed with the first page, so an error leaves stdout empty
@@ -109,7 +109,7 @@ def audit(common: Common, lock_id: str, as_json: bool) -> None:
     \b
     IAM: dynamodb:Scan, and DescribeTable (as for list).
     """
-    from awsflock.admin import audit_records
+    from awsflock.lock.admin import audit_records
 
     for entry in audit_records(common.table(), lock_id):
         if as_json:

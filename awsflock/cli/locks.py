@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import click
 
-from awsflock import errors, renewal
+from awsflock import errors
 from awsflock.cli import logs
 from awsflock.cli.app import CONTEXT, cli, emit, print_lease
 from awsflock.cli.options import (
@@ -24,6 +24,7 @@ from awsflock.cli.options import (
     slots_option,
     wait_options,
 )
+from awsflock.lock import renewal
 
 #: The largest pid Linux hands out (pid_max's limit).
 PID_MAX = 4_194_304
@@ -87,7 +88,7 @@ def acquire(
     keep_alive = keep_alive or while_pid is not None
     follow, follow_started = 0, ""
     if keep_alive:
-        from awsflock.hold import keepalive
+        from awsflock.supervise import keepalive
 
         follow = while_pid or keepalive.default_follow()
         # Read now, before the wait: a pid that is recycled meanwhile is not the one followed.
@@ -196,7 +197,7 @@ def _keep_alive(
 ) -> None:
     """Start the renewer of a lease just taken. If the followed process is gone, the renewer
     cannot start, or a signal comes first, the lease is given back, and named if that fails."""
-    from awsflock.hold import keepalive
+    from awsflock.supervise import keepalive
 
     try:
         if not keepalive.alive(follow, follow_started):
@@ -257,8 +258,8 @@ def keep_alive_command(
     LEASE_ID comes in its environment, never on its command line."""
     import os
 
-    from awsflock.hold.keepalive import LEASE_ENV, serve
     from awsflock.names import check_lease_id
+    from awsflock.supervise.keepalive import LEASE_ENV, serve
 
     lease_id = os.environ.pop(LEASE_ENV, "")
     if not lease_id:
@@ -338,7 +339,7 @@ def renew(
     """
     table = common.table(owner)
     lease = table.renew_lease(lock_id, lease_id, lease=lease_duration)
-    from awsflock.hold import keepalive
+    from awsflock.supervise import keepalive
 
     # A renewer keeping it alive renews at once with its own length, so a shorter renew here
     # cannot let the lease run out between its renewals.
@@ -358,8 +359,8 @@ def release(common: Common, lock_id: str, lease_id: str, as_json: bool) -> None:
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
     the item with a failed conditional write).
     """
-    from awsflock.hold import keepalive
     from awsflock.names import check_lease_id
+    from awsflock.supervise import keepalive
 
     table = common.table()
     lease_id = check_lease_id(lease_id)

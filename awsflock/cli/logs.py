@@ -110,7 +110,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, sort_keys=False, default=str)
 
 
-#: Shown by default, without a "warning:" prefix (awsflock.line's place-in-line messages).
+#: Shown by default, without a "warning:" prefix (awsflock.lock.line's place-in-line messages).
 NOTICE = logging.INFO + 5
 
 

@@ -46,7 +46,7 @@ def force_release_command(
     \b
     IAM: dynamodb:GetItem, UpdateItem, PutItem (the audit record).
     """
-    from awsflock.admin import force_release
+    from awsflock.lock.admin import force_release
 
     table = common.table()
     confirm = None
@@ -101,7 +101,7 @@ def pool_resize(common: Common, lock_id: str, slots: int) -> None:
     \b
     IAM: dynamodb:GetItem, UpdateItem.
     """
-    from awsflock.admin import resize_pool
+    from awsflock.lock.admin import resize_pool
 
     old, new = resize_pool(common.table(), lock_id, slots)
     if not common.quiet:

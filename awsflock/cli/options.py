@@ -12,7 +12,7 @@ from awsflock import durations, errors
 from awsflock.stores import kinds
 
 if TYPE_CHECKING:
-    from awsflock.lease import LockTable
+    from awsflock.lock.lease import LockTable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,7 +86,7 @@ class Common:
 
     def table(self, owner: str | None = None) -> LockTable:
         """The LockTable these options name (the import of the library happens here)."""
-        from awsflock.lease import LockTable
+        from awsflock.lock.lease import LockTable
 
         settings = kinds.Settings(self.tablename, self.request_timeout, self.location())
         store = self.kind.open(self.named, settings)

@@ -1,10 +1,11 @@
-"""``awsflock run``: hold a lock while a command runs (the work is in ``awsflock.hold.runner``)."""
+"""``awsflock run``: hold a lock while a command runs (the work is in
+``awsflock.supervise.runner``)."""
 
 from __future__ import annotations
 
 import click
 
-from awsflock import durations, errors, renewal
+from awsflock import durations, errors
 from awsflock.cli.app import CONTEXT, RunCommand, cli
 from awsflock.cli.options import (
     STATE,
@@ -17,6 +18,7 @@ from awsflock.cli.options import (
     slots_option,
     wait_options,
 )
+from awsflock.lock import renewal
 
 
 @cli.command("run", cls=RunCommand, context_settings=CONTEXT)
@@ -80,7 +82,7 @@ def run_command(
     CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
     128+N CMD killed by signal N.
     """
-    from awsflock.hold.runner import RunOptions, run
+    from awsflock.supervise.runner import RunOptions, run
 
     command = click.get_current_context().meta.get("awsflock.command", [])
     if shell is not None and command:
@@ -105,7 +107,7 @@ def run_command(
     raise click.exceptions.Exit(code)
 
 
-# The help states the renewal policy's numbers (awsflock.renewal), not copies of them.
+# The help states the renewal policy's numbers (awsflock.lock.renewal), not copies of them.
 run_command.help = (run_command.help or "").format(
     said=f"{renewal.POLICY.said.replace(' of it', ' of its length')}",
     per=renewal.POLICY.per_lease,

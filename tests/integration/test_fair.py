@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from awsflock.lock.waiting import POLL_INTERVAL, POLL_JITTER
 from awsflock.protocol import LINE_LAPSE_MS
-from awsflock.waiting import POLL_INTERVAL, POLL_JITTER
 from tests.integration.conftest import BIN, Cli
 
 #: These tests run on PostgreSQL too (see conftest.py).

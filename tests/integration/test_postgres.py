@@ -126,8 +126,8 @@ def test_the_lines_times_are_shown_by_the_callers_clock(
     """Third review: a place in line is timed by the server's clock, and status showed it
     against the caller's: with a clock an hour off, a waiter that had just polled was
     'waiting for 1h' and lapsed (or waiting for minus an hour)."""
+    from awsflock.cli.status import line_view
     from awsflock.records import Identity, Waiter
-    from awsflock.status import line_view
 
     holder = PostgresStore(postgres.url, pg_table)
     LockTable(store=holder).acquire(lock_name, lease=60)

@@ -3,7 +3,7 @@
 - ``worker``: acquires (plain locks and a pool, waiting or not, in line or not: ``fair=True``),
   works with fenced writes while its lease is valid by its own clock, renews, and releases or
   walks away; or uses ``hold()`` with its heartbeat and ``check()``.
-- ``operator``: force-releases whatever holds a lock (``awsflock.admin.force_release``) and
+- ``operator``: force-releases whatever holds a lock (``awsflock.lock.admin.force_release``) and
   resizes the pool.
 - ``legacy``: awsflock 0.2.0 on the same table: read, then put conditioned on what it read; renew
   with a new lease id; release by a conditional delete. It believes it holds a lock until the
@@ -17,8 +17,9 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from awsflock import admin, errors
-from awsflock.lease import Lease, LockTable
+from awsflock import errors
+from awsflock.lock import admin
+from awsflock.lock.lease import Lease, LockTable
 from awsflock.records import Identity
 from tests.simulation.checker import Belief, Checker
 

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from awsflock import acquisition, admin, lease, line, renewal
+from awsflock.lock import acquisition, admin, lease, line, renewal
 from awsflock.stores import memory, retrying
 from awsflock.stores.memory import MemoryStore, _Lease, _Record
 

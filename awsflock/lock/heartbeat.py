@@ -14,9 +14,10 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from awsflock import errors, renewal
+from awsflock import errors
 from awsflock.clock import Clock, start_thread
 from awsflock.durations import lease_seconds
+from awsflock.lock import renewal
 from awsflock.protocol import LockStore
 from awsflock.text import format_seconds
 
@@ -29,7 +30,7 @@ LostCallback = Callable[["Hold", errors.LeaseLost], None]
 
 
 class HeldLease(Protocol):
-    """What a hold needs of its lease (``awsflock.lease.Lease``)."""
+    """What a hold needs of its lease (``awsflock.lock.lease.Lease``)."""
 
     lease_id: str
     owner: str
@@ -46,7 +47,7 @@ class HeldLease(Protocol):
 
 
 class Leases(Protocol):
-    """What a hold needs of its table (``awsflock.lease.LockTable``, which makes holds: typed
+    """What a hold needs of its table (``awsflock.lock.lease.LockTable``, which makes holds: typed
     here so that this module does not import that one)."""
 
     clock: Clock

@@ -6,7 +6,7 @@ never holds a ``$(...)`` or a CI step's output open. It renews at once, recordin
 lease's keeper (``status`` shows it), and says "ok" on a pipe the caller reads before it prints
 the LEASE_ID; then it closes that pipe too.
 
-``serve`` is the renewer: a ``Hold`` renews the lease (as ``awsflock.renewal`` says) while the
+``serve`` is the renewer: a ``Hold`` renews the lease (as ``awsflock.lock.renewal`` says) while the
 followed process lives (checked four times a second; a recycled pid is told apart by its start
 time). When that process is gone, on TERM, INT or HUP, or when the lease is lost (a renewal
 refused, or none got through before the safety deadline), it ends the lease itself, marked
@@ -39,7 +39,7 @@ from awsflock import errors
 from awsflock.names import slot_of
 
 if TYPE_CHECKING:
-    from awsflock.lease import LockTable
+    from awsflock.lock.lease import LockTable
 
 #: How often the renewer looks at the process it follows.
 FOLLOW_EVERY = 0.25

@@ -13,7 +13,7 @@ from awsflock.records import ENDED_FORCED, LockRecord
 from awsflock.text import iso_utc
 
 if TYPE_CHECKING:
-    from awsflock.lease import LockTable
+    from awsflock.lock.lease import LockTable
 
 log = logging.getLogger("awsflock.admin")
 

@@ -20,14 +20,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from awsflock import errors, renewal
+from awsflock import errors
+from awsflock.lock import renewal
 from awsflock.text import format_seconds
 
 if TYPE_CHECKING:
     from types import FrameType
 
-    from awsflock.hold.heartbeat import Hold
-    from awsflock.lease import LockTable
+    from awsflock.lock.heartbeat import Hold
+    from awsflock.lock.lease import LockTable
 
 log = logging.getLogger("awsflock.runner")
 

@@ -1,10 +1,10 @@
 """The library's entry point: ``LockTable`` (acquire, renew, release, hold, read) and ``Lease``.
 
 It speaks to any ``LockStore`` (``awsflock.protocol``). One acquire attempt and its clean-up
-live in ``awsflock.acquisition``, the wait loop around them in ``awsflock.waiting``, holding with
-a heartbeat in ``awsflock.hold``. What a refused renew or release means (released,
-force-released, expired, taken by another, or a retry of our own that already happened) is
-decided here, by ``_verdict``.
+live in ``awsflock.lock.acquisition``, the wait loop around them in ``awsflock.lock.waiting``,
+holding with a heartbeat in ``awsflock.lock.heartbeat``. What a refused renew or release means
+(released, force-released, expired, taken by another, or a retry of our own that already
+happened) is decided here, by ``_verdict``.
 """
 
 from __future__ import annotations
@@ -15,22 +15,23 @@ import random
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from awsflock import errors
-from awsflock.acquisition import Acquisition, Grant, event_fields, new_lease_id
 from awsflock.clock import Clock, SystemClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
-from awsflock.hold.heartbeat import Hold, LostCallback
-from awsflock.line import new_ticket, wait_in_line
+from awsflock.lock.acquisition import Acquisition, Grant, event_fields, new_lease_id
+from awsflock.lock.heartbeat import Hold, LostCallback
+from awsflock.lock.line import new_ticket, wait_in_line
+from awsflock.lock.waiting import wait_for
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import DEFAULT_REQUEST_TIMEOUT, LockStore, Outcome
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Identity, LockRecord, Pool
 from awsflock.text import format_seconds
-from awsflock.waiting import wait_for
 
-if TYPE_CHECKING:
-    from awsflock.stores.dynamodb.client import DynamoDBClient
+#: A botocore DynamoDB client (``LockTable(client=...)``), typed loosely here: the lock logic
+#: does not import a backend, not even for a type.
+DynamoDBClient = Any
 
 __all__ = ["WAIT_FOREVER", "Lease", "LockTable", "new_lease_id"]
 
@@ -222,7 +223,7 @@ class LockTable:
 
         With ``slots=N`` (N > 1) the lock is a pool of N slots: up to N holders at once, each
         told its slot (``Lease.slot``). With ``fair=True`` a waiting acquire takes a place in
-        the lock's line and is served in order of arrival (``awsflock.line``); without it, it
+        the lock's line and is served in order of arrival (``awsflock.lock.line``); without it, it
         never goes ahead of a live waiter in line. Raises LockBusy (with ``.holder``) when it
         stayed held, and Cancelled (holding nothing) once ``cancel`` is set.
         """

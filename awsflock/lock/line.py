@@ -13,7 +13,7 @@ A place lapses when its waiter stops polling: a waiter that saw a place unchange
 slow but live waiter keeps its place, and the judgement needs no clock agreement). A waiter
 whose place lapsed while it lived (paused, cut off) notices and joins again at the end.
 
-The clean-up rules of ``awsflock.waiting`` hold here too; on every exit the place leaves the
+The clean-up rules of ``awsflock.lock.waiting`` hold here too; on every exit the place leaves the
 line (or, if that request fails, lapses).
 """
 
@@ -26,12 +26,19 @@ import threading
 from typing import Callable
 
 from awsflock import errors
-from awsflock.acquisition import Acquisition, Grant
 from awsflock.clock import Clock
+from awsflock.lock.acquisition import Acquisition, Grant
+from awsflock.lock.waiting import (
+    busy_error,
+    check_cancel,
+    log_contended,
+    log_retry,
+    next_pause,
+    settle,
+)
 from awsflock.protocol import LINE_LAPSE_MS, MAX_DROPS, Drops, Outcome
 from awsflock.records import Line, Waiter
 from awsflock.text import format_seconds, iso_utc
-from awsflock.waiting import busy_error, check_cancel, log_contended, log_retry, next_pause, settle
 
 log = logging.getLogger("awsflock.lease")
 

@@ -1,12 +1,12 @@
 """The wait loop of ``acquire``: when to try again, when to give up, what to say meanwhile.
 
-Each try is one step of an ``Acquisition`` (``awsflock.acquisition``); this module only decides
+Each try is one step of an ``Acquisition`` (``awsflock.lock.acquisition``); this module only decides
 the cadence: about once a second (jittered, so waiters spread out), never later than the moment
 the holder's lease becomes reclaimable, with a last try exactly at the deadline; a pool probes
 another free slot at once. A set ``cancel`` event stops the wait (holding nothing).
 
 Another waiting policy is another function of this shape, called from ``LockTable.acquire``
-(``awsflock.line`` is the fair one). Whatever its cadence, it must keep the clean-up around
+(``awsflock.lock.line`` is the fair one). Whatever its cadence, it must keep the clean-up around
 the attempts as here: ``abandon`` on every exit and around a grant (``settle``), ``give_back``
 when cancelled, ``still_fresh`` before returning.
 """
@@ -19,8 +19,8 @@ import threading
 from typing import Callable
 
 from awsflock import errors
-from awsflock.acquisition import Acquisition, Grant, event_fields
 from awsflock.clock import Clock
+from awsflock.lock.acquisition import Acquisition, Grant, event_fields
 from awsflock.records import LockRecord
 from awsflock.text import format_seconds
 

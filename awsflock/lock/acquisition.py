@@ -1,4 +1,5 @@
-"""One acquisition of a lock, attempt by attempt; the wait loop around it is ``awsflock.waiting``.
+"""One acquisition of a lock, attempt by attempt; the wait loop around it is
+``awsflock.lock.waiting``.
 
 Every attempt sends a fresh LEASE_ID, so a grant of an earlier attempt whose answer was lost is
 never renewed by a later one under the same id (which an awsflock 0.2.0 client could then race
