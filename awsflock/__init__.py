@@ -1,7 +1,10 @@
-"""awsflock: flock(1) for machines that share nothing but an AWS account.
+"""awsflock: flock(1) for machines that share nothing but an AWS account, a PostgreSQL
+database or another store (``awsflock.stores.kinds``).
 
-Importing this package creates no AWS client and imports no botocore; the public names below
-are loaded on first use, so ``awsflock --help`` stays fast.
+Importing this package creates no client and imports no driver (botocore, psycopg); the public
+names below are loaded on first use, so ``awsflock --help`` stays fast. The layers: ``protocol``
+and ``records`` (the store contract and the types), ``stores``, ``lock`` (the lock logic),
+``supervise`` (``run`` and the keep-alive renewer), ``cli``.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@
         ├── EndpointUnreachable
         └── Throttled
 
-A store raises only these: the DynamoDB store translates botocore's exceptions in exactly one
-place, ``awsflock.stores.dynamodb.translate``.
+A store raises only these: each backend translates its driver's exceptions in exactly one
+place (``awsflock.stores.dynamodb.translate`` for botocore's,
+``awsflock.stores.postgresql.translate`` for psycopg's).
 """
 
 from __future__ import annotations

@@ -5,15 +5,20 @@ library's types: ``Attempt`` in, ``Outcome`` (``LockRecord``, ``Pool``) out. A s
 nothing: each method checks its condition and writes, atomically, or changes nothing; what a
 refusal means is decided by the caller from the state it returns.
 
-Times are the *caller's* wall clock in epoch milliseconds (``now_ms``); ``skew_ms`` is the
-window the clocks of all holders are assumed to agree within (the NTP assumption, see the
-README). A lease is *live* until its ``expires_ms``; it may be taken over only once it ran out
-more than ``skew_ms`` ago by the taker's clock.
+Whose clock times the leases is the store's to declare (``LockStore.skew_free``). On a store
+timed by its callers (DynamoDB, the in-memory store) times are the caller's wall clock in epoch
+milliseconds (``now_ms``), and ``skew_ms`` is the window the clocks of all holders are assumed
+to agree within (the NTP assumption, see the README): a lease is *live* until its
+``expires_ms``, and may be taken over only once it ran out more than ``skew_ms`` ago by the
+taker's clock. A store timed by a clock of its own (PostgreSQL's server) ignores both, judges
+every step by that clock, and answers in the caller's clock (its times shifted by the
+difference), so callers read every store's answers the same way.
 
-Fencing tokens only go up per lock (and per pool slot) while its record lives; a record that is
-created again (removed by the store's expiry, or overwritten by awsflock 0.2.0) starts from
-``now_ms * 1000``, above every earlier token: a record is removed only after its lease's end
-plus the skew window.
+Fencing tokens only go up per lock (and per pool slot), whatever the delay between a caller
+reading its clock and its step landing: a plain take carries a token above the highest the lock
+has granted (its counter outlives the record: the DynamoDB store's fence record, or the record
+kept for good where the endpoint has no transactions; the PostgreSQL row is never deleted), and
+a pool slot counts on in its record, which is never removed.
 
 Fair waiting keeps a line in the lock's record: a waiter ``join``s (given the next number),
 polls with ``beat``, and ``leave``s when it gives up. Only the head of the line (no live place
@@ -26,8 +31,9 @@ A request that failed in transit may still be applied later: stores raise ``Stor
 subclasses with ``maybe_applied`` set then, and an answered call whose earlier try failed so
 says ``Outcome.in_doubt``.
 
-Adding a backend: implement ``LockStore`` in ``awsflock/stores/<name>/`` and make it pass the
-conformance suite (``tests/conformance/``); ``awsflock.stores.memory`` is the smallest example.
+Adding a backend: implement ``LockStore`` in ``awsflock/stores/<name>/``, register its kind
+(``awsflock.stores.kinds``) and make it pass the conformance suite (``tests/conformance/``);
+``awsflock.stores.memory`` is the smallest example (README, "Writing a store").
 """
 
 from __future__ import annotations
