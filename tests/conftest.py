@@ -46,7 +46,7 @@ def moto() -> Iterator[object]:
         client = botocore.session.get_session().create_client("dynamodb", region_name="us-east-1")
         from awsflock.stores.dynamodb import DynamoDBStore as Store
 
-        Store("awsflock", client).create()
+        Store("awsflock", client).create()  # type: ignore[arg-type]  # botocore is untyped
         yield client
 
 
@@ -99,5 +99,5 @@ def make_any_table(request, clock):
             **kwargs,
         )
 
-    make.kind = request.param
+    make.kind = request.param  # type: ignore[attr-defined]
     return make

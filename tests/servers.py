@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from awsflock.stores.dynamodb.client import LOCAL_ACCESS_KEY
 
@@ -59,6 +59,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_S = TypeVar("_S", bound="Server")
+
+
 class Server:
     """A server process on 127.0.0.1:port."""
 
@@ -73,7 +76,7 @@ class Server:
     def command(self) -> list[str]:
         raise NotImplementedError("each server names its command")
 
-    def start(self, timeout: float = 30.0) -> Server:
+    def start(self: _S, timeout: float = 30.0) -> _S:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,12 +18,15 @@ from awsflock.cli.options import STATE
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
+if TYPE_CHECKING:
+    from awsflock.lock.lease import Lease
+
 
 def emit(data: dict[str, Any]) -> None:
     click.echo(json.dumps(data, sort_keys=True))
 
 
-def print_lease(lease: Any, as_json: bool) -> None:
+def print_lease(lease: Lease, as_json: bool) -> None:
     """stdout of acquire and renew: the LEASE_ID alone (0.2.0's contract), or JSON."""
     if as_json:
         emit(lease.as_dict())

@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -28,6 +28,9 @@ from awsflock.lock import renewal
 
 #: The largest pid Linux hands out (pid_max's limit).
 PID_MAX = 4_194_304
+
+if TYPE_CHECKING:
+    from awsflock.lock.lease import Lease, LockTable
 
 
 @cli.command("acquire", context_settings=CONTEXT)
@@ -189,8 +192,8 @@ KEEP_ALIVE_MIN = renewal.POLICY.shortest_lease()
 
 def _keep_alive(
     common: Common,
-    table: Any,
-    lease: Any,
+    table: LockTable,
+    lease: Lease,
     follow: int,
     follow_started: str,
     cancel: threading.Event,
@@ -222,7 +225,7 @@ def _keep_alive(
         raise
 
 
-def _give_back(table: Any, lease: Any) -> None:
+def _give_back(table: LockTable, lease: Lease) -> None:
     """Release a lease no LEASE_ID was printed for; if that fails, name it and what frees it
     (one line), so that no lease is left held that nobody knows of."""
     try:

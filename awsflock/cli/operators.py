@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +15,9 @@ from awsflock.cli.options import (
     common_options,
     json_option,
 )
+
+if TYPE_CHECKING:
+    from awsflock.records import LockRecord
 
 
 @cli.command("force-release", context_settings=CONTEXT)
@@ -76,11 +79,11 @@ def force_release_command(
         )
 
 
-def _yes(record: Any) -> bool:
+def _yes(record: LockRecord) -> bool:
     return True
 
 
-def _ask(record: Any) -> bool:
+def _ask(record: LockRecord) -> bool:
     import time
 
     logs.say(f"{record.lock_id!r} is held by {record.describe(time.time())}", event="confirm")

@@ -65,7 +65,8 @@ def moto_store(transactions: bool = True) -> Iterator[Callable[[], Any]]:
 
         def make() -> Any:
             store = DynamoDBStoreWith020(
-                f"sim{next(numbers)}", client if transactions else _NoTransactions(client)
+                f"sim{next(numbers)}",
+                client if transactions else _NoTransactions(client),  # type: ignore[arg-type]
             )
             store.create()
             return store

@@ -57,7 +57,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from awsflock.protocol import LINE_LAPSE_MS, Attempt, Outcome
 from awsflock.records import Line, LockRecord, Waiter
@@ -116,7 +116,7 @@ class Checker:
         #: Lease ids some client was told it holds (a lease it gave up is not a phantom).
         self.known: set[str] = set()
 
-    def fail(self, what: str) -> None:
+    def fail(self, what: str) -> NoReturn:
         at = self.world.now - EPOCH
         message = f"{what} (at true time {at:.3f}s, step {self.world.steps})"
         self.world.note("VIOLATION " + message)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from awsflock import errors
 from awsflock.lock import admin
 from awsflock.lock.lease import Lease, LockTable
-from awsflock.records import Identity
+from awsflock.records import Identity, LockRecord, Pool
 from tests.simulation.checker import Belief, Checker
 
 if TYPE_CHECKING:
@@ -64,8 +64,8 @@ class Client:
         self.ops = ops
         self.rng = world.rng
         self.table = LockTable(
-            store=store,  # type: ignore[arg-type]
-            clock=proc.clock,  # type: ignore[arg-type]
+            store=store,
+            clock=proc.clock,
             rng=world.rng,
             skew=SKEW,
             identity=Identity(owner=proc.name, host=proc.name, pid=1),
@@ -229,7 +229,8 @@ class Client:
         state = self.table.state(name)
         if state is None:
             return
-        if hasattr(state, "slots") and isinstance(state.slots, dict):
+        record: LockRecord
+        if isinstance(state, Pool):
             held = [(s, r) for s, r in state.slots.items() if not r.released]
             if not held:
                 return

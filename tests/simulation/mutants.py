@@ -267,7 +267,7 @@ def renew_any_lease() -> contextlib.AbstractContextManager[None]:
     renew = MemoryStore.renew
 
     def renew_unchecked(self: MemoryStore, *args: Any, **kw: Any) -> Any:
-        _Lease.owned_by = lambda lease_, lease_id: True  # type: ignore[method-assign]
+        _Lease.owned_by = lambda lease_, lease_id: True  # type: ignore[method-assign,assignment]
         try:
             return renew(self, *args, **kw)
         finally:

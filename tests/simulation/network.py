@@ -219,45 +219,43 @@ class SimStore:
 
     def take(self, lock_id: str, attempt: Attempt) -> Outcome:
         args = (lock_id, attempt)
-        return self._send("take", args, lambda: self.inner.take(lock_id, attempt))  # type: ignore[no-any-return]
+        return self._send("take", args, lambda: self.inner.take(lock_id, attempt))
 
     def renew(self, lock_id: str, lease_id: str, **kw: Any) -> Outcome:
         args = (lock_id, lease_id, kw)
-        return self._send("renew", args, lambda: self.inner.renew(lock_id, lease_id, **kw))  # type: ignore[no-any-return]
+        return self._send("renew", args, lambda: self.inner.renew(lock_id, lease_id, **kw))
 
     def release(self, lock_id: str, lease_id: str, **kw: Any) -> Outcome:
         args = (lock_id, lease_id, kw)
-        return self._send("release", args, lambda: self.inner.release(lock_id, lease_id, **kw))  # type: ignore[no-any-return]
+        return self._send("release", args, lambda: self.inner.release(lock_id, lease_id, **kw))
 
     def force_release(self, lock_id: str, lease_id: str, **kw: Any) -> Outcome:
         args = (lock_id, lease_id, kw)
-        return self._send(  # type: ignore[no-any-return]
+        return self._send(
             "force_release", args, lambda: self.inner.force_release(lock_id, lease_id, **kw)
         )
 
     def join(self, lock_id: str, waiter: Any) -> Outcome:
         args = (lock_id, waiter)
-        return self._send("join", args, lambda: self.inner.join(lock_id, waiter))  # type: ignore[no-any-return]
+        return self._send("join", args, lambda: self.inner.join(lock_id, waiter))
 
     def beat(self, lock_id: str, ticket: str, **kw: Any) -> Outcome:
         args = (lock_id, ticket, kw)
-        return self._send("beat", args, lambda: self.inner.beat(lock_id, ticket, **kw))  # type: ignore[no-any-return]
+        return self._send("beat", args, lambda: self.inner.beat(lock_id, ticket, **kw))
 
     def leave(self, lock_id: str, ticket: str) -> Outcome:
         args = (lock_id, ticket)
-        return self._send("leave", args, lambda: self.inner.leave(lock_id, ticket))  # type: ignore[no-any-return]
+        return self._send("leave", args, lambda: self.inner.leave(lock_id, ticket))
 
     def read(self, lock_id: str) -> Outcome:
-        return self._send("read", (lock_id,), lambda: self.inner.read(lock_id))  # type: ignore[no-any-return]
+        return self._send("read", (lock_id,), lambda: self.inner.read(lock_id))
 
     def locks(self, prefix: str = "") -> Iterator[Any]:
         return iter(self._send("locks", (prefix,), lambda: list(self.inner.locks(prefix))))
 
     def resize_pool(self, lock_id: str, old: int | None, new: int, **kw: Any) -> bool:
         args = (lock_id, old, new, kw)
-        return self._send(  # type: ignore[no-any-return]
-            "resize", args, lambda: self.inner.resize_pool(lock_id, old, new, **kw)
-        )
+        return self._send("resize", args, lambda: self.inner.resize_pool(lock_id, old, new, **kw))
 
     def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
         self._send("put_audit", (key,), lambda: self.inner.put_audit(key, entry, replace=replace))

@@ -206,11 +206,11 @@ def _seeded_ids(world: World) -> Iterator[None]:
     """LEASE_IDs, record versions and action ids from the seed (the library takes them from
     ``uuid.uuid4``), so that a replay names them alike."""
     real = uuid.uuid4
-    uuid.uuid4 = lambda: uuid.UUID(int=world.rng.getrandbits(128), version=4)  # type: ignore[assignment]
+    uuid.uuid4 = lambda: uuid.UUID(int=world.rng.getrandbits(128), version=4)
     try:
         yield
     finally:
-        uuid.uuid4 = real  # type: ignore[assignment]
+        uuid.uuid4 = real
 
 
 @contextmanager
