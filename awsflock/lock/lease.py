@@ -20,10 +20,10 @@ from typing import Any, Callable
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
+from awsflock.lock import waiting
 from awsflock.lock.acquisition import Acquisition, Grant, event_fields, new_lease_id
 from awsflock.lock.heartbeat import Hold, LostCallback
-from awsflock.lock.line import new_ticket, wait_in_line
-from awsflock.lock.waiting import wait_for
+from awsflock.lock.line import Fair, new_ticket
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import DEFAULT_REQUEST_TIMEOUT, LockStore, Outcome
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Identity, LockRecord, Pool
@@ -241,21 +241,17 @@ class LockTable:
             rng=self.rng,
             skew=self.skew,
         )
-        if fair and wait_s != 0:
-            grant = wait_in_line(
-                run,
-                wait_s=wait_s,
-                clock=self.clock,
-                rng=self.rng,
-                skew=self.skew,
-                cancel=cancel,
-                ticket=new_ticket(self.rng),
-            )
-        else:
-            # A fair acquire that does not wait takes no place: it is one plain try.
-            grant = wait_for(
-                run, wait_s=wait_s, clock=self.clock, rng=self.rng, skew=self.skew, cancel=cancel
-            )
+        # A fair acquire that does not wait takes no place: it is one plain try.
+        policy = Fair(run, new_ticket(self.rng)) if fair and wait_s != 0 else waiting.PLAIN
+        grant = waiting.wait(
+            run,
+            policy,
+            wait_s=wait_s,
+            clock=self.clock,
+            rng=self.rng,
+            skew=self.skew,
+            cancel=cancel,
+        )
         return self._granted(lock_id, grant)
 
     def _granted(self, lock_id: str, grant: Grant) -> Lease:

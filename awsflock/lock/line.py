@@ -13,8 +13,8 @@ A place lapses when its waiter stops polling: a waiter that saw a place unchange
 slow but live waiter keeps its place, and the judgement needs no clock agreement). A waiter
 whose place lapsed while it lived (paused, cut off) notices and joins again at the end.
 
-The clean-up rules of ``awsflock.lock.waiting`` hold here too; on every exit the place leaves the
-line (or, if that request fails, lapses).
+``Fair`` is this as a waiting policy: the engine (``awsflock.lock.waiting.wait``) keeps the
+clean-up; on every exit the place leaves the line (or, if that request fails, lapses).
 """
 
 from __future__ import annotations
@@ -22,22 +22,14 @@ from __future__ import annotations
 import logging
 import random
 import secrets
-import threading
 from typing import Callable
 
 from awsflock import errors
 from awsflock.clock import Clock
 from awsflock.lock.acquisition import Acquisition, Grant
-from awsflock.lock.waiting import (
-    busy_error,
-    check_cancel,
-    log_contended,
-    log_retry,
-    next_pause,
-    settle,
-)
+from awsflock.lock.waiting import Policy
 from awsflock.protocol import LINE_LAPSE_MS, MAX_DROPS, Drops, Outcome
-from awsflock.records import Line, Waiter
+from awsflock.records import Line, LockRecord, Waiter
 from awsflock.text import format_seconds, iso_utc
 
 log = logging.getLogger("awsflock.lease")
@@ -179,72 +171,36 @@ def ordinal(n: int) -> str:
     return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th') }"
 
 
-def wait_in_line(
-    run: Acquisition,
-    *,
-    wait_s: float | None,
-    clock: Clock,
-    rng: random.Random,
-    skew: float,
-    cancel: threading.Event | None = None,
-    ticket: str | None = None,
-) -> Grant:
-    """``waiting.wait_for``, first come first served: the same bounds, errors and clean-up."""
-    deadline = None if wait_s is None else run.start + wait_s
-    run.hard_end = None if deadline is None else deadline + run.store.request_timeout
-    place = Place(run, ticket or new_ticket())
-    run.own_ticket = place.ticket
-    try:
-        # A grant has left the line already (see _wait): nothing may follow its last check.
-        return _wait(run, place, deadline, wait_s, clock, rng, skew, cancel)
-    except BaseException:
-        run.abandon()
-        _leave(run, place)
-        raise
+class Fair(Policy):
+    """Waiting in line (``--fair``), as a policy of the engine (``waiting.wait``): out of line,
+    a poll tries as any acquire does and joins the line if that fails; in line, it beats and
+    takes once at the head with the lock free. Polls are spaced from their starts, so slow
+    requests do not stretch the cadence toward the lapse (a waiter whose requests take over
+    about 2 s still loses its place). The place leaves the line with a grant, and on every
+    exit (``tidy``)."""
 
+    spaced = True
 
-def _wait(
-    run: Acquisition,
-    place: Place,
-    deadline: float | None,
-    wait_s: float | None,
-    clock: Clock,
-    rng: random.Random,
-    skew: float,
-    cancel: threading.Event | None,
-) -> Grant:
-    while True:
-        check_cancel(cancel, "while waiting")
-        polled = clock.monotonic()
-        got = _poll(run, place)
-        if got is not None:
-            # Leaving the line may take a request timeout: before the grant is judged fresh.
-            got = settle(run, got, cancel, tidy=lambda: _leave(run, place))
-            if got is not None:
-                return got
-        if run.error is None:
-            if not run.told:
-                run.told = True
-                log_contended(run, wait_s, clock)
-            place.tell()
+    def __init__(self, run: Acquisition, ticket: str | None = None) -> None:
+        self.place = Place(run, ticket or new_ticket())
+        run.own_ticket = self.place.ticket
+
+    def poll(self, run: Acquisition) -> Grant | None:
+        return _poll(run, self.place)
+
+    def again_now(self, run: Acquisition) -> bool:
+        return False  # a pool's quick probes happen inside the poll, while nobody is in line
+
+    def tell(self, run: Acquisition) -> None:
+        self.place.tell()
+
+    def wake_for(self, run: Acquisition) -> LockRecord | None:
         # The head wakes when the holder's lease can be reclaimed; the others poll as usual.
-        holder = run.holder if place.at_head() or place.state != "in" else None
-        pause = next_pause(holder, deadline, clock=clock, rng=rng, skew=skew)
-        if pause is None:
-            break
-        # Polls are spaced from their starts: slow requests do not stretch the cadence toward
-        # the lapse (a waiter whose requests take over about 2 s still loses its place).
-        pause = max(0.0, pause - (clock.monotonic() - polled))
-        if run.error is not None:
-            log_retry(run)
-        if cancel is not None:
-            clock.wait(cancel, pause)
-        else:
-            clock.sleep(pause)
-    run.abandon()
-    if run.error is not None:
-        raise run.error
-    raise busy_error(run, clock)
+        place = self.place
+        return run.holder if place.at_head() or place.state != "in" else None
+
+    def tidy(self, run: Acquisition) -> None:
+        _leave(run, self.place)
 
 
 def _poll(run: Acquisition, place: Place) -> Grant | None:

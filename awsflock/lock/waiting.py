@@ -1,14 +1,14 @@
-"""The wait loop of ``acquire``: when to try again, when to give up, what to say meanwhile.
+"""The wait loop of ``acquire`` (one engine, ``wait``) and its plain policy.
 
-Each try is one step of an ``Acquisition`` (``awsflock.lock.acquisition``); this module only decides
-the cadence: about once a second (jittered, so waiters spread out), never later than the moment
-the holder's lease becomes reclaimable, with a last try exactly at the deadline; a pool probes
-another free slot at once. A set ``cancel`` event stops the wait (holding nothing).
-
-Another waiting policy is another function of this shape, called from ``LockTable.acquire``
-(``awsflock.lock.line`` is the fair one). Whatever its cadence, it must keep the clean-up around
-the attempts as here: ``abandon`` on every exit and around a grant (``settle``), ``give_back``
-when cancelled, ``still_fresh`` before returning.
+Each try is one step of an ``Acquisition`` (``awsflock.lock.acquisition``). ``wait`` owns
+everything every waiting policy must do alike: the deadline and the hard end (the wait plus one
+request timeout, clean-up included), cancellation, the clean-up around a grant (``settle``: the
+other attempts released, the policy's tidy-up, a grant given back if cancelled meanwhile or too
+stale once all that took its time), ``abandon`` on every exit, what is said while waiting, and
+the error the wait ends on. A policy (``Policy``) decides only what one poll sends and when to
+poll again: ``PLAIN`` tries about once a second (jittered, so waiters spread out), never later
+than the moment the holder's lease becomes reclaimable, with a last try exactly at the deadline;
+a pool probes another free slot at once. ``awsflock.lock.line`` is the fair one.
 """
 
 from __future__ import annotations
@@ -31,8 +31,40 @@ POLL_INTERVAL = 1.0
 POLL_JITTER = 0.25
 
 
-def wait_for(
+class Policy:
+    """A waiting policy: what one poll sends, and when to poll again. The plain one: one take
+    per poll. Subclasses override what differs; they cannot skip the engine's clean-up."""
+
+    #: Polls are spaced from their starts (slow requests do not stretch the cadence).
+    spaced = False
+
+    def poll(self, run: Acquisition) -> Grant | None:
+        """One poll: the grant if it took the lock (a transient error left in ``run.error``)."""
+        return run.step()
+
+    def again_now(self, run: Acquisition) -> bool:
+        """Poll again without sleeping (a pool probe found another free slot)."""
+        return run.wants_retry_now()
+
+    def tell(self, run: Acquisition) -> None:
+        """Say how the wait stands, after an answered poll (the engine says the rest)."""
+
+    def wake_for(self, run: Acquisition) -> LockRecord | None:
+        """The lease whose reclaim time the next poll must not sleep past (None: none)."""
+        return run.holder
+
+    def tidy(self, run: Acquisition) -> None:
+        """Undo what the policy keeps in the store (a place in line), on a grant and on every
+        exit alike; a failure must leave nothing that does not lapse by itself."""
+
+
+#: Plain waiting.
+PLAIN = Policy()
+
+
+def wait(
     run: Acquisition,
+    policy: Policy = PLAIN,
     *,
     wait_s: float | None,
     clock: Clock,
@@ -40,10 +72,12 @@ def wait_for(
     skew: float,
     cancel: threading.Event | None = None,
 ) -> Grant:
-    """Try until ``run`` holds the lock or ``wait_s`` seconds passed (None: forever).
+    """Poll as ``policy`` says until ``run`` holds the lock or ``wait_s`` seconds passed (None:
+    forever).
 
     Raises LockBusy (with ``.holder``) when it stayed held, the last error when the store could
-    not be reached, and Cancelled once ``cancel`` is set; nothing is left held then.
+    not be reached, and Cancelled once ``cancel`` is set; nothing is left held then, and the
+    policy has tidied up.
     """
     deadline = None if wait_s is None else run.start + wait_s
     # The whole acquire, clean-up included, ends within the wait plus one request timeout.
@@ -51,33 +85,39 @@ def wait_for(
     try:
         while True:
             check_cancel(cancel, "while waiting")
-            got = run.step()
+            polled = clock.monotonic()
+            got = policy.poll(run)
             if got is not None:
-                got = settle(run, got, cancel)
+                # Tidying up may take a request timeout: before the grant is judged fresh.
+                got = settle(run, got, cancel, tidy=lambda: policy.tidy(run))
                 if got is not None:
-                    return got
-            if run.wants_retry_now():
+                    return got  # nothing may follow the grant's last check
+            if policy.again_now(run):
                 continue
-            if run.error is None and not run.told:
-                run.told = True
-                log_contended(run, wait_s, clock)
-            pause = next_pause(run.holder, deadline, clock=clock, rng=rng, skew=skew)
+            if run.error is None:
+                if not run.told:
+                    run.told = True
+                    log_contended(run, wait_s, clock)
+                policy.tell(run)
+            pause = next_pause(policy.wake_for(run), deadline, clock=clock, rng=rng, skew=skew)
             if pause is None:
                 break
+            if policy.spaced:
+                pause = max(0.0, pause - (clock.monotonic() - polled))
             if run.error is not None:
                 log_retry(run)
             if cancel is not None:
-                if clock.wait(cancel, pause):
-                    continue  # checked at the top of the loop
+                clock.wait(cancel, pause)  # a cancel is checked at the top of the loop
             else:
                 clock.sleep(pause)
+        run.abandon()
+        if run.error is not None:
+            raise run.error
+        raise busy_error(run, clock)
     except BaseException:
         run.abandon()
+        policy.tidy(run)
         raise
-    run.abandon()
-    if run.error is not None:
-        raise run.error
-    raise busy_error(run, clock)
 
 
 def settle(
