@@ -54,6 +54,8 @@ class RetryingStore(ABC):
     clock: Clock
     request_timeout: float
     _local: threading.local
+    #: Where backoff pauses draw their jitter (a simulation gives its seeded source).
+    _retry_rng: random.Random = _RNG
 
     @contextlib.contextmanager
     def budget(self, end: float) -> Iterator[None]:
@@ -110,8 +112,10 @@ class RetryingStore(ABC):
             end = start + self.request_timeout
         tries = 0
         self._local.earlier_try_may_have_applied = False
+        self._local.call_end = end
         while True:
             tries += 1
+            self._local.try_number = tries
             timeout = max(MIN_TRY, min(self.request_timeout, end - self.clock.monotonic()))
             try:
                 return self._attempt(operation, call, timeout)
@@ -120,7 +124,7 @@ class RetryingStore(ABC):
                 if self._try_may_have_applied(err):
                     self._local.earlier_try_may_have_applied = True
                     self.applied()  # the step is in doubt too
-                pause = backoff(tries, _RNG)
+                pause = backoff(tries, self._retry_rng)
                 if retry_fits(self.clock.monotonic() + pause, end):
                     self.clock.sleep(pause)
                     if still_fits(self.clock.monotonic(), end):

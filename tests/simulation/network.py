@@ -1,12 +1,12 @@
 """The store as a simulated process reaches it: requests that travel, get lost, land late.
 
-``SimStore`` wraps a real ``LockStore`` (the in-memory one, or the DynamoDB store on in-process
-moto) and is what every simulated client's ``LockTable`` talks to. It keeps the interface's
-request contract the way the DynamoDB store's request layer does: each call is retried, with
-backoff, within the caller's budget (``budget``; else one request timeout); a call that fails
-says whether any try of it may have landed (``maybe_applied``), and an answered call whose
-earlier try may still land says so (``Outcome.in_doubt``). Each try meets a fault drawn from the
-seeded random source:
+``SimStore`` wraps a real ``LockStore`` (the in-memory one, the DynamoDB store on in-process
+moto, or PostgreSQL) and is what every simulated client's ``LockTable`` talks to. Its request
+layer is the production one (``awsflock.stores.retrying.RetryingStore``): each call is retried,
+with backoff, within the caller's budget (``budget``; else one request timeout); a call that
+fails says whether any try of it may have landed (``maybe_applied``), and an answered call whose
+earlier try may still land says so (``Outcome.in_doubt``). The faults are injected beneath it:
+each try meets one drawn from the seeded random source:
 
 - ``refused``: never sent (connection refused: certainly not applied);
 - ``lost``: sent, lost before it applies (the client sees a timeout: maybe applied);
@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.protocol import MIN_TRY, Attempt, LockStore, Outcome
 from awsflock.records import Waiter
-from awsflock.stores import retrying
-from awsflock.stores.retrying import backoff, retry_fits
+from awsflock.stores.retrying import RetryingStore
 from tests.simulation.world import Killed, SimThread, World
 
 
@@ -90,8 +88,10 @@ class Network:
         self.world.block(wake_at=self.world.now + self.world.rng.uniform(low, high))
 
 
-class SimStore:
-    """A ``LockStore`` seen through the simulated network, for one process."""
+class SimStore(RetryingStore):
+    """A ``LockStore`` seen through the simulated network, for one process. Its request layer
+    is the production one (``RetryingStore._send``: budgets, backoff, retries, doubt per call
+    and per step); only each try (``_attempt``) goes through the simulated network."""
 
     def __init__(
         self, inner: LockStore, network: Network, proc_name: str, request_timeout: float = 5.0
@@ -105,91 +105,71 @@ class SimStore:
         self.request_timeout = request_timeout
         self.clock: Any = None  # set to the process's clock by the caller
         self._local = threading.local()
+        self._retry_rng = network.world.rng  # backoff jitter from the seeded source
         #: Sees every step the store applies, with the state before it (the checker).
         self.watcher: Any = None
 
     def where(self) -> str:
         return "the simulated store"
 
-    @contextmanager
-    def budget(self, end: float) -> Iterator[None]:
-        outer = getattr(self._local, "end", None)
-        self._local.end = end if outer is None else min(outer, end)
-        try:
-            yield
-        finally:
-            self._local.end = outer
+    # -- one try, through the network (the retries are the production request layer's) ------
 
-    # -- the request layer ---------------------------------------------------------------------
+    def _call(self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any]) -> Any:
+        """One call of the interface: ``apply`` made through ``_send``, as a network store
+        makes its calls; an answer whose earlier try may still land says so."""
+        self._local.made = self.world.now  # when the readings it carries were taken
+        with self.step():
+            result = self._send(operation, lambda: (args, apply))
+            if isinstance(result, Outcome) and self._in_doubt():
+                result = replace(result, in_doubt=True)
+            return result
 
-    def _send(self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any]) -> Any:
+    def _attempt(self, operation: str, call: Callable[..., Any], timeout: float) -> Any:
+        world, network = self.world, self.network
         thread = threading.current_thread()
         assert isinstance(thread, SimThread)
-        # A pause of the process may fall anywhere: between reading the clock and sending,
-        # inside the retry loop, while a try is on its way (a request carries the time it was
-        # made, and the protocol must hold however late it lands).
-        return self._tries(operation, args, apply, thread)
+        if thread.proc.killed:
+            raise Killed
+        args, apply = call()
+        tries = self._local.try_number
+        end = self._local.call_end
+        if tries > 1 and self.clock.monotonic() + MIN_TRY > end and self.watcher is not None:
+            self.watcher.fail(
+                f"{self.proc_name} sent {operation} try {tries} with its budget spent "
+                f"({end - self.clock.monotonic():.2f}s left): a request made of readings older "
+                "than the caller allows"
+            )
+        made = self._local.made
+        sent_at = world.now
+        fault = network.draw()
+        network.tries += 1
+        world.note(f"{self.proc_name} {operation}{_short(args)} try {tries}: {fault}")
+        if fault in ("refused", "throttled"):
+            network.travel()
+        elif fault == "lost":
+            world.block(wake_at=sent_at + timeout)
+        elif fault == "late":
+            low, high = network.faults.late_by
+            when = world.now + world.rng.uniform(low, high)
+            world.at(when, lambda: self._apply_late(operation, args, apply, made))
+            world.block(wake_at=sent_at + timeout)
+        else:
+            network.travel()
+            result = self._apply(operation, args, apply, made)
+            if fault != "answer_lost":
+                network.travel()
+                return result
+            world.block(wake_at=sent_at + timeout)
+        error: errors.StoreError
+        if fault == "throttled":
+            error = errors.Throttled(f"the simulated store throttled {operation}")
+        else:
+            error = errors.EndpointUnreachable(f"the simulated store: {operation} {fault}")
+        error.reached = fault in ("lost", "answer_lost", "late")  # type: ignore[union-attr]
+        raise error
 
-    def _tries(
-        self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any], thread: SimThread
-    ) -> Any:
-        world, network = self.world, self.network
-        start = world.now
-        end = getattr(self._local, "end", None)
-        if end is None:
-            end = self.clock.monotonic() + self.request_timeout
-        end_true = start + (end - self.clock.monotonic())
-        doubt = False
-        tries = 0
-        while True:
-            tries += 1
-            if thread.proc.killed:
-                raise Killed
-            if tries > 1 and world.now + MIN_TRY > end_true and self.watcher is not None:
-                self.watcher.fail(
-                    f"{self.proc_name} sent {operation} try {tries} with its budget spent "
-                    f"({end_true - world.now:.2f}s left): a request made of readings older "
-                    "than the caller allows"
-                )
-            timeout = max(MIN_TRY, min(self.request_timeout, end_true - world.now))
-            sent_at = world.now
-            fault = network.draw()
-            network.tries += 1
-            world.note(f"{self.proc_name} {operation}{_short(args)} try {tries}: {fault}")
-            maybe = fault in ("lost", "answer_lost", "late")
-            if fault in ("refused", "throttled"):
-                network.travel()
-            elif fault == "lost":
-                world.block(wake_at=sent_at + timeout)
-            elif fault == "late":
-                low, high = network.faults.late_by
-                when = world.now + world.rng.uniform(low, high)
-                world.at(when, lambda: self._apply_late(operation, args, apply, start))
-                world.block(wake_at=sent_at + timeout)
-            else:
-                network.travel()
-                result = self._apply(operation, args, apply, start)
-                if fault == "answer_lost":
-                    world.block(wake_at=sent_at + timeout)
-                else:
-                    network.travel()
-                    if doubt and isinstance(result, Outcome):
-                        result = replace(result, in_doubt=True)
-                    return result
-            doubt = doubt or maybe
-            error: errors.StoreError
-            if fault == "throttled":
-                error = errors.Throttled(f"the simulated store throttled {operation}")
-            else:
-                error = errors.EndpointUnreachable(f"the simulated store: {operation} {fault}")
-            pause = backoff(tries, world.rng)
-            if retry_fits(world.now + pause, end_true):
-                world.block(wake_at=world.now + pause)
-                # A pause of the process may have fallen in the backoff.
-                if retrying.still_fits(world.now, end_true):
-                    continue
-            error.maybe_applied = doubt
-            raise error
+    def _try_may_have_applied(self, err: errors.StoreError) -> bool:
+        return bool(getattr(err, "reached", False))
 
     def _apply(
         self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any], made: float
@@ -219,52 +199,52 @@ class SimStore:
 
     def take(self, lock_id: str, attempt: Attempt) -> Outcome:
         args = (lock_id, attempt)
-        return self._send("take", args, lambda: self.inner.take(lock_id, attempt))
+        return self._call("take", args, lambda: self.inner.take(lock_id, attempt))
 
     def renew(self, lock_id: str, lease_id: str, **kw: Any) -> Outcome:
         args = (lock_id, lease_id, kw)
-        return self._send("renew", args, lambda: self.inner.renew(lock_id, lease_id, **kw))
+        return self._call("renew", args, lambda: self.inner.renew(lock_id, lease_id, **kw))
 
     def release(self, lock_id: str, lease_id: str, **kw: Any) -> Outcome:
         args = (lock_id, lease_id, kw)
-        return self._send("release", args, lambda: self.inner.release(lock_id, lease_id, **kw))
+        return self._call("release", args, lambda: self.inner.release(lock_id, lease_id, **kw))
 
     def force_release(self, lock_id: str, lease_id: str, **kw: Any) -> Outcome:
         args = (lock_id, lease_id, kw)
-        return self._send(
+        return self._call(
             "force_release", args, lambda: self.inner.force_release(lock_id, lease_id, **kw)
         )
 
     def join(self, lock_id: str, waiter: Any) -> Outcome:
         args = (lock_id, waiter)
-        return self._send("join", args, lambda: self.inner.join(lock_id, waiter))
+        return self._call("join", args, lambda: self.inner.join(lock_id, waiter))
 
     def beat(self, lock_id: str, ticket: str, **kw: Any) -> Outcome:
         args = (lock_id, ticket, kw)
-        return self._send("beat", args, lambda: self.inner.beat(lock_id, ticket, **kw))
+        return self._call("beat", args, lambda: self.inner.beat(lock_id, ticket, **kw))
 
     def leave(self, lock_id: str, ticket: str) -> Outcome:
         args = (lock_id, ticket)
-        return self._send("leave", args, lambda: self.inner.leave(lock_id, ticket))
+        return self._call("leave", args, lambda: self.inner.leave(lock_id, ticket))
 
     def read(self, lock_id: str) -> Outcome:
-        return self._send("read", (lock_id,), lambda: self.inner.read(lock_id))
+        return self._call("read", (lock_id,), lambda: self.inner.read(lock_id))
 
     def locks(self, prefix: str = "") -> Iterator[Any]:
-        return iter(self._send("locks", (prefix,), lambda: list(self.inner.locks(prefix))))
+        return iter(self._call("locks", (prefix,), lambda: list(self.inner.locks(prefix))))
 
     def resize_pool(self, lock_id: str, old: int | None, new: int, **kw: Any) -> bool:
         args = (lock_id, old, new, kw)
-        return self._send("resize", args, lambda: self.inner.resize_pool(lock_id, old, new, **kw))
+        return self._call("resize", args, lambda: self.inner.resize_pool(lock_id, old, new, **kw))
 
     def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
-        self._send("put_audit", (key,), lambda: self.inner.put_audit(key, entry, replace=replace))
+        self._call("put_audit", (key,), lambda: self.inner.put_audit(key, entry, replace=replace))
 
     def void_audit(self, key: str, action_id: str | None) -> None:
-        self._send("void_audit", (key,), lambda: self.inner.void_audit(key, action_id))
+        self._call("void_audit", (key,), lambda: self.inner.void_audit(key, action_id))
 
     def audit_entries(self) -> Iterator[dict[str, Any]]:
-        return iter(self._send("audit", (), lambda: list(self.inner.audit_entries())))
+        return iter(self._call("audit", (), lambda: list(self.inner.audit_entries())))
 
     def create(self, *, progress: Callable[[str], None] = lambda _m: None) -> bool:
         return self.inner.create(progress=progress)
@@ -276,7 +256,7 @@ class SimStore:
         """A request of the awsflock 0.2.0 model (``MemoryStore.legacy_*``), through the same
         network: 0.2.0 relies on botocore's retries and tracks no doubt."""
         method = getattr(self.inner, f"legacy_{operation}")
-        return self._send(f"legacy_{operation}", args, lambda: method(*args, **kw))
+        return self._call(f"legacy_{operation}", args, lambda: method(*args, **kw))
 
 
 def _short(args: tuple[Any, ...]) -> str:
