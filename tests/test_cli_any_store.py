@@ -27,7 +27,7 @@ def run(monkeypatch):
     monkeypatch.setattr(Common, "table", table)
     # Building a DynamoDB client here would be a command reaching past the library.
     monkeypatch.setattr(
-        "awsflock.stores.dynamodb.store.make_client",
+        "awsflock.stores.dynamodb.base.make_client",
         lambda **_: pytest.fail("a DynamoDB client was built"),
     )
     runner = CliRunner()

@@ -1,0 +1,370 @@
+"""The DynamoDB store's base: its client, its request layer (each call retried with jittered
+backoff within the caller's budget, each try run in a worker thread bounded in real time, so an
+answer that trickles in cannot outlast the budget), errors, reads and the conditional update
+every step is made of. ``takes`` and ``steps`` build the lock steps on it; ``store`` joins them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import re
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from awsflock import errors
+from awsflock.clock import Clock, SystemClock
+from awsflock.protocol import (
+    DEFAULT_REQUEST_TIMEOUT,
+    MAX_DROPS,
+    Drops,
+    Outcome,
+)
+from awsflock.stores.dynamodb.client import caller_identity, make_client
+from awsflock.stores.dynamodb.items import (
+    A_LOCK_ID,
+    POLLED,
+    TICKET,
+    is_pool_item,
+    line_from_item,
+    pool_from_item,
+    record_from_item,
+    to_attr,
+)
+from awsflock.stores.dynamodb.translate import (
+    KEY_REFUSAL,
+    TABLE_HINT,
+    key_problem,
+    may_have_applied,
+    not_awsflock_table,
+    translate_errors,
+)
+from awsflock.stores.retrying import RetryingStore
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+_NAME = re.compile(r"#(\w+)")
+_VALUE = re.compile(r":(\w+)")
+
+#: A try whose answer has not fully arrived this long after its timeout is given up.
+TRY_GRACE = 0.25
+_T = TypeVar("_T")
+
+
+def _request(*expressions: str, values: dict[str, Any]) -> dict[str, Any]:
+    """ExpressionAttributeNames/Values holding exactly what the expressions use.
+
+    DynamoDB rejects unused names or values, so they are derived from the expressions; a
+    placeholder ``#x`` always names the attribute ``x``.
+    """
+    text = " ".join(expressions)
+    used_names = sorted(set(_NAME.findall(text)))
+    used_values = sorted(set(_VALUE.findall(text)))
+    return {
+        "ExpressionAttributeNames": {f"#{n}": n for n in used_names},
+        "ExpressionAttributeValues": {f":{k}": to_attr(values[k]) for k in used_values},
+    }
+
+
+def expiration_seconds(ms: int) -> int:
+    """Whole epoch seconds at or after ``ms`` (the TTL attribute is never early)."""
+    return math.ceil(ms / 1000)
+
+
+def new_version() -> str:
+    """A fresh value for ``lease_id``: awsflock 0.2.0's compare-and-swap changes with it."""
+    return str(uuid.uuid4())
+
+
+def _check_tickets(ticket: str, drop: Drops) -> None:
+    """Tickets become parts of attribute names: only the library's own form is accepted, and
+    at most MAX_DROPS of them are dropped at once (the expression stays within 4 KB)."""
+    if len(drop) > MAX_DROPS:
+        raise errors.UsageError(f"{len(drop)} places to drop at once; at most {MAX_DROPS}")
+    for t in (ticket, *(t for t, _ in drop)):
+        if not TICKET.fullmatch(t):
+            raise errors.UsageError(f"not a ticket: {t!r}", hint="tickets are 16 hex digits")
+
+
+def _drop_values(drop: Drops) -> dict[str, Any]:
+    return {f"{POLLED}{t}": seen for t, seen in drop}
+
+
+def _seconds_number(ms: int) -> int | float:
+    """Lease duration in seconds as 0.2.0 wrote it (an integer when whole)."""
+    return ms // 1000 if ms % 1000 == 0 else ms / 1000
+
+
+class TableBase(RetryingStore):
+    """A lock table in DynamoDB: what every step needs. Builds its botocore client on first
+    use."""
+
+    #: Leases are timed by the callers' clocks (see ``LockStore.skew_free``).
+    skew_free = False
+
+    def __init__(
+        self,
+        table_name: str,
+        client: DynamoDBClient | None = None,
+        *,
+        region: str | None = None,
+        profile: str | None = None,
+        endpoint_url: str | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        clock: Clock | None = None,
+    ) -> None:
+        if not table_name:
+            raise errors.UsageError("table name is empty", hint="pass --tablename NAME")
+        self.table_name = table_name
+        self.region = region
+        self.profile = profile
+        self.endpoint_url = endpoint_url
+        self.request_timeout = request_timeout
+        self.clock: Clock = clock or SystemClock()
+        self._client = client
+        self._local = threading.local()  # this thread's budget and per-try timeout
+        # None until we learn whether a failed conditional write returns the old item.
+        self._ccf_returns_item: bool | None = None
+        #: The latest poll of each lock's line that an answer showed (see ``beat``).
+        self._polled: dict[str, int] = {}
+        #: The highest fencing token an answer showed per lock (see ``_take_plain``).
+        self._fences: dict[str, int] = {}
+        #: Whether the endpoint runs transactions (until it answers that it does not: dynalite).
+        self._transactions = True
+
+    # -- client -------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> DynamoDBClient:
+        if self._client is None:
+            # Building the client reads the AWS config and resolves credentials: its errors
+            # (a bad endpoint URL, an unparsable config file, a failing credential_process)
+            # are translated like every request's.
+            with self.translate_errors("connect"):
+                client = make_client(
+                    profile=self.profile,
+                    region=self.region,
+                    endpoint_url=self.endpoint_url,
+                    request_timeout=self.request_timeout,
+                )
+            # Each try's read timeout is what is left of the caller's budget (botocore reads
+            # it from the request context; versions without that use the client's default).
+            client.meta.events.register("before-call.dynamodb", self._set_try_timeout)
+            self._client = client
+        return self._client
+
+    def _set_try_timeout(self, context: dict[str, Any], **_: Any) -> None:
+        timeout = getattr(self._local, "try_timeout", None)
+        if timeout is not None:
+            context["read_timeout"] = timeout
+
+    def translate_errors(self, operation: str) -> contextlib.AbstractContextManager[None]:
+        """botocore's exceptions raised inside, as awsflock's (see ``translate``)."""
+        return translate_errors(
+            operation,
+            table=self.table_name,
+            where=self._where(),
+            profile=self.profile,
+            region=self.region,
+            endpoint_url=self.endpoint_url,
+            foreign=self._foreign_table,
+        )
+
+    def actor(self) -> str | None:
+        """The AWS caller's ARN, or None where it cannot be learned (local endpoints, errors)."""
+        return caller_identity(
+            profile=self.profile, region=self.region, endpoint_url=self.endpoint_url
+        )
+
+    def create(
+        self,
+        *,
+        progress: Callable[[str], None] = lambda _message: None,
+        billing_mode: str = "PAY_PER_REQUEST",
+        capacity: tuple[int, int] = (5, 5),
+    ) -> bool:
+        """Create the table (or accept a compatible one), wait until ACTIVE, enable TTL."""
+        from awsflock.stores.dynamodb.tables import create_table
+
+        return create_table(
+            self.client,
+            self.table_name,
+            self.translate_errors,
+            billing_mode=billing_mode,
+            capacity=capacity,
+            progress=progress,
+        )
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _attempt(self, operation: str, call: Callable[[], _T], timeout: float) -> _T:
+        with self.translate_errors(operation):
+            return self._try(call, timeout)
+
+    def _try_may_have_applied(self, err: errors.StoreError) -> bool:
+        return may_have_applied(err.__cause__)
+
+    def _try(self, call: Callable[[], _T], timeout: float) -> _T:
+        """One try, in a worker thread given ``timeout`` (plus a grace) of real time: botocore's
+        timeouts bound each socket operation, not an answer that trickles in byte by byte or a
+        connect that hangs. A try still running then is given up (it may yet land)."""
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            self._local.try_timeout = timeout
+            try:
+                box["value"] = call()
+            except BaseException as exc:  # handed to the caller's thread as is
+                box["error"] = exc
+
+        worker = threading.Thread(target=work, name="awsflock-request", daemon=True)
+        worker.start()
+        worker.join(timeout + TRY_GRACE)
+        if worker.is_alive():
+            raise errors.EndpointUnreachable(
+                f"DynamoDB at {self._where()} did not answer in time",
+                hint="check the network and retry",
+            )
+        if "error" in box:
+            raise box["error"]
+        value: _T = box["value"]
+        return value
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def where(self) -> str:
+        """The endpoint, for messages: "DynamoDB at ..."."""
+        return f"DynamoDB at {self._where()}"
+
+    def _where(self) -> str:
+        if self.endpoint_url:
+            return self.endpoint_url
+        return f"region {self.region}" if self.region else "the default endpoint"
+
+    def _foreign_table(self, refusal: str = "") -> errors.TableIncompatible | None:
+        """After DynamoDB refused a request's key: the error naming the table's own key if it
+        is not awsflock's, else None. One DescribeTable."""
+        try:
+            table = self.client.describe_table(TableName=self.table_name)["Table"]
+        except Exception:  # denied or failing: judge by the refusal alone
+            if not KEY_REFUSAL.search(refusal):
+                return None
+            return errors.TableIncompatible(
+                f"table {self.table_name!r} is not an awsflock table: its key is not "
+                f"{A_LOCK_ID}, a string ({refusal})",
+                hint=TABLE_HINT,
+            )
+        key = key_problem(dict(table))
+        return None if key is None else not_awsflock_table(self.table_name, key)
+
+    def check_table(self) -> None:
+        """One DescribeTable: raise TableMissing, or TableIncompatible if the table's key is
+        not awsflock's. Skipped where DescribeTable is denied (scans then check the items)."""
+        try:
+            table = self._send(
+                "describe_table",
+                lambda: self.client.describe_table(TableName=self.table_name)["Table"],
+            )
+        except errors.AccessDenied:
+            return
+        key = key_problem(dict(table))
+        if key is not None:
+            raise not_awsflock_table(self.table_name, key)
+
+    def read(self, lock_id: str) -> Outcome:
+        """One strongly consistent read of a lock's item (plain or pool)."""
+        return self._outcome(False, self._get_item(lock_id), lock_id, None)
+
+    def _get_item(self, key: str) -> dict[str, Any] | None:
+        response = self._send(
+            "get",
+            lambda: self.client.get_item(
+                TableName=self.table_name,
+                Key={A_LOCK_ID: {"S": key}},
+                ConsistentRead=True,
+            ),
+        )
+        item: dict[str, Any] | None = response.get("Item")
+        return item
+
+    @staticmethod
+    def _outcome(
+        applied: bool, item: dict[str, Any] | None, lock_id: str, slot: int | None
+    ) -> Outcome:
+        if not item:
+            return Outcome(applied, None, None, slot)
+        line = line_from_item(item)
+        pool = pool_from_item(lock_id, item, line) if is_pool_item(item) else None
+        record = dataclasses.replace(record_from_item(item), line=line)
+        return Outcome(applied, record, pool, slot, line=line)
+
+    def _conditional_update(
+        self,
+        operation: str,
+        lock_id: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        slot: int | None,
+    ) -> Outcome:
+        """Run one conditional UpdateItem on a lock's item; the item as it is afterwards, or as
+        it was when the condition failed."""
+        from botocore.exceptions import ClientError
+
+        request = _request(update, condition, values=values)
+
+        def call() -> tuple[bool, dict[str, Any] | None]:
+            try:
+                response = self.client.update_item(
+                    TableName=self.table_name,
+                    Key={A_LOCK_ID: {"S": lock_id}},
+                    UpdateExpression=update,
+                    ConditionExpression=condition,
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    **request,
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                return False, exc.response.get("Item")  # type: ignore[return-value]
+            item = dict(response.get("Attributes", {}))
+            if A_LOCK_ID not in item:
+                # ALL_NEW always holds the key: an answer cut short, or not DynamoDB's. The
+                # write may have been applied.
+                raise errors.EndpointUnreachable(
+                    f"DynamoDB at {self._where()} gave an incomplete answer",
+                    hint="check --endpoint-url and the network",
+                )
+            return True, item
+
+        applied, item = self._send(operation, call)
+        in_doubt = self._in_doubt()
+        outcome = self._after_update(operation, applied, item, lock_id, slot)
+        return dataclasses.replace(outcome, in_doubt=in_doubt) if in_doubt else outcome
+
+    def _after_update(
+        self,
+        operation: str,
+        applied: bool,
+        item: dict[str, Any] | None,
+        lock_id: str,
+        slot: int | None,
+    ) -> Outcome:
+        if applied:
+            return self._outcome(True, item, lock_id, slot)
+        if item:
+            self._ccf_returns_item = True
+            return self._outcome(False, item, lock_id, slot)
+        # No old item in the answer: either there is no item, or the endpoint ignores
+        # ReturnValuesOnConditionCheckFailure (dynalite 4 does). Only then read it.
+        if self._ccf_returns_item:
+            return Outcome(False, None, None, slot)
+        if operation == "acquire":
+            # An acquire fails only on an existing item: this endpoint does not return it on
+            # failure, and every later failure needs the read.
+            self._ccf_returns_item = False
+        return self._outcome(False, self._get_item(lock_id), lock_id, slot)

@@ -1,0 +1,387 @@
+"""The DynamoDB store's other steps: the line (join, beat, leave), renew, release,
+force-release, pool-resize and the audit records; each one conditional UpdateItem (or PutItem)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any, Callable
+
+from awsflock import errors
+from awsflock.protocol import (
+    AUDIT_PREFIX,
+    AUDIT_VOID,
+    Drops,
+    Outcome,
+)
+from awsflock.records import (
+    ENDED_FORCED,
+    ENDED_RELEASED,
+    RESERVED_PREFIX,
+    LockRecord,
+    Pool,
+    Waiter,
+)
+from awsflock.stores.dynamodb import expressions
+from awsflock.stores.dynamodb.base import (
+    TableBase,
+    _check_tickets,
+    _drop_values,
+    _seconds_number,
+    expiration_seconds,
+    new_version,
+)
+from awsflock.stores.dynamodb.items import (
+    A_KIND,
+    A_LOCK_ID,
+    A_RENEWED_MS,
+    from_attr,
+    is_pool_item,
+    line_from_item,
+    place_entry,
+    pool_from_item,
+    record_from_item,
+    slot_prefix,
+    to_attr,
+)
+from awsflock.stores.dynamodb.translate import TABLE_HINT
+
+
+class Steps(TableBase):
+    """Every step but the take."""
+
+    def join(self, lock_id: str, waiter: Waiter) -> Outcome:
+        """Take a place in the lock's line under the next number (see ``LockStore.join``)."""
+        _check_tickets(waiter.ticket, ())
+        values = {"entry": place_entry(waiter), "now_ms": waiter.seen_ms, "zero": 0, "one": 1}
+        return self._raising_polled(
+            lock_id,
+            waiter.seen_ms,
+            lambda raise_polled: self._conditional_update(
+                "join",
+                lock_id,
+                expressions.join_update(waiter.ticket, raise_polled),
+                expressions.join_condition(waiter.ticket, raise_polled),
+                values,
+                None,
+            ),
+            # Refused though the record is there and we have no place: only the poll was later.
+            lambda out: out.lock is not None and out.line.find(waiter.ticket) is None,
+        )
+
+    def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
+        """A waiter's poll: its place's last poll is now (see ``LockStore.beat``)."""
+        _check_tickets(ticket, drop)
+        values: dict[str, Any] = {"now_ms": now_ms, "zero": 0, "gone": len(drop)}
+        values.update(_drop_values(drop))
+
+        def only_polled(out: Outcome) -> bool:
+            """Refused though our place has an earlier poll and the drops are unchanged."""
+            mine = out.line.find(ticket)
+            return (
+                mine is not None
+                and mine.seen_ms < now_ms
+                and all(_seen(out, t) == seen for t, seen in drop)
+            )
+
+        return self._raising_polled(
+            lock_id,
+            now_ms,
+            lambda raise_polled: self._conditional_update(
+                "beat",
+                lock_id,
+                expressions.beat_update(ticket, drop, raise_polled),
+                expressions.beat_condition(ticket, drop, raise_polled),
+                values,
+                None,
+            ),
+            only_polled,
+        )
+
+    def _raising_polled(
+        self,
+        lock_id: str,
+        now_ms: int,
+        send: Callable[[bool], Outcome],
+        only_polled: Callable[[Outcome], bool],
+    ) -> Outcome:
+        """A join or beat that raises the line's latest poll (``qpoll``) to ``now_ms`` and never
+        lowers it: sent with ``qpoll < :now_ms`` unless the poll is known to be later already
+        (another waiter's clock is ahead of ours), and sent again without when that alone
+        (``only_polled``) refused it. So a join or beat that lands late cannot make a live
+        line look idle."""
+
+        def sent(raise_polled: bool) -> Outcome:
+            outcome = send(raise_polled)
+            if outcome.line.polled_ms is not None:
+                self._polled[lock_id] = outcome.line.polled_ms
+            return outcome
+
+        known = self._polled.get(lock_id)
+        if known is not None and known >= now_ms:
+            return sent(False)
+        outcome = sent(True)
+        if not outcome.applied and only_polled(outcome):
+            return sent(False)
+        return outcome
+
+    def leave(self, lock_id: str, ticket: str) -> Outcome:
+        """Remove the ticket's place from the line."""
+        _check_tickets(ticket, ())
+        sets, removes = expressions.leave_line([ticket])
+        return self._conditional_update(
+            "leave",
+            lock_id,
+            f"SET {sets} REMOVE {removes}",
+            expressions.in_line(ticket, ()),
+            {"zero": 0, "gone": 1},
+            None,
+        )
+
+    def renew(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        slot: int | None = None,
+        keeper: str | None = None,
+    ) -> Outcome:
+        """Extend our lease from ``now_ms``, if it is ours, not ended and not run out."""
+        expires_ms = now_ms + lease_ms
+        values = {
+            "lease": lease_id,
+            "version": new_version(),
+            "lease_duration": _seconds_number(lease_ms),
+            "ttl": expiration_seconds(expires_ms + skew_ms),
+            "expires_ms": expires_ms,
+            "now_ms": now_ms,
+            "now_s": now_ms // 1000,
+            "slot": slot,
+            "keeper": keeper,
+        }
+        p = slot_prefix(slot)
+
+        def send() -> Outcome:
+            return self._conditional_update(
+                "renew",
+                lock_id,
+                expressions.renew_update(p, keeper is not None),
+                expressions.renew_condition(p),
+                values,
+                slot,
+            )
+
+        outcome = send()
+        later = _later_reading(outcome, lease_id, now_ms, lease_ms)
+        if later is None:
+            return outcome
+        # Refused only because the lease was granted or renewed with a later reading than ours
+        # (another host's renew, or our clock stepped back): sent once more from that reading,
+        # which only lengthens the lease (a renew that lands late after it is refused again).
+        expires_ms = later + lease_ms
+        values.update(
+            now_ms=later,
+            now_s=later // 1000,
+            expires_ms=expires_ms,
+            ttl=expiration_seconds(expires_ms + skew_ms),
+        )
+        return send()
+
+    def release(
+        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
+    ) -> Outcome:
+        """End our lease, keeping the item (and its fencing counter)."""
+        return self._end(
+            "release",
+            expressions.release_update,
+            lock_id,
+            lease_id,
+            ENDED_RELEASED,
+            now_ms=now_ms,
+            skew_ms=skew_ms,
+            slot=slot,
+        )
+
+    def force_release(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        force_id: str,
+        now_ms: int,
+        skew_ms: int,
+        actor: str,
+        reason: str,
+        slot: int | None = None,
+    ) -> Outcome:
+        """End ``lease_id`` whoever holds it, recording who, why, and this action's id."""
+        return self._end(
+            "force_release",
+            expressions.force_update,
+            lock_id,
+            lease_id,
+            ENDED_FORCED + force_id,
+            now_ms=now_ms,
+            skew_ms=skew_ms,
+            slot=slot,
+            actor=actor,
+            reason=reason,
+        )
+
+    def _end(
+        self,
+        operation: str,
+        update: Callable[[str], str],
+        lock_id: str,
+        lease_id: str,
+        ended: str,
+        *,
+        now_ms: int,
+        skew_ms: int,
+        slot: int | None,
+        **extra: Any,
+    ) -> Outcome:
+        """Release and force-release: one write ending the lease, marked ``ended``."""
+        values = {
+            "lease": lease_id,
+            "version": new_version(),
+            "ended": ended,
+            "now_ms": now_ms,
+            "ttl": expiration_seconds(now_ms + skew_ms),
+            **extra,
+        }
+        p = slot_prefix(slot)
+        return self._conditional_update(
+            operation, lock_id, update(p), expressions.release_condition(p), values, slot
+        )
+
+    def resize_pool(
+        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+    ) -> bool:
+        """Set a pool's size, only if it is still ``old`` and every slot that goes away is free."""
+        condition = expressions.resize_condition(old, new)
+        values = {
+            "old": old,
+            "new": new,
+            "cutoff_ms": now_ms - skew_ms,
+            "cutoff_s": (now_ms - skew_ms) // 1000,
+        }
+        outcome = self._conditional_update(
+            "resize", lock_id, expressions.RESIZE_UPDATE, condition, values, None
+        )
+        return outcome.applied
+
+    def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
+        """Write one audit record under ``key``: replacing one of that key, or (``replace`` is
+        False) only if there is none."""
+        from botocore.exceptions import ClientError
+
+        item = {A_LOCK_ID: {"S": key}, A_KIND: {"S": "audit"}}
+        item.update({k: to_attr(v) for k, v in entry.items() if v not in (None, "")})
+        extra: dict[str, Any] = {}
+        if not replace:
+            extra = {
+                "ConditionExpression": "attribute_not_exists(#k)",
+                "ExpressionAttributeNames": {"#k": A_LOCK_ID},
+            }
+
+        def call() -> None:
+            try:
+                self.client.put_item(TableName=self.table_name, Item=item, **extra)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+
+        self._send("audit", call)
+
+    def void_audit(self, key: str, action_id: str | None) -> None:
+        """Mark the audit record ``key`` as describing an action that did not take effect (only
+        if written by ``action_id``, when given). UpdateItem, so no DeleteItem is needed."""
+        from botocore.exceptions import ClientError
+
+        condition = "attribute_exists(#k)" + ("" if action_id is None else " AND #a = :a")
+        values: dict[str, Any] = {":v": {"S": AUDIT_VOID}}
+        names = {"#k": A_LOCK_ID, "#s": "status"}
+        if action_id is not None:
+            names["#a"] = "action_id"
+            values[":a"] = {"S": action_id}
+
+        def call() -> None:
+            try:
+                self.client.update_item(
+                    TableName=self.table_name,
+                    Key={A_LOCK_ID: {"S": key}},
+                    UpdateExpression="SET #s = :v",
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+
+        self._send("audit_void", call)
+
+    def audit_entries(self, page_size: int = 500) -> Iterator[dict[str, Any]]:
+        """Every audit record's fields, page by page."""
+        for item in self._scan(AUDIT_PREFIX, page_size):
+            # The key and the kind are this store's layout, not the entry's fields.
+            yield {k: from_attr(a) for k, a in item.items() if k not in (A_LOCK_ID, A_KIND)}
+
+    # -- table ---------------------------------------------------------------------------------
+
+    def locks(self, prefix: str = "", page_size: int = 500) -> Iterator[LockRecord | Pool]:
+        """Every plain lock and pool (not awsflock's other items), page by page."""
+        for item in self._scan(prefix, page_size):
+            key = item.get(A_LOCK_ID, {}).get("S")
+            if key is None:  # only reachable where DescribeTable is denied (see check_table)
+                raise errors.TableIncompatible(
+                    f"table {self.table_name!r} is not an awsflock table: its items have no "
+                    f"{A_LOCK_ID} string",
+                    hint=TABLE_HINT,
+                )
+            if key.startswith(RESERVED_PREFIX):
+                continue
+            line = line_from_item(item)
+            if is_pool_item(item):
+                yield pool_from_item(key, item, line)
+            else:
+                yield dataclasses.replace(record_from_item(item), line=line)
+
+    def _scan(self, prefix: str, page_size: int, **extra: Any) -> Iterator[dict[str, Any]]:
+        # A scan of a table keyed otherwise would list nothing (or foreign items), and a prefix
+        # filter on lock_id hides them all: check the key first. Scans are not a hot path.
+        self.check_table()
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": page_size, **extra}
+        if prefix:
+            kwargs["FilterExpression"] = "begins_with(#lock_id, :prefix)"
+            kwargs["ExpressionAttributeNames"] = {"#lock_id": A_LOCK_ID}
+            kwargs["ExpressionAttributeValues"] = {":prefix": {"S": prefix}}
+        while True:
+            page = self._send("scan", lambda: self.client.scan(**kwargs))
+            yield from page.get("Items", [])
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return
+            kwargs["ExclusiveStartKey"] = last
+
+
+def _later_reading(outcome: Outcome, lease_id: str, now_ms: int, lease_ms: int) -> int | None:
+    """The reading a refused renew should be sent again with: the record's ``renewed_ms``, when
+    only that refused it (the lease is ``lease_id``'s, not ended, live at ``now_ms``) and the
+    renew from it moves the end no earlier; else None."""
+    record = outcome.record
+    if outcome.applied or record is None or record.lease_id != lease_id or record.released:
+        return None
+    renewed = record.extra.get(A_RENEWED_MS)
+    if not isinstance(renewed, int) or renewed <= now_ms or record.expires_at * 1000 <= now_ms:
+        return None
+    return renewed if renewed + lease_ms >= record.expires_at * 1000 else None
+
+
+def _seen(outcome: Outcome, ticket: str) -> int | None:
+    waiter = outcome.line.find(ticket)
+    return None if waiter is None else waiter.seen_ms

@@ -1,0 +1,374 @@
+"""The DynamoDB store's take: a plain lock's (one TransactWriteItems of the lock's item and its
+fence record; the item alone, kept for good, on an endpoint without transactions) and a pool
+slot's (one UpdateItem on a pool; a transaction where a plain lock becomes one)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from awsflock import errors
+from awsflock.protocol import (
+    KEPT_UNTIL,
+    LINE_LAPSE_MS,
+    Attempt,
+    Outcome,
+)
+from awsflock.records import (
+    LockRecord,
+    holder_fields,
+)
+from awsflock.stores.dynamodb import expressions
+from awsflock.stores.dynamodb.base import (
+    TableBase,
+    _check_tickets,
+    _drop_values,
+    _request,
+    _seconds_number,
+    expiration_seconds,
+    new_version,
+)
+from awsflock.stores.dynamodb.items import (
+    A_CI_URL,
+    A_COMMAND,
+    A_FENCE,
+    A_HOST,
+    A_KIND,
+    A_LOCK_ID,
+    A_PID,
+    A_USER,
+    HISTORY,
+    KIND_FENCE,
+    fence_key,
+    from_attr,
+    slot_prefix,
+)
+
+
+class Takes(TableBase):
+    """The take step (``take`` in ``DynamoDBStore``)."""
+
+    def _take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        identity, now_ms, skew_ms = attempt.identity, attempt.now_ms, attempt.skew_ms
+        lease_ms, slot, slots = attempt.lease_ms, attempt.slot, attempt.slots
+        expires_ms = now_ms + lease_ms
+        values: dict[str, Any] = {
+            "lease": attempt.lease_id,
+            "version": new_version(),
+            "owner": identity.owner,
+            "lease_duration": _seconds_number(lease_ms),
+            "ttl": expiration_seconds(expires_ms + skew_ms),
+            "expires_ms": expires_ms,
+            "now_ms": now_ms,
+            "floor": now_ms * 1000,
+            "one": 1,
+            "null": None,
+            "cutoff_ms": now_ms - skew_ms,
+            "cutoff_s": (now_ms - skew_ms) // 1000,
+            "token": None,  # a plain take's own (see _take_plain)
+            "seen": None,
+            "slots": slots,
+            "zero": 0,
+            "qcut": now_ms - LINE_LAPSE_MS - skew_ms,
+        }
+        line_sets = None
+        if attempt.ticket is None:
+            line = expressions.LINE_CLEAR
+        else:
+            _check_tickets(attempt.ticket, attempt.drop)
+            line = expressions.in_line(attempt.ticket, attempt.drop)
+            line_sets = expressions.leave_line([attempt.ticket, *(t for t, _ in attempt.drop)])
+            values["gone"] = 1 + len(attempt.drop)
+            values.update(_drop_values(attempt.drop))
+        # Who holds it, for waiters' messages; absent fields are removed so that a previous
+        # holder's value never lingers.
+        holder = {
+            A_HOST: identity.host,
+            A_PID: identity.pid,
+            A_USER: identity.user,
+            A_CI_URL: identity.ci_url,
+            A_COMMAND: identity.command,
+        }
+        sets, removes = [], []
+        for name, value in holder.items():
+            if value in ("", 0, None):
+                removes.append(name)
+            else:
+                sets.append(name)
+                values[name] = value
+        p = slot_prefix(slot)
+        update = expressions.acquire_update(p, sets, removes, line_sets)
+        if slot is None:
+            kept = expressions.acquire_update(p, sets, removes, line_sets, kept=True)
+            values["kept_until"] = KEPT_UNTIL
+            return self._take_plain(lock_id, attempt, (update, kept), line, values)
+        becomes = expressions.acquire_update(p, sets, removes, line_sets, plain_top=True)
+        return self._take_slot(lock_id, attempt, (update, becomes), line, values, slot)
+
+    def _take_slot(
+        self,
+        lock_id: str,
+        attempt: Attempt,
+        updates: tuple[str, str],
+        line: str,
+        values: dict[str, Any],
+        slot: int,
+    ) -> Outcome:
+        """A pool slot's take. On an item that is a pool already, one UpdateItem: a pool's item
+        is never deleted and its plain lock's token stays as it was, so a new slot starting
+        above that token (``PLAIN_BELOW``) starts above every plain grant. An item that is not a
+        pool yet (absent, or a free plain lock) becomes one in a transaction that also checks
+        the fence record: the plain lock's tokens may live only there (its item deleted by TTL
+        or by an awsflock 0.2.0 release), and a take that lands late must not start below
+        them. A new slot starts above its plain lock's tokens: refused as too low, the take is
+        sent again above them."""
+        p = slot_prefix(slot)
+        now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
+        update, update_becomes = updates
+        pooled = expressions.acquire_condition(p, line, pool=expressions.IS_POOL)
+        becomes = expressions.acquire_condition(p, line)
+        outcome = self._conditional_update("acquire", lock_id, update, pooled, values, slot)
+        fence: int | None = None  # the fence record's token, once a transaction showed it
+        sent_floor = None  # the floor of the last transaction
+        for _ in range(3):
+            if outcome.applied:
+                return outcome
+            record = outcome.lock
+            plain = record.fencing_token if record is not None else None
+            if outcome.pool is not None:  # a pool: the slot busy, or its plain token above
+                held = outcome.pool.slots.get(slot)
+                if held is not None and not held.is_free(now, skew):
+                    return outcome
+                if plain is None or plain < values["floor"]:
+                    return outcome
+                values["floor"] = plain + 1  # a new slot starts above its plain lock's tokens
+                outcome = self._conditional_update("acquire", lock_id, update, pooled, values, slot)
+                continue
+            if record is not None and not record.is_free(now, skew):
+                return outcome  # a plain lock, held
+            # Not a pool (absent, or a free plain lock): it becomes one, above every token the
+            # plain lock was granted, its item's and its fence record's.
+            values["floor"] = max(values["floor"], (plain or 0) + 1, (fence or 0) + 1)
+            if values["floor"] == sent_floor:
+                return outcome  # refused as it stands (the line, a lease id seen before)
+            values["plain_top"] = values["floor"] - 1
+            if not self._transactions:  # dynalite: the item's own token alone
+                return self._conditional_update(
+                    "acquire", lock_id, update_becomes, becomes, values, slot
+                )
+            values["token"] = values["floor"]  # the fence record must be below it
+            answer = self._fenced_take(lock_id, update_becomes, becomes, values, slot=slot)
+            if answer is None:  # the endpoint has no transactions
+                self._transactions = False
+                continue
+            sent_floor = values["floor"]
+            outcome, fence = answer
+            if outcome.applied:  # a transaction answers nothing: read what it made
+                self.applied()  # a failed read must not say that nothing was
+                return dataclasses.replace(
+                    self._outcome(True, self._get_item(lock_id), lock_id, slot),
+                    in_doubt=outcome.in_doubt,
+                )
+        return outcome
+
+    def _take_plain(
+        self,
+        lock_id: str,
+        attempt: Attempt,
+        updates: tuple[str, str],
+        line: str,
+        values: dict[str, Any],
+    ) -> Outcome:
+        """A plain lock's take: its token chosen here and checked against the lock's item and
+        its fence record in one transaction (see ``expressions``). Two more requests at most:
+        one when the last token granted is ahead of ours (a clock behind the last holder's),
+        one to reclaim a lease that ran out, which a first try cannot see. ``updates``: the
+        take's, and the same keeping the item for good, for an endpoint without transactions
+        (no fence record there: the item must outlive TTL and 0.2.0 clients)."""
+        now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
+        update, kept = updates
+
+        def reclaimable(record: LockRecord | None) -> bool:
+            """A lease that ran out (not ended) on an item of a known version."""
+            return (
+                record is not None
+                and not record.released
+                and bool(record.version)
+                and record.is_free(now, skew)
+            )
+
+        def variant(record: LockRecord | None) -> str:
+            """What a take may replace, as ``record`` shows the lock: the lease that ran out,
+            pinned to its version, or nothing but an absent or ended lease."""
+            return expressions.RECLAIM_SEEN if reclaimable(record) else expressions.FREE_ENDED
+
+        token = max(attempt.now_ms * 1000, self._fences.get(lock_id, 0)) + 1
+        # A waiter whose last answer showed the lease run out reclaims it in one request.
+        seen = attempt.seen
+        outcome = Outcome(False, None)
+        for _ in range(3):
+            free = variant(seen) if self._transactions else expressions.FREE_PLAIN
+            values["token"] = token
+            values["seen"] = seen.version if seen is not None else None
+            condition = expressions.acquire_condition("", line, free)
+            if not self._transactions:
+                outcome = self._conditional_update(
+                    "acquire", lock_id, kept, condition, values, None
+                )
+                fence = None
+            else:
+                answer = self._fenced_take(lock_id, update, condition, values)
+                if answer is None:  # the endpoint has no transactions (dynalite)
+                    self._transactions = False
+                    continue
+                outcome, fence = answer
+            if outcome.applied:
+                if outcome.lock is None:  # a transaction answers nothing: what it wrote
+                    replaced = seen if free is expressions.RECLAIM_SEEN else None
+                    outcome = dataclasses.replace(
+                        outcome, lock=_granted_record(lock_id, attempt, values, replaced)
+                    )
+                self._learn_fence(lock_id, token)
+                return outcome
+            record = outcome.lock if outcome.pool is None else None
+            high = max(fence or 0, (record.fencing_token or 0) if record else 0)
+            self._learn_fence(lock_id, high)
+            free_now = outcome.pool is None and (record is None or record.is_free(now, skew))
+            if high >= token and free_now:
+                token = high + 1  # granted meanwhile, or a clock ahead of ours
+                seen = record if record is not None else seen
+                continue
+            changed = variant(record) is not free or (
+                free is expressions.RECLAIM_SEEN
+                and record is not None
+                and seen is not None
+                and record.version != seen.version
+            )
+            if self._transactions and free_now and changed:
+                seen = record  # the lock changed since what the take was sent for
+                continue
+            return outcome
+        return outcome
+
+    def _fenced_take(
+        self,
+        lock_id: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        slot: int | None = None,
+    ) -> tuple[Outcome, int | None] | None:
+        """One TransactWriteItems: the lock item's take, and the fence record's check that it
+        holds no token from ``values["token"]`` up: raised to that token for a plain take,
+        only checked for a pool slot's (``slot``; a pool's tokens are its slots'). The outcome
+        (its ``lock`` None when applied: a transaction answers nothing) and the fence record's
+        token when that refused it; None if the endpoint has no transactions."""
+        from botocore.exceptions import ClientError
+
+        fence_values = {"token": values["token"], "fence_kind": KIND_FENCE}
+        fence_check: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
+            "ConditionExpression": expressions.FENCE_RECORD_ABOVE,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if slot is None:
+            fence_check["UpdateExpression"] = expressions.FENCE_UPDATE
+            fence_check.update(
+                _request(
+                    expressions.FENCE_UPDATE, expressions.FENCE_RECORD_ABOVE, values=fence_values
+                )
+            )
+        else:
+            fence_check.update(_request(expressions.FENCE_RECORD_ABOVE, values=fence_values))
+        items: list[Any] = [
+            {
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": {A_LOCK_ID: {"S": lock_id}},
+                    "UpdateExpression": update,
+                    "ConditionExpression": condition,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    **_request(update, condition, values=values),
+                }
+            },
+            {"Update" if slot is None else "ConditionCheck": fence_check},
+        ]
+
+        def call() -> tuple[str, dict[str, Any] | None, int | None] | None:
+            try:
+                self.client.transact_write_items(TransactItems=items)
+            except ClientError as exc:
+                response: Any = exc.response
+                code = response.get("Error", {}).get("Code")
+                if code == "UnknownOperationException":
+                    return None
+                if code == "ValidationException":
+                    # Some servers (moto) refuse a transaction on a table keyed otherwise without
+                    # saying why; a read of the lock's key says it (translated as such), and
+                    # costs a request only on this error.
+                    self.client.get_item(TableName=self.table_name, Key=items[0]["Update"]["Key"])
+                    raise
+                reasons: list[Any] = response.get("CancellationReasons") or []
+                codes = [r.get("Code") for r in reasons]
+                if (
+                    code != "TransactionCanceledException"
+                    or len(reasons) != 2
+                    or any(c not in ("ConditionalCheckFailed", "None") for c in codes)
+                ):
+                    raise  # a conflict with another write, or worse: translated, retried
+                held = (
+                    (reasons[1].get("Item") or {}) if codes[1] == "ConditionalCheckFailed" else {}
+                )
+                if held and from_attr(held.get(A_KIND, {"S": ""})) != KIND_FENCE:
+                    raise errors.ConfigurationError(
+                        f"the key {fence_key(lock_id)!r}, which keeps the fencing counter of "
+                        f"{lock_id!r}, holds something else (an awsflock 0.2.0 lock of that "
+                        "name?): awsflock will not take the lock while it does",
+                        hint="release or delete that item (its name starts with awsflock's "
+                        "reserved prefix)",
+                    ) from exc
+                fence = int(from_attr(held[A_FENCE])) if A_FENCE in held else None
+                if codes[0] == "ConditionalCheckFailed":
+                    return "refused", reasons[0].get("Item"), fence
+                return "low", None, fence
+            return "applied", None, None
+
+        answer = self._send("acquire", call)
+        if answer is None:
+            return None
+        how, item, fence = answer
+        in_doubt = self._in_doubt()
+        if how == "applied":
+            return Outcome(True, None, in_doubt=in_doubt), None
+        if how == "low":
+            # Only the fence record refused: the lock's item would have taken it (not read).
+            return Outcome(False, None, in_doubt=in_doubt), int(fence or 0)
+        outcome = self._after_update("acquire", False, item, lock_id, slot)
+        fence_value = None if fence is None else int(fence)
+        return (dataclasses.replace(outcome, in_doubt=True) if in_doubt else outcome), fence_value
+
+    def _learn_fence(self, lock_id: str, token: int) -> None:
+        """Remember the highest token seen on a lock: this process's next take starts above it."""
+        if token > self._fences.get(lock_id, 0):
+            self._fences[lock_id] = token
+
+
+def _granted_record(
+    lock_id: str, attempt: Attempt, values: dict[str, Any], seen: LockRecord | None
+) -> LockRecord:
+    """The lock's record as a plain take that a transaction applied wrote it (a transaction
+    answers nothing). Its earlier leases are known only when it reclaimed the lease it saw
+    (``seen``): a take of an absent or ended lease does not learn them."""
+    history = () if seen is None else ((seen.lease_id, ""), *seen.history[: HISTORY - 1])
+    return LockRecord(
+        lock_id=lock_id,
+        lease_id=attempt.lease_id,
+        version=str(values["version"]),
+        **holder_fields(attempt.identity),
+        acquired_at=attempt.now_ms / 1000,
+        expires_at=(attempt.now_ms + attempt.lease_ms) / 1000,
+        lease_duration=attempt.lease_ms / 1000,
+        fencing_token=int(values["token"]),
+        history=history,
+    )
