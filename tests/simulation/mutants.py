@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from awsflock.lock import acquisition, admin, lease, line, renewal
-from awsflock.stores import memory, retrying
-from awsflock.stores.memory import MemoryStore, _Lease, _Record
+from awsflock.stores import memory_records, retrying
+from awsflock.stores.memory import MemoryStore
+from awsflock.stores.memory_records import _Lease, _Record
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
 
@@ -47,7 +48,7 @@ def late_renew() -> contextlib.AbstractContextManager[None]:
         if top is not None and top.owned_by(lease_id) and not top.ended:
             with self._mutex:
                 top.expires_ms = kw["now_ms"] + kw["lease_ms"]  # no live check, same version
-                top.expires_s = memory._seconds(top.expires_ms + kw["skew_ms"])
+                top.expires_s = memory_records._seconds(top.expires_ms + kw["skew_ms"])
                 return self._outcome(True, lock_id, record, None)
         return original(self, lock_id, lease_id, **kw)
 
@@ -84,7 +85,7 @@ def one_lease_id_per_acquire() -> contextlib.AbstractContextManager[None]:
                 return outcome
             with self._mutex:  # granted again to the id it holds, whatever its age
                 top.expires_ms = attempt.now_ms + attempt.lease_ms
-                top.expires_s = memory._seconds(top.expires_ms + attempt.skew_ms)
+                top.expires_s = memory_records._seconds(top.expires_ms + attempt.skew_ms)
         top.version = attempt.lease_id  # what 0.2.0 compares: the LEASE_ID itself
         return self._outcome(True, lock_id, record, None)
 
@@ -113,7 +114,7 @@ def _ttl_shift(extra_ms: int) -> contextlib.AbstractContextManager[None]:
     def fix(self: MemoryStore, lock_id: str) -> None:
         record = self._records.get(lock_id)
         if record is not None and record.slots is None and record.top.expires_ms is not None:
-            record.top.expires_s = memory._seconds(record.top.expires_ms + extra_ms)
+            record.top.expires_s = memory_records._seconds(record.top.expires_ms + extra_ms)
 
     def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         def call(self: MemoryStore, lock_id: str, *args: Any, **kw: Any) -> Any:
