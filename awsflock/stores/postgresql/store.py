@@ -7,17 +7,14 @@ clock: a lease's times are moved by (the caller's clock when the try was sent) m
 server's clock when it ran), so a holder's deadline, measured from before the request left,
 always falls before the lease really ends, whatever the two clocks say.
 
-One connection per store (per process), made on first use and made again after it broke.
-Each try runs in a worker thread bounded in real time (a hung server cannot hold a caller past
-its budget), on a connection whose ``statement_timeout`` is the request timeout.
+The connection and the tries are ``connection``'s (one connection per process, each try bounded
+in real time); turning rows into the library's types is ``rows``'.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import math
 import threading
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
@@ -37,24 +34,18 @@ from awsflock.records import (
     ENDED_FORCED,
     ENDED_RELEASED,
     RESERVED_PREFIX,
-    Identity,
-    Line,
     LockRecord,
     Pool,
     Waiter,
-    holder_fields,
 )
 from awsflock.stores.postgresql import schema
-from awsflock.stores.postgresql.translate import translate
-from awsflock.stores.retrying import RetryingStore
+from awsflock.stores.postgresql.connection import Connected, _Connection
+from awsflock.stores.postgresql.rows import _outcome
 
 _T = TypeVar("_T")
-#: Real time a try is given beyond its timeout before it is given up.
-TRY_GRACE = 0.5
-EXTRA_HINT = "pip install 'awsflock[postgres]' (psycopg 3)"
 
 
-class PostgresStore(RetryingStore):
+class PostgresStore(Connected):
     """Lock records in a PostgreSQL table (a ``LockStore``).
 
     ``url``: a libpq URL (``postgresql://user@host:5432/db``; libpq's environment variables
@@ -88,151 +79,6 @@ class PostgresStore(RetryingStore):
     def skew_free(self) -> bool:
         """Leases are timed by one clock (the server's): no skew window is needed."""
         return self.server_time
-
-    # -- where, and errors -------------------------------------------------------------------
-
-    def where(self) -> str:
-        return f"PostgreSQL at {self._where()}"
-
-    def _where(self) -> str:
-        """user@host:port/db, from the URL and libpq's environment (never the password)."""
-        try:
-            from psycopg.conninfo import conninfo_to_dict
-
-            params = conninfo_to_dict(self.conninfo)
-        except Exception:
-            return "(an unreadable URL)"
-        import os
-
-        def get(key: str, env: str, default: str) -> str:
-            return str(params.get(key) or os.environ.get(env) or default)
-
-        host = get("host", "PGHOST", "localhost")
-        user = get("user", "PGUSER", "")
-        text = f"{user}@" if user else ""
-        return text + f"{host}:{get('port', 'PGPORT', '5432')}/{get('dbname', 'PGDATABASE', user)}"
-
-    def actor(self) -> str | None:
-        """The database role this store connects as, and where: postgresql://ROLE@HOST:PORT/DB."""
-        try:
-            rows = self._send("actor", lambda conn: conn.execute("SELECT session_user").fetchall())
-        except errors.AwsflockError:
-            return None
-        return f"postgresql://{rows[0][0]}@{self._where().partition('@')[2]}" if rows else None
-
-    # -- connection and tries ----------------------------------------------------------------
-
-    def _connection(self, timeout: float) -> _Connection:
-        """The store's connection, made now if there is none (or it was given up)."""
-        with self._conn_lock:
-            if self._conn is not None:
-                return self._conn
-        try:
-            import psycopg
-        except ImportError as exc:
-            raise errors.ConfigurationError(
-                "the PostgreSQL store needs psycopg 3, which is not installed", hint=EXTRA_HINT
-            ) from exc
-        statement_ms = max(1, round(self.request_timeout * 1000))
-        extra: dict[str, Any] = {}
-        if not _given(self.conninfo, "application_name", "PGAPPNAME"):
-            extra["application_name"] = "awsflock"
-        extra["options"] = _options(self.conninfo, statement_ms)
-        conn = psycopg.connect(
-            self.conninfo,
-            autocommit=True,
-            connect_timeout=max(2, math.ceil(timeout)),
-            **extra,
-        )
-        with self._conn_lock:
-            if self._conn is not None:  # another thread made one meanwhile
-                _close_quietly(conn)
-                return self._conn
-            self._conn = _Connection(conn)
-            return self._conn
-
-    def close(self) -> None:
-        """Close the connection (a later call makes a new one)."""
-        with self._conn_lock:
-            entry, self._conn = self._conn, None
-        if entry is not None:
-            entry.give_up()
-
-    def _discard(self, entry: _Connection | None) -> None:
-        """Give up a connection that failed or hung: the next try makes a new one. It is
-        closed by whichever thread uses it last (closing it under a thread still inside libpq
-        could crash the process)."""
-        with self._conn_lock:
-            if self._conn is entry:
-                self._conn = None
-        if entry is not None:
-            entry.give_up()
-
-    def _attempt(self, operation: str, call: Callable[[Any], _T], timeout: float) -> _T:
-        return self._try(operation, call, timeout)
-
-    def _try_may_have_applied(self, err: errors.StoreError) -> bool:
-        return err.maybe_applied
-
-    def _try(self, operation: str, call: Callable[[Any], _T], timeout: float) -> _T:
-        """One try, in a worker thread given ``timeout`` (plus a grace) of real time. A try
-        given up before it sent its statement never sends it (the gate); one given up after
-        may still be applied (``maybe_applied``)."""
-        box: dict[str, Any] = {}
-        gate = threading.Lock()
-
-        def work() -> None:
-            try:
-                entry = box["conn"] = self._connection(timeout)
-                with entry.lock:
-                    if entry.given_up:
-                        raise errors.EndpointUnreachable(
-                            f"{self.where()}: the connection was given up", hint="retry"
-                        )
-                    with gate:
-                        if box.get("abandoned"):  # the caller gave this try up meanwhile
-                            raise errors.EndpointUnreachable(
-                                f"{self.where()}: the try was given up", hint="retry"
-                            )
-                        box["sent"] = True
-                    try:
-                        box["value"] = call(entry.conn)
-                    finally:
-                        if entry.given_up:
-                            _close_quietly(entry.conn)
-            except BaseException as exc:  # handed to the caller's thread as is
-                box["error"] = exc
-
-        worker = threading.Thread(target=work, name="awsflock-request", daemon=True)
-        worker.start()
-        worker.join(timeout + TRY_GRACE)
-        if worker.is_alive():
-            with gate:  # from here on, a worker that has not sent never will
-                box["abandoned"] = True
-                sent = bool(box.get("sent"))
-            self._discard(box.get("conn"))
-            err = errors.EndpointUnreachable(
-                f"{self.where()} did not answer in time",
-                hint="check that the server is up and reachable, and retry",
-            )
-            err.maybe_applied = sent
-            raise err
-        if "error" in box:
-            exc = box["error"]
-            if isinstance(exc, errors.AwsflockError):
-                raise exc
-            mapped = translate(
-                exc,
-                operation=operation,
-                where=self.where(),
-                table=self.table_name,
-                sent=bool(box.get("sent")),
-            )
-            if mapped.broken:
-                self._discard(box.get("conn"))
-            raise mapped.error from exc
-        value: _T = box["value"]
-        return value
 
     # -- the lock steps ------------------------------------------------------------------------
 
@@ -428,135 +274,6 @@ class PostgresStore(RetryingStore):
         return self._send(operation, call)
 
 
-class _Connection:
-    """A psycopg connection and the lock its users hold while inside it (one at a time)."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.lock = threading.Lock()
-        self.given_up = False
-
-    def give_up(self) -> None:
-        """No new statement on it; closed now if nobody is inside it, else by its user."""
-        self.given_up = True
-        if self.lock.acquire(blocking=False):
-            try:
-                _close_quietly(self.conn)
-            finally:
-                self.lock.release()
-
-
-def _given(conninfo: str, key: str, env: str) -> bool:
-    """Whether the URL or libpq's environment sets ``key``."""
-    import os
-
-    from psycopg.conninfo import conninfo_to_dict
-
-    return bool(conninfo_to_dict(conninfo).get(key) or os.environ.get(env))
-
-
-def _options(conninfo: str, statement_ms: int) -> str:
-    """libpq's ``options`` for the store's connection: the user's (from the URL, else
-    PGOPTIONS) between the store's, so that a ``statement_timeout`` of theirs wins and
-    ``synchronous_commit=on`` always does: every commit of this session (table-create's too)
-    is on disk before the server answers, whatever the server, database or role says."""
-    import os
-
-    from psycopg.conninfo import conninfo_to_dict
-
-    given = conninfo_to_dict(conninfo).get("options") or os.environ.get("PGOPTIONS") or ""
-    parts = [f"-c statement_timeout={statement_ms}", str(given), "-c synchronous_commit=on"]
-    return " ".join(part for part in parts if part)
-
-
-def _close_quietly(conn: Any) -> None:
-    with contextlib.suppress(Exception):
-        conn.close()
-
-
 def _check_drops(drop: Drops) -> None:
     if len(drop) > MAX_DROPS:
         raise errors.UsageError(f"{len(drop)} places to drop at once; at most {MAX_DROPS}")
-
-
-# -- answers ---------------------------------------------------------------------------------
-
-
-def _identity(who: Any) -> Identity:
-    if not isinstance(who, dict):
-        return Identity(owner="")
-    fields = {f.name for f in dataclasses.fields(Identity)}
-    return Identity(**{k: v for k, v in who.items() if k in fields})
-
-
-def _seconds(ms: Any, shift: int) -> float | None:
-    return None if ms is None else (int(ms) + shift) / 1000
-
-
-def _record(lock_id: str, row: dict[str, Any], slots: int | None, shift: int) -> LockRecord:
-    who = _identity(row.get("who"))
-    lease_id = row.get("lease_id") or ""
-    return LockRecord(
-        lock_id=lock_id,
-        lease_id=lease_id,
-        # No awsflock 0.2.0 compares it here: it only tells one write of a lease from the next.
-        version=f"{lease_id}/{row.get('expires_ms')}" if lease_id else "",
-        **holder_fields(who),
-        acquired_at=_seconds(row.get("acquired_ms"), shift),
-        expires_at=_seconds(row.get("expires_ms"), shift) or 0.0,
-        lease_duration=(row.get("lease_ms") or 0) / 1000,
-        fencing_token=row.get("fence"),
-        ended=row.get("ended") or "",
-        history=tuple((str(h[0]), str(h[1])) for h in row.get("history") or () if h),
-        slots=slots,
-        forced_by=row.get("forced_by") or "",
-        forced_reason=row.get("forced_reason") or "",
-        forced_at=_seconds(row.get("forced_ms"), shift),
-        keeper=row.get("keeper") or "",
-        extra=row,
-    )
-
-
-def _line(head: dict[str, Any], shift: int) -> Line:
-    """The lock's line; its places' times are the server's, shown shifted by ``shift``."""
-    places = head.get("line") or {}
-    waiters = sorted(
-        (
-            Waiter(
-                ticket=ticket,
-                number=int(place["n"]),
-                identity=_identity(place.get("who")),
-                since_ms=int(place["since"]),
-                seen_ms=int(place["seen"]),
-            )
-            for ticket, place in places.items()
-        ),
-        key=lambda w: w.number,
-    )
-    polled = head.get("polled_ms")
-    return Line(
-        int(head.get("next_number") or 0),
-        tuple(waiters),
-        int(polled) if waiters and polled is not None else None,
-        shift,
-    )
-
-
-def _outcome(
-    applied: bool,
-    lock_id: str,
-    rows: list[dict[str, Any]],
-    slot: int | None,
-    shift: int,
-    in_doubt: bool,
-) -> Outcome:
-    head = next((r for r in rows if r["slot"] == -1), None)
-    if head is None:
-        return Outcome(applied, None, None, slot, in_doubt)
-    size = head.get("slots")
-    line = _line(head, shift)
-    lock = dataclasses.replace(_record(lock_id, head, size, shift), line=line)
-    if size is None:
-        return Outcome(applied, lock, None, slot, in_doubt, line)
-    slots = {int(r["slot"]): _record(lock_id, r, size, shift) for r in rows if r["slot"] >= 0}
-    return Outcome(applied, lock, Pool(lock_id, size, slots, line), slot, in_doubt, line)
