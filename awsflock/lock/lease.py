@@ -4,7 +4,7 @@ It speaks to any ``LockStore`` (``awsflock.protocol``). One acquire attempt and 
 live in ``awsflock.lock.acquisition``, the wait loop around them in ``awsflock.lock.waiting``,
 holding with a heartbeat in ``awsflock.lock.heartbeat``. What a refused renew or release means
 (released, force-released, expired, taken by another, or a retry of our own that already
-happened) is decided here, by ``_verdict``.
+happened) is ``awsflock.lock.verdict``'s to say; ``Lease`` is in ``awsflock.lock.held``.
 """
 
 from __future__ import annotations
@@ -14,19 +14,20 @@ import logging
 import random
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
-from awsflock.lock import waiting
+from awsflock.lock import verdict, waiting
 from awsflock.lock.acquisition import Acquisition, Grant, event_fields, new_lease_id
 from awsflock.lock.heartbeat import Hold, LostCallback
+from awsflock.lock.held import Lease
 from awsflock.lock.line import Fair, new_ticket
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
-from awsflock.protocol import DEFAULT_REQUEST_TIMEOUT, LockStore, Outcome
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Identity, LockRecord, Pool
+from awsflock.protocol import DEFAULT_REQUEST_TIMEOUT, LockStore
+from awsflock.records import Identity, LockRecord, Pool
+from awsflock.stores import kinds
 from awsflock.text import format_seconds
 
 #: A botocore DynamoDB client (``LockTable(client=...)``), typed loosely here: the lock logic
@@ -46,70 +47,6 @@ WAIT_FOREVER = None
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
-
-
-@dataclass
-class Lease:
-    """A lease we hold (or held) on one lock. ``fencing_token`` only ever goes up per lock."""
-
-    table: LockTable
-    lock_id: str
-    lease_id: str
-    fencing_token: int | None
-    expires_at: float
-    lease_duration: float
-    owner: str
-    acquired_at: float
-    waited: float = 0.0
-    reclaimed: LockRecord | None = field(default=None, repr=False)
-    released: bool = False
-    #: The pool slot this lease holds (None for a plain lock).
-    slot: int | None = None
-    #: ``expires_at`` on the table clock's monotonic time, taken when the store answered: what
-    #: the holder's own deadlines go by, so that a step of its wall clock (an NTP step, a
-    #: restored VM) cannot stretch its lease (0: not known).
-    expires_mono: float = 0.0
-    #: What turned the record's times into monotonic time for ``expires_mono`` (see
-    #: ``LockTable._lease_from``).
-    to_mono: float = 0.0
-
-    def renew(self, lease: float | str | None = None) -> Lease:
-        """Extend the lease by ``lease`` (default: its current duration) from now."""
-        return self.table.renew(self, lease=lease)
-
-    def release(self) -> None:
-        """End the lease. Raises NotHeld if it was lost in the meantime."""
-        self.table.release(self)
-
-    def remaining(self) -> float:
-        return self.expires_at - self.table.clock.time()
-
-    def as_dict(self) -> dict[str, Any]:
-        """The public fields, as ``acquire --json`` prints them (lease id included)."""
-        return {
-            "lock_id": self.lock_id,
-            "lease_id": self.lease_id,
-            "fencing_token": self.fencing_token,
-            "owner": self.owner,
-            "acquired_at": round(self.acquired_at, 3),
-            "expires_at": round(self.expires_at, 3),
-            "lease_duration": self.lease_duration,
-            **({} if self.slot is None else {"slot": self.slot}),
-        }
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        # Never swallow the caller's exception; a failed release is logged, not raised over it.
-        if self.released:
-            return
-        try:
-            self.release()
-        except errors.AwsflockError as err:
-            if exc[0] is None:
-                raise
-            log.warning("release of %r failed: %s", self.lock_id, err.one_line())
 
 
 class LockTable:
@@ -145,32 +82,14 @@ class LockTable:
                 "the table's clock differs from its store's, whose clock times its answers",
                 hint="give the clock to the store only (the table then uses it)",
             )
-        if store is not None:
-            given = {
-                "table_name": table_name != "awsflock",
-                "client": client is not None,
-                "region": region is not None,
-                "profile": profile is not None,
-                "endpoint_url": endpoint_url is not None,
-                "request_timeout": request_timeout is not None,
-            }
-            wrong = [name for name, is_given in given.items() if is_given]
-            if wrong:
-                raise errors.UsageError(
-                    f"{', '.join(wrong)} describe a DynamoDB store, and a store was given",
-                    hint="set them on the store itself, or pass them without store=",
-                )
-        if store is None:
-            from awsflock.stores import kinds
-
-            settings = kinds.Settings(
-                table_name,
-                DEFAULT_REQUEST_TIMEOUT if request_timeout is None else request_timeout,
-                {"region": region, "profile": profile, "endpoint_url": endpoint_url},
-                clock=self.clock,
-                extra={"client": client} if client is not None else {},
-            )
-            store = kinds.DEFAULT.open(kinds.default(), settings)
+        store = kinds.for_table(
+            store,
+            table_name,
+            request_timeout,
+            {"region": region, "profile": profile, "endpoint_url": endpoint_url},
+            clock=self.clock,
+            client=client,
+        )
         self.store: LockStore = store
         self.table_name = store.table_name
         self.rng = rng or random.Random()
@@ -372,12 +291,12 @@ class LockTable:
             **({} if keeper is None else {"keeper": keeper}),
         )
         record = outcome.record
-        if not outcome.applied and _held_longer(record, lease_id, now_ms, _ms(lease_s)):
+        if not outcome.applied and verdict.held_longer(record, lease_id, now_ms, _ms(lease_s)):
             # Refused because a renew made later (another host's, or ours before a clock step
             # back) already holds the lease past what this one asks: it is renewed.
             outcome = dataclasses.replace(outcome, applied=True)
         if not outcome.applied or record is None:
-            refused = _verdict(outcome, lock_id, lease_id, "renew", self.clock.time())
+            refused = verdict.of(outcome, lock_id, lease_id, "renew", self.clock.time())
             raise refused or errors.NotHeld(f"lease {lease_id} on {lock_id!r} was not renewed")
         log.info(
             "renewed %r for %s",
@@ -434,20 +353,20 @@ class LockTable:
         )
         record = outcome.record
         if not outcome.applied:
-            verdict = _verdict(outcome, lock_id, lease_id, "release", self.clock.time())
+            refusal = verdict.of(outcome, lock_id, lease_id, "release", self.clock.time())
             if outcome.lock is None and outcome.in_doubt:
                 # No record, and an earlier try may have landed unanswered: this release may
                 # have ended the lease before the record was deleted, or the lease ran out and
                 # the record went by TTL or by another client's release. Which, nothing says:
                 # not "released" (its work may have run unprotected), but not held either way.
-                verdict = errors.NotHeld(
+                refusal = errors.NotHeld(
                     f"lease {lease_id} does not hold {lock_id!r}: there is no such lock now, and "
                     "whether this release ended the lease before its record was deleted or the "
                     "lease ran out first cannot be told",
                     hint="check the work done under it",
                 )
-            if verdict is not None:
-                raise verdict
+            if refusal is not None:
+                raise refusal
         event = event_fields("released", lock_id, record)
         if record is not None and record.acquired_at is not None and outcome.applied:
             event["held_s"] = round(self.clock.time() - record.acquired_at, 3)
@@ -479,76 +398,3 @@ class LockTable:
                 hint="drop those options for this store",
             )
         return self.store.create(progress=progress or (lambda _message: None), **options)
-
-
-def _verdict(
-    outcome: Outcome, lock_id: str, lease_id: str, operation: str, now: float
-) -> errors.NotHeld | None:
-    """Why a renew or release of ``lease_id`` was refused (NotHeld naming who, when and why),
-    or None for a release that had in fact happened (a retry whose first try went through)."""
-    record = outcome.record
-    again = "acquire the lock again"
-
-    def refused(why: str, hint: str = again) -> errors.NotHeld:
-        return errors.NotHeld(f"lease {lease_id} does not hold {lock_id!r}: {why}", hint=hint)
-
-    if outcome.lock is None:
-        return refused(
-            "there is no such lock (never taken, or ended and since deleted by TTL)",
-            hint="check the lock name and --tablename",
-        )
-    slot = slot_of(lease_id)
-    if slot is None and outcome.pool is not None:
-        # A plain lease on an item that has become a pool: the plain lock's last state is
-        # still at the top of the item (a release retried after the conversion was done).
-        mine = _ended_how(outcome.lock, lease_id)
-        if operation == "release" and mine == ENDED_RELEASED:
-            return None
-        return refused(f"{lock_id!r} is now a pool of {outcome.pool.size} slots")
-    if slot is not None and outcome.pool is None:
-        return refused(f"{lock_id!r} is a plain lock")
-    if record is None:
-        return refused("that slot of the pool is unused")
-    current = record.lease_id == lease_id
-    end = _ended_how(record, lease_id)
-    if end == ENDED_RELEASED:
-        return None if operation == "release" else refused("it was released")
-    if end is not None and end.startswith(ENDED_FORCED):
-        detail = record.forced_text() if current else "force-released (see `awsflock audit`)"
-        return refused(f"it was {detail}")
-    if current and operation == "renew":
-        size = record.slots
-        if slot is not None and size is not None and slot >= size:
-            return refused(f"slot {slot} no longer exists (the pool was resized to {size})")
-        if record.expires_at <= now:
-            return refused(
-                f"it expired {format_seconds(now - record.expires_at)} ago, and a renew never "
-                "revives an expired lease"
-            )
-    if current:
-        return refused("it is no longer held")
-    holder = f"now held by {record.describe(now)}" if not record.released else "it is free now"
-    if end == "":
-        return refused(f"it expired and was taken over; {holder}")
-    return refused(f"it was released, or expired and taken over; {holder}")
-
-
-def _held_longer(record: LockRecord | None, lease_id: str, now_ms: int, lease_ms: int) -> bool:
-    """Whether ``record`` shows ``lease_id`` live at ``now_ms`` and not ended, until at least
-    ``now_ms + lease_ms``: what a renew at ``now_ms`` asked for is held already."""
-    slot = slot_of(lease_id)
-    return (
-        record is not None
-        and record.lease_id == lease_id
-        and not record.released
-        and (slot is None or (record.slots is not None and slot < record.slots))
-        and record.expires_at * 1000 >= now_ms + lease_ms
-    )
-
-
-def _ended_how(record: LockRecord, lease_id: str) -> str | None:
-    """How ``lease_id`` ended by this record: "" (ran out and was taken over), "released",
-    "forced:ID", or None if the record does not know the lease."""
-    if record.lease_id == lease_id:
-        return record.ended
-    return next((end for lease, end in record.history if lease == lease_id), None)

@@ -168,3 +168,41 @@ def default() -> Named:
 def applies_to(option: str) -> str:
     """The titles of the kinds a location option applies to, for messages ("DynamoDB")."""
     return ", ".join(k.title.split()[0] for k in KINDS if option in k.location)
+
+
+def for_table(
+    store: LockStore | None,
+    table_name: str,
+    request_timeout: float | None,
+    location: Mapping[str, str | None],
+    *,
+    clock: Clock,
+    client: Any = None,
+) -> LockStore:
+    """The store of a ``LockTable``: the one given, or the default kind's that the other
+    arguments name (a UsageError if both are given)."""
+    if store is not None:
+        given = {
+            "table_name": table_name != "awsflock",
+            "client": client is not None,
+            **{name: value is not None for name, value in location.items()},
+            "request_timeout": request_timeout is not None,
+        }
+        wrong = [name for name, is_given in given.items() if is_given]
+        if wrong:
+            raise errors.UsageError(
+                f"{', '.join(wrong)} describe a {DEFAULT.title.split()[0]} store, and a store "
+                "was given",
+                hint="set them on the store itself, or pass them without store=",
+            )
+        return store
+    from awsflock.protocol import DEFAULT_REQUEST_TIMEOUT
+
+    settings = Settings(
+        table_name,
+        DEFAULT_REQUEST_TIMEOUT if request_timeout is None else request_timeout,
+        location,
+        clock=clock,
+        extra={} if client is None else {"client": client},
+    )
+    return DEFAULT.open(default(), settings)

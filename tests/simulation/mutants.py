@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from awsflock.lock import acquisition, admin, lease, line, renewal
+from awsflock.lock import acquisition, admin, line, renewal, verdict
 from awsflock.stores import memory_records, retrying
 from awsflock.stores.memory import MemoryStore
 from awsflock.stores.memory_records import _Lease, _Record
@@ -176,15 +176,15 @@ def _slot_of(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> bool:
 
 def forced_is_released() -> contextlib.AbstractContextManager[None]:
     """7. A force-released holder's release is reported done (as if it had released)."""
-    verdict = lease._verdict
+    of = verdict.of
 
     def lenient(outcome: Any, lock_id: str, lease_id: str, operation: str, now: float) -> Any:
         record = outcome.record
         if operation == "release" and record is not None and record.forced:
             return None
-        return verdict(outcome, lock_id, lease_id, operation, now)
+        return of(outcome, lock_id, lease_id, operation, now)
 
-    return _patched((lease, "_verdict", lenient))
+    return _patched((verdict, "of", lenient))
 
 
 def audit_after_force() -> contextlib.AbstractContextManager[None]:

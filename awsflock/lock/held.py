@@ -1,0 +1,88 @@
+"""A lease the caller holds (``Lease``): what an acquire returns, renewed and released through
+its ``LockTable``."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from awsflock import errors
+from awsflock.clock import Clock
+from awsflock.records import LockRecord
+
+log = logging.getLogger("awsflock.lease")
+
+
+class Table(Protocol):
+    """What a lease needs of its ``LockTable`` (``awsflock.lock.lease``)."""
+
+    clock: Clock
+
+    def renew(self, held: Lease, *, lease: float | str | None = None) -> Lease: ...
+
+    def release(self, held: Lease) -> None: ...
+
+
+@dataclass
+class Lease:
+    """A lease we hold (or held) on one lock. ``fencing_token`` only ever goes up per lock."""
+
+    table: Table
+    lock_id: str
+    lease_id: str
+    fencing_token: int | None
+    expires_at: float
+    lease_duration: float
+    owner: str
+    acquired_at: float
+    waited: float = 0.0
+    reclaimed: LockRecord | None = field(default=None, repr=False)
+    released: bool = False
+    #: The pool slot this lease holds (None for a plain lock).
+    slot: int | None = None
+    #: ``expires_at`` on the table clock's monotonic time, taken when the store answered: what
+    #: the holder's own deadlines go by, so that a step of its wall clock (an NTP step, a
+    #: restored VM) cannot stretch its lease (0: not known).
+    expires_mono: float = 0.0
+    #: What turned the record's times into monotonic time for ``expires_mono`` (see
+    #: ``LockTable._lease_from``).
+    to_mono: float = 0.0
+
+    def renew(self, lease: float | str | None = None) -> Lease:
+        """Extend the lease by ``lease`` (default: its current duration) from now."""
+        return self.table.renew(self, lease=lease)
+
+    def release(self) -> None:
+        """End the lease. Raises NotHeld if it was lost in the meantime."""
+        self.table.release(self)
+
+    def remaining(self) -> float:
+        return self.expires_at - self.table.clock.time()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The public fields, as ``acquire --json`` prints them (lease id included)."""
+        return {
+            "lock_id": self.lock_id,
+            "lease_id": self.lease_id,
+            "fencing_token": self.fencing_token,
+            "owner": self.owner,
+            "acquired_at": round(self.acquired_at, 3),
+            "expires_at": round(self.expires_at, 3),
+            "lease_duration": self.lease_duration,
+            **({} if self.slot is None else {"slot": self.slot}),
+        }
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Never swallow the caller's exception; a failed release is logged, not raised over it.
+        if self.released:
+            return
+        try:
+            self.release()
+        except errors.AwsflockError as err:
+            if exc[0] is None:
+                raise
+            log.warning("release of %r failed: %s", self.lock_id, err.one_line())

@@ -1,0 +1,83 @@
+"""What a refused renew or release means: released, force-released, expired, taken by another,
+or a retry of our own that already happened; told from the record the refusal returned."""
+
+from __future__ import annotations
+
+from awsflock import errors
+from awsflock.names import slot_of
+from awsflock.protocol import Outcome
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord
+from awsflock.text import format_seconds
+
+
+def of(
+    outcome: Outcome, lock_id: str, lease_id: str, operation: str, now: float
+) -> errors.NotHeld | None:
+    """Why a renew or release of ``lease_id`` was refused (NotHeld naming who, when and why),
+    or None for a release that had in fact happened (a retry whose first try went through)."""
+    record = outcome.record
+    again = "acquire the lock again"
+
+    def refused(why: str, hint: str = again) -> errors.NotHeld:
+        return errors.NotHeld(f"lease {lease_id} does not hold {lock_id!r}: {why}", hint=hint)
+
+    if outcome.lock is None:
+        return refused(
+            "there is no such lock (never taken, or ended and since deleted by TTL)",
+            hint="check the lock name and --tablename",
+        )
+    slot = slot_of(lease_id)
+    if slot is None and outcome.pool is not None:
+        # A plain lease on an item that has become a pool: the plain lock's last state is
+        # still at the top of the item (a release retried after the conversion was done).
+        mine = ended_how(outcome.lock, lease_id)
+        if operation == "release" and mine == ENDED_RELEASED:
+            return None
+        return refused(f"{lock_id!r} is now a pool of {outcome.pool.size} slots")
+    if slot is not None and outcome.pool is None:
+        return refused(f"{lock_id!r} is a plain lock")
+    if record is None:
+        return refused("that slot of the pool is unused")
+    current = record.lease_id == lease_id
+    end = ended_how(record, lease_id)
+    if end == ENDED_RELEASED:
+        return None if operation == "release" else refused("it was released")
+    if end is not None and end.startswith(ENDED_FORCED):
+        detail = record.forced_text() if current else "force-released (see `awsflock audit`)"
+        return refused(f"it was {detail}")
+    if current and operation == "renew":
+        size = record.slots
+        if slot is not None and size is not None and slot >= size:
+            return refused(f"slot {slot} no longer exists (the pool was resized to {size})")
+        if record.expires_at <= now:
+            return refused(
+                f"it expired {format_seconds(now - record.expires_at)} ago, and a renew never "
+                "revives an expired lease"
+            )
+    if current:
+        return refused("it is no longer held")
+    holder = f"now held by {record.describe(now)}" if not record.released else "it is free now"
+    if end == "":
+        return refused(f"it expired and was taken over; {holder}")
+    return refused(f"it was released, or expired and taken over; {holder}")
+
+
+def held_longer(record: LockRecord | None, lease_id: str, now_ms: int, lease_ms: int) -> bool:
+    """Whether ``record`` shows ``lease_id`` live at ``now_ms`` and not ended, until at least
+    ``now_ms + lease_ms``: what a renew at ``now_ms`` asked for is held already."""
+    slot = slot_of(lease_id)
+    return (
+        record is not None
+        and record.lease_id == lease_id
+        and not record.released
+        and (slot is None or (record.slots is not None and slot < record.slots))
+        and record.expires_at * 1000 >= now_ms + lease_ms
+    )
+
+
+def ended_how(record: LockRecord, lease_id: str) -> str | None:
+    """How ``lease_id`` ended by this record: "" (ran out and was taken over), "released",
+    "forced:ID", or None if the record does not know the lease."""
+    if record.lease_id == lease_id:
+        return record.ended
+    return next((end for lease, end in record.history if lease == lease_id), None)
