@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from awsflock.supervise import keepalive
+from awsflock.supervise import keepalive, processes
 
 
 @pytest.fixture(autouse=True)
@@ -19,29 +19,29 @@ def runtime(tmp_path, monkeypatch):
 
 
 def test_a_live_process_is_followed_and_an_exited_one_is_not():
-    assert keepalive.alive(os.getpid(), keepalive.start_time(os.getpid()))
+    assert processes.alive(os.getpid(), processes.start_time(os.getpid()))
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    started = keepalive.start_time(child.pid)
+    started = processes.start_time(child.pid)
     child.wait()
-    assert not keepalive.alive(child.pid, started)
+    assert not processes.alive(child.pid, started)
 
 
 def test_an_exited_but_unreaped_process_counts_as_gone():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    started = keepalive.start_time(child.pid)
+    started = processes.start_time(child.pid)
     # Not waited for: a zombie until we reap it (as a script's shell may be, briefly).
     for _ in range(500):
         with open(f"/proc/{child.pid}/stat") as stat:
             if stat.read().split(") ")[1].startswith("Z"):
                 break
         time.sleep(0.01)
-    assert not keepalive.alive(child.pid, started)
+    assert not processes.alive(child.pid, started)
     child.wait()
 
 
 def test_a_recycled_pid_is_not_the_process_followed():
     # Same pid, another start time: another process.
-    assert not keepalive.alive(os.getpid(), "1")
+    assert not processes.alive(os.getpid(), "1")
 
 
 def test_stop_without_a_renewer_does_nothing_and_clears_a_stale_pid_file(runtime):
@@ -57,7 +57,7 @@ def test_stop_signals_a_live_renewer_and_waits_for_it(runtime):
     sleeper = subprocess.Popen(
         [sys.executable, "-c", "import signal, time; signal.pause()"],
     )
-    keepalive.pid_file("lease-2").write_text(f"{sleeper.pid} {keepalive.start_time(sleeper.pid)}")
+    keepalive.pid_file("lease-2").write_text(f"{sleeper.pid} {processes.start_time(sleeper.pid)}")
     assert keepalive.stop("lease-2") is True
     assert sleeper.wait(timeout=5) == -10  # USR1's default action ends the stand-in
 
@@ -72,7 +72,7 @@ def test_a_plain_release_leaves_no_runtime_directory_and_odd_ids_reach_no_file(r
 def test_a_renewer_is_stopped_only_for_its_own_lock(runtime):
     stand_in = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
     keepalive.pid_file("lease-3").write_text(
-        f"{stand_in.pid} {keepalive.start_time(stand_in.pid)} deploy"
+        f"{stand_in.pid} {processes.start_time(stand_in.pid)} deploy"
     )
     # `release other-lock LEASE_ID` (a typo) must not stop the renewer of deploy's lease.
     assert keepalive.stop("lease-3", "other-lock") is False
@@ -109,7 +109,7 @@ def test_a_loss_is_appended_to_the_followed_process_log_never_truncating_it(tmp_
 def test_the_default_follow_is_the_reader_of_our_output():
     # In LEASE_ID=$(awsflock ...) the reader of awsflock's stdout is the script's shell, also
     # when bash forks a subshell for it (a redirection inside) or a wrapper runs it (timeout).
-    code = "from awsflock.supervise import keepalive; print(keepalive.default_follow())"
+    code = "from awsflock.supervise import processes; print(processes.default_follow())"
     for form in (
         '$({py} -c "{code}")',
         '$({py} -c "{code}" 2>/dev/null)',
@@ -125,7 +125,7 @@ def test_the_default_follow_is_the_reader_of_our_output():
 def test_a_pipe_reader_that_is_not_the_callers_shell_is_not_followed():
     # `job.sh | cat` (or `| logger`): cat reads our output but may outlive the script, and
     # `$(awsflock ... | jq)`: jq would end at once. Neither is an ancestor: follow the parent.
-    code = "from awsflock.supervise import keepalive; import os; print(keepalive.default_follow())"
+    code = "from awsflock.supervise import processes; import os; print(processes.default_follow())"
     script = f'{sys.executable} -c "{code}" | cat; echo $$'
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
     followed, shell = out.stdout.split()
@@ -135,7 +135,7 @@ def test_a_pipe_reader_that_is_not_the_callers_shell_is_not_followed():
 def test_a_wrapper_is_passed_over_when_our_output_goes_to_a_file(tmp_path):
     # `timeout 60 awsflock acquire ... --keep-alive > FILE`: nobody reads our output, and our
     # parent is `timeout`, which exits with us: the script's shell is followed.
-    code = "from awsflock.supervise import keepalive; print(keepalive.default_follow())"
+    code = "from awsflock.supervise import processes; print(processes.default_follow())"
     out = tmp_path / "followed"
     script = f'timeout 20 {sys.executable} -c "{code}" > {out}; echo $$'
     shell = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)

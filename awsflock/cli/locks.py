@@ -91,12 +91,12 @@ def acquire(
     keep_alive = keep_alive or while_pid is not None
     follow, follow_started = 0, ""
     if keep_alive:
-        from awsflock.supervise import keepalive
+        from awsflock.supervise import keepalive, processes
 
-        follow = while_pid or keepalive.default_follow()
+        follow = while_pid or processes.default_follow()
         # Read now, before the wait: a pid that is recycled meanwhile is not the one followed.
-        follow_started = keepalive.start_time(follow)
-        if not keepalive.alive(follow):
+        follow_started = processes.start_time(follow)
+        if not processes.alive(follow):
             raise errors.UsageError(
                 f"there is no process {follow} to keep the lease alive for",
                 hint="give --while-pid the pid of a running process (e.g. $$)",
@@ -200,10 +200,10 @@ def _keep_alive(
 ) -> None:
     """Start the renewer of a lease just taken. If the followed process is gone, the renewer
     cannot start, or a signal comes first, the lease is given back, and named if that fails."""
-    from awsflock.supervise import keepalive
+    from awsflock.supervise import keepalive, processes
 
     try:
-        if not keepalive.alive(follow, follow_started):
+        if not processes.alive(follow, follow_started):
             raise errors.AwsflockError(
                 f"process {follow}, for which the lease was to be kept alive, exited while "
                 f"waiting for {lease.lock_id!r}; the lease was given back",
