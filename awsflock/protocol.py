@@ -29,7 +29,23 @@ exclusion or fencing; waiters judge a place lapsed by watching it not change (``
 
 A request that failed in transit may still be applied later: stores raise ``StoreError``
 subclasses with ``maybe_applied`` set then, and an answered call whose earlier try failed so
-says ``Outcome.in_doubt``.
+says ``Outcome.in_doubt``; a step made of several calls keeps the doubt of each
+(``RetryingStore.step``).
+
+This module is the store's half of the protocol: each ``LockStore`` method's docstring states
+its condition and its writes. The client's half, which the stores rely on as much:
+
+- every attempt of an acquire sends a fresh LEASE_ID, and every id it sent whose outcome is
+  unknown stays unsettled until released or named on stderr with its ``release`` command, on
+  every exit (``lock.acquisition``, ``lock.waiting.wait``);
+- a grant is kept only with at least half its lease left, judged after the clean-up of the
+  other attempts (``Acquisition.still_fresh``), by the monotonic clock as well as the wall
+  clock;
+- no retry is sent once its budget is spent, and every call's doubt reaches the caller
+  (``stores.retrying``);
+- a holder counts its lease as lost a safety margin before its end unless a renewal got
+  through (``lock.renewal``, ``lock.heartbeat``), and ``run`` stops its command before then;
+- a refused renew or release is told apart by what the record shows (``lock.verdict``).
 
 Adding a backend: implement ``LockStore`` in ``awsflock/stores/<name>/``, register its kind
 (``awsflock.stores.kinds``) and make it pass the conformance suite (``tests/conformance/``);
