@@ -99,23 +99,26 @@ def test_a_script_keeps_a_short_lease_for_20s_and_releases(awsflock: Cli, lock_n
         awsflock,
         f"LEASE_ID=$(awsflock acquire {lock_name} --keep-alive --lease-duration 6s) || exit 9\n"
         "echo $LEASE_ID\n"
-        "sleep 20\n"
+        "sleep 30\n"
         f'awsflock release {lock_name} "$LEASE_ID"\n',
     )
     pid = renewer_pid(awsflock, lock_name)
     start = time.monotonic()
-    tries = 0
-    while script.poll() is None and time.monotonic() - start < 60:
-        # A contender that does not wait never gets it while the script runs: 20 s is more than
-        # three leases, so only the renewer keeps it.
-        if time.monotonic() - start < 19:
+    refused: list[float] = []
+    while script.poll() is None and time.monotonic() - start < 90:
+        # A contender that does not wait never gets it while the script runs, however slow the
+        # machine: only the renewer keeps the lease past its first 6 s. (Conditions, not
+        # counts: how many tries fit in the time depends on the machine's load.)
+        tried = time.monotonic() - start
+        if tried < 27:
             busy = awsflock("acquire", lock_name, "--no-wait", "--owner", "contender")
             assert busy.returncode == 3, busy.stdout + busy.stderr
-            tries += 1
+            refused.append(tried)
         time.sleep(1.0)
     _, err = script.communicate(timeout=30)
     assert script.returncode == 0, err
-    assert tries >= 10 and err == ""
+    assert err == ""
+    assert max(refused) >= 3 * LEASE, refused  # refused after three leases: renewed
     assert gone(pid), "the renewer is still running after release"
     assert status(awsflock, lock_name)["state"] == "free"
 
@@ -129,10 +132,16 @@ def test_a_killed_script_frees_the_lock_at_once(awsflock: Cli, lock_name):
     pid = renewer_pid(awsflock, lock_name)
     os.killpg(script.pid, signal.SIGKILL)  # the script and its children; not the renewer
     script.communicate(timeout=10)
-    # Within lease + skew at worst; the renewer sees the shell go and releases at once.
+    # The renewer sees the shell go and ends the lease itself: the lock turns free, never
+    # "expired" (which a lease left to run out would show first), whatever the machine's load.
+    deadline = time.monotonic() + LEASE + SKEW + SLACK
+    state = status(awsflock, lock_name)["state"]
+    while state == "held" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        state = status(awsflock, lock_name)["state"]
+    assert state == "free", f"the renewer did not end the lease: the lock is {state}"
     took = contender_gets_it(awsflock, lock_name, LEASE + SKEW + SLACK)
     assert took < LEASE + SKEW + SLACK
-    assert took < 3.0, f"the renewer did not release at once ({took:.1f}s)"
     assert gone(pid)
 
 
