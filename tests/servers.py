@@ -63,9 +63,11 @@ _S = TypeVar("_S", bound="Server")
 
 
 class Server:
-    """A server process on 127.0.0.1:port."""
+    """A server process on 127.0.0.1:port. ``store_url``: the store URL (``--store``) that names
+    it, for a kind named by URL; None for a DynamoDB-compatible endpoint (``--endpoint-url``)."""
 
     name = "server"
+    store_url: str | None = None
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -226,6 +228,7 @@ class PostgresServer(Server):
         self.dir = Path(tempfile.mkdtemp(prefix="awsflock-pg-", dir=base))
         self.data = self.dir / "data"
         self.url = f"postgresql://postgres:{PG_PASSWORD}@127.0.0.1:{self.port}/postgres"
+        self.store_url = self.url
 
     def _as_server_user(self, *argv: str) -> None:
         subprocess.run(

@@ -43,6 +43,8 @@ FIXTURE_NEEDS = {
     name: "dynamodb_api"
     for name in ("server", "raw_client", "proxy", "moto_server", "big_table", "old_bin", "foreign")
 }
+#: Servers of the ``server`` fixture that a session fixture runs for other tests too.
+SESSION_SERVERS = {"postgresql": "postgres"}
 #: Each server of the ``server`` fixture: its store kind.
 KIND_OF = {name: kind for kind, servers in KIND_SERVERS.items() for name in servers}
 
@@ -79,9 +81,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session", params=list(KIND_OF))
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """Each integration test runs once on each server of each store kind (``KIND_SERVERS``):
-    moto, dynalite and DynamoDB Local; PostgreSQL."""
-    if request.param == "postgresql":
-        yield request.getfixturevalue("postgres")
+    moto, dynalite and DynamoDB Local; PostgreSQL. A server that a session fixture of its own
+    runs already (``SESSION_SERVERS``) is that one, not a second."""
+    if request.param in SESSION_SERVERS:
+        yield request.getfixturevalue(SESSION_SERVERS[request.param])
         return
     srv = KIND_SERVERS[KIND_OF[request.param]][request.param]().start()
     try:
@@ -144,28 +147,26 @@ class Cli:
         )
 
 
-def _create(endpoint: str, table: str) -> None:
-    result = Cli(endpoint, table)("table-create", "-q")
-    assert result.returncode == 0, result.stderr
+def cli_for(server: Server, table: str) -> Cli:
+    """The CLI pointed at ``server``'s store and ``table``: by its store URL, or, for a
+    DynamoDB-compatible endpoint, by ``--endpoint-url``."""
+    if server.store_url is not None:
+        return UrlCli(server, table)
+    return Cli(server.url, table)
 
 
 @pytest.fixture(scope="session")
 def shared_table(server: Server) -> str:
     name = "it-" + uuid.uuid4().hex[:8]
-    if isinstance(server, PostgresServer):
-        result = PgCli(server, name)("table-create", "-q")
-        assert result.returncode == 0, result.stderr
-        return name
-    _create(server.url, name)
+    result = cli_for(server, name)("table-create", "-q")
+    assert result.returncode == 0, result.stderr
     return name
 
 
 @pytest.fixture
 def awsflock(server: Server, shared_table: str) -> Cli:
     """The CLI pointed at the current server and a table made for this session."""
-    if isinstance(server, PostgresServer):
-        return PgCli(server, shared_table)
-    return Cli(server.url, shared_table)
+    return cli_for(server, shared_table)
 
 
 @pytest.fixture
@@ -198,13 +199,15 @@ def pg_table(postgres: PostgresServer) -> str:
     return name
 
 
-class PgCli(Cli):
-    """Runs ``awsflock`` against a table on the PostgreSQL server (``AWSFLOCK_STORE``)."""
+class UrlCli(Cli):
+    """Runs ``awsflock`` against a table of a store named by URL (``AWSFLOCK_STORE``), of any
+    kind; ``--skew`` is dropped where the kind has no skew window."""
 
-    def __init__(self, server: PostgresServer, table: str, url: str | None = None) -> None:
+    def __init__(self, server: Server, table: str, url: str | None = None) -> None:
         super().__init__("", table)
         self.server = server
-        self.url = url or server.url
+        self.url = url or server.store_url or server.url
+        self.skew_free = bool(kinds.get(kinds.parse(self.url).kind).no_skew)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = cli_env("", self.table, AWSFLOCK_STORE=self.url)
@@ -212,22 +215,29 @@ class PgCli(Cli):
         env.update(extra)
         return env
 
-    def for_table(self, table: str) -> PgCli:
-        return PgCli(self.server, table, self.url)
+    def for_table(self, table: str) -> UrlCli:
+        return type(self)(self.server, table, self.url)
 
     def __call__(
         self, *args: str, timeout: float = 60, **env: str
     ) -> subprocess.CompletedProcess[str]:
-        return super().__call__(*_no_skew(args), timeout=timeout, **env)
+        return super().__call__(*self._args(args), timeout=timeout, **env)
 
     def popen(self, *args: str, **env: str) -> subprocess.Popen[str]:
-        return super().popen(*_no_skew(args), **env)
+        return super().popen(*self._args(args), **env)
+
+    def _args(self, args: tuple[str, ...]) -> list[str]:
+        return _no_skew(args) if self.skew_free else list(args)
+
+
+#: The PostgreSQL tests' name for it.
+PgCli = UrlCli
 
 
 def _no_skew(args: tuple[str, ...]) -> list[str]:
     """``args`` without ``--skew VALUE``: tests written for DynamoDB pass a short skew window
-    to make reclaims quick, and the PostgreSQL store has none (it refuses the option: see
-    test_postgres.py). A test whose point is the window needs ``skew_window``."""
+    to make reclaims quick, and a store timed by its own clock has none (PostgreSQL refuses the
+    option: see test_postgres.py). A test whose point is the window needs ``skew_window``."""
     out: list[str] = []
     words = iter(args)
     for word in words:
