@@ -66,7 +66,7 @@ def moto_store(transactions: bool = True) -> Iterator[Callable[[], Any]]:
         def make() -> Any:
             store = DynamoDBStoreWith020(
                 f"sim{next(numbers)}",
-                client if transactions else _NoTransactions(client),  # type: ignore[arg-type]
+                client if transactions else _NoTransactions(client),
             )
             store.create()
             return store
@@ -95,6 +95,7 @@ def postgres_store(url: str | None = None) -> Iterator[Callable[[], Any]]:
     import itertools
     import uuid
 
+    from awsflock.stores import kinds
     from awsflock.stores.postgresql import PostgresStore
     from awsflock.stores.postgresql.schema import function_name, quote
 
@@ -123,7 +124,9 @@ def postgres_store(url: str | None = None) -> Iterator[Callable[[], Any]]:
     def make() -> Any:
         while made:
             drop(made.pop())
-        store = PostgresStore(url, f"{prefix}{next(numbers)}", server_time=False)
+        settings = kinds.Settings(f"{prefix}{next(numbers)}", 5.0, extra={"server_time": False})
+        store = kinds.get("postgresql").open(kinds.parse(url), settings)
+        assert isinstance(store, PostgresStore)
         made.append(store)
         store.create()
         return store

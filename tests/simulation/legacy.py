@@ -9,12 +9,22 @@ import dataclasses
 from typing import Any
 
 from awsflock.records import LockRecord
-from awsflock.stores.dynamodb import DynamoDBStore
+from awsflock.stores import kinds
 from awsflock.stores.dynamodb.items import record_from_item
 
 
-class DynamoDBStoreWith020(DynamoDBStore):
-    """The DynamoDB store, plus awsflock 0.2.0's requests on its table."""
+class DynamoDBStoreWith020:
+    """A DynamoDB store (opened through the store registry), plus awsflock 0.2.0's requests on
+    its table; everything else is the store's own."""
+
+    def __init__(self, table_name: str, client: Any) -> None:
+        settings = kinds.Settings(table_name, 5.0, extra={"client": client})
+        self.store = kinds.get("dynamodb").open(kinds.default(), settings)
+        self.client = client
+        self.table_name = table_name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
 
     def legacy_read(self, lock_id: str) -> LockRecord | None:
         item = self.client.get_item(

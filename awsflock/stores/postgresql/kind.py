@@ -22,7 +22,12 @@ def open(named: Named, settings: Settings) -> PostgresStore:
     from awsflock.stores.postgresql.store import PostgresStore
 
     return PostgresStore(
-        named.url, settings.table, request_timeout=settings.request_timeout, clock=settings.clock
+        named.url,
+        settings.table,
+        request_timeout=settings.request_timeout,
+        clock=settings.clock,
+        # Steps timed by the callers' clocks instead of the server's: simulations in virtual time.
+        server_time=bool(settings.extra.get("server_time", True)),
     )
 
 
