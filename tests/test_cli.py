@@ -402,3 +402,17 @@ def test_lease_ids_appear_in_json_logs_only_at_debug(run):
     assert any(e["event"] == "acquire_attempt" for e in events)
     assert [e["lease_id"] for e in events if e["event"] == "acquired"] == [lease]
     assert lease not in run("acquire", "dbg2", "--log-format", "json").stderr
+
+
+def test_version_names_the_stores_this_install_can_use(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "psycopg" else real(name, *a)
+    )
+    result = CliRunner().invoke(cli, ["--version"])
+    lines = result.output.splitlines()
+    assert result.exit_code == 0 and lines[0].startswith("awsflock, version ")
+    assert "  dynamodb store: installed (botocore)" in lines
+    assert "  postgresql store: not installed: pip install 'awsflock[postgres]'" in lines

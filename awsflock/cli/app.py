@@ -164,8 +164,33 @@ def _call(call: Any, own_failure: int | None = None) -> int:
     return result if isinstance(result, int) else 0
 
 
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: click's first line, then which stores this install can use."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import version
+
+    from awsflock.stores import kinds
+
+    click.echo(f"awsflock, version {version('awsflock')}")
+    for kind in kinds.KINDS:
+        if kinds.installed(kind):
+            state = f"installed ({kind.driver})"
+        else:
+            state = f"not installed: pip install 'awsflock[{kind.extra}]'"
+        click.echo(f"  {kind.name} store: {state}")
+    ctx.exit()
+
+
 @click.group(cls=_Cli, context_settings=CONTEXT, no_args_is_help=True)
-@click.version_option(None, "--version", package_name="awsflock", prog_name="awsflock")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_version,
+    help="Show the version and which stores this install can use, and exit.",
+)
 def cli() -> None:
     """flock(1) for machines that share nothing but an AWS account.
 

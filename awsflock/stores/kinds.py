@@ -72,6 +72,8 @@ class Kind:
     #: -> LockStore`` and its commands; the ``pip`` extra it needs (None: always there).
     module: str
     extra: str | None
+    #: The driver module it needs (``awsflock --version`` says whether it is installed).
+    driver: str = ""
     #: Which ``LOCATION_OPTIONS`` apply to it.
     location: tuple[str, ...] = ()
     #: Why ``--skew`` does not apply ("": it does; the store's leases are timed by its callers'
@@ -109,6 +111,7 @@ KINDS: tuple[Kind, ...] = (
         form="dynamodb://TABLE?region=REGION",
         module="awsflock.stores.dynamodb.kind",
         extra=None,
+        driver="botocore",
         location=LOCATION_OPTIONS,
         create_options=("billing_mode", "capacity"),
         commands={"iam-policy": "iam_policy", "dev-server": "dev_server"},
@@ -120,6 +123,7 @@ KINDS: tuple[Kind, ...] = (
         form="postgresql://USER@HOST:5432/DB?table=NAME",
         module="awsflock.stores.postgresql.kind",
         extra="postgres",
+        driver="psycopg",
         no_skew="its leases are timed by the database server's clock alone, so no clock-skew "
         "window is needed",
         commands={"grants": "grants"},
@@ -128,6 +132,13 @@ KINDS: tuple[Kind, ...] = (
 
 #: The kind used when no URL names one.
 DEFAULT = KINDS[0]
+
+
+def installed(kind: Kind) -> bool:
+    """Whether the kind's driver can be imported (without importing it)."""
+    import importlib.util
+
+    return not kind.driver or importlib.util.find_spec(kind.driver) is not None
 
 
 def get(name: str) -> Kind:
