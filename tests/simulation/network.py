@@ -165,11 +165,12 @@ class SimStore(RetryingStore):
             error = errors.Throttled(f"the simulated store throttled {operation}")
         else:
             error = errors.EndpointUnreachable(f"the simulated store: {operation} {fault}")
-        error.reached = fault in ("lost", "answer_lost", "late")  # type: ignore[union-attr]
+        # Whether this try may have reached the store; the request layer then sets the call's.
+        error.maybe_applied = fault in ("lost", "answer_lost", "late")
         raise error
 
     def _try_may_have_applied(self, err: errors.StoreError) -> bool:
-        return bool(getattr(err, "reached", False))
+        return err.maybe_applied
 
     def _apply(
         self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any], made: float
