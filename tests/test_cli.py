@@ -286,7 +286,11 @@ def test_unknown_profile_is_one_line_exit_1():
 
 BOTOCORE_FAULTS = {
     # name: (awsflock arguments, config file text or None, what the one line says)
-    "bad-endpoint": (["--endpoint-url", "not-a-url", "--region", "eu-west-1"], None, "not-a-url"),
+    "bad-endpoint": (
+        ["--endpoint-url", "http://not a url", "--region", "eu-west-1"],
+        None,
+        "http://not a url",
+    ),
     "malformed-config": (["--region", "eu-west-1"], "[default\nregion = x\n", "cannot parse"),
     "failing-credential-process": (
         ["--profile", "broken", "--region", "eu-west-1"],
@@ -310,6 +314,49 @@ def test_botocore_errors_are_one_line_naming_the_fix(tmp_path, fault, command):
     line = one_line(result.stderr)
     assert text in line and "internal error" not in line
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (
+            ["--endpoint-url", "127.0.0.1:8000"],
+            "--endpoint-url needs a scheme: http://127.0.0.1:8000",
+        ),
+        (
+            ["--endpoint-url", "localhost:8000"],
+            "--endpoint-url needs a scheme: http://localhost:8000",
+        ),
+        (
+            ["--endpoint-url", "dynamodb.eu-west-1.amazonaws.com"],
+            "--endpoint-url needs a scheme: https://dynamodb.eu-west-1.amazonaws.com",
+        ),
+        (
+            ["--store", "dynamodb://t?endpoint_url=127.0.0.1:8000"],
+            "the endpoint_url of the store URL needs a scheme: http://127.0.0.1:8000",
+        ),
+    ],
+)
+def test_an_endpoint_url_without_a_scheme_is_a_usage_error(given, said):
+    result = CliRunner().invoke(cli, ["acquire", "x", "--no-wait", *given])
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert one_line(result.stderr) == f"awsflock: usage error: {said}"
+
+
+def test_an_endpoint_url_without_a_scheme_from_the_environment_names_the_variable():
+    env = {"DYNAMO_ENDPOINT_URL": "127.0.0.1:8000"}
+    result = CliRunner().invoke(cli, ["run", "x", "--", "true"], env=env)
+    assert result.exit_code == 125  # run's own failure
+    assert one_line(result.stderr) == (
+        "awsflock: usage error: DYNAMO_ENDPOINT_URL needs a scheme: http://127.0.0.1:8000"
+    )
+
+
+def test_the_library_refuses_an_endpoint_url_without_a_scheme():
+    from awsflock import LockTable, errors
+
+    with pytest.raises(errors.UsageError, match=r"needs a scheme: http://127\.0\.0\.1:8000"):
+        LockTable("t", endpoint_url="127.0.0.1:8000")
 
 
 def test_help_does_not_import_botocore():

@@ -197,9 +197,33 @@ def common_options(func: F) -> F:
             request_timeout=request_timeout,
         )
         logs.setup(common.verbose, common.quiet, common.log_format)
+        if "endpoint_url" in common.kind.location:
+            _check_endpoint_url(common.endpoint_url, _endpoint_source(named))
         return func(*args, common=common, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _endpoint_source(named: kinds.Named) -> str:
+    """What named the endpoint URL, for messages: the option, its variable, or the store URL."""
+    if named.settings.get("endpoint_url"):
+        return "the endpoint_url of the store URL"
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source("endpoint_url") == click.core.ParameterSource.ENVIRONMENT:
+        import os
+
+        return next((name for name in ENDPOINT_ENV if os.environ.get(name)), ENDPOINT_ENV[0])
+    return "--endpoint-url"
+
+
+def _check_endpoint_url(url: str | None, source: str) -> None:
+    """A URL without a scheme (``127.0.0.1:8000``) would be read as no endpoint at all, and
+    the failure would name the region: refuse it here, naming the fix."""
+    if not url or "://" in url:
+        return
+    host = url.split("/")[0].rpartition(":")[0] or url.split("/")[0]
+    local = host.strip("[]") in ("localhost", "::1") or host.startswith("127.")
+    raise errors.UsageError(f"{source} needs a scheme: {'http' if local else 'https'}://{url}")
 
 
 def _named_store(

@@ -22,7 +22,7 @@ from awsflock.protocol import (
     Drops,
     Outcome,
 )
-from awsflock.stores.dynamodb.client import caller_identity, make_client
+from awsflock.stores.dynamodb.client import caller_identity, check_endpoint_url, make_client
 from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
     POLLED,
@@ -118,6 +118,7 @@ class TableBase(RetryingStore):
     ) -> None:
         if not table_name:
             raise errors.UsageError("table name is empty", hint="pass --tablename NAME")
+        check_endpoint_url(endpoint_url)
         self.table_name = table_name
         self.region = region
         self.profile = profile

@@ -28,6 +28,15 @@ def is_loopback(endpoint_url: str | None) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
+def check_endpoint_url(endpoint_url: str | None) -> None:
+    """Refuse an endpoint URL without a scheme (``127.0.0.1:8000``): botocore would take it
+    for no endpoint, and the failure would name the region instead."""
+    if not endpoint_url or "://" in endpoint_url:
+        return
+    scheme = "http" if is_loopback(f"http://{endpoint_url}") else "https"
+    raise errors.UsageError(f"the endpoint URL needs a scheme: {scheme}://{endpoint_url}")
+
+
 def _skip_instance_metadata(session: Session) -> None:
     """Take the EC2 instance metadata service out of ``session``'s credential chain.
 
