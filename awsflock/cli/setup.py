@@ -104,7 +104,13 @@ cli.add_command(_create_table_alias, "create-table")
 
 
 @cli.command("iam-policy", context_settings=CONTEXT)
-@click.option("--tablename", envvar="AWSFLOCK_TABLE", default="awsflock", show_default=True)
+@click.option(
+    "--tablename",
+    envvar="AWSFLOCK_TABLE",
+    default="awsflock",
+    show_default=True,
+    help="The lock table the policy is for [env AWSFLOCK_TABLE].",
+)
 @click.option("--read-only", is_flag=True, help="Only what status, list and audit need.")
 @click.option("--region", default="*", show_default=True, help="Region in the table ARN.")
 @click.option("--account", default="*", show_default=True, help="Account id in the table ARN.")
@@ -118,7 +124,13 @@ def iam_policy_command(tablename: str, read_only: bool, region: str, account: st
 
 
 @cli.command("grants", context_settings=CONTEXT)
-@click.option("--tablename", envvar="AWSFLOCK_TABLE", default="awsflock", show_default=True)
+@click.option(
+    "--tablename",
+    envvar="AWSFLOCK_TABLE",
+    default="awsflock",
+    show_default=True,
+    help="The lock table, unless --store names one [env AWSFLOCK_TABLE].",
+)
 @click.option(
     "--store", envvar="AWSFLOCK_STORE", metavar="URL", help="Its ?table= names the table."
 )
