@@ -1,10 +1,10 @@
 """Time as awsflock sees it: wall time for leases, monotonic time for waiting.
 
 On a store timed by its callers (DynamoDB), leases are judged by the wall-clock times they write,
-so every host's clock must be NTP-synchronised to well within the skew window (see README,
-"Clocks"); a store timed by its own clock (PostgreSQL's server) needs no such agreement, and
-its answers come back in the caller's clock. Waiting and timeouts use the monotonic clock so a
-clock step never shortens or stretches a wait.
+so every host's clock must be NTP-synchronised to well within the skew window (see
+docs/how-it-works/clocks.md); a store timed by its own clock (PostgreSQL's server) needs no
+such agreement, and its answers come back in the caller's clock. Waiting and timeouts use the
+monotonic clock so a clock step never shortens or stretches a wait.
 
 A clock also decides how awsflock's own threads (the heartbeat) are started, so a simulation in
 virtual time can run them one step at a time (``start_thread``).

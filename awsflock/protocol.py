@@ -8,7 +8,7 @@ refusal means is decided by the caller from the state it returns.
 Whose clock times the leases is the store's to declare (``LockStore.skew_free``). On a store
 timed by its callers (DynamoDB, the in-memory store) times are the caller's wall clock in epoch
 milliseconds (``now_ms``), and ``skew_ms`` is the window the clocks of all holders are assumed
-to agree within (the NTP assumption, see the README): a lease is *live* until its
+to agree within (the NTP assumption, see docs/how-it-works/clocks.md): a lease is *live* until its
 ``expires_ms``, and may be taken over only once it ran out more than ``skew_ms`` ago by the
 taker's clock. A store timed by a clock of its own (PostgreSQL's server) ignores both, judges
 every step by that clock, and answers in the caller's clock (its times shifted by the
@@ -49,7 +49,8 @@ its condition and its writes. The client's half, which the stores rely on as muc
 
 Adding a backend: implement ``LockStore`` in ``awsflock/stores/<name>/``, register its kind
 (``awsflock.stores.kinds``) and make it pass the conformance suite (``tests/conformance/``);
-``awsflock.stores.memory`` is the smallest example (README, "Writing a store").
+``awsflock.stores.memory`` is the smallest example ("Writing a store" in
+docs/contributing/architecture.md).
 """
 
 from __future__ import annotations

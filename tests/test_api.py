@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import awsflock
 from awsflock import errors
+from tests.docs import recipe
 
 
 def test_all_is_sorted_and_every_name_exists():
@@ -26,14 +27,9 @@ def test_every_error_descends_from_one_root_and_has_an_exit_code():
     assert errors.UsageError.exit_code == 2 and errors.TableMissing.exit_code == 1
 
 
-def test_the_readme_example_of_the_memory_store_runs():
-    import re
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-    example = next(block for block in blocks if "MemoryStore" in block)
-    exec(compile(example, "README.md", "exec"), {})
+def test_the_docs_example_of_the_memory_store_runs():
+    example = recipe("guides/library.md", "memory-store")
+    exec(compile(example, "library.md", "exec"), {})
 
 
 def test_a_lock_table_runs_on_the_memory_store():

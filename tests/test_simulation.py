@@ -30,6 +30,7 @@ def test_a_seed_replays_the_same_run_exactly():
     assert simulate(8, clients=8, ops=40).trace != first.trace
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # about 70 s alone; far longer beside the servers of other tests
 def test_the_first_half_of_the_budget_keeps_every_invariant():
     results, failed = run_many(

@@ -1,7 +1,7 @@
 """What operators see: the state of a lock (``status``), every lock (``list``), audit records.
 
-The JSON field names here are a stable interface (documented in the README); add fields, never
-rename them.
+The JSON field names here are a stable interface (documented in docs/reference/output.md): add
+fields, never rename them.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@
 - ``postgresql``: one PostgreSQL table and its step function (the ``postgres`` extra).
 
 A new backend is a sub-package here with a ``kind`` module, one line in ``kinds.KINDS``, and a
-store that passes the conformance suite (``tests/conformance/``); see the README, "Writing a
-store". Nothing outside a backend's sub-package knows how it keeps records.
+store that passes the conformance suite (``tests/conformance/``); see "Writing a store" in
+docs/contributing/architecture.md. Nothing outside a backend's sub-package knows how it keeps
+records.
 """

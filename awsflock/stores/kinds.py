@@ -11,7 +11,7 @@ and no command pays for a backend it does not use.
 
 Adding a backend: its sub-package with a ``kind`` module (``parse``, ``open``), one ``Kind``
 line below, its extra in ``pyproject.toml``, a conformance subclass and a server fixture (see
-the README, "Writing a store").
+docs/contributing/architecture.md, "Writing a store").
 """
 
 from __future__ import annotations
