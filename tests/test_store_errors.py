@@ -42,10 +42,11 @@ def test_every_botocore_error_is_translated_to_one_line(cls):
 
 
 def test_an_invalid_endpoint_url_names_the_url_and_the_fix():
-    store = Store("locks", region="eu-west-1", endpoint_url="not-a-url")
+    store = Store("locks", region="eu-west-1", endpoint_url="http://not a url")
     with pytest.raises(errors.ConfigurationError) as caught:
         store.client  # noqa: B018  # building the client is what fails
-    assert "'not-a-url'" in caught.value.one_line() and "--endpoint-url" in caught.value.hint
+    assert "'http://not a url'" in caught.value.one_line()
+    assert "--endpoint-url" in caught.value.hint
 
 
 def test_other_value_errors_are_not_mistaken_for_settings():

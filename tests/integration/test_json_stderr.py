@@ -91,10 +91,12 @@ def test_access_denied_is_json(awsflock: Cli, proxy, lock_name):
 @pytest.mark.needs("endpoint", "a bad endpoint URL")
 def test_a_bad_endpoint_is_json(awsflock: Cli, lock_name):
     result = awsflock(
-        "acquire", lock_name, "--endpoint-url", "not-a-url", "--region", "us-east-1", *JSON,
-        AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x",
+        "acquire", lock_name, "--endpoint-url", "http://not a url", "--region", "us-east-1",
+        *JSON, AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x",
     )  # fmt: skip
-    assert "not-a-url" in the_error(result, 1, "ConfigurationError")["message"]
+    assert "http://not a url" in the_error(result, 1, "ConfigurationError")["message"]
+    bare = awsflock("acquire", lock_name, "--endpoint-url", "not-a-url", *JSON)
+    assert "needs a scheme" in the_error(bare, 2, "UsageError")["message"]
 
 
 def test_a_missing_table_and_a_lease_not_held_are_json(awsflock: Cli, lock_name):
