@@ -170,9 +170,11 @@ class Acquisition:
             if not err.maybe_applied:
                 self.unsettled.pop(lease_id, None)
             return None
-        except errors.AwsflockError:
-            # Refused outright (no table, no credentials, access denied): nothing was written.
-            self.unsettled.pop(lease_id, None)
+        except errors.AwsflockError as err:
+            # Refused outright (no table, no credentials, access denied, not the store):
+            # nothing was written, unless an earlier try of the step may have landed.
+            if not err.maybe_applied:
+                self.unsettled.pop(lease_id, None)
             raise
         self.error = None
         self.late_grant = False

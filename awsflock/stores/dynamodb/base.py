@@ -36,6 +36,7 @@ from awsflock.stores.dynamodb.items import (
 from awsflock.stores.dynamodb.translate import (
     KEY_REFUSAL,
     TABLE_HINT,
+    check_answer,
     key_problem,
     may_have_applied,
     not_awsflock_table,
@@ -154,6 +155,8 @@ class TableBase(RetryingStore):
             # Each try's read timeout is what is left of the caller's budget (botocore reads
             # it from the request context; versions without that use the client's default).
             client.meta.events.register("before-call.dynamodb", self._set_try_timeout)
+            # An answer that is not DynamoDB's is refused before botocore reads it as one.
+            client.meta.events.register("before-parse.dynamodb", check_answer)
             self._client = client
         return self._client
 

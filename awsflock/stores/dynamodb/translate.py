@@ -4,12 +4,16 @@ of ``awsflock.errors`` here, with the fix named, and nowhere else."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
 from awsflock.stores.dynamodb.items import A_LOCK_ID
+
+if TYPE_CHECKING:
+    import ssl
 
 #: The IAM action each store call needs, for "access denied" messages and ``iam-policy``.
 ACTIONS = {
@@ -68,6 +72,87 @@ TABLE_HINT = (
 )
 
 
+class ForeignAnswer(Exception):
+    """An HTTP answer that is not DynamoDB's (``check_answer``): ``status``, and whether it
+    came back empty (which DynamoDB's never do: an answer cut short, in doubt)."""
+
+    def __init__(self, status: int, *, empty: bool = False) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.empty = empty
+
+
+#: 5xx answers that say the request was not taken up (not implemented, HTTP version not
+#: supported, network sign-in needed). Any other 5xx may come from a proxy or load balancer that
+#: forwarded the request to DynamoDB first: in doubt, whoever answered.
+_NOT_TAKEN_UP = (501, 505, 511)
+
+
+def check_answer(response_dict: dict[str, Any], **_: Any) -> None:
+    """A botocore ``before-parse`` handler: raise ForeignAnswer for an answer that cannot be
+    DynamoDB's, before botocore reads it as one (an empty 200 would pass for a granted
+    transaction). DynamoDB's answers, and those of the servers that stand in for it, carry a
+    request id, or at least a JSON object; a 5xx that may come after a forward is left alone."""
+    headers = response_dict.get("headers") or {}
+    if "x-amzn-requestid" in headers:
+        return
+    status = int(response_dict.get("status_code") or 0)
+    if status >= 500 and status not in _NOT_TAKEN_UP:
+        return
+    body = response_dict.get("body") or b""
+    if not body:
+        raise ForeignAnswer(status, empty=True)
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ForeignAnswer(status)
+
+
+def tls_handshake_error(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind ``exc`` if it came in the handshake: the connection failed before
+    any request was sent on it. None if it came later (or was not TLS's)."""
+    import ssl
+    import traceback
+
+    seen: set[int] = set()
+    todo: list[Any] = [exc]
+    while todo:
+        err = todo.pop()
+        if not isinstance(err, BaseException) or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, ssl.SSLError):
+            frames = traceback.extract_tb(err.__traceback__)
+            return err if any(f.name == "do_handshake" for f in frames) else None
+        kwargs = getattr(err, "kwargs", None)
+        todo += [err.__cause__, err.__context__, *err.args]
+        if isinstance(kwargs, dict):
+            todo.append(kwargs.get("error"))
+    return None
+
+
+def _foreign(exc: ForeignAnswer, action: str, endpoint_url: str | None) -> errors.StoreError:
+    """What a foreign answer means: a wrong --endpoint-url, or (without one) something between
+    here and DynamoDB answering in its place. Nothing was applied."""
+    from http import HTTPStatus
+
+    try:
+        said = f"HTTP {exc.status} {HTTPStatus(exc.status).phrase}"
+    except ValueError:
+        said = f"HTTP {exc.status}"
+    if endpoint_url:
+        return errors.StoreError(
+            f"not a DynamoDB endpoint: {endpoint_url} (it answered {said})",
+            hint="check --endpoint-url",
+        )
+    return errors.StoreError(
+        f"{action} was answered by something other than DynamoDB ({said})",
+        hint="check the proxy settings (HTTPS_PROXY) and the network",
+    )
+
+
 def key_problem(table: dict[str, Any]) -> str | None:
     """How a DescribeTable answer's key differs from awsflock's (``lock_id``, a string, no sort
     key), e.g. "'pk', a string"; None if it is awsflock's."""
@@ -110,6 +195,14 @@ def translate_errors(
     action = "dynamodb:" + ACTIONS.get(operation, operation)
     try:
         yield
+    except ForeignAnswer as exc:
+        if exc.empty and exc.status < 300:
+            # An empty success: cut short, or not DynamoDB's. The request may have been applied.
+            raise errors.EndpointUnreachable(
+                f"DynamoDB at {where} gave an empty answer (HTTP {exc.status})",
+                hint="check --endpoint-url and the network",
+            ) from exc
+        raise _foreign(exc, action, endpoint_url) from exc
     except bx.ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         message = exc.response.get("Error", {}).get("Message", "")
@@ -161,10 +254,30 @@ def translate_errors(
         raise errors.ConfigurationError(
             "no AWS region configured", hint="pass --region, or set AWS_REGION"
         ) from exc
-    except (bx.EndpointConnectionError, bx.ConnectionClosedError) as exc:
+    except bx.EndpointConnectionError as exc:
         raise errors.EndpointUnreachable(
             f"cannot reach DynamoDB at {where}",
             hint="check --endpoint-url/--region and the network",
+        ) from exc
+    except bx.ConnectionClosedError as exc:
+        raise errors.EndpointUnreachable(
+            f"DynamoDB at {where} closed the connection without an answer",
+            hint="check that --endpoint-url is a DynamoDB endpoint, and the network"
+            if endpoint_url
+            else "check the network and retry",
+        ) from exc
+    except bx.SSLError as exc:
+        handshake = tls_handshake_error(exc)
+        if handshake is not None and handshake.reason == "WRONG_VERSION_NUMBER" and endpoint_url:
+            # What answered is no TLS server at all (a plain HTTP server, say).
+            raise errors.StoreError(
+                f"not a DynamoDB endpoint: {endpoint_url} (it does not speak TLS)",
+                hint="check --endpoint-url (http:// for a plain HTTP server)",
+            ) from exc
+        what = "TLS handshake with" if handshake is not None else "TLS connection to"
+        raise errors.EndpointUnreachable(
+            f"{what} DynamoDB at {where} failed: {_one_line(handshake or exc)}",
+            hint="check --endpoint-url, proxy and certificate settings, and the network",
         ) from exc
     except (bx.ConnectTimeoutError, bx.ReadTimeoutError) as exc:
         raise errors.EndpointUnreachable(
@@ -240,10 +353,12 @@ def translate_errors(
 def may_have_applied(cause: BaseException | None) -> bool:
     """Whether a failed try may have reached DynamoDB and been applied there: a timeout or a
     connection lost after sending, or a server error. Not: a refused connection, a connect
-    timeout, throttling."""
+    timeout, a failed TLS handshake, throttling."""
     from botocore import exceptions as bx
 
     if isinstance(cause, (bx.EndpointConnectionError, bx.ConnectTimeoutError)):
+        return False
+    if isinstance(cause, bx.SSLError) and tls_handshake_error(cause) is not None:
         return False
     if isinstance(cause, bx.ClientError):
         code = cause.response.get("Error", {}).get("Code", "")
