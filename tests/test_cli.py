@@ -106,7 +106,10 @@ def test_fencing_tokens_go_up_across_cli_cycles(run):
 def test_missing_table_is_one_line_naming_table_create(run):
     result = run("acquire", "x", "--tablename", "absent")
     assert result.exit_code == 1
-    assert "awsflock table-create --tablename absent" in one_line(result.stderr)
+    assert one_line(result.stderr) == (
+        "awsflock: error: table 'absent' does not exist: "
+        "run `awsflock table-create --tablename absent`"
+    )
 
 
 @pytest.mark.parametrize("name", ["table-create", "create-table"])

@@ -17,7 +17,8 @@ from awsflock.stores.dynamodb.client import LOCAL_ACCESS_KEY
 
 
 class _Recorder(BaseHTTPRequestHandler):
-    """Answers every DynamoDB request with an empty table list and records its access key."""
+    """Answers ListTables with an empty table list, as DynamoDB Local does for a key and region
+    that made no table, and any other request with "no such table"; records the access keys."""
 
     keys: list[str]
 
@@ -25,8 +26,14 @@ class _Recorder(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         found = re.search(r"Credential=([^/]+)/", self.headers.get("Authorization", ""))
         self.keys.append(found.group(1) if found else "")
-        body = json.dumps({"TableNames": []}).encode()
-        self.send_response(200)
+        if self.headers.get("X-Amz-Target", "").endswith(".ListTables"):
+            status, answer = 200, {"TableNames": []}
+        else:
+            missing = "com.amazonaws.dynamodb.v20120810#ResourceNotFoundException"
+            status, answer = 400, {"__type": missing, "message": "Cannot do operations on a "}
+        body = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("x-amzn-RequestId", "R1")
         self.send_header("Content-Type", "application/x-amz-json-1.0")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -121,3 +128,32 @@ def test_loopback_never_asks_the_instance_metadata_service(
     finally:
         silent.close()
     assert elapsed < 1.5, f"took {elapsed:.2f}s"  # asking it would take 2 s
+
+
+ENV_KEY = {"AWS_ACCESS_KEY_ID": "AKIDFROMENV", "AWS_SECRET_ACCESS_KEY": "s"}
+
+
+@pytest.mark.parametrize(
+    ("env", "signed"),
+    [
+        ({}, f"access key id {LOCAL_ACCESS_KEY}, region us-east-1"),
+        (ENV_KEY | {"AWS_REGION": "eu-west-1"}, "access key id AKIDFROMENV, region eu-west-1"),
+    ],
+)
+def test_a_missing_table_at_an_endpoint_names_the_key_and_region_it_was_looked_for_with(
+    no_credentials, monkeypatch, local_endpoint, env, signed
+):
+    from click.testing import CliRunner
+
+    from awsflock.cli import cli
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    url, _keys = local_endpoint
+    result = CliRunner().invoke(cli, ["status", "deploy", "--endpoint-url", url])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"awsflock: error: table 'awsflock' does not exist at {url} for {signed}: DynamoDB "
+        "Local keeps tables per access key id and region: use the AWS_ACCESS_KEY_ID and region "
+        "the table was created with, or run `awsflock table-create --tablename awsflock`\n"
+    )

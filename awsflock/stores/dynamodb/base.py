@@ -175,6 +175,23 @@ class TableBase(RetryingStore):
             region=self.region,
             endpoint_url=self.endpoint_url,
             foreign=self._foreign_table,
+            signer=self._signer,
+        )
+
+    def _signer(self) -> str:
+        """ "access key id K, region R": whose tables DynamoDB Local looks in ("" if unknown)."""
+        client = self._client
+        if client is None:
+            return ""
+        try:
+            # botocore keeps the credentials it signs with on the client's signer alone.
+            signer = getattr(client, "_request_signer", None)
+            key = getattr(getattr(signer, "_credentials", None), "access_key", None)
+        except Exception:  # a credential refresh that fails: the message goes without the key
+            key = None
+        region = client.meta.region_name
+        return ", ".join(
+            part for part in (f"access key id {key}" if key else "", f"region {region}") if part
         )
 
     def actor(self) -> str | None:

@@ -153,6 +153,22 @@ def _foreign(exc: ForeignAnswer, action: str, endpoint_url: str | None) -> error
     )
 
 
+def _table_missing(
+    table: str, endpoint_url: str | None, signer: Callable[[], str]
+) -> errors.TableMissing:
+    """The table is missing; at an --endpoint-url (DynamoDB Local, which keeps a set of tables
+    per access key id and region) also with whose tables were looked at."""
+    create = f"run `awsflock table-create --tablename {table}`"
+    if not endpoint_url:
+        return errors.TableMissing(f"table {table!r} does not exist", hint=create)
+    signed = signer()
+    return errors.TableMissing(
+        f"table {table!r} does not exist at {endpoint_url}" + (f" for {signed}" if signed else ""),
+        hint="DynamoDB Local keeps tables per access key id and region: use the "
+        f"AWS_ACCESS_KEY_ID and region the table was created with, or {create}",
+    )
+
+
 def key_problem(table: dict[str, Any]) -> str | None:
     """How a DescribeTable answer's key differs from awsflock's (``lock_id``, a string, no sort
     key), e.g. "'pk', a string"; None if it is awsflock's."""
@@ -185,10 +201,12 @@ def translate_errors(
     region: str | None = None,
     endpoint_url: str | None = None,
     foreign: Callable[[str], errors.TableIncompatible | None] = lambda _refusal: None,
+    signer: Callable[[], str] = lambda: "",
 ) -> Iterator[None]:
     """Turn botocore's exceptions into awsflock's, naming the fix. The one place that does.
 
-    ``where`` names the endpoint; ``foreign`` names the table's own key after a refused key.
+    ``where`` names the endpoint; ``foreign`` names the table's own key after a refused key;
+    ``signer`` the access key id and region requests are signed with ("" if unknown).
     """
     from botocore import exceptions as bx
 
@@ -207,10 +225,7 @@ def translate_errors(
         code = exc.response.get("Error", {}).get("Code", "")
         message = exc.response.get("Error", {}).get("Message", "")
         if code == "ResourceNotFoundException":
-            raise errors.TableMissing(
-                f"table {table!r} does not exist",
-                hint=f"run `awsflock table-create --tablename {table}`",
-            ) from exc
+            raise _table_missing(table, endpoint_url, signer) from exc
         if code == "AccessDeniedException":
             raise errors.AccessDenied(
                 f"access denied for {action} on table {table!r}",
