@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from awsflock.stores.kinds import Named, Settings
-from awsflock.stores.postgresql import schema
+from awsflock.stores.postgresql import schema, urls
 
 if TYPE_CHECKING:
     from awsflock.stores.postgresql.store import PostgresStore
 
 
 def parse(url: str) -> Named:
-    return Named("postgresql", url, table=schema.split_url(url)[1])
+    return Named("postgresql", url, table=urls.split_url(url)[1])
 
 
 def open(named: Named, settings: Settings) -> PostgresStore:

@@ -310,19 +310,3 @@ def quote(name: str) -> str:
 
 def render(template: str, table: str, lapse_ms: int) -> str:
     return template.format(T=quote(table), F=quote(function_name(table)), LAPSE=int(lapse_ms))
-
-
-#: Query parameters of a PostgreSQL store URL that are awsflock's, not libpq's.
-OWN_PARAMS = ("table",)
-
-
-def split_url(url: str) -> tuple[str, str | None]:
-    """A ``postgresql://`` URL as (libpq's URL, without awsflock's own parameters; the
-    ``table`` parameter or None)."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    table = next((v for k, v in query if k == "table"), None) or None
-    rest = [(k, v) for k, v in query if k not in OWN_PARAMS]
-    return urlunsplit(parts._replace(query=urlencode(rest))), table

@@ -38,7 +38,7 @@ from awsflock.records import (
     Pool,
     Waiter,
 )
-from awsflock.stores.postgresql import schema
+from awsflock.stores.postgresql import schema, urls
 from awsflock.stores.postgresql.connection import Connected, _Connection
 from awsflock.stores.postgresql.rows import _outcome
 
@@ -63,7 +63,7 @@ class PostgresStore(Connected):
         clock: Clock | None = None,
         server_time: bool = True,
     ) -> None:
-        self.conninfo, url_table = schema.split_url(url)
+        self.conninfo, url_table = urls.split_url(url)
         name = schema.check_name(url_table or table_name or "awsflock")
         self.table_name = name
         self.request_timeout = request_timeout
