@@ -105,3 +105,27 @@ def test_the_connection_options_keep_the_users_and_always_commit_synchronously(
     else:
         monkeypatch.setenv("PGOPTIONS", env)
     assert _options(url, 5000) == expected
+
+
+def test_the_audit_names_the_person_not_the_connection(monkeypatch):
+    """A force-release's actor on PostgreSQL is user@host, as on a DynamoDB endpoint without
+    IAM: never the URL, and not the role (often an application's, shared by many people)."""
+    import psycopg
+
+    from awsflock.lock.admin import default_actor
+    from awsflock.lock.lease import LockTable
+
+    class RoleConnection(FakeConnection):
+        def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+            rows = [("app",)]
+
+            class Cursor:
+                def fetchall(self) -> list[tuple[str]]:
+                    return rows
+
+            return Cursor()
+
+    monkeypatch.setattr(psycopg, "connect", lambda *a, **k: RoleConnection([]))
+    store = PostgresStore("postgresql://app:secret@db.example:5432/locks")
+    table = LockTable(store=store, identity=Identity(owner="ci", user="alice", host="build-7"))
+    assert default_actor(table) == "alice@build-7"

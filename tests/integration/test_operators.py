@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from awsflock.records import Identity
 from tests.helpers import peak_rss_kb
 from tests.integration.checks import wait_for
 from tests.integration.conftest import BIN, Cli
@@ -235,7 +236,9 @@ def test_force_release_with_yes_and_default_actor(awsflock: Cli, lock_name):
     assert result.returncode == 0
     assert "force-released" in result.stderr
     record = json.loads(awsflock("audit", lock_name, "--json").stdout.splitlines()[0])
-    assert "@" in record["actor"]  # user@host on a local endpoint
+    # The person, on every store: user@host (a local DynamoDB endpoint has no IAM identity).
+    me = Identity.of_this_process()
+    assert record["actor"] == f"{me.user}@{me.host}"
 
 
 def test_force_release_of_a_free_lock_exits_3(awsflock: Cli, lock_name):

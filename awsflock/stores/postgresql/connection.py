@@ -53,12 +53,10 @@ class Connected(RetryingStore):
         return text + f"{host}:{get('port', 'PGPORT', '5432')}/{get('dbname', 'PGDATABASE', user)}"
 
     def actor(self) -> str | None:
-        """The database role this store connects as, and where: postgresql://ROLE@HOST:PORT/DB."""
-        try:
-            rows = self._send("actor", lambda conn: conn.execute("SELECT session_user").fetchall())
-        except errors.AwsflockError:
-            return None
-        return f"postgresql://{rows[0][0]}@{self._where().partition('@')[2]}" if rows else None
+        """None: the database role names an application more often than a person (and the
+        connection says where the locks are, not who acts), so the audit names the person as
+        on a DynamoDB endpoint without IAM: user@host (``awsflock.lock.admin.default_actor``)."""
+        return None
 
     # -- connection and tries ----------------------------------------------------------------
 

@@ -27,7 +27,6 @@ PRIVILEGES = {
     "audit": "INSERT, UPDATE",
     "audit_void": "UPDATE",
     "create_table": "CREATE on the schema",
-    "actor": "nothing",
 }
 
 #: SQLSTATEs of a refusal that clears up by itself: retried, never applied.
