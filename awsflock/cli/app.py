@@ -7,6 +7,7 @@ the library, and prints. stdout carries results only (a LEASE_ID, JSON); all els
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +35,40 @@ def print_lease(lease: Lease, as_json: bool) -> None:
         click.echo(lease.lease_id)
 
 
+#: ``ctx.meta`` key: what the running command says if Ctrl-C (a KeyboardInterrupt) ends it now,
+#: after "interrupted by signal 2" (acquire and run: the wait; nothing is held yet).
+INTERRUPTED = "awsflock.interrupted"
+
+
+def if_interrupted(what: str) -> None:
+    """Say ``what`` (e.g. " while waiting for 'x'; nothing is held") if Ctrl-C ends the
+    command from now on ("" from when nothing more can be said)."""
+    click.get_current_context().meta[INTERRUPTED] = what
+
+
+class _Interrupted(Exception):
+    """A KeyboardInterrupt carried past click, which would turn it into "Aborted!" after an
+    empty line (not one line, and not JSON under --log-format json)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
 class _Cli(click.Group):
     """The top-level group: every failure becomes one stderr line and an exit code, here."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise _Interrupted("") from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted(ctx.meta.get(INTERRUPTED, "")) from None
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
@@ -96,15 +129,27 @@ def _call(call: Any, own_failure: int | None = None) -> int:
     def fail(code: int, message: str, error: str, label: str = "error", **extra: Any) -> int:
         if own_failure is not None and code in (1, 2, 3) and not STATE.get("ran"):
             code = own_failure
-        logs.say(
-            message, level="error", event="error", label=label, exit_code=code, error=error, **extra
-        )
+        fields = {"level": "error", "event": "error", **extra}
+        logs.say(message, label=label, exit_code=code, error=error, **fields)
         return code
+
+    def interrupted(what: str) -> int:
+        # As a signal that ends a wait is said (see the acquire and run commands): SIGINT is 2.
+        return fail(
+            128 + signal.SIGINT,
+            f"interrupted by signal {int(signal.SIGINT)}{what}",
+            "KeyboardInterrupt",
+            label="warning",
+            level="warning",
+            event="interrupted",
+        )
 
     try:
         result = call()
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except _Interrupted as exc:
+        return interrupted(exc.what)
     except click.exceptions.Abort:
         return fail(130, "aborted", "Abort", label="")
     except click.UsageError as exc:
@@ -142,7 +187,7 @@ def _call(call: Any, own_failure: int | None = None) -> int:
             traceback=trace,
         )
     except KeyboardInterrupt:
-        return fail(130, "interrupted", "KeyboardInterrupt", label="")
+        return interrupted("")
     except BrokenPipeError:
         return own_failure if own_failure is not None and not STATE.get("ran") else 1
     except Exception as exc:
@@ -244,4 +289,4 @@ def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="awsflock")
 
 
-__all__ = ["CONTEXT", "RunCommand", "cli", "emit", "main", "print_lease"]
+__all__ = ["CONTEXT", "RunCommand", "cli", "emit", "if_interrupted", "main", "print_lease"]

@@ -13,7 +13,7 @@ import click
 
 from awsflock import errors
 from awsflock.cli import logs
-from awsflock.cli.app import CONTEXT, cli, emit, print_lease
+from awsflock.cli.app import CONTEXT, cli, emit, if_interrupted, print_lease
 from awsflock.cli.options import (
     Common,
     common_options,
@@ -88,6 +88,8 @@ def acquire(
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
     the holder with a failed conditional write).
     """
+    # Until the wait's own signal handling takes over, Ctrl-C can only come before it.
+    if_interrupted(f" while waiting for {lock_id!r}; nothing is held")
     keep_alive = keep_alive or while_pid is not None
     follow, follow_started = 0, ""
     if keep_alive:
@@ -161,6 +163,7 @@ def acquire(
                     f"while the keep-alive renewer of {lock_id!r} started; gave the lease back",
                 )
         print_lease(lease, as_json)
+        if_interrupted("")  # the LEASE_ID is out: the script has the lease
         if received and keep_alive:  # after the LEASE_ID is out: kept alive for the script
             _interrupted(
                 received,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from awsflock import durations, errors
-from awsflock.cli.app import CONTEXT, RunCommand, cli
+from awsflock.cli.app import CONTEXT, RunCommand, cli, if_interrupted
 from awsflock.cli.options import (
     STATE,
     Common,
@@ -82,6 +82,8 @@ def run_command(
     CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
     128+N CMD killed by signal N.
     """
+    # Until the runner's signal handling takes over, Ctrl-C can only come before the wait.
+    if_interrupted(" while waiting; the command was not started")
     from awsflock.supervise.runner import RunOptions, run
 
     command = click.get_current_context().meta.get("awsflock.command", [])
@@ -103,6 +105,7 @@ def run_command(
         fair=fair,
     )
     code = run(table, lock_id, argv, options)
+    if_interrupted("")
     STATE["ran"] = True
     raise click.exceptions.Exit(code)
 
