@@ -22,7 +22,11 @@ def test_every_kind_can_parse_open_and_run_its_commands(kind):
 @pytest.mark.parametrize("kind", kinds.KINDS, ids=lambda k: k.name)
 def test_what_a_kind_declares_agrees_with_its_store(kind):
     # Opening makes no connection: a store connects on its first request.
-    url = {"dynamodb": "dynamodb://t?region=eu-west-1", "postgresql": "postgresql://h/db"}
+    url = {
+        "dynamodb": "dynamodb://t?region=eu-west-1",
+        "postgresql": "postgresql://h/db",
+        "redis": "redis://h:6379/0",
+    }
     store = kind.open(kinds.parse(url[kind.name]), kinds.Settings("t", 5.0))
     assert store.skew_free == bool(kind.no_skew)
     assert store.table_name == "t"

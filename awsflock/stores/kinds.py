@@ -128,6 +128,18 @@ KINDS: tuple[Kind, ...] = (
         "window is needed",
         commands={"grants": "grants"},
     ),
+    Kind(
+        name="redis",
+        title="Redis server",
+        schemes=("redis", "rediss"),
+        form="redis://[USER:PASSWORD@]HOST:6379/0?prefix=NAME",
+        module="awsflock.stores.redis.kind",
+        extra="redis",
+        driver="redis",
+        no_skew="its leases are timed by the Redis server's clock alone, so no clock-skew "
+        "window is needed",
+        commands={"acl": "acl"},
+    ),
 )
 
 #: The kind used when no URL names one.

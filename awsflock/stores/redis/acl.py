@@ -1,0 +1,50 @@
+"""The ACL rules a Redis 6+ user needs for awsflock's keys: the counterpart of DynamoDB's IAM
+policy and PostgreSQL's GRANTs. Scripts run their commands with the caller's permissions, so
+the commands the step script calls are listed too."""
+
+from __future__ import annotations
+
+#: What every command of awsflock sends, or its script calls: the connect-time check (INFO,
+#: CONFIG GET), the steps (EVALSHA, falling back to EVAL; TIME and the hash commands inside),
+#: list (SCAN), audit and the layout key (GET), and SELECT for a database other than 0.
+READ = (
+    "info",
+    "config|get",
+    "select",
+    "evalsha",
+    "eval",
+    "time",
+    "hgetall",
+    "hmget",
+    "scan",
+    "get",
+)
+#: What taking, renewing and releasing add: the writes of the script, the durability wait, the
+#: audit records and the layout key, and table-create's SCRIPT LOAD.
+WRITE = ("hset", "hdel", "pexpireat", "persist", "wait", "set", "script|load")
+
+
+def rules(prefix: str, *, read_only: bool) -> str:
+    """The rules of ``ACL SETUSER``, after the user's name and password: only the prefix's keys,
+    no channels, only the commands awsflock uses (``read_only``: status, list and audit)."""
+    commands = READ if read_only else READ + WRITE
+    return f"~{prefix}:* resetchannels -@all " + " ".join("+" + c for c in commands)
+
+
+def acl(prefix: str, user: str, *, read_only: bool) -> str:
+    """The ``ACL SETUSER`` commands (for redis-cli) that give ``user`` what awsflock needs on
+    keys under ``prefix``."""
+    lines = [
+        f"# awsflock: what Redis user {user} needs on keys under {prefix}:"
+        + (" (status, list, audit only)" if read_only else ""),
+        f"ACL SETUSER {user} on resetkeys {rules(prefix, read_only=read_only)}",
+    ]
+    if not read_only:
+        lines += [
+            "# Redis 7.2+ and Valkey, whose WAITAOF awsflock uses to wait for the fsync:",
+            f"ACL SETUSER {user} +waitaof",
+        ]
+    lines += [
+        f"# and a password: ACL SETUSER {user} >PASSWORD (then ACL SAVE, or CONFIG REWRITE)",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,136 @@
+"""What a Redis deployment can promise, judged once per connection from what the server says
+(``INFO``, ``CONFIG GET``) and what the URL declares, and how each step waits for durability.
+
+- **durable**: every write is on disk before its answer (``WAITAOF`` on Redis 7.2+, else
+  ``appendonly yes`` + ``appendfsync always``) and on ``replicas`` replicas (``WAIT``, or
+  ``WAITAOF``'s second count, which also fsyncs them): a crash, or a failover to one of them,
+  keeps every grant.
+- **crash-safe without replicas**: on disk before the answer, ``replicas=0``: a crash and
+  restart keep every grant; a failover to a replica may not.
+- **best effort**: writes can be acknowledged and then lost (no AOF, or an ``appendfsync``
+  other than ``always`` without ``WAITAOF``): after a crash a lock can be granted twice and a
+  token repeated. Refused unless the URL says ``durability=best-effort-may-double-grant``.
+
+Where ``CONFIG`` is not allowed (managed services), ``durability=fsync-always`` declares the
+server's persistence; awsflock then says it could not check. A server with ``WAITAOF`` needs no
+declaration: ``WAITAOF`` itself fails where the AOF is off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from awsflock import errors
+
+DURABLE = "durable"
+CRASH_SAFE = "crash-safe without replicas"
+BEST_EFFORT = "best effort"
+
+#: The ``durability`` values a URL may declare ("": check the server).
+DECLARE_FSYNC = "fsync-always"
+ACCEPT_BEST_EFFORT = "best-effort-may-double-grant"
+DECLARATIONS = ("", DECLARE_FSYNC, ACCEPT_BEST_EFFORT)
+
+
+@dataclass(frozen=True)
+class Server:
+    """What the server said at connect: its version, role, connected replicas, and its
+    persistence settings (None: ``CONFIG GET`` was refused)."""
+
+    version: tuple[int, ...]
+    role: str
+    replicas: int
+    appendonly: str | None
+    appendfsync: str | None
+    config_error: str = ""
+
+    @property
+    def has_waitaof(self) -> bool:
+        return self.version >= (7, 2)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The class of the deployment and how each write step waits: ``waitaof`` (``WAITAOF 1
+    replicas``), else ``WAIT replicas`` if ``replicas``, else nothing (the fsync happens before
+    the answer). ``checked``: False where the settings were declared, not read. ``notes``: what
+    to tell the user (could not check; the failover caveat)."""
+
+    kind: str
+    waitaof: bool
+    replicas: int
+    checked: bool
+    why: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def waits(self) -> bool:
+        """Whether a step is followed by a wait (and so must write, for the wait to count)."""
+        return self.waitaof or self.replicas > 0
+
+
+def classify(server: Server, *, declared: str, replicas: int, where: str) -> Deployment:
+    """The deployment ``server`` is, with ``replicas`` asked for and ``declared`` (a
+    ``durability`` value); a ConfigurationError naming why and the fix where it cannot be
+    used."""
+    if server.role not in ("master", "primary"):
+        raise errors.ConfigurationError(
+            f"{where} is a replica (role {server.role}): it cannot take writes, and what it "
+            "shows may lag its primary",
+            hint="point --store at the primary (its host and port are in INFO replication)",
+        )
+    if replicas > server.replicas:
+        raise errors.ConfigurationError(
+            f"{where} has {server.replicas} connected replica(s), and the URL asks every step "
+            f"to wait for {replicas}",
+            hint=f"start the replicas, or lower replicas= to {server.replicas}",
+        )
+    notes: list[str] = []
+    known = server.appendonly is not None and server.appendfsync is not None
+    aof = server.appendonly == "yes"
+    if known and declared == DECLARE_FSYNC and not (aof and server.appendfsync == "always"):
+        raise errors.ConfigurationError(
+            f"the URL declares durability={DECLARE_FSYNC}, and {where} runs with appendonly "
+            f"{server.appendonly}, appendfsync {server.appendfsync}",
+            hint="set appendonly yes and appendfsync always on the server, or drop the declaration",
+        )
+    if server.has_waitaof and (aof or not known):
+        # WAITAOF fails where the AOF is off: each step checks it.
+        local, how, checked = True, "WAITAOF after every write", True
+    elif known:
+        local = aof and server.appendfsync == "always"
+        how = f"appendonly {server.appendonly}, appendfsync {server.appendfsync}"
+        checked = True
+    elif declared == DECLARE_FSYNC:
+        local, how, checked = True, f"durability={DECLARE_FSYNC} (declared)", False
+        notes.append(
+            f"could not check the persistence settings of {where} ({server.config_error}); "
+            f"going by the URL's durability={DECLARE_FSYNC}"
+        )
+    elif declared == ACCEPT_BEST_EFFORT:
+        local, how, checked = False, "not known (CONFIG GET refused)", False
+    else:
+        raise errors.ConfigurationError(
+            f"could not check whether {where} writes every grant to disk before answering "
+            f"(CONFIG GET: {server.config_error})",
+            hint=f"if it runs with appendonly yes and appendfsync always, add "
+            f"durability={DECLARE_FSYNC} to the URL (or allow the user CONFIG GET)",
+        )
+    if not local:
+        if declared != ACCEPT_BEST_EFFORT:
+            raise errors.ConfigurationError(
+                f"{where} is best effort ({how}): a grant it acknowledges can be lost in a "
+                "crash, and the lock then granted twice",
+                hint="set appendonly yes and appendfsync always on the server (CONFIG SET, and "
+                "in redis.conf), or accept the risk with "
+                f"durability={ACCEPT_BEST_EFFORT} in the URL",
+            )
+        return Deployment(BEST_EFFORT, False, replicas, checked, how, tuple(notes))
+    if replicas == 0 and server.replicas > 0:
+        notes.append(
+            f"{where} has {server.replicas} replica(s) and replicas=0: a failover to one of "
+            f"them may lose grants; add replicas={server.replicas} to the URL to wait for them"
+        )
+    waitaof = server.has_waitaof and (aof or not known)
+    kind = DURABLE if replicas > 0 else CRASH_SAFE
+    return Deployment(kind, waitaof, replicas, checked, how, tuple(notes))

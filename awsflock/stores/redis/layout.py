@@ -1,0 +1,302 @@
+"""The Redis store's layout: which keys a lock has, and the one script that is every lock step.
+
+A lock ``NAME`` under the prefix ``P`` (``?prefix=``, else the table name) has two keys, both in
+one hash slot (the name, encoded so that it holds no ``}``, is their hash tag):
+
+- ``P:{NAME}:lock``, a hash: the plain lease (field ``p``), a pool's size (``slots``) and its
+  slots' leases (``s:N``), the line of fair waiters (``w:TICKET``, ``next``, ``polled``). Each
+  lease is a JSON object whose numbers are strings (Lua's numbers are doubles: written with
+  ``%.0f``, read with ``tonumber``, exact below 2^53). Garbage: once no lease in it can be live
+  and nobody waits, ``PEXPIREAT`` removes it ``RETAIN_MS`` later. A pool's hash is kept.
+- ``P:{NAME}:fence``, a hash: the highest fencing token ever granted on the name, any slot
+  (``token``) and the time of the last grant (``granted``). Never expired, never deleted: tokens
+  go up for as long as the data survives, whatever happens to the lock's hash.
+
+Audit records are strings of JSON at ``P:audit:KEY``; ``P:layout`` holds ``LAYOUT`` once
+``table-create`` ran. No key of a lock is written outside ``SCRIPT``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from awsflock.protocol import LINE_LAPSE_MS
+
+#: The layout's version, kept at ``P:layout``; table-create refuses any other value there.
+LAYOUT = "awsflock redis layout 1"
+#: A prefix: no hash-tag braces (a lock's tag must be its own), no glob characters (SCAN).
+PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+#: How long a plain lock's hash is kept after its last lease could have ended: a retried
+#: release still finds what it did, and ``status`` shows who held the lock lately.
+RETAIN_MS = 24 * 3600 * 1000
+
+
+def encode(lock_id: str) -> str:
+    """``lock_id`` without ``{`` or ``}`` (so it can be a hash tag) and without ``%``."""
+    return lock_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def decode(text: str) -> str:
+    return text.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+
+
+def lock_key(prefix: str, lock_id: str) -> str:
+    return f"{prefix}:{{{encode(lock_id)}}}:lock"
+
+
+def fence_key(prefix: str, lock_id: str) -> str:
+    return f"{prefix}:{{{encode(lock_id)}}}:fence"
+
+
+def lock_of(prefix: str, key: str) -> str | None:
+    """The lock name of a lock hash's key, None if ``key`` is not one."""
+    head, tail = f"{prefix}:{{", "}:lock"
+    if not (key.startswith(head) and key.endswith(tail)) or len(key) < len(head + tail):
+        return None
+    inner = key[len(head) : -len(tail)]
+    return None if "}" in inner else decode(inner)
+
+
+def audit_key(prefix: str, key: str) -> str:
+    return f"{prefix}:audit:{key}"
+
+
+def layout_key(prefix: str) -> str:
+    return f"{prefix}:layout"
+
+
+# KEYS[1]: the lock's hash, KEYS[2]: its fence. ARGV[1]: the step; ARGV[2]: its parameters
+# (JSON): "now", "skew" (the caller's clock; absent: the server's TIME, no skew), "lease",
+# "who" (JSON text), "lease_ms", "slot", "slots", "ticket", "drop" ([[ticket, seen_ms], ...]),
+# "keeper", "ended", "forced_by", "forced_reason", "since", "old", "new", "touch".
+#
+# Every check is made before the first write, so a refusal (or an error: a key of another
+# type) changes nothing. Answer: {1|0, now, the hash's fields after the step} or, when the
+# server's clock reads earlier than the lock's last grant, {-1, now, that grant's time}.
+SCRIPT = r"""
+local op = ARGV[1]
+local p = cjson.decode(ARGV[2])
+local LAPSE = {LAPSE}
+local RETAIN = {RETAIN}
+local function s(n) return string.format('%.0f', n) end
+
+local server = p.now == nil
+local now, skew
+if server then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    skew = 0
+else
+    now = tonumber(p.now)
+    skew = tonumber(p.skew or 0)
+end
+local cut = now - skew
+
+local flat = redis.call('HGETALL', KEYS[1])
+local h = {}
+for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+local has = #flat > 0
+local fence = redis.call('HMGET', KEYS[2], 'token', 'granted')
+
+local function lease(field)
+    local text = h[field]
+    if text == nil then return nil end
+    return cjson.decode(text)
+end
+local function free(l)
+    return l == nil or l.ended ~= '' or tonumber(l.exp) < cut
+end
+local function granted(l, id)
+    if l == nil then return false end
+    if l.lease == id then return true end
+    for _, old in ipairs(l.hist or {}) do
+        if old[1] == id then return true end
+    end
+    return false
+end
+local function unchanged(drop)
+    for _, d in ipairs(drop or {}) do
+        local place = h['w:' .. d[1]]
+        if place == nil or cjson.decode(place).seen ~= s(tonumber(d[2])) then return false end
+    end
+    return true
+end
+local function line_clear()
+    for field, _ in pairs(h) do
+        if string.sub(field, 1, 2) == 'w:' then
+            return h.polled ~= nil and tonumber(h.polled) < cut - LAPSE
+        end
+    end
+    return true
+end
+local function set(field, value) h[field] = value; redis.call('HSET', KEYS[1], field, value) end
+local function del(field) h[field] = nil; redis.call('HDEL', KEYS[1], field) end
+local function polled(at)
+    if h.polled == nil or tonumber(h.polled) < at then set('polled', s(at)) end
+end
+-- After a write: a pool's hash is kept; a plain lock's goes RETAIN after nothing in it can
+-- matter (its leases' ends, its line's lapse). Only on the server's clock: a caller's clock
+-- (tests, simulations) may be anywhere.
+local function collect()
+    if h.slots ~= nil then redis.call('PERSIST', KEYS[1]); return end
+    if not server then return end
+    local last = 0
+    for field, value in pairs(h) do
+        if field == 'p' or string.sub(field, 1, 2) == 's:' then
+            last = math.max(last, tonumber(cjson.decode(value).exp))
+        end
+    end
+    if h.polled ~= nil then last = math.max(last, tonumber(h.polled) + LAPSE) end
+    redis.call('PEXPIREAT', KEYS[1], s(math.max(last, now) + RETAIN))
+end
+
+-- A user whose ACL allows some of the writes but not others would fail half-way: refuse first.
+if op ~= 'read' and redis.acl_check_cmd then
+    for _, check in ipairs({{'HSET', KEYS[1], 'f', 'v'}, {'HDEL', KEYS[1], 'f'},
+                            {'PEXPIREAT', KEYS[1], '1'}, {'PERSIST', KEYS[1]},
+                            {'HSET', KEYS[2], 'f', 'v'}}) do
+        if not redis.acl_check_cmd(unpack(check)) then
+            return redis.error_reply('NOPERM awsflock: this user may not run ' .. check[1]
+                                     .. ' on ' .. check[2])
+        end
+    end
+end
+
+local slot = p.slot
+local field = 'p'
+if slot ~= cjson.null and slot ~= nil then field = 's:' .. s(slot) else slot = nil end
+local ok = false
+
+if op == 'take' then
+    local top = lease('p')
+    local r = lease(field)
+    if slot == nil then
+        ok = h.slots == nil and free(top) and not granted(top, p.lease)
+    else
+        local size_ok = (h.slots ~= nil and tonumber(h.slots) == tonumber(p.slots))
+            or (h.slots == nil and free(top))
+        ok = size_ok and free(r) and not granted(r, p.lease)
+    end
+    local ticket = p.ticket
+    if ticket == cjson.null or ticket == nil then
+        ok = ok and line_clear()
+    else
+        ok = ok and h['w:' .. ticket] ~= nil and unchanged(p.drop)
+    end
+    if ok and server and fence[2] and now < tonumber(fence[2]) then
+        return {-1, s(now), fence[2]}
+    end
+    if ok then
+        local token = math.max(now * 1000, tonumber(fence[1] or 0)) + 1
+        local hist = {}
+        if r ~= nil and r.lease ~= '' then
+            hist[1] = {r.lease, r.ended}
+            for i = 1, 2 do if r.hist and r.hist[i] then hist[#hist + 1] = r.hist[i] end end
+        end
+        local new = {lease = p.lease, who = p.who, ms = s(p.lease_ms), exp = s(now + p.lease_ms),
+                     acq = s(now), fence = s(token), ended = '', keeper = ''}
+        if #hist > 0 then new.hist = hist end
+        set(field, cjson.encode(new))
+        if slot ~= nil then set('slots', s(p.slots)) end
+        if ticket ~= cjson.null and ticket ~= nil then
+            del('w:' .. ticket)
+            for _, d in ipairs(p.drop or {}) do del('w:' .. d[1]) end
+        end
+        redis.call('HSET', KEYS[2], 'token', s(token), 'granted', s(now))
+    end
+
+elseif op == 'renew' then
+    local l = lease(field)
+    local in_pool = (slot == nil and h.slots == nil)
+        or (slot ~= nil and h.slots ~= nil and tonumber(h.slots) > slot)
+    ok = l ~= nil and l.lease == p.lease and l.ended == '' and tonumber(l.exp) > now and in_pool
+    local from = now
+    -- A renew made before the lease's grant or latest renew counts from that one's time, and
+    -- only if that moves the end no earlier: one that lands late never moves the end back.
+    if ok and tonumber(l.exp) - tonumber(l.ms) > now then
+        from = tonumber(l.exp) - tonumber(l.ms)
+        ok = from + p.lease_ms >= tonumber(l.exp)
+    end
+    if ok then
+        l.exp = s(from + p.lease_ms)
+        l.ms = s(p.lease_ms)
+        if p.keeper ~= cjson.null and p.keeper ~= nil then l.keeper = p.keeper end
+        set(field, cjson.encode(l))
+    end
+
+elseif op == 'end' then
+    local l = lease(field)
+    ok = l ~= nil and l.lease == p.lease and l.ended == '' and (slot ~= nil or h.slots == nil)
+    if ok then
+        l.ended = p.ended
+        l.exp = s(now)
+        if p.forced_by ~= nil then
+            l.fby, l.fwhy, l.fms = p.forced_by, p.forced_reason, s(now)
+        end
+        set(field, cjson.encode(l))
+    end
+
+elseif op == 'join' then
+    ok = has and h['w:' .. p.ticket] == nil
+    if ok then
+        local number = tonumber(h.next or 0)
+        local since = now
+        if p.since ~= nil then since = tonumber(p.since) end
+        set('w:' .. p.ticket, cjson.encode({n = s(number), who = p.who, since = s(since),
+                                            seen = s(now)}))
+        set('next', s(number + 1))
+        polled(now)
+    end
+
+elseif op == 'beat' then
+    local place = h['w:' .. p.ticket]
+    ok = place ~= nil and tonumber(cjson.decode(place).seen) < now and unchanged(p.drop)
+    if ok then
+        local w = cjson.decode(place)
+        w.seen = s(now)
+        set('w:' .. p.ticket, cjson.encode(w))
+        for _, d in ipairs(p.drop or {}) do del('w:' .. d[1]) end
+        polled(now)
+    end
+
+elseif op == 'leave' then
+    ok = h['w:' .. p.ticket] ~= nil
+    if ok then del('w:' .. p.ticket) end
+
+elseif op == 'resize' then
+    local old = p.old
+    if old == cjson.null then old = nil end
+    local size = h.slots and tonumber(h.slots)
+    ok = size == (old and tonumber(old)) and (size ~= nil or free(lease('p')))
+    for n = tonumber(p.new), (size or 0) - 1 do
+        ok = ok and free(lease('s:' .. s(n)))
+    end
+    if ok then set('slots', s(p.new)) end
+
+elseif op ~= 'read' then
+    return redis.error_reply('ERR awsflock: unknown step ' .. op)
+end
+
+if ok and op ~= 'read' then collect() end
+if p.touch and op ~= 'read' then
+    -- Something to wait for: WAIT and WAITAOF count this connection's writes, and what a
+    -- refusal showed may have been written by another connection not yet on the replicas.
+    redis.call('HSET', KEYS[2], 'touched', s(now))
+end
+local out = {}
+for k, v in pairs(h) do out[#out + 1] = k; out[#out + 1] = v end
+if ok then return {1, s(now), out} end
+return {0, s(now), out}
+"""
+
+
+def script() -> str:
+    return SCRIPT.replace("{LAPSE}", str(int(LINE_LAPSE_MS))).replace(
+        "{RETAIN}", str(int(RETAIN_MS))
+    )
+
+
+def sha(text: str) -> str:
+    """The SHA-1 that EVALSHA names a script by."""
+    return hashlib.sha1(text.encode()).hexdigest()

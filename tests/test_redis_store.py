@@ -1,0 +1,240 @@
+"""The Redis store without a server: its URLs, the deployment classes and the translation of
+redis-py's errors (tests/integration/test_redis.py has the real server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from awsflock import errors
+from awsflock.stores import kinds
+from awsflock.stores.redis import deployment, layout
+from awsflock.stores.redis.translate import translate
+
+WHERE = "Redis at h:6379/0"
+
+
+def _server(**overrides: object) -> deployment.Server:
+    facts: dict[str, object] = {
+        "version": (7, 0, 15),
+        "role": "master",
+        "replicas": 0,
+        "appendonly": "yes",
+        "appendfsync": "always",
+    }
+    facts.update(overrides)
+    return deployment.Server(**facts)  # type: ignore[arg-type]
+
+
+def _classify(declared: str = "", replicas: int = 0, **overrides: object):
+    return deployment.classify(
+        _server(**overrides), declared=declared, replicas=replicas, where=WHERE
+    )
+
+
+# -- the deployment classes -----------------------------------------------------------------------
+
+
+def test_fsync_always_without_replicas_is_crash_safe_and_waits_for_nothing():
+    found = _classify()
+    assert (found.kind, found.waitaof, found.waits, found.checked) == (
+        deployment.CRASH_SAFE,
+        False,
+        False,
+        True,
+    )
+    assert found.notes == ()
+
+
+def test_waiting_for_replicas_makes_it_durable_and_every_step_waits():
+    found = deployment.classify(_server(replicas=2), declared="", replicas=2, where=WHERE)
+    assert (found.kind, found.replicas, found.waits, found.waitaof) == (
+        deployment.DURABLE,
+        2,
+        True,
+        False,
+    )
+
+
+def test_replicas_left_unwaited_for_are_named_as_the_failover_caveat():
+    found = deployment.classify(_server(replicas=1), declared="", replicas=0, where=WHERE)
+    assert found.kind == deployment.CRASH_SAFE
+    assert any("failover" in note and "replicas=1" in note for note in found.notes)
+
+
+def test_redis_72_waits_with_waitaof_whatever_appendfsync_says():
+    found = _classify(version=(7, 2, 4), appendfsync="everysec")
+    assert found.waitaof and found.waits and found.kind == deployment.CRASH_SAFE
+    # WAITAOF fails where the AOF is off, so it checks what CONFIG could not.
+    blocked = _classify(version=(7, 2, 4), appendonly=None, appendfsync=None, config_error="x")
+    assert blocked.waitaof and blocked.checked
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"appendonly": "no"}, "appendonly no"),
+        ({"appendfsync": "everysec"}, "appendfsync everysec"),
+        ({"appendfsync": "no"}, "appendfsync no"),
+        ({"version": (7, 2, 0), "appendonly": "no"}, "appendonly no"),
+    ],
+)
+def test_best_effort_is_refused_saying_why_and_how_to_accept_it(settings, says):
+    with pytest.raises(errors.ConfigurationError) as refused:
+        _classify(**settings)
+    line = refused.value.one_line()
+    assert "best effort" in line and says in line and "granted twice" in line
+    assert "appendfsync always" in line and deployment.ACCEPT_BEST_EFFORT in line
+    accepted = _classify(declared=deployment.ACCEPT_BEST_EFFORT, **settings)
+    assert accepted.kind == deployment.BEST_EFFORT and not accepted.waits
+
+
+def test_where_config_is_refused_the_mode_must_be_declared_and_is_said_unchecked():
+    blocked = {"appendonly": None, "appendfsync": None, "config_error": "NOPERM config|get"}
+    with pytest.raises(errors.ConfigurationError, match="could not check") as refused:
+        _classify(**blocked)
+    assert deployment.DECLARE_FSYNC in refused.value.hint
+    found = _classify(declared=deployment.DECLARE_FSYNC, **blocked)
+    assert found.kind == deployment.CRASH_SAFE and not found.checked
+    assert any("could not check" in note and "NOPERM" in note for note in found.notes)
+
+
+def test_a_declaration_the_server_contradicts_is_refused():
+    with pytest.raises(errors.ConfigurationError, match="declares durability=fsync-always"):
+        _classify(declared=deployment.DECLARE_FSYNC, appendfsync="everysec")
+
+
+def test_a_replica_and_too_few_replicas_are_refused():
+    with pytest.raises(errors.ConfigurationError, match=r"is a replica .*role slave"):
+        _classify(role="slave")
+    with pytest.raises(errors.ConfigurationError, match="1 connected replica"):
+        deployment.classify(_server(replicas=1), declared="", replicas=2, where=WHERE)
+
+
+# -- URLs -----------------------------------------------------------------------------------------
+
+
+def test_urls_name_the_kind_its_prefix_and_settings():
+    named = kinds.parse("redis://u:p@h:6380/2?prefix=locks&replicas=1&durability=fsync-always")
+    assert (named.kind, named.table) == ("redis", "locks")
+    assert dict(named.settings) == {
+        "prefix": "locks",
+        "replicas": "1",
+        "durability": "fsync-always",
+    }
+    assert kinds.parse("rediss://h").kind == "redis" and kinds.parse("rediss://h").table is None
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://h?colour=red", "unknown parameter 'colour'"),
+        ("redis://h/zero", "bad Redis database"),
+        ("redis://h?prefix={x}", "cannot be a Redis key prefix"),
+        ("redis://h?prefix=a*b", "cannot be a Redis key prefix"),
+        ("redis://h?replicas=two", "not a number"),
+        ("redis://h?durability=yolo", "unknown durability=yolo"),
+        ("redis://h:99999", "bad Redis URL"),
+    ],
+)
+def test_bad_urls_are_usage_errors(url, says):
+    with pytest.raises(errors.UsageError, match=says):
+        kinds.parse(url)
+
+
+def test_the_password_comes_from_the_url_or_the_environment_never_both(monkeypatch):
+    from awsflock.stores.redis import kind
+
+    monkeypatch.delenv(kind.PASSWORD_ENV, raising=False)
+    assert kind.password("redis://:s%40cret@h") == "s@cret"
+    assert kind.password("redis://h") is None
+    monkeypatch.setenv(kind.PASSWORD_ENV, "env-secret")
+    assert kind.password("redis://h") == "env-secret"
+    assert kind.password("redis://:env-secret@h") == "env-secret"
+    with pytest.raises(errors.UsageError, match="different passwords"):
+        kind.password("redis://:other@h")
+
+
+def test_the_store_is_named_without_its_password_and_without_awsflocks_parameters():
+    store = kinds.get("redis").open(
+        kinds.parse("redis://app:secret@h:6380/3?prefix=p&replicas=1"), kinds.Settings("t", 5.0)
+    )
+    assert store.where() == "Redis at app@h:6380/3"
+    assert store.table_name == "p" and "secret" not in store.where()
+    assert "prefix" not in store.url and "replicas" not in store.url  # type: ignore[attr-defined]
+
+
+# -- error translation ----------------------------------------------------------------------------
+
+
+def _translated(exc: BaseException, *, sent: bool = True):
+    return translate(exc, operation="acquire", where=WHERE, prefix="awsflock", sent=sent)
+
+
+def _redis_error(name: str, text: str) -> BaseException:
+    import redis.exceptions as rx
+
+    exc: BaseException = getattr(rx, name)(text)
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "cls", "fix"),
+    [
+        ("AuthenticationError", "WRONGPASS invalid username-password pair",
+         errors.CredentialsError, "AWSFLOCK_REDIS_PASSWORD"),
+        ("NoPermissionError", "NOPERM this user has no permissions to run the 'evalsha' command",
+         errors.AccessDenied, "ACL SETUSER"),
+        # Redis 7.0's answer to a command a script may not run: a plain ERR, not NOPERM.
+        ("ResponseError", "The user executing the script can't run this command or subcommand",
+         errors.AccessDenied, "~awsflock:*"),
+        ("ReadOnlyError", "READONLY You can't write against a read only replica.",
+         errors.StoreError, "primary"),
+        ("ResponseError", "WRONGTYPE Operation against a key holding the wrong kind of value",
+         errors.TableIncompatible, "?prefix="),
+        ("ResponseError", "BUSY Redis is busy running a script.", errors.Throttled, "retry"),
+        ("BusyLoadingError", "Redis is loading the dataset in memory", errors.Throttled, "retry"),
+        ("ResponseError", "MOVED 3999 127.0.0.1:6381", errors.StoreError, "shard"),
+        ("OutOfMemoryError", "OOM command not allowed", errors.StoreError, "noeviction"),
+    ],
+)  # fmt: skip
+def test_redis_errors_are_one_line_with_the_fix_and_the_right_class(name, text, cls, fix):
+    mapped = _translated(_redis_error(name, text)).error
+    assert type(mapped) is cls
+    assert fix in mapped.one_line() and "\n" not in mapped.one_line()
+    assert not mapped.maybe_applied
+
+
+def test_a_connection_lost_after_sending_may_have_applied_and_before_may_not():
+    import redis.exceptions as rx
+
+    for exc in (rx.ConnectionError("Connection closed by server."), rx.TimeoutError("Timeout")):
+        after = _translated(exc, sent=True)
+        assert isinstance(after.error, errors.EndpointUnreachable) and after.broken
+        assert after.error.maybe_applied
+        assert not _translated(exc, sent=False).error.maybe_applied
+
+
+def test_a_script_that_failed_on_its_way_counts_as_maybe_applied():
+    import redis.exceptions as rx
+
+    exc = rx.ResponseError("user_script:40: Script attempted to access nonexistent global")
+    assert _translated(exc).error.maybe_applied
+    assert not _translated(rx.ResponseError("ERR unknown command")).error.maybe_applied
+
+
+def test_the_acl_rules_cover_only_the_prefix_and_name_every_command():
+    text = kinds.get("redis").command("acl")("locks", "app", read_only=False)
+    assert "ACL SETUSER app on resetkeys ~locks:* resetchannels -@all" in text
+    for command in ("+evalsha", "+eval", "+hset", "+wait", "+info", "+config|get", "+scan"):
+        assert command in text
+    assert "+waitaof" in text.splitlines()[3]  # apart: Redis 7.0 refuses an unknown command
+    read_only = kinds.get("redis").command("acl")("locks", "ro", read_only=True)
+    assert "+hset" not in read_only and "+hgetall" in read_only
+
+
+def test_a_lock_name_with_braces_and_percent_round_trips_through_its_key():
+    for name in ("a{b}c", "%7B", "}", "plain", "ü"):
+        key = layout.lock_key("p", name)
+        assert key.count("{") == 1 and key.count("}") == 1
+        assert layout.lock_of("p", key) == name
+    assert layout.lock_of("p", "p:audit:x") is None and layout.lock_of("q", "p:{x}:lock") is None
