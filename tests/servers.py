@@ -315,9 +315,85 @@ class PostgresServer(Server):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+#: Debian's redis-server (scripts/test installs it with apt-get when missing).
+REDIS_SERVER = os.environ.get("AWSFLOCK_REDIS_SERVER", "redis-server")
+#: The default user's password on the test Redis servers (as on a real server: not open).
+REDIS_PASSWORD = "awsflock-test"
+#: What the store needs of a server by default: every write on disk before its answer.
+REDIS_DURABLE = ("--appendonly", "yes", "--appendfsync", "always")
+
+
+class RedisServer(Server):
+    """A throw-away redis-server in a temporary directory, on a free loopback port, with a
+    password, no RDB snapshots and ``settings`` (default: AOF fsynced on every write, which the
+    store requires unless told otherwise). ``url``: the URL with the password."""
+
+    name = "redis"
+
+    def __init__(self, settings: tuple[str, ...] = REDIS_DURABLE) -> None:
+        super().__init__()
+        import tempfile
+
+        self.settings = settings
+        shm = Path("/dev/shm")
+        base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+        self.dir = Path(tempfile.mkdtemp(prefix="awsflock-redis-", dir=base))
+        self.address = f"127.0.0.1:{self.port}/0"
+        self.url = f"redis://:{REDIS_PASSWORD}@{self.address}"
+        self.store_url = self.url
+
+    def command(self) -> list[str]:
+        server = shutil.which(REDIS_SERVER)
+        if server is None:
+            raise RuntimeError(
+                f"{REDIS_SERVER} is not installed (run scripts/test, which installs "
+                "redis-server with apt-get, or set AWSFLOCK_REDIS_SERVER)"
+            )
+        return [
+            server,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--save",
+            "",
+            "--requirepass",
+            REDIS_PASSWORD,
+            "--daemonize",
+            "no",
+            *self.settings,
+        ]
+
+    def _answers(self) -> bool:
+        import redis
+
+        client = self.client()
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def client(self) -> Any:
+        """A redis-py client logged in as the default user."""
+        import redis
+
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, password=REDIS_PASSWORD, socket_timeout=10
+        )
+
+    def stop(self) -> None:
+        super().stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 #: Every store kind's test servers (``awsflock.stores.kinds``), by kind: the integration suite
 #: runs over all of them. A new store kind adds its line here.
 KIND_SERVERS: dict[str, dict[str, type[Server]]] = {
     "dynamodb": dict(SERVERS),
     "postgresql": {"postgresql": PostgresServer},
+    "redis": {"redis": RedisServer},
 }

@@ -1,0 +1,395 @@
+"""The Redis store on a real redis-server (Debian's 7.0 here): the conformance suite in the
+caller's time, then what only the server's clock and Redis's keys can show: tokens that rise
+across every way a lock's hash goes, a clock stepped back, the deployment check, and the
+failures a user meets (each one line with the fix, exit 1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from awsflock.protocol import Attempt
+from awsflock.records import Identity
+from awsflock.stores import kinds
+from awsflock.stores.redis import RedisStore, layout
+from tests.conformance.suite import StoreConformance
+from tests.integration.conftest import UrlCli
+from tests.servers import REDIS_PASSWORD, RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    srv = RedisServer().start()
+    try:
+        assert UrlCli(srv, "awsflock")("table-create", "-q").returncode == 0
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _store(srv: RedisServer, **options: object) -> RedisStore:
+    url = options.pop("url", srv.url)
+    store = kinds.get("redis").open(
+        kinds.parse(str(url)), kinds.Settings("rt-" + uuid.uuid4().hex[:8], 5.0, extra=options)
+    )
+    assert isinstance(store, RedisStore)
+    store.create()
+    return store
+
+
+class TestRedisStore(StoreConformance):
+    """In the caller's time (the suite moves its clock by hand); the server's clock below."""
+
+    @pytest.fixture
+    def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:
+        store = _store(redis_server, server_time=False)
+        yield store
+        store.close()
+
+
+@pytest.fixture
+def store(redis_server: RedisServer) -> Iterator[RedisStore]:
+    store = _store(redis_server)
+    yield store
+    store.close()
+
+
+def _take(store: RedisStore, name: str, lease_ms: int = 60_000) -> tuple[str, int | None, bool]:
+    lease_id = str(uuid.uuid4())
+    now = int(time.time() * 1000)
+    outcome = store.take(name, Attempt(lease_id, Identity(owner="t"), now, lease_ms, 0))
+    record = outcome.record
+    return lease_id, record.fencing_token if record else None, outcome.applied
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+# -- fencing and expiry on the server's clock ----------------------------------------------------
+
+
+def test_tokens_rise_across_release_force_release_expiry_and_the_hash_going(
+    store: RedisStore, redis_server: RedisServer
+):
+    name = "fence-" + uuid.uuid4().hex[:8]
+    client = redis_server.client()
+    tokens = []
+    first, token, ok = _take(store, name)
+    assert ok
+    tokens.append(token)
+    assert store.release(name, first, now_ms=_now(), skew_ms=0).applied
+    second, token, ok = _take(store, name)
+    tokens.append(token)
+    assert store.force_release(
+        name, second, force_id="f", now_ms=_now(), skew_ms=0, actor="ops", reason="stuck"
+    ).applied
+    _third, token, ok = _take(store, name, lease_ms=200)
+    tokens.append(token)
+    time.sleep(0.3)  # ran out: taken over at once (no skew window on the server's clock)
+    _, token, ok = _take(store, name)
+    assert ok
+    tokens.append(token)
+    # What GC (the hash's PEXPIREAT) does, done now: the fence key survives it, never expiring.
+    lock_key, fence_key = layout.lock_key(store.prefix, name), layout.fence_key(store.prefix, name)
+    assert 0 < client.pttl(lock_key) <= layout.RETAIN_MS + 60_000
+    assert client.pttl(fence_key) == -1
+    assert client.delete(lock_key) == 1
+    assert store.read(name).lock is None
+    _, token, ok = _take(store, name)
+    assert ok
+    tokens.append(token)
+    assert tokens == sorted(set(tokens)), tokens
+    assert client.exists(fence_key) and client.pttl(fence_key) == -1
+
+
+def test_a_take_that_lands_after_a_newer_grant_is_refused(store: RedisStore):
+    name = "late-" + uuid.uuid4().hex[:8]
+    sent_at = _now()
+    late = Attempt("late-" + uuid.uuid4().hex, Identity(owner="late"), sent_at, 60_000, 0)
+    newer, token, ok = _take(store, name)
+    assert ok
+    # The late request's clock reading is older than the grant; the server judges by its own
+    # clock, and the lock is held: refused, showing the newer holder.
+    outcome = store.take(name, late)
+    assert not outcome.applied
+    assert outcome.lock is not None and outcome.lock.lease_id == newer
+    assert outcome.lock.fencing_token == token
+
+
+def test_a_server_clock_behind_the_last_grant_refuses_to_grant(
+    store: RedisStore, redis_server: RedisServer
+):
+    name = "clock-" + uuid.uuid4().hex[:8]
+    client = redis_server.client()
+    first, token, _ = _take(store, name)
+    assert store.release(name, first, now_ms=_now(), skew_ms=0).applied
+    # The server's clock cannot be stepped back here: record a last grant an hour ahead.
+    fence_key = layout.fence_key(store.prefix, name)
+    client.hset(fence_key, "granted", str(_now() + 3_600_000))
+    from awsflock import errors
+
+    with pytest.raises(errors.Throttled, match=r"clock reads .* earlier than the last grant"):
+        _take(store, name)
+    assert store.read(name).lock.ended == "released"  # type: ignore[union-attr]
+    client.hset(fence_key, "granted", str(_now() - 1000))
+    _, again, ok = _take(store, name)
+    assert ok and again is not None and token is not None and again > token
+
+
+def test_answers_are_in_the_callers_clock_and_a_lease_runs_on_the_servers(store: RedisStore):
+    name = "times-" + uuid.uuid4().hex[:8]
+    before = time.time()
+    _, _, ok = _take(store, name, lease_ms=30_000)
+    outcome = store.read(name)
+    record = outcome.lock
+    assert ok and record is not None and outcome.to_mono is not None
+    assert before - 1 <= (record.acquired_at or 0) <= time.time() + 1
+    assert record.expires_at == pytest.approx((record.acquired_at or 0) + 30, abs=0.01)
+
+
+def test_keys_of_a_lock_share_one_hash_slot_whatever_its_name(redis_server: RedisServer):
+    from redis.crc import key_slot
+
+    for name in ("plain", "a{b}c", "}{", "{x}", "50%{", "ünï"):
+        keys = layout.lock_key("awsflock", name), layout.fence_key("awsflock", name)
+        assert key_slot(keys[0].encode()) == key_slot(keys[1].encode())
+        assert layout.lock_of("awsflock", keys[0]) == name
+
+
+# -- the deployment -------------------------------------------------------------------------------
+
+
+def test_this_servers_version_has_no_waitaof_so_steps_rely_on_appendfsync_always(
+    store: RedisStore, redis_server: RedisServer
+):
+    # Debian 12's redis-server is 7.0: WAITAOF came in 7.2, so the store requires
+    # appendfsync always here and waits for nothing after a step (replicas=0).
+    version = redis_server.client().info("server")["redis_version"]
+    _take(store, "dep-" + uuid.uuid4().hex[:8])
+    assert store._conn is not None and store._conn.deployment is not None
+    found = store._conn.deployment
+    if tuple(int(x) for x in version.split(".")[:2]) < (7, 2):
+        assert not found.waitaof
+    assert (found.kind, found.waits, found.checked) == ("crash-safe without replicas", False, True)
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        (("--appendonly", "no"), "appendonly no"),
+        (("--appendonly", "yes", "--appendfsync", "everysec"), "appendfsync everysec"),
+    ],
+)
+def test_a_best_effort_server_is_refused_unless_the_url_accepts_the_risk(settings, says):
+    srv = RedisServer(settings).start()
+    try:
+        cli = UrlCli(srv, "awsflock")
+        refused = cli("acquire", "x", "--no-wait")
+        assert refused.returncode == 1 and refused.stdout == ""
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1, refused.stderr
+        assert "best effort" in lines[0] and says in lines[0]
+        assert "durability=best-effort-may-double-grant" in lines[0]
+        assert "Traceback" not in refused.stderr
+        run = cli("run", "x", "--", "true")
+        assert run.returncode == 125, run.stderr
+        accepted = UrlCli(srv, "awsflock", srv.url + "?durability=best-effort-may-double-grant")
+        assert accepted("table-create", "-q").returncode == 0
+        taken = accepted("acquire", "x", "--no-wait")
+        assert taken.returncode == 0, taken.stderr
+    finally:
+        srv.stop()
+
+
+def test_where_config_is_denied_the_mode_is_declared_and_awsflock_says_it_could_not_check(
+    redis_server: RedisServer,
+):
+    client = redis_server.client()
+    user, password = "noconf-" + uuid.uuid4().hex[:6], "pw-" + uuid.uuid4().hex[:6]
+    prefix = "nc" + uuid.uuid4().hex[:6]
+    rules = kinds.get("redis").command("acl")(prefix, user, read_only=False).splitlines()[1]
+    client.execute_command(*rules.split(), f">{password}", "-config|get")
+    url = f"redis://{user}:{password}@{redis_server.address}?prefix={prefix}"
+    undeclared = UrlCli(redis_server, prefix, url)("acquire", "x", "--no-wait")
+    assert undeclared.returncode == 1
+    assert "could not check" in undeclared.stderr and "durability=fsync-always" in undeclared.stderr
+    declared = UrlCli(redis_server, prefix, url + "&durability=fsync-always")
+    assert declared("table-create", "-q").returncode == 0
+    taken = declared("acquire", "x", "--no-wait")
+    assert taken.returncode == 0, taken.stderr
+    assert "could not check the persistence settings" in taken.stderr
+
+
+def test_a_replica_is_refused_naming_the_primary(redis_server: RedisServer):
+    replica = RedisServer(
+        (
+            *RedisServer().settings,
+            "--replicaof",
+            "127.0.0.1",
+            str(redis_server.port),
+            "--masterauth",
+            REDIS_PASSWORD,
+        )
+    ).start()
+    try:
+        result = UrlCli(replica, "awsflock")("acquire", "x", "--no-wait")
+        assert result.returncode == 1
+        assert "is a replica" in result.stderr and "primary" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    finally:
+        replica.stop()
+
+
+# -- failures a user meets ------------------------------------------------------------------------
+
+
+def _one_line(result, *needles: str, code: int = 1) -> None:
+    assert result.returncode == code, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_unreachable_server_wrong_password_and_acl_denial(redis_server: RedisServer):
+    cli = UrlCli(redis_server, "awsflock")
+    down = f"redis://127.0.0.1:{redis_server.port + 1 if redis_server.port < 65535 else 1}/0"
+    _one_line(
+        UrlCli(redis_server, "awsflock", down)("acquire", "x", "--no-wait"), "could not be reached"
+    )
+    wrong = f"redis://:nope@{redis_server.address}"
+    _one_line(UrlCli(redis_server, "awsflock", wrong)("acquire", "x"), "refused the login")
+    _one_line(UrlCli(redis_server, "awsflock", wrong)("run", "x", "--", "true"), code=125)
+    # A user allowed everything but the step script's writes: NOPERM, naming the rules.
+    client = redis_server.client()
+    user, password = "ro-" + uuid.uuid4().hex[:6], "pw-" + uuid.uuid4().hex[:6]
+    rules = kinds.get("redis").command("acl")("awsflock", user, read_only=True).splitlines()[1]
+    client.execute_command(*rules.split(), f">{password}")
+    readonly = f"redis://{user}:{password}@{redis_server.address}"
+    _one_line(
+        UrlCli(redis_server, "awsflock", readonly)("acquire", "x", "--no-wait"),
+        "denied acquire",
+        "ACL SETUSER",
+    )
+    assert UrlCli(redis_server, "awsflock", readonly)("status", "x").returncode in (0, 3)
+    assert cli("acquire", "y" + uuid.uuid4().hex, "--no-wait").returncode == 0
+
+
+def test_a_password_from_the_environment_and_a_contradicting_one(redis_server: RedisServer):
+    bare = f"redis://{redis_server.address}"
+    cli = UrlCli(redis_server, "awsflock", bare)
+    name = "envpw-" + uuid.uuid4().hex[:6]
+    taken = cli("acquire", name, "--no-wait", AWSFLOCK_REDIS_PASSWORD=REDIS_PASSWORD)
+    assert taken.returncode == 0, taken.stderr
+    both = UrlCli(redis_server, "awsflock", f"redis://:other@{redis_server.address}")
+    _one_line(both("status", name, AWSFLOCK_REDIS_PASSWORD=REDIS_PASSWORD), "different", code=2)
+
+
+def test_a_key_of_another_type_under_the_prefix_is_named(redis_server: RedisServer):
+    prefix = "wt" + uuid.uuid4().hex[:6]
+    redis_server.client().set(layout.lock_key(prefix, "x"), "not a hash")
+    cli = UrlCli(redis_server, prefix)
+    assert cli("table-create", "-q").returncode == 0
+    _one_line(cli("acquire", "x", "--no-wait"), "not awsflock's", "?prefix=")
+    _one_line(cli("run", "x", "--", "true"), "not awsflock's", code=125)
+
+
+def test_noscript_after_a_script_flush_falls_back_to_eval(
+    store: RedisStore, redis_server: RedisServer
+):
+    _take(store, "ns-" + uuid.uuid4().hex[:6])
+    redis_server.client().script_flush()
+    _, _, ok = _take(store, "ns-" + uuid.uuid4().hex[:6])
+    assert ok
+
+
+def test_a_busy_server_is_retried_then_named(store: RedisStore, redis_server: RedisServer):
+    from awsflock import errors
+
+    _take(store, "busy-" + uuid.uuid4().hex[:6])  # connected and checked
+    client = redis_server.client()
+    client.config_set("busy-reply-threshold", "100")
+    blocker = redis_server.client()
+    import threading
+
+    spin = "local t = redis.call('TIME')[1] + 2 while tonumber(redis.call('TIME')[1]) < t do end"
+    thread = threading.Thread(target=lambda: blocker.eval(spin, 0), daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    with store.budget(time.monotonic() + 1.0), pytest.raises(errors.Throttled, match="busy"):
+        _take(store, "busy-" + uuid.uuid4().hex[:6])
+    assert time.monotonic() - started < 2.5
+    thread.join(10)
+    client.config_set("busy-reply-threshold", "5000")
+
+
+# -- table-create and the ACL rules ---------------------------------------------------------------
+
+
+def test_table_create_records_the_layout_once_and_refuses_a_foreign_one(
+    redis_server: RedisServer,
+):
+    prefix = "tc" + uuid.uuid4().hex[:6]
+    cli = UrlCli(redis_server, prefix)
+    first = cli("table-create")
+    assert first.returncode == 0 and "recorded" in first.stderr, first.stderr
+    again = cli("table-create")
+    assert again.returncode == 0 and "already existed" in again.stderr
+    assert redis_server.client().get(layout.layout_key(prefix)) == layout.LAYOUT.encode()
+    other = "tc" + uuid.uuid4().hex[:6]
+    redis_server.client().set(layout.layout_key(other), "someone else's")
+    _one_line(UrlCli(redis_server, other)("table-create"), "another layout", "?prefix=")
+    _one_line(UrlCli(redis_server, other)("status", "x"), "another layout", "?prefix=")
+    missing = UrlCli(redis_server, "tc" + uuid.uuid4().hex[:6])("status", "x")
+    _one_line(missing, "no awsflock layout", "awsflock table-create")
+
+
+def test_the_acl_rules_are_enough_for_every_command(redis_server: RedisServer):
+    client = redis_server.client()
+    user, password = "app-" + uuid.uuid4().hex[:6], "pw-" + uuid.uuid4().hex[:6]
+    prefix = "acl" + uuid.uuid4().hex[:6]
+    text = kinds.get("redis").command("acl")(prefix, user, read_only=False)
+    for line in text.splitlines():
+        if line.startswith("ACL SETUSER") and "+waitaof" not in line:
+            client.execute_command(*line.split(), f">{password}")
+    url = f"redis://{user}:{password}@{redis_server.address}?prefix={prefix}"
+    cli = UrlCli(redis_server, prefix, url)
+    assert cli("table-create", "-q").returncode == 0
+    lease = cli("acquire", "job")
+    assert lease.returncode == 0, lease.stderr
+    lease_id = lease.stdout.strip()
+    assert cli("renew", "job", lease_id).returncode == 0
+    listed = cli("list", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout.splitlines()[0])
+    forced = cli("force-release", "job", "--reason", "test", "--yes")
+    assert forced.returncode == 0, forced.stderr
+    audit = cli("audit")
+    assert audit.returncode == 0 and "test" in audit.stdout, audit.stderr
+
+
+def test_the_keep_alive_renewer_never_sees_the_password_on_its_command_line(
+    redis_server: RedisServer,
+):
+    cli = UrlCli(redis_server, "awsflock")
+    name = "ka-" + uuid.uuid4().hex[:6]
+    held = cli("acquire", name, "--keep-alive", "--while-pid", str(os.getpid()))
+    assert held.returncode == 0, held.stderr
+    renewers = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes()
+        except OSError:  # not a process, or gone meanwhile
+            continue
+        if name.encode() in argv and b"keep-alive" in argv:
+            renewers.append(argv)
+    assert renewers and not any(REDIS_PASSWORD.encode() in line for line in renewers)
+    assert cli("release", name, held.stdout.strip()).returncode == 0
