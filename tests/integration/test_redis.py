@@ -20,7 +20,7 @@ from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
 from tests.conformance.suite import StoreConformance
 from tests.integration.conftest import UrlCli
-from tests.servers import REDIS_PASSWORD, RedisServer
+from tests.servers import REDIS_DURABLE, REDIS_PASSWORD, RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -230,7 +230,7 @@ def test_where_config_is_denied_the_mode_is_declared_and_awsflock_says_it_could_
 def test_a_replica_is_refused_naming_the_primary(redis_server: RedisServer):
     replica = RedisServer(
         (
-            *RedisServer().settings,
+            *REDIS_DURABLE,
             "--replicaof",
             "127.0.0.1",
             str(redis_server.port),
@@ -393,3 +393,43 @@ def test_the_keep_alive_renewer_never_sees_the_password_on_its_command_line(
             renewers.append(argv)
     assert renewers and not any(REDIS_PASSWORD.encode() in line for line in renewers)
     assert cli("release", name, held.stdout.strip()).returncode == 0
+
+
+def test_a_step_a_stopped_replica_never_acknowledged_is_a_lost_answer(redis_server: RedisServer):
+    import signal
+
+    from awsflock import errors
+
+    # The primary's default diskless sync waits 5 s for more replicas before it starts.
+    primary = RedisServer((*REDIS_DURABLE, "--repl-diskless-sync-delay", "0")).start()
+    follow = ("--replicaof", "127.0.0.1", str(primary.port), "--masterauth", REDIS_PASSWORD)
+    replica = RedisServer((*primary.settings, *follow)).start()
+    try:
+        deadline = time.monotonic() + 20
+        # WAIT counts a replica only once its first sync is done (state online).
+        while primary.client().info("replication").get("slave0", {}).get("state") != "online":
+            assert time.monotonic() < deadline, "the replica did not come online"
+            time.sleep(0.1)
+        store = _store(primary, url=primary.url + "?replicas=1")
+        name = "wait-" + uuid.uuid4().hex[:6]
+        _, _, ok = _take(store, name)
+        assert ok and store._conn is not None and store._conn.deployment is not None
+        assert store._conn.deployment.kind == "durable" and store._conn.deployment.waits
+        assert replica.proc is not None
+        os.kill(replica.proc.pid, signal.SIGSTOP)
+        try:
+            with (
+                store.budget(time.monotonic() + 1.5),
+                pytest.raises(
+                    errors.EndpointUnreachable, match="did not confirm the step durable"
+                ) as lost,
+            ):
+                _take(store, "wait-" + uuid.uuid4().hex[:6])
+            # It ran on the primary: never reported granted, and its id stays unsettled.
+            assert lost.value.maybe_applied
+        finally:
+            os.kill(replica.proc.pid, signal.SIGCONT)
+        store.close()
+    finally:
+        replica.stop()
+        primary.stop()
