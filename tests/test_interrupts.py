@@ -29,7 +29,7 @@ def ctrl_c_while_connecting(monkeypatch):
         (
             ["acquire", "deploy", "--fair", "--keep-alive"],
             " while waiting for 'deploy'; nothing is held",
-        ),  # noqa: E501
+        ),
         (["run", "deploy", "--", "true"], " while waiting; the command was not started"),
         (["status", "deploy"], ""),
     ],

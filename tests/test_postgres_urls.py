@@ -57,7 +57,7 @@ def test_run_says_a_malformed_url_as_its_own_failure():
             "postgresql:///db?host=/run/postgresql&table=t",
             "postgresql:///db?host=%2Frun%2Fpostgresql",
             "t",
-        ),  # noqa: E501
+        ),
         ("postgresql://[::1]:5433,other:5434/db", "postgresql://[::1]:5433,other:5434/db", None),
     ],
 )

@@ -21,6 +21,9 @@ def split_url(url: str) -> tuple[str, str | None]:
     from urllib.parse import parse_qsl, urlencode
 
     _check_form(url)
+    # A scheme is case-insensitive (RFC 3986), libpq's parser is not: POSTGRES:// is ours too.
+    scheme, _, rest_of_url = url.partition("://")
+    url = f"{scheme.lower()}://{rest_of_url}"
     # Not urlunsplit: it would turn postgresql:///db (a Unix socket) into postgresql:/db.
     base, _, query_text = url.partition("?")
     query = parse_qsl(query_text, keep_blank_values=True)
