@@ -223,12 +223,12 @@ def test_a_script_that_failed_on_its_way_counts_as_maybe_applied():
 
 
 def test_the_acl_rules_cover_only_the_prefix_and_name_every_command():
-    text = kinds.get("redis").command("acl")("locks", "app", read_only=False)
+    text = kinds.get("redis").command("grants")("locks", "app", read_only=False)
     assert "ACL SETUSER app on resetkeys ~locks:* resetchannels -@all" in text
     for command in ("+evalsha", "+eval", "+hset", "+wait", "+info", "+config|get", "+scan"):
         assert command in text
     assert "+waitaof" in text.splitlines()[3]  # apart: Redis 7.0 refuses an unknown command
-    read_only = kinds.get("redis").command("acl")("locks", "ro", read_only=True)
+    read_only = kinds.get("redis").command("grants")("locks", "ro", read_only=True)
     assert "+hset" not in read_only and "+hgetall" in read_only
 
 
@@ -238,3 +238,24 @@ def test_a_lock_name_with_braces_and_percent_round_trips_through_its_key():
         assert key.count("{") == 1 and key.count("}") == 1
         assert layout.lock_of("p", key) == name
     assert layout.lock_of("p", "p:audit:x") is None and layout.lock_of("q", "p:{x}:lock") is None
+
+
+def test_grants_prints_the_acl_rules_for_a_redis_store_and_refuses_dynamodb():
+    from click.testing import CliRunner
+
+    from awsflock.cli import cli
+
+    runner = CliRunner()
+    redis = runner.invoke(
+        cli, ["grants", "--store", "redis://127.0.0.1:6379/0?prefix=locks", "--role", "app"]
+    )
+    assert redis.exit_code == 0, redis.output
+    assert "ACL SETUSER app on resetkeys ~locks:*" in redis.output
+    # The same command still prints PostgreSQL's GRANTs without a store, as before.
+    postgres = runner.invoke(cli, ["grants", "--role", "app"])
+    assert postgres.exit_code == 0 and 'GRANT SELECT, INSERT, UPDATE ON TABLE "awsflock"' in (
+        postgres.output
+    )
+    dynamodb = runner.invoke(cli, ["grants", "--store", "dynamodb://t"])
+    assert dynamodb.exit_code == 2
+    assert "run `awsflock iam-policy`" in dynamodb.output

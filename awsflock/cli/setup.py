@@ -129,25 +129,38 @@ def iam_policy_command(tablename: str, read_only: bool, region: str, account: st
     envvar="AWSFLOCK_TABLE",
     default="awsflock",
     show_default=True,
-    help="The lock table, unless --store names one [env AWSFLOCK_TABLE].",
+    help="The lock table (on Redis: the key prefix), unless --store names one "
+    "[env AWSFLOCK_TABLE].",
 )
 @click.option(
-    "--store", envvar="AWSFLOCK_STORE", metavar="URL", help="Its ?table= names the table."
+    "--store",
+    envvar="AWSFLOCK_STORE",
+    metavar="URL",
+    help="The store: its kind says which rules to print, its ?table= or ?prefix= names the "
+    "table (default: PostgreSQL) [env AWSFLOCK_STORE].",
 )
-@click.option("--role", default="awsflock", show_default=True, help="The role to grant to.")
+@click.option(
+    "--role",
+    default="awsflock",
+    show_default=True,
+    help="The PostgreSQL role, or Redis user, to grant to.",
+)
 @click.option("--read-only", is_flag=True, help="Only what status, list and audit need.")
 def grants_command(tablename: str, store: str | None, role: str, read_only: bool) -> None:
-    """Print the GRANT statements a PostgreSQL role needs for the lock table.
+    """Print what a database role needs for the lock table: GRANT statements for PostgreSQL,
+    ACL SETUSER rules for Redis.
 
-    The counterpart of iam-policy for the PostgreSQL store: run them as the table's owner
-    (whoever ran table-create), e.g. `awsflock grants --role app | psql "$URL"`.
+    The counterpart of iam-policy: run them as the table's owner (PostgreSQL: whoever ran
+    table-create, e.g. `awsflock grants --role app | psql "$URL"`) or an admin user (Redis,
+    with redis-cli).
     """
     kind = kinds.with_command("grants")
     if store:
         named = kinds.parse(store)
-        if named.kind != kind.name:
+        kind = kinds.get(named.kind)
+        if "grants" not in kind.commands:
             raise errors.UsageError(
-                f"grants is for the {kind.title.split()[0]} store",
+                f"grants is for the PostgreSQL and Redis stores, and --store names a {kind.title}",
                 hint="for DynamoDB, run `awsflock iam-policy`",
             )
         tablename = named.table or tablename

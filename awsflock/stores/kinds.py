@@ -138,7 +138,7 @@ KINDS: tuple[Kind, ...] = (
         driver="redis",
         no_skew="its leases are timed by the Redis server's clock alone, so no clock-skew "
         "window is needed",
-        commands={"acl": "acl"},
+        commands={"grants": "acl"},
     ),
 )
 

@@ -214,7 +214,7 @@ def test_where_config_is_denied_the_mode_is_declared_and_awsflock_says_it_could_
     client = redis_server.client()
     user, password = "noconf-" + uuid.uuid4().hex[:6], "pw-" + uuid.uuid4().hex[:6]
     prefix = "nc" + uuid.uuid4().hex[:6]
-    rules = kinds.get("redis").command("acl")(prefix, user, read_only=False).splitlines()[1]
+    rules = kinds.get("redis").command("grants")(prefix, user, read_only=False).splitlines()[1]
     client.execute_command(*rules.split(), f">{password}", "-config|get")
     url = f"redis://{user}:{password}@{redis_server.address}?prefix={prefix}"
     undeclared = UrlCli(redis_server, prefix, url)("acquire", "x", "--no-wait")
@@ -271,7 +271,7 @@ def test_unreachable_server_wrong_password_and_acl_denial(redis_server: RedisSer
     # A user allowed everything but the step script's writes: NOPERM, naming the rules.
     client = redis_server.client()
     user, password = "ro-" + uuid.uuid4().hex[:6], "pw-" + uuid.uuid4().hex[:6]
-    rules = kinds.get("redis").command("acl")("awsflock", user, read_only=True).splitlines()[1]
+    rules = kinds.get("redis").command("grants")("awsflock", user, read_only=True).splitlines()[1]
     client.execute_command(*rules.split(), f">{password}")
     readonly = f"redis://{user}:{password}@{redis_server.address}"
     _one_line(
@@ -357,7 +357,7 @@ def test_the_acl_rules_are_enough_for_every_command(redis_server: RedisServer):
     client = redis_server.client()
     user, password = "app-" + uuid.uuid4().hex[:6], "pw-" + uuid.uuid4().hex[:6]
     prefix = "acl" + uuid.uuid4().hex[:6]
-    text = kinds.get("redis").command("acl")(prefix, user, read_only=False)
+    text = kinds.get("redis").command("grants")(prefix, user, read_only=False)
     for line in text.splitlines():
         if line.startswith("ACL SETUSER") and "+waitaof" not in line:
             client.execute_command(*line.split(), f">{password}")
