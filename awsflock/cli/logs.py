@@ -110,7 +110,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, sort_keys=False, default=str)
 
 
-#: Shown by default, without a "warning:" prefix (awsflock.lock.line's place-in-line messages).
+#: Shown by default, without a "warning:" prefix: what a wait says (awsflock.lock.waiting).
 NOTICE = logging.INFO + 5
 
 
@@ -132,7 +132,7 @@ def setup(verbose: int = 0, quiet: bool = False, fmt: str = "text") -> None:
         # Choosing JSON means wanting the events, which are logged at INFO.
         level = logging.INFO
     else:
-        # NOTICE: what a waiter should see without -v (its place in line).
+        # NOTICE: what a waiter should see without -v (who holds it, its place in line).
         level = NOTICE
     logging.addLevelName(NOTICE, "NOTICE")
     set_format(fmt)

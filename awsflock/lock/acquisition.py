@@ -63,6 +63,8 @@ class Grant:
     attempts: int
     waited: float
     to_mono: float | None = None
+    #: The caller was told it waits for the lock: the grant is said as loudly.
+    contended: bool = False
 
 
 class Acquisition:

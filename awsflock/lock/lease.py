@@ -3,8 +3,7 @@
 It speaks to any ``LockStore`` (``awsflock.protocol``). One acquire attempt and its clean-up
 live in ``awsflock.lock.acquisition``, the wait loop around them in ``awsflock.lock.waiting``,
 holding with a heartbeat in ``awsflock.lock.heartbeat``. What a refused renew or release means
-(released, force-released, expired, taken by another, or a retry of our own that already
-happened) is ``awsflock.lock.verdict``'s to say; ``Lease`` is in ``awsflock.lock.held``.
+is ``awsflock.lock.verdict``'s to say; ``Lease`` is in ``awsflock.lock.held``.
 """
 
 from __future__ import annotations
@@ -192,7 +191,8 @@ class LockTable:
                 lock_id,
                 extra=event_fields("reclaimed_expired", lock_id, record),
             )
-        log.info(
+        log.log(
+            waiting.NOTICE if grant.contended else logging.INFO,
             "acquired %r (fencing token %s) after %s and %d request(s)",
             lock_id,
             lease.fencing_token,

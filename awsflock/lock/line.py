@@ -27,7 +27,7 @@ from typing import Callable
 from awsflock import errors
 from awsflock.clock import Clock
 from awsflock.lock.acquisition import Acquisition, Grant
-from awsflock.lock.waiting import Policy
+from awsflock.lock.waiting import NOTICE, Policy
 from awsflock.protocol import LINE_LAPSE_MS, MAX_DROPS, Drops, Outcome
 from awsflock.records import Line, LockRecord, Waiter
 from awsflock.text import format_seconds, iso_utc
@@ -36,9 +36,6 @@ log = logging.getLogger("awsflock.lease")
 
 #: The place message names at most this many waiters ahead.
 NAMES_SHOWN = 5
-#: The level of "your place in line" messages: above INFO, so the CLI shows them by default
-#: (it shows NOTICE and up unless -q), below WARNING, as nothing is wrong.
-NOTICE = logging.INFO + 5
 
 
 def new_ticket(rng: random.Random | None = None) -> str:
@@ -180,6 +177,7 @@ class Fair(Policy):
     exit (``tidy``)."""
 
     spaced = True
+    tells_holder = True  # the place message names the holder, and is said when it changes
 
     def __init__(self, run: Acquisition, ticket: str | None = None) -> None:
         self.place = Place(run, ticket or new_ticket())

@@ -9,10 +9,16 @@ the error the wait ends on. A policy (``Policy``) decides only what one poll sen
 poll again: ``PLAIN`` tries about once a second (jittered, so waiters spread out), never later
 than the moment the holder's lease becomes reclaimable, with a last try exactly at the deadline;
 a pool probes another free slot at once. ``awsflock.lock.line`` is the fair one.
+
+What a wait says, at ``NOTICE`` (the CLI shows it unless -q): who holds the lock when the wait
+begins, how it stands now and then on a long wait (``Progress``), and the grant that ends it
+(``Grant.contended``: the "acquired" event is said at NOTICE). A lock free at once says nothing
+above INFO, nor does a try that does not wait (its caller says why it gave up).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -29,6 +35,15 @@ log = logging.getLogger("awsflock.lease")
 #: A waiter polls about once a second (jittered), so it sees a release within about a second.
 POLL_INTERVAL = 1.0
 POLL_JITTER = 0.25
+#: The level of what a waiting acquire says: above INFO, so the CLI shows it by default (NOTICE
+#: and up unless -q), below WARNING, as nothing is wrong.
+NOTICE = logging.INFO + 5
+#: On a long wait a line says how it stands: first this long after the wait began, then each
+#: time the wait has doubled, at most PROGRESS_MAX apart (30 s, 1 min, 2, 4, 8, 13, 18 min...); a
+#: new holder of a lock is said at once. No line comes within PROGRESS_GAP of the one before.
+PROGRESS_FIRST = 30.0
+PROGRESS_MAX = 300.0
+PROGRESS_GAP = 10.0
 
 
 class Policy:
@@ -37,6 +52,8 @@ class Policy:
 
     #: Polls are spaced from their starts (slow requests do not stretch the cadence).
     spaced = False
+    #: ``tell`` says when the holder changes (the engine then does not).
+    tells_holder = False
 
     def poll(self, run: Acquisition) -> Grant | None:
         """One poll: the grant if it took the lock (a transient error left in ``run.error``)."""
@@ -82,6 +99,7 @@ def wait(
     deadline = None if wait_s is None else run.start + wait_s
     # The whole acquire, clean-up included, ends within the wait plus one request timeout.
     run.hard_end = None if deadline is None else deadline + run.store.request_timeout
+    progress = Progress(run, wait_s, policy)
     try:
         while True:
             check_cancel(cancel, "while waiting")
@@ -91,13 +109,16 @@ def wait(
                 # Tidying up may take a request timeout: before the grant is judged fresh.
                 got = settle(run, got, cancel, tidy=lambda: policy.tidy(run))
                 if got is not None:
-                    return got  # nothing may follow the grant's last check
+                    # Nothing may follow the grant's last check (saying it is the caller's).
+                    return dataclasses.replace(got, contended=progress.said)
             if policy.again_now(run):
                 continue
             if run.error is None:
                 if not run.told:
                     run.told = True
-                    log_contended(run, wait_s, clock)
+                    progress.begin()
+                else:
+                    progress.tell()
                 policy.tell(run)
             pause = next_pause(policy.wake_for(run), deadline, clock=clock, rng=rng, skew=skew)
             if pause is None:
@@ -227,20 +248,77 @@ def log_retry(run: Acquisition) -> None:
     )
 
 
-def log_contended(run: Acquisition, wait_s: float | None, clock: Clock) -> None:
-    plan = (
-        "waiting forever"
-        if wait_s is None
-        else f"waiting up to {format_seconds(wait_s)}"
-        if wait_s > 0
-        else "not waiting"
-    )
-    log.info(
-        "%s; %s",
-        _held(run, clock.time(), " by" if run.size else " is held by"),
-        plan,
-        extra={
-            **event_fields("contended", run.lock_id, run.holder),
-            "waiting_in_line": len(run.line.waiters),
-        },
-    )
+class Progress:
+    """What a wait has said: whether it said it waits (``said``), when it last said how it
+    stands, and with which holder."""
+
+    def __init__(self, run: Acquisition, wait_s: float | None, policy: Policy) -> None:
+        self.run = run
+        self.wait_s = wait_s
+        self.policy = policy
+        self.said = False
+        self.at = 0.0  # the last line's time (monotonic), and the wait at which one is due
+        self.due = PROGRESS_FIRST
+        self.holder = ""
+
+    def begin(self) -> None:
+        """The first answer that did not grant: who holds it, since when, until when, and how
+        long this acquire waits (a try that does not wait says it at INFO only)."""
+        run, wait_s = self.run, self.wait_s
+        plan = (
+            "waiting forever"
+            if wait_s is None
+            else f"waiting up to {format_seconds(wait_s)}"
+            if wait_s > 0
+            else "not waiting"
+        )
+        self.said = wait_s != 0
+        self._note()
+        log.log(
+            NOTICE if self.said else logging.INFO,
+            "%s; %s",
+            _held(run, run.clock.time(), " by" if run.size else " is held by"),
+            plan,
+            extra={
+                **event_fields("contended", run.lock_id, run.holder),
+                "waiting_in_line": len(run.line.waiters),
+            },
+        )
+
+    def tell(self) -> None:
+        """A later answer that did not grant: say how the wait stands if a line is due, or if
+        the lock has a new holder (not for a pool, whose slots change hands all the time)."""
+        run, clock = self.run, self.run.clock
+        mono = clock.monotonic()
+        waited = mono - run.start
+        changed = (
+            run.size is None
+            and not self.policy.tells_holder
+            and self._holder() not in ("", self.holder)
+        )
+        due = waited >= self.due
+        if due:
+            self.due = min(self.due * 2, self.due + PROGRESS_MAX)
+        if not self.said or not (due or changed) or mono - self.at < PROGRESS_GAP:
+            return
+        self._note()
+        left = "" if self.wait_s is None else f" ({format_seconds(self.wait_s - waited)} left)"
+        verb = " by" if run.size else " is now held by" if changed else " is held by"
+        log.log(
+            NOTICE,
+            "still waiting after %s%s: %s",
+            format_seconds(waited),
+            left,
+            _held(run, clock.time(), verb),
+            extra={
+                **event_fields("waiting", run.lock_id, run.holder),
+                "waited_s": round(waited, 3),
+            },
+        )
+
+    def _note(self) -> None:
+        self.at, self.holder = self.run.clock.monotonic(), self._holder()
+
+    def _holder(self) -> str:
+        holder = self.run.holder
+        return holder.lease_id if holder is not None and not holder.released else ""
