@@ -15,7 +15,7 @@ import click
 
 from awsflock import errors
 from awsflock.cli import logs
-from awsflock.cli.options import STATE
+from awsflock.cli.options import SHARED, STATE, before_command
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -82,36 +82,58 @@ class _Cli(click.Group):
         # the format from awsflock's own words now (the option's callback confirms it later).
         logs.set_format(self._early_log_format(argv))
         # `run` keeps 1, 2 and 3 for the command's own statuses: its own failures are 125.
-        words = [a for a in argv if not a.startswith("-")]
-        own = 125 if words[:1] == ["run"] else None
+        own = 125 if isinstance(self._command_of(argv)[1], RunCommand) else None
         sys.exit(_call(lambda: super(_Cli, self).main(*args, **kwargs), own))
+
+    def _command_of(self, argv: list[str]) -> tuple[list[str], click.Command | None, list[str]]:
+        """(the words before the command: shared options; the command; the words after it)."""
+        takes_value = _options_taking_a_value(self)
+        i = 0
+        while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+            if argv[i] == "--":
+                i += 1
+                break
+            i += 1 + _value_words(argv[i], takes_value)
+        name = argv[i] if i < len(argv) else ""
+        return argv[:i], self.commands.get(name), argv[i + 1 :]
 
     def _early_log_format(self, argv: list[str]) -> str:
         """--log-format as click will read it: the last one among awsflock's own words (not
         after --, not in run's command, not an option's value), else AWSFLOCK_LOG_FORMAT."""
         import os
 
-        command = self.commands.get(argv[0]) if argv else None
-        words = argv[1:]
+        before, command, words = self._command_of(argv)
         if isinstance(command, RunCommand):
             words = command.split(words)[0]
         elif "--" in words:
             words = words[: words.index("--")]
         takes_value = _options_taking_a_value(command) if command is not None else set()
-        found = ""
-        i = 0
-        while i < len(words):
-            word = words[i]
-            if word == "--log-format" and i + 1 < len(words):
-                found = words[i + 1]
-            elif word.startswith("--log-format="):
-                found = word.partition("=")[2]
-            if word in takes_value:
-                i += 1  # its value is not an option
-            i += 1
+        found = _log_format_in(words, takes_value) or _log_format_in(
+            before, _options_taking_a_value(self)
+        )
         if found not in logs.FORMATS:  # none, or one click will refuse
             found = os.environ.get("AWSFLOCK_LOG_FORMAT", "")
         return found if found in logs.FORMATS else "text"
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """The command, refused if shared options came before one that takes none of them."""
+        name, command, rest = super().resolve_command(ctx, args)
+        on_line = click.core.ParameterSource.COMMANDLINE
+        before = [
+            param.opts[-1]
+            for param in self.params
+            if isinstance(param, click.Option) and param.hidden and param.name
+            if ctx.get_parameter_source(param.name) == on_line
+        ]
+        if before and command is not None and not getattr(command.callback, SHARED, False):
+            raise click.UsageError(
+                f"{', '.join(before)} before '{name}', which takes none of the shared options: "
+                f"give {name}'s own options after it",
+                ctx,
+            )
+        return name, command, rest
 
 
 def _options_taking_a_value(command: click.Command) -> set[str]:
@@ -121,6 +143,36 @@ def _options_taking_a_value(command: click.Command) -> set[str]:
         if isinstance(param, click.Option) and not param.is_flag and not param.count
         for name in param.opts
     }
+
+
+def _value_words(word: str, takes_value: set[str]) -> int:
+    """How many of the words after ``word`` (an option) are its value: 1 or 0 (a flag, a value
+    given with =, or short options run together whose last takes none, as -qn; in -nw5 the
+    value is in the word, in -nw it is the next word)."""
+    if word in takes_value:
+        return 1
+    if word.startswith("--") or len(word) < 3:
+        return 0
+    for i, letter in enumerate(word[1:], start=1):
+        if f"-{letter}" in takes_value:
+            return 1 if i == len(word) - 1 else 0
+    return 0
+
+
+def _log_format_in(words: list[str], takes_value: set[str]) -> str:
+    """The last --log-format among ``words`` (awsflock's options), or ""."""
+    found = ""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--log-format" and i + 1 < len(words):
+            found = words[i + 1]
+        elif word.startswith("--log-format="):
+            found = word.partition("=")[2]
+        if word.startswith("-"):
+            i += _value_words(word, takes_value)  # its value is not an option
+        i += 1
+    return found
 
 
 def _call(call: Any, own_failure: int | None = None) -> int:
@@ -236,11 +288,17 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     callback=_version,
     help="Show the version and which stores this install can use, and exit.",
 )
-def cli() -> None:
+@before_command
+def cli(**_shared: Any) -> None:
     """flock(1) for machines that share nothing but an AWS account.
 
     Locks are lease records in one DynamoDB table, taken and given back with
     conditional writes. `acquire` prints a LEASE_ID; `renew` and `release` take it.
+
+    The options every command shares (--store, --tablename, --region, --profile,
+    --endpoint-url, --skew, --request-timeout, -v, -q, --log-format, --debug) may
+    come before the command too: `awsflock --tablename t acquire x` is
+    `awsflock acquire x --tablename t`. Given in both places, they must agree.
 
     \b
     Exit codes: 0 done, 1 AWS/network/configuration error, 2 usage error,
@@ -271,8 +329,7 @@ class RunCommand(click.Command):
             if word == "--":
                 return args[:i], args[i + 1 :]
             if word.startswith("-") and word != "-":
-                if word in takes_value:
-                    i += 1  # its value
+                i += _value_words(word, takes_value)  # its value
             else:
                 positional += 1
                 if positional == 2:

@@ -103,113 +103,164 @@ def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
     return value
 
 
-def common_options(func: F) -> F:
-    """--tablename, --region, --profile, --endpoint-url, -v, -q, --log-format, --debug, --skew."""
+#: Set on a command's callback that takes the shared options: those given before the command
+#: are refused for any other.
+SHARED = "_awsflock_shared_options"
+#: The shared options that take a value, by parameter name (-v, -q and --debug are the others).
+VALUED: tuple[str, ...] = ("store", "tablename", "region", "profile", "endpoint_url")
+VALUED += ("skew", "request_timeout", "log_format")
 
-    @click.option(
-        "--store",
-        envvar="AWSFLOCK_STORE",
-        metavar="URL",
-        help=f"Where the locks live: {kinds.forms()} (default: "
-        f"{kinds.DEFAULT.title.split()[0]}, named by the options below) [env AWSFLOCK_STORE].",
-    )
-    @click.option(
-        "--tablename",
-        envvar="AWSFLOCK_TABLE",
-        default=DEFAULT_TABLE,
-        show_default=True,
-        help="Lock table name [env AWSFLOCK_TABLE].",
-    )
-    @click.option("--region", envvar="AWS_REGION", help="AWS region [env AWS_REGION].")
-    @click.option("--profile", help="AWS profile from ~/.aws/config [env AWS_PROFILE].")
-    @click.option(
-        "--endpoint-url",
-        envvar=list(ENDPOINT_ENV),
-        help="DynamoDB endpoint, e.g. a local server "
-        "[env AWSFLOCK_ENDPOINT_URL, DYNAMO_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB].",
-    )
-    @click.option(
-        "--skew",
-        type=DurationType(durations.skew_seconds),
-        default="5s",
-        show_default=True,
-        help="Clock-skew window: an expired lease is reclaimed only this long after expiry.",
-    )
-    @click.option(
-        "--request-timeout",
-        envvar="AWSFLOCK_REQUEST_TIMEOUT",
-        type=DurationType(durations.request_timeout_seconds),
-        default="5s",
-        show_default=True,
-        help="How long one request to DynamoDB may take, retries included (unless the wait "
-        "is longer) [env AWSFLOCK_REQUEST_TIMEOUT].",
-    )
-    @click.option("-v", "--verbose", count=True, help="More detail on stderr (-vv: debug).")
-    @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
-    @click.option(
-        "--log-format",
-        type=click.Choice(["text", "json"]),
-        envvar="AWSFLOCK_LOG_FORMAT",
-        default="text",
-        show_default=True,
-        help="stderr format: short text, or one JSON object per line (events, errors, "
-        "warnings) [env AWSFLOCK_LOG_FORMAT].",
-    )
-    @click.option(
-        "--debug",
-        is_flag=True,
-        expose_value=True,
-        is_eager=True,
-        callback=_set_debug,
-        help="Show tracebacks and debug logs.",
-    )
+
+def _shared(before: bool) -> list[Callable[[F], F]]:
+    """The options every command shares, in --help's order. After the command they are its own,
+    with their variables and defaults; before it (``before``) the same names are the group's,
+    hidden, with neither: the command's own fill in what neither place says."""
+
+    def option(*names: str, **kw: Any) -> Any:
+        if before:
+            drop = ("envvar", "default", "help", "show_default")
+            return click.option(*names, hidden=True, **{k: kw[k] for k in kw if k not in drop})
+        return click.option(*names, **kw)
+
+    return [
+        option(
+            "--store",
+            envvar="AWSFLOCK_STORE",
+            metavar="URL",
+            help=f"Where the locks live: {kinds.forms()} (default: "
+            f"{kinds.DEFAULT.title.split()[0]}, named by the options below) [env AWSFLOCK_STORE].",
+        ),
+        option(
+            "--tablename",
+            envvar="AWSFLOCK_TABLE",
+            default=DEFAULT_TABLE,
+            show_default=True,
+            help="Lock table name [env AWSFLOCK_TABLE].",
+        ),
+        option("--region", envvar="AWS_REGION", help="AWS region [env AWS_REGION]."),
+        option("--profile", help="AWS profile from ~/.aws/config [env AWS_PROFILE]."),
+        option(
+            "--endpoint-url",
+            envvar=list(ENDPOINT_ENV),
+            help="DynamoDB endpoint, e.g. a local server "
+            "[env AWSFLOCK_ENDPOINT_URL, DYNAMO_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB].",
+        ),
+        option(
+            "--skew",
+            type=DurationType(durations.skew_seconds),
+            default="5s",
+            show_default=True,
+            help="Clock-skew window: an expired lease is reclaimed only this long after expiry.",
+        ),
+        option(
+            "--request-timeout",
+            envvar="AWSFLOCK_REQUEST_TIMEOUT",
+            type=DurationType(durations.request_timeout_seconds),
+            default="5s",
+            show_default=True,
+            help="How long one request to DynamoDB may take, retries included (unless the wait "
+            "is longer) [env AWSFLOCK_REQUEST_TIMEOUT].",
+        ),
+        option("-v", "--verbose", count=True, help="More detail on stderr (-vv: debug)."),
+        option("-q", "--quiet", is_flag=True, help="Only errors on stderr."),
+        option(
+            "--log-format",
+            type=click.Choice(["text", "json"]),
+            envvar="AWSFLOCK_LOG_FORMAT",
+            default="text",
+            show_default=True,
+            help="stderr format: short text, or one JSON object per line (events, errors, "
+            "warnings) [env AWSFLOCK_LOG_FORMAT].",
+        ),
+        option(
+            "--debug",
+            is_flag=True,
+            is_eager=True,
+            callback=_set_debug,
+            help="Show tracebacks and debug logs.",
+        ),
+    ]
+
+
+def before_command(func: F) -> F:
+    """The shared options, given before the command (on the group): see ``_merged``."""
+    for add in reversed(_shared(before=True)):
+        func = add(func)
+    return func
+
+
+def common_options(func: F) -> F:
+    """--store, --tablename, --region, --profile, --endpoint-url, --skew, --request-timeout,
+    -v, -q, --log-format, --debug: after the command, or before it."""
+
     @functools.wraps(func)
-    def wrapper(
-        *args: Any,
-        store: str | None,
-        tablename: str,
-        region: str | None,
-        profile: str | None,
-        endpoint_url: str | None,
-        skew: float,
-        request_timeout: float,
-        verbose: int,
-        quiet: bool,
-        log_format: str,
-        debug: bool,
-        **kwargs: Any,
-    ) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         from awsflock.cli import logs
 
-        named = _named_store(store, tablename, region, profile, endpoint_url)
+        names = (*VALUED, "verbose", "quiet", "debug")
+        said, given = _merged({name: kwargs.pop(name) for name in names})
+        named = _named_store(said, given)
         own = named.settings
         common = Common(
-            tablename=named.table or tablename,
-            region=own.get("region") or region or None,
-            profile=own.get("profile") or profile or None,
-            endpoint_url=own.get("endpoint_url") or endpoint_url or None,
+            tablename=named.table or said["tablename"],
+            region=own.get("region") or said["region"] or None,
+            profile=own.get("profile") or said["profile"] or None,
+            endpoint_url=own.get("endpoint_url") or said["endpoint_url"] or None,
             named=named,
-            verbose=max(verbose, 2) if debug else verbose,
-            quiet=quiet,
-            log_format=log_format,
-            debug=debug,
-            skew=skew,
-            request_timeout=request_timeout,
+            verbose=max(said["verbose"], 2) if said["debug"] else said["verbose"],
+            quiet=said["quiet"],
+            log_format=said["log_format"],
+            debug=said["debug"],
+            skew=said["skew"],
+            request_timeout=said["request_timeout"],
         )
         logs.setup(common.verbose, common.quiet, common.log_format)
         if "endpoint_url" in common.kind.location:
-            _check_endpoint_url(common.endpoint_url, _endpoint_source(named))
+            _check_endpoint_url(common.endpoint_url, _endpoint_source(named, given))
         return func(*args, common=common, **kwargs)
 
+    for add in reversed(_shared(before=False)):
+        wrapper = add(wrapper)
+    setattr(wrapper, SHARED, True)
     return wrapper  # type: ignore[return-value]
 
 
-def _endpoint_source(named: kinds.Named) -> str:
+def _merged(said: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """The shared options as the command's own say them, with those given before the command
+    (on the group) filled in; and the names given on the command line, in either place. A value
+    given in both places must be the same (-v counts add up, flags add)."""
+    ctx = click.get_current_context()
+    on_line = click.core.ParameterSource.COMMANDLINE
+    given = {name for name in said if ctx.get_parameter_source(name) == on_line}
+    group = ctx.parent
+    if group is None:
+        return said, given
+    before = {n: v for n, v in group.params.items() if group.get_parameter_source(n) == on_line}
+    merged = dict(said)
+    for name, value in before.items():
+        if name == "verbose":
+            merged[name] = said[name] + value
+        elif name in ("quiet", "debug"):
+            merged[name] = said[name] or value
+        elif name in given and said[name] != value:
+            option = "--" + name.replace("_", "-")
+            raise errors.UsageError(
+                f"{option} is given before and after the command, and differs "
+                f"({value} and {said[name]})",
+                hint=f"give {option} once",
+            )
+        else:
+            merged[name] = value
+    return merged, given | set(before)
+
+
+def _endpoint_source(named: kinds.Named, given: set[str]) -> str:
     """What named the endpoint URL, for messages: the option, its variable, or the store URL."""
     if named.settings.get("endpoint_url"):
         return "the endpoint_url of the store URL"
     ctx = click.get_current_context()
-    if ctx.get_parameter_source("endpoint_url") == click.core.ParameterSource.ENVIRONMENT:
+    environment = click.core.ParameterSource.ENVIRONMENT
+    if "endpoint_url" not in given and ctx.get_parameter_source("endpoint_url") == environment:
         import os
 
         return next((name for name in ENDPOINT_ENV if os.environ.get(name)), ENDPOINT_ENV[0])
@@ -226,23 +277,18 @@ def _check_endpoint_url(url: str | None, source: str) -> None:
     raise errors.UsageError(f"{source} needs a scheme: {'http' if local else 'https'}://{url}")
 
 
-def _named_store(
-    store: str | None,
-    tablename: str,
-    region: str | None,
-    profile: str | None,
-    endpoint_url: str | None,
-) -> kinds.Named:
+def _named_store(said: dict[str, Any], on_line: set[str]) -> kinds.Named:
     """The store ``--store`` names (the default kind, named by the other options, if none),
-    with options that do not apply to its kind, or contradict its URL, refused."""
-    if not store:
+    with options that do not apply to its kind, or contradict its URL, refused. ``said``: the
+    shared options; ``on_line``: those given on the command line."""
+    if not said["store"]:
         return kinds.default()
-    named = kinds.parse(store)
+    named = kinds.parse(said["store"])
     kind = kinds.get(named.kind)
-    ctx = click.get_current_context()
+    tablename = said["tablename"]
 
     def given(name: str) -> bool:
-        return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+        return name in on_line
 
     # Where the URL came from, for the refusals: a URL in the environment never silently
     # overrides what the command line says.
@@ -252,9 +298,8 @@ def _named_store(
             f"--tablename {tablename} and the table of {source} ({named.table}) disagree",
             hint="name the table in one place",
         )
-    said = {"region": region, "profile": profile, "endpoint_url": endpoint_url}
-    for name, value in said.items():
-        own = named.settings.get(name)
+    for name in ("region", "profile", "endpoint_url"):
+        value, own = said[name], named.settings.get(name)
         if own and given(name) and value != own:
             option = "--" + name.replace("_", "-")
             raise errors.UsageError(
@@ -290,11 +335,13 @@ def lease_option(default: str, help_text: str) -> Callable[[F], F]:
 
 
 def wait_options(func: F) -> F:
-    """--wait-time and --no-wait, as in awsflock 0.2.0 (0 means wait forever)."""
+    """--wait-time and --no-wait, as in awsflock 0.2.0 (0 means wait forever), and as -w and
+    -n, as in flock(1)."""
     func = click.option(
-        "--no-wait", is_flag=True, help="Try once; do not wait if the lock is held."
+        "-n", "--no-wait", is_flag=True, help="Try once; do not wait if the lock is held."
     )(func)
     func = click.option(
+        "-w",
         "--wait-time",
         type=DurationType(durations.wait_seconds),
         default="60",
