@@ -466,3 +466,12 @@ def test_version_names_the_stores_this_install_can_use(monkeypatch):
     assert result.exit_code == 0 and lines[0].startswith("awsflock, version ")
     assert "  dynamodb store: installed (botocore)" in lines
     assert "  postgresql store: not installed: pip install 'awsflock[postgres]'" in lines
+
+
+def test_help_ends_with_the_version_and_where_the_docs_are():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    footer = " ".join(result.output.split()[-25:])
+    assert f"awsflock {version('awsflock')};" in footer and "man awsflock" in footer

@@ -58,6 +58,16 @@ class _Interrupted(Exception):
 class _Cli(click.Group):
     """The top-level group: every failure becomes one stderr line and an exit code, here."""
 
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The footer of ``awsflock --help``: the version (read only when help is shown)."""
+        from importlib.metadata import version
+
+        formatter.write_paragraph()
+        formatter.write_text(
+            f"awsflock {version('awsflock')}; `awsflock --version` also says which stores "
+            "this install can use. Documentation: `man awsflock`, and docs/ in the source."
+        )
+
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         try:
             return super().make_context(*args, **kwargs)
@@ -290,10 +300,11 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 )
 @before_command
 def cli(**_shared: Any) -> None:
-    """flock(1) for machines that share nothing but an AWS account.
+    """flock(1) for machines that share nothing but an AWS account, a database or a Redis.
 
-    Locks are lease records in one DynamoDB table, taken and given back with
-    conditional writes. `acquire` prints a LEASE_ID; `renew` and `release` take it.
+    Locks are lease records in one DynamoDB table (or a PostgreSQL table, or Redis keys:
+    --store), taken and given back with conditional writes. `acquire` prints a LEASE_ID;
+    `renew` and `release` take it; `run` holds a lock while a command runs.
 
     The options every command shares (--store, --tablename, --region, --profile,
     --endpoint-url, --skew, --request-timeout, -v, -q, --log-format, --debug) may
