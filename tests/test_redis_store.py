@@ -3,6 +3,8 @@ redis-py's errors (tests/integration/test_redis.py has the real server)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from awsflock import errors
@@ -259,3 +261,43 @@ def test_grants_prints_the_acl_rules_for_a_redis_store_and_refuses_dynamodb():
     dynamodb = runner.invoke(cli, ["grants", "--store", "dynamodb://t"])
     assert dynamodb.exit_code == 2
     assert "run `awsflock iam-policy`" in dynamodb.output
+
+
+def test_the_delayed_restart_rule_holds_best_effort_grants_and_caps_their_leases():
+    from awsflock.stores.redis import deployment as dep
+
+    young = dep.Server((7, 0, 15), "master", 0, "no", "everysec", uptime_s=10)
+    found = dep.classify(
+        young, declared=dep.ACCEPT_BEST_EFFORT, replicas=0, where="Redis at h", max_lease_s=60
+    )
+    assert found.kind == dep.BEST_EFFORT and found.hold_s == 51  # 60 - 10, and the started second
+    held = r"grants nothing until max_lease=60s .*\(51s more\)"
+    with pytest.raises(errors.Throttled, match=held):
+        found.check_grant(30_000, 51, "Redis at h")
+    found.check_grant(30_000, 0, "Redis at h")  # the hold is over
+    with pytest.raises(errors.UsageError, match="longer than max_lease=60s"):
+        found.check_grant(61_000, 0, "Redis at h")
+    old = dataclasses.replace(young, uptime_s=600)
+    settled = dep.classify(
+        old, declared=dep.ACCEPT_BEST_EFFORT, replicas=0, where="w", max_lease_s=60
+    )
+    assert settled.hold_s == 0
+    # Without max_lease in the URL: acquire's default lease, 2 hours.
+    assert dep.classify(old, declared=dep.ACCEPT_BEST_EFFORT, replicas=0, where="w").hold_s == (
+        7200 - 600 + 1
+    )
+    # A server that fsyncs every write forgets nothing: no hold, no cap.
+    safe = dep.classify(
+        dataclasses.replace(young, appendonly="yes", appendfsync="always"),
+        declared="",
+        replicas=0,
+        where="w",
+        max_lease_s=60,
+    )
+    safe.check_grant(10**9, 10**6, "w")
+
+
+def test_max_lease_in_the_url_is_a_duration():
+    assert kinds.parse("redis://h/0?durability=best-effort-may-double-grant&max_lease=90s")
+    with pytest.raises(errors.UsageError, match="max_lease=soon in the Redis URL"):
+        kinds.parse("redis://h/0?max_lease=soon")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from typing import Any, Callable, TypeVar
 
 from awsflock import errors
@@ -37,6 +38,7 @@ class Connected(RetryingStore):
     prefix: str
     replicas: int
     declared: str
+    max_lease_s: float
     table_name: str
     _conn: _Connection | None
     _conn_lock: threading.Lock
@@ -93,6 +95,7 @@ class Connected(RetryingStore):
         try:
             pool.release(pool.get_connection())  # connect (and log in) now
             entry.deployment, entry.layout = self._check(client)
+            entry.checked_mono = time.monotonic()
         except BaseException:
             entry.give_up()
             raise
@@ -126,9 +129,14 @@ class Connected(RetryingStore):
             appendonly=None if refused else _config(appendonly, "appendonly"),
             appendfsync=None if refused else _config(appendfsync, "appendfsync"),
             config_error=str(refused).splitlines()[0] if refused else "",
+            uptime_s=float(server.get("uptime_in_seconds", 0)),
         )
         found = deployment.classify(
-            facts, declared=self.declared, replicas=self.replicas, where=self.where()
+            facts,
+            declared=self.declared,
+            replicas=self.replicas,
+            where=self.where(),
+            max_lease_s=self.max_lease_s,
         )
         for note in found.notes:
             log.warning("%s", note)
@@ -303,6 +311,15 @@ class _Connection:
         self.layout: str | None = None
         #: The time the current try is given (its durability wait must end before).
         self.timeout = 0.0
+        #: When the deployment was checked (real monotonic time: the delayed-restart rule
+        #: counts the server's uptime, which no simulated clock moves).
+        self.checked_mono = 0.0
+
+    def check_grant(self, lease_ms: int, where: str) -> None:
+        """The deployment's delayed-restart rule, for a take or renew about to be sent."""
+        if self.deployment is not None:
+            left = self.deployment.hold_s - (time.monotonic() - self.checked_mono)
+            self.deployment.check_grant(lease_ms, left, where)
 
     def give_up(self) -> None:
         """No new command on it; closed now if nobody is inside it, else by its user."""

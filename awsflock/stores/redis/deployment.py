@@ -9,7 +9,10 @@
   restart keep every grant; a failover to a replica may not.
 - **best effort**: writes can be acknowledged and then lost (no AOF, or an ``appendfsync``
   other than ``always`` without ``WAITAOF``): after a crash a lock can be granted twice and a
-  token repeated. Refused unless the URL says ``durability=best-effort-may-double-grant``.
+  token repeated. Refused unless the URL says ``durability=best-effort-may-double-grant``;
+  then the delayed-restart rule applies: no lease longer than ``max_lease``, and no grant or
+  renewal until ``max_lease`` after the server started, so every lease a crash may have made
+  it forget has ended before it grants again.
 
 Where ``CONFIG`` is not allowed (managed services), ``durability=fsync-always`` declares the
 server's persistence; awsflock then says it could not check. A server with ``WAITAOF`` needs no
@@ -30,6 +33,9 @@ BEST_EFFORT = "best effort"
 DECLARE_FSYNC = "fsync-always"
 ACCEPT_BEST_EFFORT = "best-effort-may-double-grant"
 DECLARATIONS = ("", DECLARE_FSYNC, ACCEPT_BEST_EFFORT)
+#: A best-effort server's longest lease unless the URL's ``max_lease`` says otherwise: the
+#: default lease of ``acquire``.
+DEFAULT_MAX_LEASE_S = 7200.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class Server:
     appendonly: str | None
     appendfsync: str | None
     config_error: str = ""
+    #: Seconds since the server started (INFO server's uptime_in_seconds).
+    uptime_s: float = 0.0
 
     @property
     def has_waitaof(self) -> bool:
@@ -62,6 +70,31 @@ class Deployment:
     checked: bool
     why: str
     notes: tuple[str, ...] = ()
+    #: Best effort only: the longest lease allowed, and how long after the check grants and
+    #: renewals must still wait (the delayed-restart rule); 0 on the other classes.
+    max_lease_s: float = 0.0
+    hold_s: float = 0.0
+
+    def check_grant(self, lease_ms: int, held_for_s: float, where: str) -> None:
+        """Refuse a take or renew the delayed-restart rule forbids: a lease longer than
+        ``max_lease``, or one asked for while ``held_for_s`` (time left of the hold) > 0."""
+        if self.kind != BEST_EFFORT:
+            return
+        if lease_ms > self.max_lease_s * 1000:
+            raise errors.UsageError(
+                f"a lease of {lease_ms / 1000:g}s is longer than max_lease="
+                f"{self.max_lease_s:g}s, the longest {where} may grant while it is best effort",
+                hint="ask for a shorter lease, or raise max_lease= in the URL (grants then wait "
+                "that long after every restart of the server)",
+            )
+        if held_for_s > 0:
+            raise errors.Throttled(
+                f"{where} started {self.max_lease_s - self.hold_s:.0f}s ago and does not write "
+                "every grant to disk: it may have forgotten leases that are still held, so it "
+                f"grants nothing until max_lease={self.max_lease_s:g}s after its start "
+                f"({held_for_s:.0f}s more)",
+                hint="wait, or make the server durable (appendonly yes, appendfsync always)",
+            )
 
     @property
     def waits(self) -> bool:
@@ -69,7 +102,14 @@ class Deployment:
         return self.waitaof or self.replicas > 0
 
 
-def classify(server: Server, *, declared: str, replicas: int, where: str) -> Deployment:
+def classify(
+    server: Server,
+    *,
+    declared: str,
+    replicas: int,
+    where: str,
+    max_lease_s: float = DEFAULT_MAX_LEASE_S,
+) -> Deployment:
     """The deployment ``server`` is, with ``replicas`` asked for and ``declared`` (a
     ``durability`` value); a ConfigurationError naming why and the fix where it cannot be
     used."""
@@ -125,7 +165,11 @@ def classify(server: Server, *, declared: str, replicas: int, where: str) -> Dep
                 "in redis.conf), or accept the risk with "
                 f"durability={ACCEPT_BEST_EFFORT} in the URL",
             )
-        return Deployment(BEST_EFFORT, False, replicas, checked, how, tuple(notes))
+        # The delayed-restart rule (whole seconds of uptime: count the started one as past).
+        hold = max(0.0, max_lease_s - server.uptime_s + 1)
+        return Deployment(
+            BEST_EFFORT, False, replicas, checked, how, tuple(notes), max_lease_s, hold
+        )
     if replicas == 0 and server.replicas > 0:
         notes.append(
             f"{where} has {server.replicas} replica(s) and replicas=0: a failover to one of "

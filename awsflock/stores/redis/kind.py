@@ -5,7 +5,9 @@ opened, and its own command (``acl``, the rules a Redis user needs).
 awsflock's own URL parameters: ``prefix`` (the keys' prefix; else the table name),
 ``replicas`` (how many replicas each step waits for, ``WAIT``/``WAITAOF``) and ``durability``
 (``fsync-always``: declare the server's persistence where ``CONFIG GET`` is not allowed;
-``best-effort-may-double-grant``: accept a server that does not fsync every write). The
+``best-effort-may-double-grant``: accept a server that does not fsync every write, under the
+delayed-restart rule: no lease longer than ``max_lease`` (default 2h), and no grant or renewal
+until ``max_lease`` after the server started). The
 password comes from the URL or, where it has none, from ``AWSFLOCK_REDIS_PASSWORD``.
 """
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
 #: Where the password comes from when the URL has none.
 PASSWORD_ENV = "AWSFLOCK_REDIS_PASSWORD"
 #: awsflock's own parameters, and redis-py's that may pass through (TLS set-up).
-OWN = ("prefix", "replicas", "durability")
+OWN = ("prefix", "replicas", "durability", "max_lease")
 PASSED = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 FORM = "redis://[USER:PASSWORD@]HOST:6379/0?prefix=NAME"
 
@@ -65,7 +67,21 @@ def parse(url: str) -> Named:
             hint=f"use durability={deployment.DECLARE_FSYNC} or "
             f"durability={deployment.ACCEPT_BEST_EFFORT}, or leave it out (checked)",
         )
+    if "max_lease" in own:
+        max_lease_seconds(own["max_lease"])
     return Named("redis", url, table=prefix, settings=own)
+
+
+def max_lease_seconds(text: str) -> float:
+    """``max_lease=DURATION`` of a URL, in seconds (a UsageError if it is not one)."""
+    from awsflock import durations
+
+    try:
+        return float(durations.lease_seconds(text))
+    except errors.UsageError as exc:
+        raise errors.UsageError(
+            f"max_lease={text} in the Redis URL: {exc.message}", hint=exc.hint
+        ) from None
 
 
 def check_prefix(prefix: str) -> str:
@@ -106,6 +122,9 @@ def open(named: Named, settings: Settings) -> RedisStore:
         password=password(named.url),
         replicas=int(named.settings.get("replicas") or 0),
         declared=named.settings.get("durability", ""),
+        max_lease_s=max_lease_seconds(named.settings["max_lease"])
+        if named.settings.get("max_lease")
+        else deployment.DEFAULT_MAX_LEASE_S,
         request_timeout=settings.request_timeout,
         clock=settings.clock,
         # Steps timed by the callers' clocks instead of the server's: simulations in virtual time.

@@ -30,7 +30,7 @@ from awsflock.protocol import (
     Outcome,
 )
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, Pool, Waiter
-from awsflock.stores.redis import answers, layout
+from awsflock.stores.redis import answers, deployment, layout
 from awsflock.stores.redis.connection import Connected, _Connection
 
 #: Sets an audit record's status to void if it exists (and was written by ARGV[2], if given).
@@ -64,6 +64,7 @@ class RedisStore(Connected):
         password: str | None = None,
         replicas: int = 0,
         declared: str = "",
+        max_lease_s: float = deployment.DEFAULT_MAX_LEASE_S,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         clock: Clock | None = None,
         server_time: bool = True,
@@ -73,6 +74,7 @@ class RedisStore(Connected):
         self.prefix = self.table_name = prefix
         self.replicas = replicas
         self.declared = declared
+        self.max_lease_s = max_lease_s
         self.request_timeout = request_timeout
         self.clock: Clock = clock or SystemClock()
         self.server_time = server_time
@@ -94,8 +96,10 @@ class RedisStore(Connected):
         def call(entry: _Connection) -> tuple[Any, int, float]:
             # The caller's wall and monotonic clocks, read together when this try is sent.
             wall_ms, mono = round(self.clock.time() * 1000), self.clock.monotonic()
-            deployment = entry.deployment
-            body = {**params, "touch": bool(deployment and deployment.waits)}
+            if op in ("take", "renew"):
+                entry.check_grant(int(params["lease_ms"]), self.where())
+            found = entry.deployment
+            body = {**params, "touch": bool(found and found.waits)}
             reply = self._script(entry, keys, [op, json.dumps(body)])
             return reply, wall_ms, mono
 
