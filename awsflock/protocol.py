@@ -32,6 +32,11 @@ subclasses with ``maybe_applied`` set then, and an answered call whose earlier t
 says ``Outcome.in_doubt``; a step made of several calls keeps the doubt of each
 (``RetryingStore.step``).
 
+Between two polls a waiter pauses through the store's ``Waker`` (``LockStore.waker``): the
+default (``Sleeper``) sleeps the pause out; a store that can tell a waiter that a lock may have
+changed (Redis: the step script publishes when a lease ends) ends the pause early. A wake is
+only a hint to poll now: it grants nothing, and the next poll is a step like any other.
+
 This module is the store's half of the protocol: each ``LockStore`` method's docstring states
 its condition and its writes. The client's half, which the stores rely on as much:
 
@@ -55,6 +60,7 @@ docs/contributing/architecture.md).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -87,6 +93,9 @@ DEFAULT_REQUEST_TIMEOUT = 5.0
 MIN_TRY = 0.25
 #: At most this many lapsed places are removed by one step (expressions are limited to 4 KB).
 MAX_DROPS = 20
+
+#: A waker checks a waiter's cancel at least this often (seconds): a signal ends a wait through it.
+WAKE_CHECK = 0.1
 
 #: Places to remove from a line with the step, each only if its last poll is still the one seen:
 #: (ticket, seen_ms).
@@ -146,6 +155,35 @@ class Outcome:
         if self.slot is None:
             return None if self.pool is not None else self.lock
         return self.pool.slots.get(self.slot) if self.pool is not None else None
+
+
+class Waker(Protocol):
+    """How a waiter spends the pause between two polls of one lock (``LockStore.waker``)."""
+
+    def pause(self, clock: Clock, seconds: float, cancel: threading.Event | None) -> bool:
+        """Block for ``seconds`` of ``clock``'s time, never longer; less once ``cancel`` is set
+        (checked at least every ``WAKE_CHECK``), or the store hints that the lock may have
+        changed (True: poll now). Never raises: a waker that fails sleeps the pause out."""
+        ...
+
+    def close(self) -> None:
+        """The wait is over: free what the waker holds (a subscription). Idempotent."""
+        ...
+
+
+class Sleeper:
+    """The waker of a store with no way to wake a waiter early: the pause is slept out, on
+    ``cancel`` when there is one (a virtual clock's ``wait`` and ``sleep`` move its time)."""
+
+    def pause(self, clock: Clock, seconds: float, cancel: threading.Event | None) -> bool:
+        if cancel is not None:
+            clock.wait(cancel, seconds)
+        else:
+            clock.sleep(seconds)
+        return False
+
+    def close(self) -> None:
+        pass
 
 
 class LockStore(Protocol):
@@ -284,4 +322,10 @@ class LockStore(Protocol):
 
     def actor(self) -> str | None:
         """Who this store's caller is, as the store knows it (an IAM ARN), or None."""
+        ...
+
+    def waker(self, lock_id: str) -> Waker:
+        """How a waiter for ``lock_id`` pauses between polls: ``Sleeper()``, or a waker that
+        ends a pause early when a step may have freed the lock (a lease ended, a pool slot
+        freed, a place left the line). Called once a wait first pauses; closed when it ends."""
         ...

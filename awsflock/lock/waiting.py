@@ -10,6 +10,14 @@ poll again: ``PLAIN`` tries about once a second (jittered, so waiters spread out
 than the moment the holder's lease becomes reclaimable, with a last try exactly at the deadline;
 a pool probes another free slot at once. ``awsflock.lock.line`` is the fair one.
 
+The pause between polls is the engine's too: it spends it in the store's ``Waker``
+(``LockStore.waker``, made when the wait first pauses and closed when it ends), which may end it
+early when the store hints that the lock may have changed (Redis publishes when a lease ends);
+the next poll then goes at once. The pause itself stays the policy's (jittered, never past the
+holder's reclaim time nor the deadline), and a waker never stretches it and checks ``cancel``
+at least every ``protocol.WAKE_CHECK``; the default one sleeps it out as before. A wake is a
+hint, never a grant: only a poll's step takes the lock, so no policy needs to know of it.
+
 What a wait says, at ``NOTICE`` (the CLI shows it unless -q): who holds the lock when the wait
 begins, how it stands now and then on a long wait (``Progress``), and the grant that ends it
 (``Grant.contended``: the "acquired" event is said at NOTICE). A lock free at once says nothing
@@ -27,6 +35,7 @@ from typing import Callable
 from awsflock import errors
 from awsflock.clock import Clock
 from awsflock.lock.acquisition import Acquisition, Grant, event_fields
+from awsflock.protocol import Waker
 from awsflock.records import LockRecord
 from awsflock.text import format_seconds
 
@@ -100,6 +109,7 @@ def wait(
     # The whole acquire, clean-up included, ends within the wait plus one request timeout.
     run.hard_end = None if deadline is None else deadline + run.store.request_timeout
     progress = Progress(run, wait_s, policy)
+    waker: Waker | None = None
     try:
         while True:
             check_cancel(cancel, "while waiting")
@@ -127,10 +137,10 @@ def wait(
                 pause = max(0.0, pause - (clock.monotonic() - polled))
             if run.error is not None:
                 log_retry(run)
-            if cancel is not None:
-                clock.wait(cancel, pause)  # a cancel is checked at the top of the loop
-            else:
-                clock.sleep(pause)
+            if waker is None:
+                waker = run.store.waker(run.lock_id)  # only a wait that pauses makes one
+            # A wake ends the pause early: the next poll goes at once, as a step like any other.
+            waker.pause(clock, pause, cancel)  # a cancel is checked at the top of the loop
         run.abandon()
         if run.error is not None:
             raise run.error
@@ -139,6 +149,9 @@ def wait(
         run.abandon()
         policy.tidy(run)
         raise
+    finally:
+        if waker is not None:
+            waker.close()
 
 
 def settle(

@@ -31,6 +31,8 @@ from awsflock.protocol import (
     Attempt,
     Drops,
     Outcome,
+    Sleeper,
+    Waker,
 )
 from awsflock.records import (
     ENDED_FORCED,
@@ -90,6 +92,9 @@ class MemoryStore(ForSimulations):
 
     def actor(self) -> str | None:
         return None
+
+    def waker(self, lock_id: str) -> Waker:
+        return Sleeper()  # waiters poll; a simulation's clock moves through its sleeps
 
     # -- the lock steps --------------------------------------------------------------------------
 

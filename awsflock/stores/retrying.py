@@ -20,7 +20,7 @@ from typing import Callable, TypeVar
 
 from awsflock import errors
 from awsflock.clock import Clock
-from awsflock.protocol import MIN_TRY
+from awsflock.protocol import MIN_TRY, Sleeper, Waker
 
 BACKOFF_BASE = 0.05
 BACKOFF_CAP = 1.0
@@ -89,6 +89,10 @@ class RetryingStore(ABC):
         that nothing was."""
         if getattr(self._local, "step_doubt", None) is not None:
             self._local.step_doubt = True
+
+    def waker(self, lock_id: str) -> Waker:
+        """A waiter sleeps between polls (a store that can wake it early says how)."""
+        return Sleeper()
 
     @abstractmethod
     def _attempt(self, operation: str, call: Callable[..., _T], timeout: float) -> _T:
