@@ -226,12 +226,16 @@ def test_a_script_that_failed_on_its_way_counts_as_maybe_applied():
 
 def test_the_acl_rules_cover_only_the_prefix_and_name_every_command():
     text = kinds.get("redis").command("grants")("locks", "app", read_only=False)
-    assert "ACL SETUSER app on resetkeys ~locks:* resetchannels -@all" in text
+    # Channels too: the script publishes on a lock's channel, waiters subscribe to it.
+    assert "ACL SETUSER app on resetkeys ~locks:* resetchannels &locks:* -@all" in text
     for command in ("+evalsha", "+eval", "+hset", "+wait", "+info", "+config|get", "+scan"):
+        assert command in text
+    for command in ("+publish", "+subscribe", "+unsubscribe"):
         assert command in text
     assert "+waitaof" in text.splitlines()[3]  # apart: Redis 7.0 refuses an unknown command
     read_only = kinds.get("redis").command("grants")("locks", "ro", read_only=True)
     assert "+hset" not in read_only and "+hgetall" in read_only
+    assert "&" not in read_only and "+subscribe" not in read_only
 
 
 def test_a_lock_name_with_braces_and_percent_round_trips_through_its_key():

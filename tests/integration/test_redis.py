@@ -376,8 +376,23 @@ def test_the_acl_rules_are_enough_for_every_command(redis_server: RedisServer):
     assert cli("renew", "job", lease_id).returncode == 0
     listed = cli("list", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout.splitlines()[0])
+    # A waiter may subscribe to the lock's channel, and the step script may publish on it.
+    channel = layout.wake_channel(prefix, "job")
+    heard = client.pubsub()
+    heard.subscribe(channel)
+    waiter = cli.popen("acquire", "job", "--wait-time", "30")
+    deadline = time.monotonic() + 20
+    while dict(client.pubsub_numsub(channel)).get(channel.encode(), 0) < 2:
+        assert waiter.poll() is None and time.monotonic() < deadline, "the waiter never listened"
+        time.sleep(0.02)
     forced = cli("force-release", "job", "--reason", "test", "--yes")
     assert forced.returncode == 0, forced.stderr
+    out, err = waiter.communicate(timeout=20)
+    assert waiter.returncode == 0, err
+    messages = [heard.get_message(timeout=2) for _ in range(2)]
+    assert [m["type"] for m in messages if m] == ["subscribe", "message"]
+    heard.close()
+    assert cli("release", "job", out.strip()).returncode == 0
     audit = cli("audit")
     assert audit.returncode == 0 and "test" in audit.stdout, audit.stderr
 

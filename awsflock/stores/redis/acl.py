@@ -1,6 +1,6 @@
-"""The ACL rules a Redis 6+ user needs for awsflock's keys: the counterpart of DynamoDB's IAM
-policy and PostgreSQL's GRANTs. Scripts run their commands with the caller's permissions, so
-the commands the step script calls are listed too."""
+"""The ACL rules a Redis 6.2+ user needs for awsflock's keys and channels: the counterpart of
+DynamoDB's IAM policy and PostgreSQL's GRANTs. Scripts run their commands with the caller's
+permissions, so the commands the step script calls are listed too."""
 
 from __future__ import annotations
 
@@ -20,15 +20,30 @@ READ = (
     "get",
 )
 #: What taking, renewing and releasing add: the writes of the script, the durability wait, the
-#: audit records and the layout key, and table-create's SCRIPT LOAD.
-WRITE = ("hset", "hdel", "pexpireat", "persist", "wait", "set", "script|load")
+#: audit records and the layout key, and table-create's SCRIPT LOAD; the script's PUBLISH on the
+#: lock's channel when it may let a waiter in, and a waiter's SUBSCRIBE to it (without them
+#: waiters only poll).
+WRITE = (
+    "hset",
+    "hdel",
+    "pexpireat",
+    "persist",
+    "wait",
+    "set",
+    "script|load",
+    "publish",
+    "subscribe",
+    "unsubscribe",
+)
 
 
 def rules(prefix: str, *, read_only: bool) -> str:
-    """The rules of ``ACL SETUSER``, after the user's name and password: only the prefix's keys,
-    no channels, only the commands awsflock uses (``read_only``: status, list and audit)."""
+    """The rules of ``ACL SETUSER``, after the user's name and password: only the prefix's keys
+    and channels (the waiters' wake-ups; none for ``read_only``: status, list and audit), only
+    the commands awsflock uses."""
     commands = READ if read_only else READ + WRITE
-    return f"~{prefix}:* resetchannels -@all " + " ".join("+" + c for c in commands)
+    channels = "resetchannels" if read_only else f"resetchannels &{prefix}:*"
+    return f"~{prefix}:* {channels} -@all " + " ".join("+" + c for c in commands)
 
 
 def acl(prefix: str, user: str, *, read_only: bool) -> str:

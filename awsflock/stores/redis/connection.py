@@ -72,25 +72,13 @@ class Connected(RetryingStore):
                 return self._conn
         try:
             import redis
-            from redis.backoff import NoBackoff
-            from redis.retry import Retry
         except ImportError as exc:
             raise errors.ConfigurationError(
                 "the Redis store needs redis-py, which is not installed", hint=EXTRA_HINT
             ) from exc
-        pool = redis.ConnectionPool.from_url(
-            self.url,
-            password=self.password,
-            max_connections=1,
-            # A backstop under the worker's bound; the durability wait ends well before it.
-            socket_timeout=self.request_timeout + 1,
-            socket_connect_timeout=max(1.0, timeout),
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=0,
-            protocol=2,
-            **_no_setinfo(),
-        )
-        client = redis.Redis(connection_pool=pool)
+        # A backstop under the worker's bound; the durability wait ends well before it.
+        client = self._client(redis, self.request_timeout + 1, max(1.0, timeout))
+        pool = client.connection_pool
         entry = _Connection(client)
         try:
             pool.release(pool.get_connection())  # connect (and log in) now
@@ -105,6 +93,30 @@ class Connected(RetryingStore):
                 return self._conn
             self._conn = entry
             return entry
+
+    def _client(self, redis: Any, socket_timeout: float, connect_timeout: float) -> Any:
+        """A redis-py client on a connection of its own (made on first use), never retrying."""
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        pool = redis.ConnectionPool.from_url(
+            self.url,
+            password=self.password,
+            max_connections=1,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=0,
+            protocol=2,
+            **_no_setinfo(),
+        )
+        return redis.Redis(connection_pool=pool)
+
+    def _subscriber(self, timeout: float) -> Any:
+        """A pub/sub client for one waiter, on a connection of its own (``wake``)."""
+        import redis
+
+        return self._client(redis, timeout, timeout).pubsub()
 
     def _check(self, client: Any) -> tuple[deployment.Deployment, str | None]:
         """Classify the deployment and read the prefix's layout key (one round trip); refuse

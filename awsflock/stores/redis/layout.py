@@ -12,6 +12,11 @@ one hash slot (the name, encoded so that it holds no ``}``, is their hash tag):
   (``token``) and the time of the last grant (``granted``). Never expired, never deleted: tokens
   go up for as long as the data survives, whatever happens to the lock's hash.
 
+Waiters listen on the channel ``P:{NAME}:wake``, where the script publishes (after its writes,
+as a hint only) when a step may let a waiter take the lock: a lease ended (release,
+force-release, a pool slot among them), the head of the line left it or its lapsed places were
+removed, a pool's head took its slot, a pool grew.
+
 Audit records are strings of JSON at ``P:audit:KEY``; ``P:layout`` holds ``LAYOUT`` once
 ``table-create`` ran. No key of a lock is written outside ``SCRIPT``.
 """
@@ -47,6 +52,11 @@ def lock_key(prefix: str, lock_id: str) -> str:
 
 def fence_key(prefix: str, lock_id: str) -> str:
     return f"{prefix}:{{{encode(lock_id)}}}:fence"
+
+
+def wake_channel(prefix: str, lock_id: str) -> str:
+    """The channel the script publishes on when a step may let a waiter take the lock."""
+    return f"{prefix}:{{{encode(lock_id)}}}:wake"
 
 
 def lock_of(prefix: str, key: str) -> str | None:
@@ -167,6 +177,8 @@ local slot = p.slot
 local field = 'p'
 if slot ~= cjson.null and slot ~= nil then field = 's:' .. s(slot) else slot = nil end
 local ok = false
+-- Whether the step, applied, may let a waiter in: then the waiters are told (below).
+local wake = false
 
 if op == 'take' then
     local top = lease('p')
@@ -202,6 +214,7 @@ if op == 'take' then
         if ticket ~= cjson.null and ticket ~= nil then
             del('w:' .. ticket)
             for _, d in ipairs(p.drop or {}) do del('w:' .. d[1]) end
+            wake = slot ~= nil  -- the next in line may take another free slot
         end
         redis.call('HSET', KEYS[2], 'token', s(token), 'granted', s(now))
     end
@@ -228,6 +241,7 @@ elseif op == 'renew' then
 elseif op == 'end' then
     local l = lease(field)
     ok = l ~= nil and l.lease == p.lease and l.ended == '' and (slot ~= nil or h.slots == nil)
+    wake = true
     if ok then
         l.ended = p.ended
         l.exp = s(now)
@@ -258,11 +272,21 @@ elseif op == 'beat' then
         set('w:' .. p.ticket, cjson.encode(w))
         for _, d in ipairs(p.drop or {}) do del('w:' .. d[1]) end
         polled(now)
+        wake = #(p.drop or {}) > 0
     end
 
 elseif op == 'leave' then
-    ok = h['w:' .. p.ticket] ~= nil
-    if ok then del('w:' .. p.ticket) end
+    local place = h['w:' .. p.ticket]
+    ok = place ~= nil
+    if ok then
+        -- The head leaving lets the next in line (or, the line empty, anyone) go.
+        local n = tonumber(cjson.decode(place).n)
+        wake = true
+        for f, v in pairs(h) do
+            if string.sub(f, 1, 2) == 'w:' and tonumber(cjson.decode(v).n) < n then wake = false end
+        end
+        del('w:' .. p.ticket)
+    end
 
 elseif op == 'resize' then
     local old = p.old
@@ -273,12 +297,16 @@ elseif op == 'resize' then
         ok = ok and free(lease('s:' .. s(n)))
     end
     if ok then set('slots', s(p.new)) end
+    wake = tonumber(p.new) > (size or 0)
 
 elseif op ~= 'read' then
     return redis.error_reply('ERR awsflock: unknown step ' .. op)
 end
 
 if ok and op ~= 'read' then collect() end
+-- Only a hint, after every write: pcall, so that a user not allowed to publish (ACL rules from
+-- before the hint) or any failure of it leaves the step as it was; waiters then only poll.
+if ok and wake then redis.pcall('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'wake', op) end
 if p.touch and op ~= 'read' then
     -- Something to wait for: WAIT and WAITAOF count this connection's writes, and what a
     -- refusal showed may have been written by another connection not yet on the replicas.

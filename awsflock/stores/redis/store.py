@@ -28,10 +28,13 @@ from awsflock.protocol import (
     Attempt,
     Drops,
     Outcome,
+    Sleeper,
+    Waker,
 )
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, Pool, Waiter
 from awsflock.stores.redis import answers, deployment, layout
 from awsflock.stores.redis.connection import Connected, _Connection
+from awsflock.stores.redis.wake import Wake
 
 #: Sets an audit record's status to void if it exists (and was written by ARGV[2], if given).
 VOID = """
@@ -86,6 +89,14 @@ class RedisStore(Connected):
     def skew_free(self) -> bool:
         """Leases are timed by one clock (the server's): no skew window is needed."""
         return self.server_time
+
+    def waker(self, lock_id: str) -> Waker:
+        """A waiter wakes as soon as the script publishes that the lock may have changed
+        (``wake``); in the caller's time (a simulation's), it sleeps as on any store."""
+        if not self.server_time:
+            return Sleeper()
+        channel = layout.wake_channel(self.prefix, lock_id)
+        return Wake(self._subscriber, channel, self.where())
 
     # -- the lock steps ------------------------------------------------------------------------
 
