@@ -305,3 +305,24 @@ def test_max_lease_in_the_url_is_a_duration():
     assert kinds.parse("redis://h/0?durability=best-effort-may-double-grant&max_lease=90s")
     with pytest.raises(errors.UsageError, match="max_lease=soon in the Redis URL"):
         kinds.parse("redis://h/0?max_lease=soon")
+
+
+def test_a_server_that_may_evict_is_refused_and_one_without_a_limit_is_not():
+    from awsflock.stores.redis import deployment as dep
+
+    full = dep.Server((7, 0, 15), "master", 0, "yes", "always", maxmemory=10**8)
+    for policy in ("allkeys-lru", "volatile-ttl", "allkeys-random"):
+        with pytest.raises(errors.ConfigurationError, match="may evict keys when full"):
+            dep.classify(
+                dataclasses.replace(full, eviction=policy),
+                declared=dep.ACCEPT_BEST_EFFORT,
+                replicas=0,
+                where="w",
+            )
+    for fine in (
+        dataclasses.replace(full, eviction="noeviction"),
+        full.__class__(
+            (7, 0, 15), "master", 0, "yes", "always", maxmemory=0, eviction="allkeys-lru"
+        ),
+    ):
+        assert dep.classify(fine, declared="", replicas=0, where="w").kind == dep.CRASH_SAFE

@@ -454,3 +454,20 @@ def test_a_step_a_stopped_replica_never_acknowledged_is_a_lost_answer(redis_serv
     finally:
         replica.stop()
         primary.stop()
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru"])
+def test_a_server_that_may_evict_keys_is_refused_whatever_the_url_accepts(policy):
+    srv = RedisServer((*REDIS_DURABLE, "--maxmemory", "100mb", "--maxmemory-policy", policy))
+    srv.start()
+    try:
+        for url in (srv.url, srv.url + "?durability=best-effort-may-double-grant"):
+            refused = UrlCli(srv, "awsflock", url)("acquire", "x", "--no-wait")
+            _one_line(refused, f"maxmemory-policy {policy}", "maxmemory-policy noeviction")
+        # noeviction under the same memory limit is fine.
+        srv.client().config_set("maxmemory-policy", "noeviction")
+        cli = UrlCli(srv, "awsflock")
+        assert cli("table-create", "-q").returncode == 0
+        assert cli("acquire", "x", "--no-wait").returncode == 0
+    finally:
+        srv.stop()

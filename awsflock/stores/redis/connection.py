@@ -126,13 +126,16 @@ class Connected(RetryingStore):
         pipe.info("replication")
         pipe.config_get("appendonly")
         pipe.config_get("appendfsync")
+        pipe.config_get("maxmemory")
+        pipe.config_get("maxmemory-policy")
         pipe.get(layout.layout_key(self.prefix))
         answers = pipe.execute(raise_on_error=False)
-        server, replication, appendonly, appendfsync, recorded = answers
+        server, replication, appendonly, appendfsync, maxmemory, policy, recorded = answers
         for answer in (server, replication, recorded):
             if isinstance(answer, Exception):
                 raise answer
-        refused = next((a for a in (appendonly, appendfsync) if isinstance(a, Exception)), None)
+        configs = (appendonly, appendfsync, maxmemory, policy)
+        refused = next((a for a in configs if isinstance(a, Exception)), None)
         version = tuple(int(x) for x in str(server.get("redis_version", "0")).split(".")[:3])
         facts = deployment.Server(
             version=version,
@@ -140,6 +143,8 @@ class Connected(RetryingStore):
             replicas=int(replication.get("connected_slaves", 0)),
             appendonly=None if refused else _config(appendonly, "appendonly"),
             appendfsync=None if refused else _config(appendfsync, "appendfsync"),
+            maxmemory=None if refused else int(_config(maxmemory, "maxmemory") or 0),
+            eviction=None if refused else _config(policy, "maxmemory-policy"),
             config_error=str(refused).splitlines()[0] if refused else "",
             uptime_s=float(server.get("uptime_in_seconds", 0)),
         )

@@ -15,7 +15,9 @@
   it forget has ended before it grants again.
 
 Where ``CONFIG`` is not allowed (managed services), ``durability=fsync-always`` declares the
-server's persistence; awsflock then says it could not check. A server with ``WAITAOF`` needs no
+server's persistence (and that it never evicts); awsflock then says it could not check. A
+server that may evict keys when full (a ``maxmemory`` with any ``maxmemory-policy`` but
+``noeviction``) is refused whatever the URL says. A server with ``WAITAOF`` needs no
 declaration: ``WAITAOF`` itself fails where the AOF is off.
 """
 
@@ -51,6 +53,15 @@ class Server:
     config_error: str = ""
     #: Seconds since the server started (INFO server's uptime_in_seconds).
     uptime_s: float = 0.0
+    #: ``maxmemory`` (0: no limit) and ``maxmemory-policy`` (None: CONFIG GET was refused).
+    maxmemory: int | None = 0
+    eviction: str | None = "noeviction"
+
+    @property
+    def evicts(self) -> bool:
+        """Whether the server may evict keys when full: any policy but noeviction, under a
+        memory limit. (volatile-* policies evict keys with an expiry, as a lock's record has.)"""
+        return bool(self.maxmemory) and self.eviction not in (None, "noeviction")
 
     @property
     def has_waitaof(self) -> bool:
@@ -124,6 +135,15 @@ def classify(
             f"{where} has {server.replicas} connected replica(s), and the URL asks every step "
             f"to wait for {replicas}",
             hint=f"start the replicas, or lower replicas= to {server.replicas}",
+        )
+    if server.evicts:
+        # Unlike a crash, eviction needs no failure: a held lock's record can vanish any time
+        # the server is full, and the lock be granted again. No declaration accepts that.
+        raise errors.ConfigurationError(
+            f"{where} may evict keys when full (maxmemory {server.maxmemory}, "
+            f"maxmemory-policy {server.eviction}): a held lock's record could be evicted and "
+            "the lock granted twice",
+            hint="set maxmemory-policy noeviction on the server (CONFIG SET, and in redis.conf)",
         )
     notes: list[str] = []
     known = server.appendonly is not None and server.appendfsync is not None

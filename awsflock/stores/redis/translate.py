@@ -94,7 +94,7 @@ def translate(
         err = errors.StoreError(
             f"{where} is out of memory: {text}",
             hint="raise maxmemory, or free memory (awsflock's keys must never be evicted: "
-            "use maxmemory-policy noeviction or a volatile-* policy)",
+            "keep maxmemory-policy noeviction)",
         )
         return Translated(err, broken=False)
     if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
