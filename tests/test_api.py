@@ -52,3 +52,22 @@ def test_a_lock_table_given_a_store_refuses_dynamodb_settings():
     with pytest.raises(UsageError, match="endpoint_url, request_timeout describe a DynamoDB store"):
         LockTable(store=MemoryStore(), request_timeout=3, endpoint_url="http://x")
     assert LockTable(store=MemoryStore()).store.request_timeout == 5.0
+
+
+def test_a_force_released_lease_since_taken_over_names_both_ways_it_can_have_ended():
+    # Once another holder took the lock, the record no longer says who forced the old lease:
+    # an operator (audited) or the keep-alive renewer (not audited, so not only "see audit").
+    from awsflock import FakeClock, LockTable, MemoryStore, NotHeld
+    from awsflock.lock import admin
+
+    store = MemoryStore(clock=FakeClock())
+    table = LockTable(store=store, owner="a")
+    first = table.acquire("deploy", lease=60, wait=0)
+    admin.force_release(table, "deploy", reason="stuck", lease_id=first.lease_id)
+    table.acquire("deploy", lease=60, wait=0)
+    try:
+        table.release_lease("deploy", first.lease_id)
+    except NotHeld as exc:
+        assert "see `awsflock audit`" in str(exc) and "keep-alive renewer" in str(exc)
+    else:
+        raise AssertionError("a force-released lease was released")

@@ -43,7 +43,14 @@ def of(
     if end == ENDED_RELEASED:
         return None if operation == "release" else refused("it was released")
     if end is not None and end.startswith(ENDED_FORCED):
-        detail = record.forced_text() if current else "force-released (see `awsflock audit`)"
+        # Once taken over, the record keeps only that it was forced: by an operator (audited)
+        # or by the keep-alive renewer when the process it followed exited (not audited).
+        detail = (
+            record.forced_text()
+            if current
+            else "force-released, by an operator (see `awsflock audit`) or by its keep-alive "
+            "renewer after the process it followed exited"
+        )
         return refused(f"it was {detail}")
     if current and operation == "renew":
         size = record.slots
