@@ -28,7 +28,7 @@ EXIT_STATUS = [
     ("130", "interrupted"),
 ]
 RUN_EXIT_STATUS = [
-    ("CMD's", "CMD ran and exited with it"),
+    ("the status of CMD", "CMD ran and exited with it"),
     ("75", "lock not acquired (-E/--conflict-exit-code overrides)"),
     ("124", "the lease was lost while CMD ran, and CMD was stopped"),
     ("125", "awsflock itself failed"),
@@ -122,7 +122,8 @@ def root() -> click.Group:
 def commands(group: click.Group | None = None) -> list[Command]:
     """The group itself (first), then every visible command, by name."""
     group = group or root()
-    top = click.Context(group, info_name="awsflock")
+    # With each command's context_settings (help_option_names: -h), as click makes them.
+    top = click.Context(group, info_name="awsflock", **group.context_settings)
     out = [
         Command(
             "awsflock",
@@ -136,7 +137,7 @@ def commands(group: click.Group | None = None) -> list[Command]:
         command = group.get_command(top, name)
         if command is None or command.hidden:
             continue
-        ctx = click.Context(command, info_name=name, parent=top)
+        ctx = click.Context(command, info_name=name, parent=top, **command.context_settings)
         out.append(
             Command(
                 name,
