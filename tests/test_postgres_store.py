@@ -129,3 +129,19 @@ def test_the_audit_names_the_person_not_the_connection(monkeypatch):
     store = PostgresStore("postgresql://app:secret@db.example:5432/locks")
     table = LockTable(store=store, identity=Identity(owner="ci", user="alice", host="build-7"))
     assert default_actor(table) == "alice@build-7"
+
+
+def test_a_role_that_does_not_exist_is_a_login_error_not_an_unreachable_server():
+    # With trust authentication, libpq reports a missing role at connect, with no SQLSTATE;
+    # it read as "could not be reached" and was retried for the whole wait.
+    import psycopg
+
+    from awsflock.stores.postgresql.translate import translate
+
+    exc = psycopg.OperationalError(
+        'connection failed: connection to server at "127.0.0.1", port 5432 failed: '
+        'FATAL:  role "deploy" does not exist'
+    )
+    found = translate(exc, operation="acquire", where="PostgreSQL at h", table="t", sent=False)
+    assert isinstance(found.error, errors.CredentialsError)
+    assert "refused the login" in found.error.message and "create the role" in found.error.hint

@@ -8,6 +8,7 @@ the server refused with an error (any SQLSTATE outside connection exceptions) wa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from awsflock import errors
@@ -115,6 +116,13 @@ def translate(
         err = errors.CredentialsError(
             f"{where} refused the login: {text}",
             hint="check the user and password (in the URL, PGPASSWORD or ~/.pgpass)",
+        )
+        return Translated(err, broken=True)
+    if re.search(r'role ".*" does not exist', low):
+        # At connect libpq gives no SQLSTATE: without this it read as "could not be reached".
+        err = errors.CredentialsError(
+            f"{where} refused the login: {text}",
+            hint="check the user in the URL (or PGUSER), or create the role",
         )
         return Translated(err, broken=True)
     if "pg_hba.conf" in low:
