@@ -35,7 +35,13 @@ RUN_EXIT_STATUS = [
     ("126, 127", "CMD not executable, not found"),
     ("128+N", "CMD was killed by signal N"),
 ]
-#: Variables no option reads: what ``run`` gives its command.
+#: Variables no option reads: of the stores...
+STORE_ENVIRONMENT = [
+    ("AWSFLOCK_REDIS_PASSWORD", "the Redis store's password, where the store URL has none"),
+    ("PGPASSWORD", "the PostgreSQL store's password, and the rest of libpq's PG* variables"),
+    ("AWS_PROFILE", "the AWS profile, and the rest of the AWS SDK's variables"),
+]
+#: ... and what ``run`` gives its command.
 COMMAND_ENVIRONMENT = [
     ("AWSFLOCK_HELD", "1 in the environment of a command under run"),
     ("AWSFLOCK_LOCK_ID", "the lock the command runs under"),
@@ -322,7 +328,7 @@ def roff(group: click.Group | None = None, version: str | None = None) -> str:
     out.append(".SH ENVIRONMENT")
     for var, flags, help_text in environment(group):
         out += [".TP", f"\\fB{var}\\fR", _roff_line(f"sets {', '.join(flags)}: {help_text}")]
-    for var, meaning in COMMAND_ENVIRONMENT:
+    for var, meaning in STORE_ENVIRONMENT + COMMAND_ENVIRONMENT:
         out += [".TP", f"\\fB{var}\\fR", _roff_line(meaning)]
     out += [".SH EXIT STATUS"]
     for code, meaning in EXIT_STATUS:
