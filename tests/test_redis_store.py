@@ -57,8 +57,14 @@ def test_waiting_for_replicas_makes_it_durable_and_every_step_waits():
     )
 
 
-def test_replicas_left_unwaited_for_are_named_as_the_failover_caveat():
-    found = deployment.classify(_server(replicas=1), declared="", replicas=0, where=WHERE)
+def test_replicas_left_unwaited_for_are_refused_unless_the_url_accepts_the_failover_risk():
+    # Found by an adversarial review: a replica promoted after the primary died lacked a grant
+    # the primary had acknowledged, and the lock was granted again.
+    with pytest.raises(errors.ConfigurationError, match="a failover to one of them can lose"):
+        deployment.classify(_server(replicas=1), declared="", replicas=0, where=WHERE)
+    found = deployment.classify(
+        _server(replicas=1), declared=deployment.ACCEPT_BEST_EFFORT, replicas=0, where=WHERE
+    )
     assert found.kind == deployment.CRASH_SAFE
     assert any("failover" in note and "replicas=1" in note for note in found.notes)
 

@@ -191,6 +191,16 @@ def classify(
             BEST_EFFORT, False, replicas, checked, how, tuple(notes), max_lease_s, hold
         )
     if replicas == 0 and server.replicas > 0:
+        # A failover (Sentinel, an operator's REPLICAOF NO ONE) promotes a replica that may
+        # lack the newest grants: as a crash without fsync, refused unless the URL accepts it.
+        if declared != ACCEPT_BEST_EFFORT:
+            raise errors.ConfigurationError(
+                f"{where} has {server.replicas} replica(s) and the URL waits for none "
+                "(replicas=0): a failover to one of them can lose grants, and the lock then "
+                "be granted twice",
+                hint=f"add replicas={server.replicas} to the URL, or accept the risk with "
+                f"durability={ACCEPT_BEST_EFFORT}",
+            )
         notes.append(
             f"{where} has {server.replicas} replica(s) and replicas=0: a failover to one of "
             f"them may lose grants; add replicas={server.replicas} to the URL to wait for them"
