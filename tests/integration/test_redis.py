@@ -306,6 +306,9 @@ def test_a_key_of_another_type_under_the_prefix_is_named(redis_server: RedisServ
     assert cli("table-create", "-q").returncode == 0
     _one_line(cli("acquire", "x", "--no-wait"), "not awsflock's", "?prefix=")
     _one_line(cli("run", "x", "--", "true"), "not awsflock's", code=125)
+    # Under the audit records' keys too: one line, not an internal error.
+    redis_server.client().set(layout.audit_key(prefix, "#awsflock#audit#force#zz"), "junk")
+    _one_line(cli("audit"), "other than an awsflock audit record", "?prefix=")
 
 
 def test_noscript_after_a_script_flush_falls_back_to_eval(

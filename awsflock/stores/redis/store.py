@@ -284,8 +284,19 @@ class RedisStore(Connected):
             return [client.get(key) for key in client.scan_iter(match=pattern, count=500)]
 
         for text in self._send("scan", everything):
-            if text is not None:
-                yield dict(json.loads(text))
+            if text is None:
+                continue
+            try:
+                record = json.loads(text)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                raise errors.StoreError(
+                    f"{self.where()}: a key under {pattern} holds something other than an "
+                    "awsflock audit record",
+                    hint="remove it, or name another prefix with ?prefix=",
+                )
+            yield record
 
     # -- set-up --------------------------------------------------------------------------------
 
