@@ -76,10 +76,17 @@ class Outcome:
 
 def fault_plan(rng: random.Random, rate: float) -> Any:
     burst = {"left": 0}
+    calls = {"n": 0}
     lock = threading.Lock()
 
     def plan(target: str, n: int) -> str:
         with lock:
+            calls["n"] += 1
+            if calls["n"] == 25:
+                # One burst of throttling in every run, however few requests a slow machine
+                # makes (the test asserts each kind of fault happened); the rest at random.
+                burst["left"] = 2
+                return "throttle"
             if burst["left"]:
                 burst["left"] -= 1
                 return "throttle"

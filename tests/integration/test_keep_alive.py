@@ -381,11 +381,15 @@ def test_a_followed_process_gone_by_the_grant_gives_the_lease_back(awsflock: Cli
         "acquire", lock_name, "--while-pid", str(follow.pid), "--wait-time", "30"
     )
     try:
-        time.sleep(1.0)  # it is waiting (the lock is held)
+        # It is waiting once it says so (a fixed sleep failed on a loaded machine: the
+        # process was gone before acquire had even read it).
+        said = waiting.stderr.readline() if waiting.stderr else ""
+        assert "waiting up to" in said, said
         follow.kill()
         follow.wait()
         assert awsflock("release", lock_name, held.stdout.strip()).returncode == 0
         out, err = waiting.communicate(timeout=60)
+        err = said + err
     finally:
         follow.kill()
         follow.wait()
@@ -487,9 +491,13 @@ def test_a_job_that_never_runs_its_last_step_frees_the_lock(
     # "exit": cancelled, the final step skipped, the runner exits: the renewer sees it go and
     # releases at once. "die": the runner is killed and, like a runner's clean-up of orphans
     # or a lost machine, the renewer with it: the lease lapses within lease + skew.
-    steps = [acquire_step(lock_name), "sleep 120" if end == "die" else "sleep 2"]
+    # "exit": the job ends once the test has seen the renewer (a fixed "sleep 2" ended it
+    # before status could show the keeper on a loaded machine), or after 60 s.
+    wait_for_go = "for i in $(seq 600); do [ -e go ] && break; sleep 0.1; done"
+    steps = [acquire_step(lock_name), "sleep 120" if end == "die" else wait_for_go]
     runner = job(awsflock, tmp_path, steps, end)
     pid = renewer_pid(awsflock, lock_name)
+    (tmp_path / "go").touch()
     if end == "die":
         os.kill(pid, signal.SIGKILL)
         os.killpg(runner.pid, signal.SIGKILL)
