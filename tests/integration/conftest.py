@@ -19,6 +19,7 @@ from tests.servers import (
     NO_AWS_FILES,
     SERVERS,
     PostgresServer,
+    RedisServer,
     Server,
     local_client,
 )
@@ -185,6 +186,18 @@ def postgres() -> Iterator[PostgresServer]:
     """A PostgreSQL server of this session (run as an unprivileged user when we are root)."""
     srv = PostgresServer().start()
     try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server of this session (fsync on every write), its layout made under the
+    prefix ``awsflock``: for the Redis store's own tests."""
+    srv = RedisServer().start()
+    try:
+        assert UrlCli(srv, "awsflock")("table-create", "-q").returncode == 0
         yield srv
     finally:
         srv.stop()

@@ -23,16 +23,6 @@ from tests.integration.conftest import UrlCli
 from tests.servers import REDIS_DURABLE, REDIS_PASSWORD, RedisServer
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    srv = RedisServer().start()
-    try:
-        assert UrlCli(srv, "awsflock")("table-create", "-q").returncode == 0
-        yield srv
-    finally:
-        srv.stop()
-
-
 def _store(srv: RedisServer, **options: object) -> RedisStore:
     url = options.pop("url", srv.url)
     store = kinds.get("redis").open(

@@ -22,23 +22,12 @@ from awsflock.protocol import Attempt
 from awsflock.records import Identity, Waiter
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
-from tests.integration.conftest import UrlCli
 from tests.servers import RedisServer
 
 pytestmark = pytest.mark.integration
 
 #: Release (its command returned) to the waiter's grant: well under the ~0.5-1 s of polling.
 WITHIN = 0.3
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    srv = RedisServer().start()
-    try:
-        assert UrlCli(srv, "awsflock")("table-create", "-q").returncode == 0
-        yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture
