@@ -138,7 +138,9 @@ class Outcome:
     times in the caller's wall clock as it read when the answered try was sent (PostgreSQL,
     whose own clock times leases), what turns them into the caller's monotonic time (add it);
     None: the times are in the caller's ``now_ms``, and the caller pairs that with its
-    monotonic clock itself.
+    monotonic clock itself. ``barred``: an end step found nothing ever granted under its lease
+    id and recorded the id, so a take of it that lands later is refused (a store that cannot
+    leaves it False, and an acquire that gave up names such an id's release command).
     """
 
     applied: bool
@@ -148,6 +150,7 @@ class Outcome:
     in_doubt: bool = False
     line: Line = NO_LINE
     to_mono: float | None = None
+    barred: bool = False
 
     @property
     def record(self) -> LockRecord | None:

@@ -151,6 +151,15 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._accept, name="faultproxy", daemon=True)
         self._thread.start()
 
+    def url_for(self, url: str) -> str:
+        """A store URL (postgresql://, redis://) pointed at the proxy, its user kept."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(url)
+        userinfo = parts.netloc.rpartition("@")[0]
+        netloc = (userinfo + "@" if userinfo else "") + f"127.0.0.1:{self.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+
     def reset_counts(self) -> None:
         with self._lock:
             self.counts.clear()
@@ -196,6 +205,18 @@ class FaultProxy:
     def _refusal(self, kind: str) -> bytes:
         """The answer of a refusing server ("throttle", "busy", "denied", "gone")."""
         return _error_response(kind)
+
+    def _forwarded(
+        self,
+        target: str,
+        client: socket.socket,
+        upstream: socket.socket,
+        inbox: bytearray,
+        outbox: bytearray,
+    ) -> bool:
+        """After an answer went back: True if the protocol served the connection to its end
+        itself (Redis's subscriptions, whose messages come unasked)."""
+        return False
 
     def _unplanned(self, request: bytes) -> bool:
         """A request the plan never sees and the counts leave out: a plain acquire's
@@ -274,6 +295,8 @@ class FaultProxy:
                         time.sleep(pause)
                     continue
                 client.sendall(response)
+                if self._forwarded(target, client, upstream, inbox, outbox):
+                    return
         except OSError:
             return
         finally:

@@ -81,18 +81,10 @@ def target_of(request: bytes) -> str:
 
 
 class PgFaultProxy(FaultProxy):
-    """A FaultProxy in front of a PostgreSQL server; ``url_for(url)`` points a libpq URL at it."""
+    """A FaultProxy in front of a PostgreSQL server."""
 
     #: A PostgreSQL session lives on its connection (its start-up, its settings).
     stateless = False
-
-    def url_for(self, url: str) -> str:
-        from urllib.parse import urlsplit, urlunsplit
-
-        parts = urlsplit(url)
-        userinfo = parts.netloc.rpartition("@")[0]
-        netloc = (userinfo + "@" if userinfo else "") + f"127.0.0.1:{self.port}"
-        return urlunsplit(parts._replace(netloc=netloc))
 
     def _open(self, client: socket.socket, inbox: bytearray) -> socket.socket | None:
         # SSL and GSS encryption are refused here ('N'), as a server without them does.

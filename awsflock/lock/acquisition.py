@@ -376,7 +376,8 @@ class Acquisition:
         seen = record is not None and (
             record.lease_id == lease_id or any(i == lease_id for i, _ in record.history)
         )
-        if outcome.applied or seen:
+        if outcome.applied or seen or outcome.barred:
+            # Released; or the store barred the id, so a try of it still on its way is refused.
             self.unsettled.pop(lease_id, None)
             return True
         # The item does not show this attempt at all: it never landed, or it is still on its

@@ -19,6 +19,8 @@ def of(
     again = "acquire the lock again"
 
     def refused(why: str, hint: str = again) -> errors.NotHeld:
+        if outcome.barred:
+            why += "; an acquire attempt under it that lands later is refused"
         return errors.NotHeld(f"lease {lease_id} does not hold {lock_id!r}: {why}", hint=hint)
 
     if outcome.lock is None:

@@ -137,6 +137,11 @@ class RetryingStore(ABC):
                 took = self.clock.monotonic() - start
                 err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in {took:.1f}s)"
                 raise
+            except errors.AwsflockError as err:
+                # Refused outright (a retry met a check the first try did not): an earlier try
+                # of the call may still have been applied.
+                err.maybe_applied = err.maybe_applied or self._in_doubt()
+                raise
 
     def _in_doubt(self) -> bool:
         """Whether the last call made by this thread, or any earlier call of its step, had a

@@ -25,6 +25,8 @@ class TestPostgresStore(StoreConformance):
     """On a real PostgreSQL server, in the caller's time (the suite moves its clock by hand);
     the server's own clock is tested in test_postgres.py."""
 
+    bars = True
+
     @pytest.fixture
     def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:
         store = PostgresStore(postgres.url, pg_table, server_time=False)

@@ -88,14 +88,23 @@ def _outcome(
     slot: int | None,
     shift: int,
     in_doubt: bool,
+    barred: bool = False,
 ) -> Outcome:
     head = next((r for r in rows if r["slot"] == -1), None)
+    if head is not None and len(rows) == 1 and _empty(head):
+        head = None  # a row of barred ids only (an end step's) is no lock
     if head is None:
-        return Outcome(applied, None, None, slot, in_doubt)
+        return Outcome(applied, None, None, slot, in_doubt, barred=barred)
     size = head.get("slots")
     line = _line(head, shift)
     lock = dataclasses.replace(_record(lock_id, head, size, shift), line=line)
     if size is None:
-        return Outcome(applied, lock, None, slot, in_doubt, line)
+        return Outcome(applied, lock, None, slot, in_doubt, line, barred=barred)
     slots = {int(r["slot"]): _record(lock_id, r, size, shift) for r in rows if r["slot"] >= 0}
-    return Outcome(applied, lock, Pool(lock_id, size, slots, line), slot, in_doubt, line)
+    pool = Pool(lock_id, size, slots, line)
+    return Outcome(applied, lock, pool, slot, in_doubt, line, barred=barred)
+
+
+def _empty(head: dict[str, Any]) -> bool:
+    """A lock's row that never held a lease, is no pool and has nobody in line."""
+    return head.get("lease_id") is None and head.get("slots") is None and not head.get("line")

@@ -21,6 +21,12 @@ LAYOUT = "awsflock lock table, layout 1"
 #: A table name that quoted stays one identifier, with room for the function's suffix.
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
 
+#: An end step that finds nothing ever granted under its lease id bars the id (column
+#: ``barred`` of the lock's row: id -> when), so a take of it that lands late is refused; the
+#: newest ``BARS`` are kept, each ``BAR_RETAIN_MS``.
+BARS = 64
+BAR_RETAIN_MS = 24 * 3600 * 1000
+
 COLUMNS = (
     ("lock_id", "text"),
     ("slot", "integer"),
@@ -41,6 +47,7 @@ COLUMNS = (
     ("next_number", "bigint"),
     ("polled_ms", "bigint"),
     ("audit", "jsonb"),
+    ("barred", "jsonb"),
 )
 
 TABLE = """
@@ -64,6 +71,7 @@ CREATE TABLE {T} (
     next_number bigint NOT NULL DEFAULT 0,
     polled_ms bigint,
     audit jsonb,
+    barred jsonb NOT NULL DEFAULT '{{}}',
     PRIMARY KEY (lock_id, slot)
 )
 """
@@ -91,6 +99,7 @@ DECLARE
     v_has boolean;
     v_has_r boolean := false;
     v_ok boolean := false;
+    v_barred boolean := false;
     v_line jsonb;
 BEGIN
     IF p_op <> 'read' THEN
@@ -111,7 +120,7 @@ BEGIN
     END IF;
     v_has := FOUND;
     IF NOT v_has AND ((p_op = 'resize' AND p->>'old' IS NULL)
-                      OR (p_op = 'take' AND v_ticket IS NULL)) THEN
+                      OR (p_op = 'take' AND v_ticket IS NULL) OR p_op = 'end') THEN
         INSERT INTO {T} (lock_id, slot) VALUES (p_lock, -1) ON CONFLICT DO NOTHING;
         SELECT * INTO h FROM {T} WHERE lock_id = p_lock AND slot = -1 FOR UPDATE;
         v_has := true;
@@ -131,11 +140,13 @@ BEGIN
         v_ok := v_has AND (
             CASE WHEN v_slot < 0 THEN
                 h.slots IS NULL
+                AND NOT h.barred ? (p->>'lease')
                 AND (h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)
                 AND h.lease_id IS DISTINCT FROM p->>'lease'
                 AND NOT h.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))
             ELSE
-                (h.slots = (p->>'slots')::integer OR (h.slots IS NULL AND (
+                NOT h.barred ? (p->>'lease')
+                AND (h.slots = (p->>'slots')::integer OR (h.slots IS NULL AND (
                     h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)))
                 AND (NOT v_has_r OR (
                     (r.lease_id IS NULL OR r.ended <> '' OR r.expires_ms < v_cut)
@@ -208,6 +219,21 @@ BEGIN
                 forced_reason = COALESCE(p->>'forced_reason', forced_reason),
                 forced_ms = CASE WHEN p ? 'forced_by' THEN v_now ELSE forced_ms END
             WHERE lock_id = p_lock AND slot = v_slot;
+        ELSIF NOT h.barred ? (p->>'lease') AND NOT (v_has_r AND (
+                r.lease_id IS NOT DISTINCT FROM p->>'lease'
+                OR r.history @> jsonb_build_array(jsonb_build_array(p->>'lease')))) THEN
+            -- Nothing was ever granted here under this id, but a take of it may still be on
+            -- its way (an acquire that gave up with its answer lost): bar the id on the lock's
+            -- row, so that take is refused whenever it lands (within a day; the newest
+            -- {BARS} ids are kept), and the lock is never held by nobody.
+            UPDATE {T} SET barred = COALESCE((
+                SELECT jsonb_object_agg(b.key, b.value) FROM (
+                    SELECT key, value FROM jsonb_each(barred)
+                    WHERE (value #>> '{{}}')::bigint >= v_now - {RETAIN}
+                    ORDER BY (value #>> '{{}}')::bigint DESC LIMIT {BARS} - 1) b), '{{}}')
+                || jsonb_build_object(p->>'lease', v_now)
+            WHERE lock_id = p_lock AND slot = -1;
+            v_barred := true;
         END IF;
 
     ELSIF p_op = 'join' THEN
@@ -259,6 +285,7 @@ BEGIN
 
     RETURN jsonb_build_object(
         'applied', COALESCE(v_ok, false),
+        'barred', v_barred,
         'now', v_now,
         'rows', (SELECT COALESCE(jsonb_agg(to_jsonb(t) - 'audit' ORDER BY t.slot), '[]')
                  FROM {T} t WHERE t.lock_id = p_lock));
@@ -309,4 +336,10 @@ def quote(name: str) -> str:
 
 
 def render(template: str, table: str, lapse_ms: int) -> str:
-    return template.format(T=quote(table), F=quote(function_name(table)), LAPSE=int(lapse_ms))
+    return template.format(
+        T=quote(table),
+        F=quote(function_name(table)),
+        LAPSE=int(lapse_ms),
+        RETAIN=int(BAR_RETAIN_MS),
+        BARS=int(BARS),
+    )

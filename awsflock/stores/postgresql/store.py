@@ -100,6 +100,7 @@ class PostgresStore(Connected):
             params.get("slot"),
             wall_ms - int(answer["now"]) if self.server_time else 0,
             self._in_doubt(),
+            bool(answer.get("barred")),
         )
         if not self.server_time:
             return outcome

@@ -84,19 +84,28 @@ def _line(head: dict[str, str], shift: int) -> Line:
 
 
 def outcome(
-    applied: bool, lock_id: str, head: dict[str, str], slot: int | None, shift: int, doubt: bool
+    applied: bool,
+    lock_id: str,
+    head: dict[str, str],
+    slot: int | None,
+    shift: int,
+    doubt: bool,
+    barred: bool = False,
 ) -> Outcome:
-    """The Outcome of a step whose answer showed the lock's hash ``head``."""
+    """The Outcome of a step whose answer showed the lock's hash ``head`` (its barred lease
+    ids are no part of the lock: a hash of nothing else is no lock)."""
+    head = {name: value for name, value in head.items() if not name.startswith("x:")}
     if not head:
-        return Outcome(applied, None, None, slot, doubt)
+        return Outcome(applied, None, None, slot, doubt, barred=barred)
     size = _ms(head.get("slots"))
     line = _line(head, shift)
     lock = dataclasses.replace(_record(lock_id, head.get("p"), size, shift), line=line)
     if size is None:
-        return Outcome(applied, lock, None, slot, doubt, line)
+        return Outcome(applied, lock, None, slot, doubt, line, barred=barred)
     slots = {
         int(name[2:]): _record(lock_id, value, size, shift)
         for name, value in sorted(head.items())
         if name.startswith("s:")
     }
-    return Outcome(applied, lock, Pool(lock_id, size, slots, line), slot, doubt, line)
+    pool = Pool(lock_id, size, slots, line)
+    return Outcome(applied, lock, pool, slot, doubt, line, barred=barred)

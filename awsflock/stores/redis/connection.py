@@ -11,6 +11,7 @@ outcome unknown: it is a lost answer (``maybe_applied``), never a grant.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -82,7 +83,7 @@ class Connected(RetryingStore):
         entry = _Connection(client)
         try:
             pool.release(pool.get_connection())  # connect (and log in) now
-            entry.deployment, entry.layout = self._check(client)
+            entry.deployment, entry.layout, entry.facts = self._check(client)
             entry.checked_mono = time.monotonic()
         except BaseException:
             entry.give_up()
@@ -118,9 +119,9 @@ class Connected(RetryingStore):
 
         return self._client(redis, timeout, timeout).pubsub()
 
-    def _check(self, client: Any) -> tuple[deployment.Deployment, str | None]:
+    def _check(self, client: Any) -> tuple[deployment.Deployment, str | None, deployment.Server]:
         """Classify the deployment and read the prefix's layout key (one round trip); refuse
-        a deployment that cannot keep grants."""
+        a deployment that cannot keep grants. Also what the server said."""
         pipe = client.pipeline(transaction=False)
         pipe.info("server")
         pipe.info("replication")
@@ -148,17 +149,20 @@ class Connected(RetryingStore):
             config_error=str(refused).splitlines()[0] if refused else "",
             uptime_s=float(server.get("uptime_in_seconds", 0)),
         )
-        found = deployment.classify(
+        found = self._classify(facts)
+        for note in found.notes:
+            log.warning("%s", note)
+        log.debug("%s: %s (%s)", self.where(), found.kind, found.why)
+        return found, recorded.decode() if isinstance(recorded, bytes) else recorded, facts
+
+    def _classify(self, facts: deployment.Server) -> deployment.Deployment:
+        return deployment.classify(
             facts,
             declared=self.declared,
             replicas=self.replicas,
             where=self.where(),
             max_lease_s=self.max_lease_s,
         )
-        for note in found.notes:
-            log.warning("%s", note)
-        log.debug("%s: %s (%s)", self.where(), found.kind, found.why)
-        return found, recorded.decode() if isinstance(recorded, bytes) else recorded
 
     def _ready(self, entry: _Connection) -> None:
         """Refuse a prefix where table-create never ran, or that holds another layout."""
@@ -199,11 +203,17 @@ class Connected(RetryingStore):
         return err.maybe_applied
 
     def _script(self, entry: _Connection, keys: list[str], args: list[str]) -> Any:
-        """One step: the script (EVALSHA, EVAL where the server does not have it yet) and its
-        durability wait, in one round trip. The script's answer, once the wait confirmed it."""
+        """One step: the script (EVALSHA, EVAL where the server does not have it yet), its
+        durability wait, and the settings it relied on read again right after it, in one round
+        trip. The script's answer, once the wait and the settings confirmed it."""
         self._ready(entry)
-        wait = entry.deployment.waits if entry.deployment is not None and args[0] != "read" else 0
+        found = entry.deployment if args[0] != "read" else None
+        wait = found.waits if found is not None else 0
         wait_ms = max(100, int((entry.timeout - 0.2) * 1000))
+        # Read at connect, the settings may have changed since (CONFIG SET appendonly no on a
+        # server a long-lived holder is connected to): read again after every write step.
+        # WAITAOF needs no second look: it fails where the AOF is off.
+        recheck = found is not None and found.checked and not found.waitaof
 
         def send(by_sha: bool) -> list[Any]:
             pipe = entry.client.pipeline(transaction=False)
@@ -217,6 +227,10 @@ class Connected(RetryingStore):
                     pipe.execute_command("WAITAOF", 1, entry.deployment.replicas, wait_ms)
                 else:
                     pipe.execute_command("WAIT", entry.deployment.replicas, wait_ms)
+            if recheck:
+                pipe.config_get("append*")
+                pipe.config_get("maxmemory*")
+                pipe.info("replication")
             return list(pipe.execute(raise_on_error=False))
 
         import redis.exceptions as rx
@@ -228,7 +242,46 @@ class Connected(RetryingStore):
             raise answers[0]
         if wait:
             self._waited(entry, answers[1])
+        if recheck:
+            self._rechecked(entry, answers[-3:])
         return answers[0]
+
+    def _rechecked(self, entry: _Connection, answers: list[Any]) -> None:
+        """Refuse a step after which the server's settings no longer keep what it wrote (the
+        step ran, and may not last): the connection is dropped, so the next step connects
+        anew and its check names what changed and the fix."""
+        appendonly, memory, replication = answers
+        before, then = entry.facts, entry.deployment
+        if before is None or then is None or any(isinstance(a, Exception) for a in answers):
+            why = next((str(a).splitlines()[0] for a in answers if isinstance(a, Exception)), "")
+        else:
+            facts = dataclasses.replace(
+                before,
+                role=str(replication.get("role", "master")),
+                replicas=int(replication.get("connected_slaves", 0)),
+                appendonly=_config(appendonly, "appendonly"),
+                appendfsync=_config(appendonly, "appendfsync"),
+                maxmemory=int(_config(memory, "maxmemory") or 0),
+                eviction=_config(memory, "maxmemory-policy"),
+            )
+            try:
+                now = self._classify(facts)
+            except errors.AwsflockError as refused:
+                why = refused.one_line()
+            else:
+                kept = (deployment.DURABLE, deployment.CRASH_SAFE, deployment.BEST_EFFORT)
+                weaker = kept.index(now.kind) > kept.index(then.kind)
+                why = f"it is now {now.kind}: {now.why}" if weaker else ""
+        if not why:
+            return
+        self._discard(entry)
+        err = errors.EndpointUnreachable(
+            f"{self.where()} changed since awsflock connected, so the step may not last ({why})",
+            hint="check the server's settings (appendonly, appendfsync, replicas, eviction); "
+            "the step may have been applied",
+        )
+        err.maybe_applied = True
+        raise err
 
     def _waited(self, entry: _Connection, answer: Any) -> None:
         """Refuse a step whose durability wait fell short: it ran, but may not last."""
@@ -324,6 +377,8 @@ class _Connection:
         self.lock = threading.Lock()
         self.given_up = False
         self.deployment: deployment.Deployment | None = None
+        #: What the server said of itself when the connection was made.
+        self.facts: deployment.Server | None = None
         #: What the prefix's layout key held when the connection was made (None: nothing).
         self.layout: str | None = None
         #: The time the current try is given (its durability wait must end before).

@@ -6,8 +6,11 @@ one hash slot (the name, encoded so that it holds no ``}``, is their hash tag):
 - ``P:{NAME}:lock``, a hash: the plain lease (field ``p``), a pool's size (``slots``) and its
   slots' leases (``s:N``), the line of fair waiters (``w:TICKET``, ``next``, ``polled``). Each
   lease is a JSON object whose numbers are strings (Lua's numbers are doubles: written with
-  ``%.0f``, read with ``tonumber``, exact below 2^53). Garbage: once no lease in it can be live
-  and nobody waits, ``PEXPIREAT`` removes it ``RETAIN_MS`` later. A pool's hash is kept.
+  ``%.0f``, read with ``tonumber``, exact below 2^53). Barred lease ids (``x:LEASE_ID``, the
+  time barred): ids an end step found holding nothing, whose take may still land late (an
+  acquire gave up without its answer); a take under one is refused. Garbage: once no lease in
+  it can be live and nobody waits, ``PEXPIREAT`` removes it ``RETAIN_MS`` later (no sooner
+  than that after its latest bar). A pool's hash is kept.
 - ``P:{NAME}:fence``, a hash: the highest fencing token ever granted on the name, any slot
   (``token``) and the time of the last grant (``granted``). Never expired, never deleted: tokens
   go up for as long as the data survives, whatever happens to the lock's hash.
@@ -35,6 +38,10 @@ PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 #: How long a plain lock's hash is kept after its last lease could have ended: a retried
 #: release still finds what it did, and ``status`` shows who held the lock lately.
 RETAIN_MS = 24 * 3600 * 1000
+#: At most this many barred lease ids per lock (fields ``x:LEASE_ID``), the newest kept; each
+#: is kept ``RETAIN_MS``. Only an acquire that gave up on an unanswered take, or a release of a
+#: lease id the lock never saw, bars one.
+BARS = 64
 
 
 def encode(lock_id: str) -> str:
@@ -82,13 +89,15 @@ def layout_key(prefix: str) -> str:
 # "keeper", "ended", "forced_by", "forced_reason", "since", "old", "new", "touch".
 #
 # Every check is made before the first write, so a refusal (or an error: a key of another
-# type) changes nothing. Answer: {1|0, now, the hash's fields after the step} or, when the
-# server's clock reads earlier than the lock's last grant, {-1, now, that grant's time}.
+# type) changes nothing, but for one: an end step whose lease id the lock never saw bars the id
+# (answer 2). Answer: {1|0|2, now, the hash's fields after the step} or, when the server's clock
+# reads earlier than the lock's last grant, {-1, now, that grant's time}.
 SCRIPT = r"""
 local op = ARGV[1]
 local p = cjson.decode(ARGV[2])
 local LAPSE = {LAPSE}
 local RETAIN = {RETAIN}
+local BARS = {BARS}
 local function s(n) return string.format('%.0f', n) end
 
 local server = p.now == nil
@@ -124,6 +133,10 @@ local function granted(l, id)
         if old[1] == id then return true end
     end
     return false
+end
+-- A lease id an end step found holding nothing here: a take of it that lands later is refused.
+local function barred(id)
+    return h['x:' .. id] ~= nil
 end
 local function unchanged(drop)
     for _, d in ipairs(drop or {}) do
@@ -177,6 +190,8 @@ local slot = p.slot
 local field = 'p'
 if slot ~= cjson.null and slot ~= nil then field = 's:' .. s(slot) else slot = nil end
 local ok = false
+-- An end step that barred its lease id (it held nothing here): written, though not applied.
+local bar = false
 -- Whether the step, applied, may let a waiter in: then the waiters are told (below).
 local wake = false
 
@@ -190,6 +205,7 @@ if op == 'take' then
             or (h.slots == nil and free(top))
         ok = size_ok and free(r) and not granted(r, p.lease)
     end
+    ok = ok and not barred(p.lease)
     local ticket = p.ticket
     if ticket == cjson.null or ticket == nil then
         ok = ok and line_clear()
@@ -249,6 +265,24 @@ elseif op == 'end' then
             l.fby, l.fwhy, l.fms = p.forced_by, p.forced_reason, s(now)
         end
         set(field, cjson.encode(l))
+    elseif not granted(l, p.lease) and not barred(p.lease) then
+        -- Nothing here was ever granted under this id, but a take of it may still be on its
+        -- way (an acquire that gave up with its answer lost): bar the id, so that take is
+        -- refused whenever it lands (within RETAIN), and the lock is never held by nobody.
+        bar = true
+        local marks = {}
+        for f, v in pairs(h) do
+            if string.sub(f, 1, 2) == 'x:' then
+                if tonumber(v) < now - RETAIN then
+                    del(f)
+                else
+                    marks[#marks + 1] = {tonumber(v), f}
+                end
+            end
+        end
+        table.sort(marks, function(a, b) return a[1] < b[1] end)
+        for i = 1, #marks - (BARS - 1) do del(marks[i][2]) end
+        set('x:' .. p.lease, s(now))
     end
 
 elseif op == 'join' then
@@ -303,7 +337,7 @@ elseif op ~= 'read' then
     return redis.error_reply('ERR awsflock: unknown step ' .. op)
 end
 
-if ok and op ~= 'read' then collect() end
+if (ok or bar) and op ~= 'read' then collect() end
 -- Only a hint, after every write: pcall, so that a user not allowed to publish (ACL rules from
 -- before the hint) or any failure of it leaves the step as it was; waiters then only poll.
 if ok and wake then redis.pcall('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'wake', op) end
@@ -315,13 +349,16 @@ end
 local out = {}
 for k, v in pairs(h) do out[#out + 1] = k; out[#out + 1] = v end
 if ok then return {1, s(now), out} end
+if bar then return {2, s(now), out} end
 return {0, s(now), out}
 """
 
 
 def script() -> str:
-    return SCRIPT.replace("{LAPSE}", str(int(LINE_LAPSE_MS))).replace(
-        "{RETAIN}", str(int(RETAIN_MS))
+    return (
+        SCRIPT.replace("{LAPSE}", str(int(LINE_LAPSE_MS)))
+        .replace("{RETAIN}", str(int(RETAIN_MS)))
+        .replace("{BARS}", str(int(BARS)))
     )
 
 

@@ -126,7 +126,7 @@ class RedisStore(Connected):
         shift = wall_ms - now if self.server_time else 0
         head = answers.fields(reply[2])
         outcome = answers.outcome(
-            code == 1, lock_id, head, params.get("slot"), shift, self._in_doubt()
+            code == 1, lock_id, head, params.get("slot"), shift, self._in_doubt(), code == 2
         )
         if not self.server_time:
             return outcome

@@ -1,0 +1,103 @@
+"""A take held back on the wire that lands after its acquire gave up, on the stores timed by
+their server's clock (which judges a take when it lands, not when it was sent): it must take
+nothing, whether the acquire's own clean-up or the release command it printed got there
+first. Found by the adversarial review of the Redis store, on PostgreSQL too: the take landed
+after the holder's lease ended and was granted to nobody for a whole lease."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Callable
+
+import pytest
+
+from tests.faultproxy import FaultProxy, Plan
+from tests.integration.conftest import UrlCli
+from tests.servers import Server
+
+
+@pytest.fixture(params=["redis", "postgresql"])
+def target(request: pytest.FixtureRequest) -> Iterator[tuple[Server, str, type[FaultProxy]]]:
+    """A server timed by its own clock, a table on it, and its protocol's fault proxy."""
+    if request.param == "redis":
+        from tests.redisproxy import RedisFaultProxy
+
+        yield request.getfixturevalue("redis_server"), "awsflock", RedisFaultProxy
+    else:
+        from tests.pgproxy import PgFaultProxy
+
+        table = request.getfixturevalue("pg_table")
+        yield request.getfixturevalue("postgres"), table, PgFaultProxy
+
+
+@pytest.fixture
+def faulty(target) -> Iterator[Callable[[Plan], tuple[UrlCli, FaultProxy, list[str]]]]:
+    """``faulty(plan)``: the CLI through a proxy that runs ``plan``, the proxy, and the faults
+    it has carried out (after the request's answer came back: a late one has landed)."""
+    server, table, kind = target
+    proxies: list[FaultProxy] = []
+
+    def make(plan: Plan) -> tuple[UrlCli, FaultProxy, list[str]]:
+        proxy = kind(("127.0.0.1", server.port), plan)
+        proxies.append(proxy)
+        done: list[str] = []
+        proxy.on_fault = lambda target, action: done.append(action)
+        return UrlCli(server, table, proxy.url_for(server.store_url)), proxy, done  # type: ignore[attr-defined]
+
+    yield make
+    for proxy in proxies:
+        proxy.close()
+
+
+@pytest.fixture
+def direct(target) -> UrlCli:
+    server, table, _ = target
+    return UrlCli(server, table)
+
+
+def _until(condition: Callable[[], bool], limit: float = 30.0) -> None:
+    end = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < end, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_the_acquires_clean_up_bars_its_take_still_on_its_way(faulty, direct, lock_name: str):
+    holder = direct("acquire", lock_name, "--lease-duration", "4s")
+    assert holder.returncode == 0, holder.stderr
+    cli, _proxy, done = faulty(
+        lambda target, n: "late:7" if target == "take" and n == 1 else "pass"
+    )
+    waiter = cli("acquire", lock_name, "--wait-time", "2", "--request-timeout", "1s")
+    assert waiter.returncode == 3, waiter.stderr
+    # Its unanswered take is settled (barred), not named as "may have been granted".
+    assert "may have been granted" not in waiter.stderr, waiter.stderr
+    _until(lambda: done == ["late:7"])  # landed, after the holder's lease ran out
+    status = json.loads(direct("status", lock_name, "--json").stdout)
+    assert status["state"] != "held", status
+    assert direct("acquire", lock_name, "--no-wait").returncode == 0
+
+
+def test_the_printed_release_bars_a_take_still_on_its_way(faulty, direct, lock_name: str):
+    # The acquire cannot reach the server to release its unanswered take (every step after the
+    # first goes unanswered), so it names the release command; run before the take lands, that
+    # command keeps it from taking the lock.
+    def plan(target: str, n: int) -> str:
+        if target == "take" and n == 1:
+            return "late:6"
+        return "blackhole" if target in ("take", "end", "read") else "pass"
+
+    cli, _proxy, done = faulty(plan)
+    waiter = cli("acquire", lock_name, "--wait-time", "2", "--request-timeout", "1s")
+    assert waiter.returncode != 0
+    assert "may have been granted" in waiter.stderr, waiter.stderr
+    command = waiter.stderr.split("`awsflock ", 1)[1].split("`", 1)[0].split()
+    assert command[:2] == ["release", lock_name]
+    assert "late:6" not in done
+    freed = direct(*command)
+    assert freed.returncode == 3, freed.stderr  # it held nothing yet ...
+    assert "lands later is refused" in freed.stderr  # ... and never will
+    _until(lambda: "late:6" in done)
+    assert direct("acquire", lock_name, "--no-wait").returncode == 0
