@@ -45,10 +45,42 @@ def pg_writer(url: str, table: str) -> tuple:
     return fenced, read
 
 
+#: The fenced write on Redis: one script, so the check and the write are one step.
+REDIS_FENCED = """
+local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if seen > tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'counter', ARGV[2]) end
+return 1
+"""
+
+
+def redis_writer(url: str, prefix: str) -> tuple:
+    """The fenced record in a Redis hash (``PREFIX:KEY``: ``fence``, ``counter``), written by a
+    script that refuses a token lower than the highest the hash has seen."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    script = client.register_script(REDIS_FENCED)
+
+    def fenced(key: str, token: int, counter: int | None = None) -> None:
+        done = script(keys=[f"{prefix}:{key}"], args=[token, "" if counter is None else counter])
+        if int(done) != 1:
+            raise Stale(key)
+
+    def read(key: str) -> int:
+        return int(client.hget(f"{prefix}:{key}", "counter") or 0)
+
+    return fenced, read
+
+
 def main() -> int:
     endpoint, table, log = sys.argv[1:4]
     if endpoint.startswith("postgresql://"):
         fenced, read = pg_writer(endpoint, table)
+        return section(log, fenced, read)
+    if endpoint.startswith("redis://"):
+        fenced, read = redis_writer(endpoint, table)
         return section(log, fenced, read)
     import botocore.session
 

@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.faultproxy import FaultProxy
-from tests.servers import NO_AWS_FILES, local_client
+from tests.servers import (
+    NO_AWS_FILES,
+    SERVERS,
+    PostgresServer,
+    RedisServer,
+    Server,
+    local_client,
+)
 
 BIN = Path(sys.executable).parent / "awsflock"
 CRITICAL = Path(__file__).with_name("critical.py")
@@ -144,10 +151,8 @@ class DynamoDBSide:
         return _held_now(self.client, self.locks_table)
 
 
-class PostgresSide:
-    """The lock table and the fenced record on a PostgreSQL server; the proxy speaks its wire
-    protocol (its "throttle" is a serialization failure, SQLSTATE 40001, that awsflock
-    retries). No skew window on this store, so no --skew."""
+class UrlSide:
+    """A store named by URL (AWSFLOCK_STORE), timed by its server's clock: no --skew."""
 
     skew: tuple[str, ...] = ()
     skew_s = 0.0
@@ -158,6 +163,15 @@ class PostgresSide:
 
     def env(self, url: str | None = None) -> dict[str, str]:
         return {"AWSFLOCK_STORE": url or self.url, "AWSFLOCK_TABLE": self.locks_table}
+
+    def proxied_env(self, proxy: FaultProxy) -> dict[str, str]:
+        return self.env(proxy.url_for(self.url))
+
+
+class PostgresSide(UrlSide):
+    """The lock table and the fenced record on a PostgreSQL server; the proxy speaks its wire
+    protocol (its "throttle" is a serialization failure, SQLSTATE 40001, that awsflock
+    retries). No skew window on this store, so no --skew."""
 
     def _sql(self, statement: str, *params: Any) -> list[tuple[Any, ...]]:
         import psycopg
@@ -177,9 +191,6 @@ class PostgresSide:
 
         return PgFaultProxy(("127.0.0.1", self.port), plan)
 
-    def proxied_env(self, proxy: FaultProxy) -> dict[str, str]:
-        return self.env(proxy.url_for(self.url))  # type: ignore[attr-defined]
-
     def counter(self, key: str) -> int:
         rows = self._sql(f'SELECT counter FROM "{self.app_table}" WHERE pk = %s', key)
         return int(rows[0][0]) if rows else 0
@@ -198,6 +209,71 @@ class PostgresSide:
         ]
 
 
+class RedisSide(UrlSide):
+    """The locks and the fenced record on a Redis server (the locks under the prefix
+    ``locks_table``, the record under ``app_table``); the proxy speaks its protocol (its
+    "throttle" and "busy" are BUSY, which awsflock retries). No skew window, so no --skew."""
+
+    def _client(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(self.url)
+
+    def create_app_table(self) -> None:
+        """Nothing to create: the record's hash is made by its first write."""
+
+    def proxy(self, plan: Any) -> FaultProxy:
+        from tests.redisproxy import RedisFaultProxy
+
+        return RedisFaultProxy(("127.0.0.1", self.port), plan)
+
+    def counter(self, key: str) -> int:
+        client = self._client()
+        try:
+            return int(client.hget(f"{self.app_table}:{key}", "counter") or 0)
+        finally:
+            client.close()
+
+    def held_now(self) -> list[dict[str, Any]]:
+        """Leases that still run by the server's clock, with the pid that holds them."""
+        from awsflock.stores.redis import layout
+
+        client = self._client()
+        try:
+            seconds, micros = client.time()
+            now_ms = seconds * 1000 + micros // 1000
+            held = []
+            for lock in ("chaos-lock", "chaos-pool"):
+                fields = client.hgetall(layout.lock_key(self.locks_table, lock))
+                fields = {k.decode(): v.decode() for k, v in fields.items()}
+                for name, value in fields.items():
+                    if name != "p" and not name.startswith("s:"):
+                        continue
+                    if name == "p" and "slots" in fields:
+                        continue  # a pool's hash keeps its plain lock's last lease
+                    lease = json.loads(value)
+                    if lease.get("ended") == "" and int(lease["exp"]) > now_ms:
+                        pid = json.loads(lease.get("who") or "{}").get("pid")
+                        slot = None if name == "p" else int(name[2:])
+                        held.append({"lock": lock, "slot": slot, "pid": pid})
+            return held
+        finally:
+            client.close()
+
+
+#: The servers a chaos run can use: the DynamoDB-compatible ones, PostgreSQL, Redis.
+SERVER_NAMES = [*sorted(SERVERS), "postgresql", "redis"]
+
+
+def chaos_server(name: str) -> Server:
+    """A server of ``SERVER_NAMES``, not started."""
+    if name == "postgresql":
+        return PostgresServer()
+    if name == "redis":
+        return RedisServer()
+    return SERVERS[name]()
+
+
 def run_chaos(
     server_url: str,
     server_port: int,
@@ -209,17 +285,16 @@ def run_chaos(
     seed: int | None = None,
     fault_rate: float = 1.0,
 ) -> Outcome:
-    """``server_url``: a DynamoDB-compatible endpoint, or a PostgreSQL URL (the PostgreSQL
-    store, and the fenced record in a table there)."""
+    """``server_url``: a DynamoDB-compatible endpoint, or a PostgreSQL or Redis URL (that
+    store, and the fenced record there)."""
     seed = seed if seed is not None else random.randrange(1 << 30)
     work.mkdir(parents=True, exist_ok=True)
     locks_table = "chaos-" + uuid.uuid4().hex[:6]
     app_table = "chaos-app-" + uuid.uuid4().hex[:6]
-    side: DynamoDBSide | PostgresSide = (
-        PostgresSide(server_url, server_port, locks_table, app_table)
-        if server_url.startswith("postgresql://")
-        else DynamoDBSide(server_url, server_port, locks_table, app_table)
-    )
+    sides = {"postgresql": PostgresSide, "redis": RedisSide}
+    side: DynamoDBSide | PostgresSide | RedisSide = sides.get(
+        server_url.split("://", 1)[0], DynamoDBSide
+    )(server_url, server_port, locks_table, app_table)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "AWSFLOCK"))}
     base_env.update(NO_AWS_FILES)  # awsflock signs with its loopback key, as local_client does
     direct = {**base_env, **side.env()}

@@ -6,17 +6,15 @@ import os
 
 import pytest
 
-from tests.chaos.harness import run_chaos
-from tests.servers import SERVERS, PostgresServer
+from tests.chaos.harness import SERVER_NAMES, chaos_server, run_chaos
 
 DURATION = float(os.environ.get("AWSFLOCK_CHAOS_SECONDS", "35"))
 
 
 @pytest.mark.timeout(DURATION + 240)
-@pytest.mark.parametrize("name", [*sorted(SERVERS), "postgresql"])
+@pytest.mark.parametrize("name", SERVER_NAMES)
 def test_no_violation_under_faults_kills_and_pauses(name, tmp_path):
-    server = PostgresServer() if name == "postgresql" else SERVERS[name]()
-    server.start()
+    server = chaos_server(name).start()
     try:
         outcome = run_chaos(server.url, server.port, name, tmp_path, duration=DURATION, workers=6)
     finally:

@@ -148,6 +148,44 @@ def test_an_end_of_an_id_never_granted_bars_it_and_the_bars_are_bounded(
     store.close()
 
 
+def test_a_release_retried_after_many_quick_hand_offs_still_finds_it_released(
+    redis_server: RedisServer,
+):
+    # Found by the chaos test on Redis: a release's first try applied, its answer lost, and
+    # the retry came after more than three hand-offs (milliseconds each, woken waiters): the
+    # record had forgotten the lease, and the holder was told it had lost the lock. The record
+    # now keeps every lease taken over within a minute (at most 32), and at least three.
+    from awsflock.lock.verdict import ended_how
+
+    store = _store(redis_server, server_time=False)
+    name = "hist-" + uuid.uuid4().hex[:8]
+    t = 1_000_000_000_000
+
+    def cycle(at: int) -> str:
+        lease_id = str(uuid.uuid4())
+        attempt = Attempt(lease_id, Identity(owner="t"), at, 60_000, 0)
+        assert store.take(name, attempt).applied
+        assert store.release(name, lease_id, now_ms=at + 1, skew_ms=0).applied
+        return lease_id
+
+    first = cycle(t)
+    for i in range(1, 20):
+        cycle(t + i * 10)
+    record = store.release(name, first, now_ms=t + 500, skew_ms=0).lock
+    assert record is not None and ended_how(record, first) == "released"
+    # Older than a minute and more than three back: forgotten, and the record stays small.
+    for i in range(40):
+        cycle(t + 120_000 + i * 10)
+    record = store.read(name).lock
+    assert record is not None and ended_how(record, first) is None
+    assert len(record.history) == layout.HISTORY_KEEP
+    later = t + 400_000
+    for i in range(4):
+        cycle(later + i * 10)
+    assert len(store.read(name).lock.history) == 4  # type: ignore[union-attr]  # (no older)
+    store.close()
+
+
 def test_a_server_clock_behind_the_last_grant_refuses_to_grant(
     store: RedisStore, redis_server: RedisServer
 ):

@@ -42,6 +42,12 @@ RETAIN_MS = 24 * 3600 * 1000
 #: is kept ``RETAIN_MS``. Only an acquire that gave up on an unanswered take, or a release of a
 #: lease id the lock never saw, bars one.
 BARS = 64
+#: A lease's record remembers the leases before it (``hist``: id, how it ended, when it was
+#: taken over): the last three, and any taken over within ``HISTORY_MS``, at most
+#: ``HISTORY_KEEP``. Hand-offs on Redis take milliseconds: three can pass while a release's
+#: first try, applied, goes unanswered and its retry waits; the retry must still find it.
+HISTORY_MS = 60_000
+HISTORY_KEEP = 32
 
 
 def encode(lock_id: str) -> str:
@@ -98,6 +104,8 @@ local p = cjson.decode(ARGV[2])
 local LAPSE = {LAPSE}
 local RETAIN = {RETAIN}
 local BARS = {BARS}
+local HISTORY = {HISTORY}
+local KEEP = {KEEP}
 local function s(n) return string.format('%.0f', n) end
 
 local server = p.now == nil
@@ -219,8 +227,16 @@ if op == 'take' then
         local token = math.max(now * 1000, tonumber(fence[1] or 0)) + 1
         local hist = {}
         if r ~= nil and r.lease ~= '' then
-            hist[1] = {r.lease, r.ended}
-            for i = 1, 2 do if r.hist and r.hist[i] then hist[#hist + 1] = r.hist[i] end end
+            -- The lease taken over, then the ones before it: the last three, and any older
+            -- that ended within HISTORY (at most KEEP), so a release retried after many quick
+            -- hand-offs still finds what its first try did.
+            hist[1] = {r.lease, r.ended, s(now)}
+            for _, old in ipairs(r.hist or {}) do
+                if #hist >= KEEP then break end
+                local at = tonumber(old[3] or 0)
+                if #hist >= 3 and at < now - HISTORY then break end
+                hist[#hist + 1] = old
+            end
         end
         local new = {lease = p.lease, who = p.who, ms = s(p.lease_ms), exp = s(now + p.lease_ms),
                      acq = s(now), fence = s(token), ended = '', keeper = ''}
@@ -359,6 +375,8 @@ def script() -> str:
         SCRIPT.replace("{LAPSE}", str(int(LINE_LAPSE_MS)))
         .replace("{RETAIN}", str(int(RETAIN_MS)))
         .replace("{BARS}", str(int(BARS)))
+        .replace("{HISTORY}", str(int(HISTORY_MS)))
+        .replace("{KEEP}", str(int(HISTORY_KEEP)))
     )
 
 
