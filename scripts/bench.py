@@ -4,10 +4,11 @@ Run it through ``scripts/bench`` (which installs both). It starts moto's server 
 counting proxy (requests counted by X-Amz-Target), measures both tools interleaved, prints a
 table of medians with new/old ratios, and writes the numbers to bench-results/.
 
-It then measures this awsflock's PostgreSQL store beside its DynamoDB store on AWS's DynamoDB
-Local, interleaved in the same run, and prints a second table with PG/DDB ratios (requests per
-command, latency per operation from the CLI and in-process, acquire+release cycle, hand-off,
-contention throughput). ``--only-stores`` runs just that part (and needs no awsflock 0.2.0).
+It then measures this awsflock's PostgreSQL and Redis stores beside its DynamoDB store on AWS's
+DynamoDB Local, interleaved in the same run, and prints a table with PG/DDB and Redis/DDB ratios
+(requests per command, latency per operation from the CLI and in-process, acquire+release
+cycle, hand-off, contention throughput). ``--only-stores`` runs just that part (and needs no
+awsflock 0.2.0).
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ sys.path.insert(0, str(ROOT))
 
 from tests.faultproxy import FaultProxy  # noqa: E402 - after the path is set
 from tests.helpers import peak_rss_kb  # noqa: E402
+from tests.redisproxy import RedisFaultProxy  # noqa: E402
 from tests.servers import (  # noqa: E402
     NO_AWS_FILES,
     Dynalite,
     DynamoDBLocal,
     MotoServer,
     PostgresServer,
+    RedisServer,
     local_client,
 )
 
@@ -248,7 +251,14 @@ def fill(endpoint: str, table: str, count: int) -> None:
         t.join()
 
 
-# -- PostgreSQL beside DynamoDB (--only-stores) ----------------------------------------------
+# -- PostgreSQL and Redis beside DynamoDB (--only-stores) ------------------------------------
+
+#: The stores side by side, by key in the order of their columns: their titles, and the short
+#: names of the ratios to the first (``PG/DDB``).
+STORES = {"ddb": "DynamoDB Local", "pg": "PostgreSQL", "redis": "Redis"}
+SHORT = {"ddb": "DDB", "pg": "PG", "redis": "Redis"}
+#: A row of the stores' table: (measure, a value per ``STORES`` key, unit).
+StoreRow = tuple[str, dict[str, float], str]
 
 
 class DynamoDBLocalAsRun(DynamoDBLocal):
@@ -359,6 +369,55 @@ class PgCounter:
             dst.close()
 
 
+class RedisCounter(RedisFaultProxy):
+    """The Redis proxy (tests/redisproxy.py; its plan passes everything), which counts each
+    command by target (``counts``: the awsflock step a script call makes, else the command's
+    name), counting round trips too (``trips``, by the target of the command that begins one):
+    a command read when nothing else the client sent was waiting begins one, as the commands
+    of a pipeline arrive together. A pipeline split across reads would count twice, so a count
+    is at most one high per split, never low."""
+
+    LOGIN = ("auth", "hello")
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        super().__init__(upstream)
+        self.trips: Counter[str] = Counter()
+
+    def _read_request(self, sock: socket.socket, buffer: bytearray) -> bytes | None:
+        fresh = not buffer
+        request = super()._read_request(sock, buffer)
+        if request is not None and fresh:
+            with self._lock:
+                self.trips[self._target(request)] += 1
+        return request
+
+    def seen(self) -> dict[str, float]:
+        """What was counted since the last call, and the counts start again: ``commands`` (all
+        of them, and each target's as ``command TARGET``), ``log-ins`` (round trips that begin
+        with AUTH or HELLO) and ``round trips`` (the others)."""
+        with self._lock:
+            logins = sum(self.trips[k] for k in self.LOGIN)
+            got = {
+                "commands": float(sum(self.counts.values())),
+                "log-ins": float(logins),
+                "round trips": float(sum(self.trips.values()) - logins),
+                **{f"command {k}": float(v) for k, v in sorted(self.counts.items())},
+            }
+            self.counts.clear()
+            self.faults.clear()
+            self.trips.clear()
+        return got
+
+    @staticmethod
+    def spelled(got: dict[str, float]) -> str:
+        """The commands of a ``seen`` by target: "auth 1, config 4, ..."."""
+        return ", ".join(
+            f"{k.removeprefix('command ')} {v:g}"
+            for k, v in got.items()
+            if k.startswith("command ")
+        )
+
+
 def library_latency(table: Any, repeats: int) -> dict[str, list[float]]:
     """acquire, renew and release through the library, in this process, on a warm
     connection: the store's own cost, without a process start-up or a connection made."""
@@ -410,16 +469,18 @@ def count_per_op(tool: Tool, counts: Callable[[], dict[str, float]]) -> dict[str
     return out
 
 
-def stores(new_bin: Path, quick: bool, results: dict[str, Any]) -> list[Row]:
-    """The PostgreSQL store beside the DynamoDB store on DynamoDB Local, interleaved in one run:
-    requests per command, latency per operation (CLI and library), acquire+release cycle,
-    hand-off and contention throughput. Rows: (measure, DynamoDB Local, PostgreSQL, unit)."""
+def stores(new_bin: Path, quick: bool, results: dict[str, Any]) -> list[StoreRow]:
+    """The PostgreSQL and Redis stores beside the DynamoDB store on DynamoDB Local, interleaved
+    in one run: requests per command, latency per operation (CLI and library), acquire+release
+    cycle, hand-off and contention throughput. Rows: (measure, a value per ``STORES`` key,
+    unit)."""
     from awsflock.lock.lease import LockTable
-    from awsflock.stores.postgresql.store import PostgresStore
+    from awsflock.protocol import DEFAULT_REQUEST_TIMEOUT
+    from awsflock.stores import kinds
 
     began = time.perf_counter()
     repeats = 5 if quick else 10
-    rows: list[Row] = []
+    rows: list[StoreRow] = []
     out: dict[str, Any] = {}
     samples: dict[str, Any] = {}
     results["stores"] = out
@@ -427,65 +488,87 @@ def stores(new_bin: Path, quick: bool, results: dict[str, Any]) -> list[Row]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "DYNAMO", "PG"))}
     base.update(NO_AWS_FILES)  # awsflock signs with its loopback key, as local_client does
     ddb = DynamoDBLocalAsRun().start(timeout=90)
-    pg = PostgresServer()
+    pg, redis = PostgresServer(), RedisServer()
+    opened: list[Any] = []
+
+    def open_store(url: str) -> Any:
+        """The store a URL names, opened as the CLI opens it (closed at the end)."""
+        named = kinds.parse(url)
+        store = kinds.get(named.kind).open(named, kinds.Settings("bench", DEFAULT_REQUEST_TIMEOUT))
+        opened.append(store)
+        return store
+
     try:
         pg.start()
-        with FaultProxy(("127.0.0.1", ddb.port)) as http, PgCounter(pg.port) as wire:
-            pg_url = f"{pg.url}?table=bench"
-            counted_url = pg_url.replace(f":{pg.port}/", f":{wire.port}/")
+        redis.start()
+        resp = RedisCounter(("127.0.0.1", redis.port))
+        with (
+            FaultProxy(("127.0.0.1", ddb.port)) as http,
+            PgCounter(pg.port) as wire,
+            resp,
+        ):
+            urls = {"pg": f"{pg.url}?table=bench", "redis": f"{redis.url}?prefix=bench"}
             tools = {
                 "ddb": Tool(
-                    "DynamoDB Local",
+                    STORES["ddb"],
                     new_bin,
                     {**base, "AWSFLOCK_TABLE": "bench", "AWSFLOCK_ENDPOINT_URL": ddb.url},
                 ),
-                "pg": Tool("PostgreSQL", new_bin, {**base, "AWSFLOCK_STORE": pg_url}),
+                **{
+                    key: Tool(STORES[key], new_bin, {**base, "AWSFLOCK_STORE": url})
+                    for key, url in urls.items()
+                },
             }
             for tool in tools.values():
                 tool.run("table-create", "-q")
-            pg_store = PostgresStore(pg_url)
             tables = {
                 "ddb": LockTable("bench", client=local_client(ddb.url)),
-                "pg": LockTable(store=pg_store),
+                **{key: LockTable(store=open_store(url)) for key, url in urls.items()},
             }
 
-            def both(label: str, unit: str, values: dict[str, float]) -> None:
+            def row(label: str, unit: str, values: dict[str, float]) -> None:
                 out[label] = values
-                rows.append((label, values["ddb"], values["pg"], unit))
+                rows.append((label, values, unit))
 
-            # Requests per command, counted through the proxies (timings go direct).
+            # Requests per command, counted through the proxies (timings go direct). Each
+            # store's counter resets itself and says what it saw; the row shows one of its
+            # counts: DDB's HTTP requests, PG's statements, Redis's round trips past its log-in.
             def http_counts() -> dict[str, float]:
-                seen = {"requests": float(sum(http.counts.values()))}
+                got = {"requests": float(sum(http.counts.values()))}
                 http.reset_counts()
-                return seen
+                return got
 
             def wire_counts() -> dict[str, float]:
-                seen = {k: float(v) for k, v in wire.counts.items()}
+                got = {k: float(v) for k, v in wire.counts.items()}
                 wire.reset_counts()
-                return seen
+                return got
 
-            ddb_counted = Tool(
-                "ddb", new_bin, {**tools["ddb"].env, "AWSFLOCK_ENDPOINT_URL": http.url}
-            )
-            pg_counted = Tool("pg", new_bin, {**tools["pg"].env, "AWSFLOCK_STORE": counted_url})
-            ddb_seen = count_per_op(ddb_counted, http_counts)
-            pg_seen = count_per_op(pg_counted, wire_counts)
-            for op in ddb_seen:
-                both(
-                    f"requests: {op} (DDB HTTP requests; PG statements)",
+            through = {
+                "ddb": {"AWSFLOCK_ENDPOINT_URL": http.url},
+                "pg": {"AWSFLOCK_STORE": urls["pg"].replace(f":{pg.port}/", f":{wire.port}/")},
+                "redis": {"AWSFLOCK_STORE": resp.url_for(urls["redis"])},
+            }
+            counters = {"ddb": http_counts, "pg": wire_counts, "redis": resp.seen}
+            shown = {"ddb": "requests", "pg": "statements", "redis": "round trips"}
+            seen = {
+                key: count_per_op(Tool(key, new_bin, {**tool.env, **through[key]}), counters[key])
+                for key, tool in tools.items()
+            }
+            for op in seen["ddb"]:
+                row(
+                    f"requests: {op} (DDB HTTP; PG statements; Redis round trips)",
                     "count",
-                    {"ddb": ddb_seen[op]["requests"], "pg": pg_seen[op].get("statements", 0.0)},
+                    {key: seen[key][op].get(shown[key], 0.0) for key in tools},
                 )
-            out["pg_connection_setup"] = pg_seen
-            conns = {op: seen.get("connections", 0) for op, seen in pg_seen.items()}
-            setup = {op: seen.get("setup", 0) for op, seen in pg_seen.items()}
+            out["pg_connection_setup"] = seen["pg"]
+            out["redis_commands"] = seen["redis"]
+            conns = {op: got.get("connections", 0) for op, got in seen["pg"].items()}
+            setup = {op: got.get("setup", 0) for op, got in seen["pg"].items()}
 
-            # Warm-up: the JVM's JIT, PostgreSQL's caches, the OS's page cache of the tool.
-            for key in ("ddb", "pg"):
+            # Warm-up: the JVM's JIT, the servers' caches, the OS's page cache of the tool.
+            for key, tool in tools.items():
                 for _ in range(3):
-                    tools[key].run(
-                        "release", "warm-up", tools[key].run("acquire", "warm-up").stdout.strip()
-                    )
+                    tool.run("release", "warm-up", tool.run("acquire", "warm-up").stdout.strip())
                 library_latency(tables[key], 10)
 
             cli: dict[str, dict[str, list[float]]] = {k: {} for k in tools}
@@ -494,7 +577,7 @@ def stores(new_bin: Path, quick: bool, results: dict[str, Any]) -> list[Row]:
                     for op, took in cli_latency(tool).items():
                         cli[key].setdefault(op, []).append(took)
             for op in ("acquire", "renew", "release"):
-                both(
+                row(
                     f"CLI {op} (a new process and connection)",
                     "s",
                     {k: median(cli[k][op]) for k in tools},
@@ -507,7 +590,7 @@ def stores(new_bin: Path, quick: bool, results: dict[str, Any]) -> list[Row]:
                     for op, took_all in library_latency(tables[key], 10).items():
                         lib[key].setdefault(op, []).extend(took_all)
             for op in ("acquire", "renew", "release"):
-                both(
+                row(
                     f"library {op}, in-process, warm connection",
                     "ms",
                     {k: 1000 * median(lib[k][op]) for k in tools},
@@ -518,14 +601,14 @@ def stores(new_bin: Path, quick: bool, results: dict[str, Any]) -> list[Row]:
                 for key, tool in tools.items():
                     name = lock()
                     cycles[key].append(timed(functools.partial(cycle_once, tool, name)))
-            both("CLI acquire+release cycle", "s", {k: median(v) for k, v in cycles.items()})
+            row("CLI acquire+release cycle", "s", {k: median(v) for k, v in cycles.items()})
             samples["cycle"] = cycles
 
             hands: dict[str, list[float]] = {k: [] for k in tools}
             for _ in range(repeats):
                 for key, tool in tools.items():
                     hands[key].append(handoff(tool, 1.0))
-            both(
+            row(
                 "hand-off: release to the waiter's grant (waited 1s)",
                 "s",
                 {k: median(v) for k, v in hands.items()},
@@ -533,28 +616,50 @@ def stores(new_bin: Path, quick: bool, results: dict[str, Any]) -> list[Row]:
             samples["hand-off"] = hands
 
             k, per = 4, (3 if quick else 5)
-            both(
+            row(
                 f"throughput, {k} processes looping acquire/release",
                 "grants/s",
                 {key: throughput(tool, k, per, False) for key, tool in tools.items()},
             )
-            pg_store.close()
+            client = redis.client()
+            version = client.info("server")["redis_version"]
+            client.close()
     finally:
+        for store in opened:
+            store.close()
         ddb.stop()
         pg.stop()
+        redis.stop()
+
+    def place(server: PostgresServer | RedisServer) -> str:
+        return "in /dev/shm" if str(server.dir).startswith("/dev/shm/") else f"in {server.dir}"
+
     notes = [
-        "PG/DDB below 1 means PostgreSQL took less time; above 1 on throughput, more grants",
-        "both stores in memory or without durability: DynamoDB Local -inMemory (JVM defaults);"
-        " PostgreSQL 15 with fsync, synchronous_commit and full_page_writes off",
-        "PG statements counted by a TCP proxy reading the wire protocol (Query/Execute"
-        " messages); DDB requests by an HTTP proxy; timings go direct, not through them",
-        "hand-off and throughput are bounded by polling: a waiter tries about once a second"
-        " (jittered) on both stores, neither pushes a release, so a hand-off is mostly where the"
-        f" release falls in the waiter's cycle (median of {repeats} each; samples in the JSON)",
+        "PG/DDB and Redis/DDB below 1 mean less time than DynamoDB Local; above 1 on"
+        " throughput, more grants",
+        "no store pays a disk: DynamoDB Local -inMemory (JVM defaults); PostgreSQL 15"
+        f" {place(pg)} (fsync on; synchronous_commit off, which the store's steps turn on);"
+        f" Redis {version} {place(redis)} with its AOF fsynced on every write (appendfsync"
+        " always, as the store requires)",
+        "DDB requests counted by an HTTP proxy; PG statements by a TCP proxy reading the wire"
+        " protocol (Query/Execute messages); Redis round trips by a RESP proxy: a command that"
+        " arrives when none of the client's is waiting begins one (a pipeline's come together),"
+        " its log-in (AUTH) not counted; timings go direct, not through them",
+        "hand-off and throughput: a DynamoDB or PostgreSQL waiter tries about once a second"
+        " (jittered), so its hand-off is mostly where the release falls in its cycle; a Redis"
+        " waiter is woken by a message the release publishes (pub/sub), and may hold the lock"
+        " before the releasing process has exited, so a hand-off near 0 is below what this"
+        f" measures (median of {repeats} each; samples in the JSON)",
         "PostgreSQL connections per command: "
         + ", ".join(f"{op} {conns[op]:g}" for op in conns)
         + "; client messages to set each up (SSL request, startup, SCRAM): "
         + ", ".join(f"{op} {setup[op] / max(1, conns[op]):g}" for op in setup),
+        "Redis commands per command, log-in included: "
+        + "; ".join(
+            f"{op} {got['commands']:g} in {got['round trips'] + got['log-ins']:g} round trips"
+            f" ({RedisCounter.spelled(got)})"
+            for op, got in seen["redis"].items()
+        ),
     ]
     notes.append(f"this section took {time.perf_counter() - began:.0f}s")
     out["notes"] = notes
@@ -574,7 +679,8 @@ def main() -> int:
     parser.add_argument(
         "--only-stores",
         action="store_true",
-        help="only PostgreSQL beside DynamoDB (on DynamoDB Local); needs no --old",
+        help="only the PostgreSQL and Redis stores beside DynamoDB (on DynamoDB Local);"
+        " needs no --old",
     )
     args = parser.parse_args()
     if args.old is None and not args.only_stores:
@@ -759,13 +865,13 @@ def main() -> int:
         finally:
             dyn.stop()
 
-    store_rows = [] if args.only_line else stores(new_bin, args.quick, results)
+    store_rows: list[StoreRow] = [] if args.only_line else stores(new_bin, args.quick, results)
     report(results, rows, line_rows, store_rows)
     return 0
 
 
 def report(
-    results: dict[str, Any], rows: list[Row], line_rows: list[Row], store_rows: list[Row]
+    results: dict[str, Any], rows: list[Row], line_rows: list[Row], store_rows: list[StoreRow]
 ) -> None:
     """Print the tables and write the numbers to bench-results/."""
     print(f"awsflock benchmark, {results['date']}, {results['machine']}")
@@ -783,14 +889,23 @@ def report(
     for label, a, b, unit in line_rows:
         ratio = f"{a / b:.2f}" if b else "-"
         print(f"{label:<58} {a:10.3f} {b:10.3f} {ratio:>8}  {unit}")
+    first, *others = STORES
+    width = max([58, *(len(label) for label, _, _ in store_rows)])
     if store_rows:
         print(
-            f"\n{'stores (this awsflock)':<58} {'DynamoDB Local':>14} {'PostgreSQL':>10}"
-            f" {'PG/DDB':>8}  unit"
+            f"\n{'stores (this awsflock)':<{width}}"
+            + "".join(f" {title:>14}" for title in STORES.values())
+            + "".join(f" {SHORT[k] + '/' + SHORT[first]:>9}" for k in others)
+            + "  unit"
         )
-    for label, a, b, unit in store_rows:
-        ratio = f"{b / a:.2f}" if a else "-"
-        print(f"{label:<58} {a:14.3f} {b:10.3f} {ratio:>8}  {unit}")
+    for label, values, unit in store_rows:
+        ratios = [f"{values[k] / values[first]:.2f}" if values[first] else "-" for k in others]
+        print(
+            f"{label:<{width}}"
+            + "".join(f" {values[k]:14.3f}" for k in STORES)
+            + "".join(f" {ratio:>9}" for ratio in ratios)
+            + f"  {unit}"
+        )
     for note in results.get("stores_notes", []) if store_rows else []:
         print(f"  note: {note}")
     out = ROOT / "bench-results"

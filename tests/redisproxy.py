@@ -89,8 +89,9 @@ def target_of(request: bytes) -> str:
     if not words:
         return "?"
     name = words[0].decode("latin-1").lower()
-    if name in ("eval", "evalsha") and len(words) >= 6 and words[2] == b"2":
-        step = words[5].decode("latin-1")
+    if name in ("eval", "evalsha") and len(words) >= 4 and words[2].isdigit():
+        at = 3 + int(words[2])
+        step = words[at].decode("latin-1") if at < len(words) else ""
         if step in STEPS:
             return step
     return name

@@ -185,7 +185,7 @@ class StoreConformance:
         history = lab.held(lab.store.read(name)).history
         assert [lease for lease, _ in history][-1] == lease_id
 
-    def test_the_history_keeps_the_last_three_leases_latest_first(self, lab: Lab):
+    def test_the_history_keeps_at_least_the_last_three_leases_latest_first(self, lab: Lab):
         name = lab.name()
         ids = []
         for i in range(5):
@@ -194,7 +194,9 @@ class StoreConformance:
             ids.append(lease_id)
             assert lab.release(name, lease_id, at=10 * i + 5).applied
         history = lab.held(lab.store.read(name)).history
-        assert history == ((ids[3], "released"), (ids[2], "released"), (ids[1], "released"))
+        # Three on every store; Redis, whose hand-offs take milliseconds, keeps a minute's.
+        assert history[:3] == ((ids[3], "released"), (ids[2], "released"), (ids[1], "released"))
+        assert history == tuple((i, "released") for i in reversed(ids[:4]))[: len(history)]
 
     # -- renew -----------------------------------------------------------------------------------
 
@@ -257,6 +259,18 @@ class StoreConformance:
             if self.bars:
                 assert not lab.take(name, lease_id)[1].applied
         assert lab.take(name)[1].applied
+
+    def test_no_bar_is_dropped_for_newer_ones(self, lab: Lab):
+        # The second adversarial review: one acquire's clean-up barred 70 ids, and the oldest
+        # fell out of the newest 64 an earlier version kept; its take then landed.
+        if not self.bars:
+            pytest.skip("this store judges a take by its sender's clock, and bars nothing")
+        name = lab.name("many")
+        ids = ["gone-" + new_id() for _ in range(100)]
+        for i, lease_id in enumerate(ids):
+            assert lab.release(name, lease_id, at=i).barred
+        assert not any(lab.take(name, lease_id, at=200)[1].applied for lease_id in ids)
+        assert lab.take(name, at=300)[1].applied
 
     def test_a_barred_id_stays_barred_and_is_barred_once(self, lab: Lab):
         name = lab.name("barred")

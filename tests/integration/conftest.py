@@ -45,7 +45,7 @@ FIXTURE_NEEDS = {
     for name in ("server", "raw_client", "proxy", "moto_server", "big_table", "old_bin", "foreign")
 }
 #: Servers of the ``server`` fixture that a session fixture runs for other tests too.
-SESSION_SERVERS = {"postgresql": "postgres"}
+SESSION_SERVERS = {"postgresql": "postgres", "redis": "redis_server"}
 #: Each server of the ``server`` fixture: its store kind.
 KIND_OF = {name: kind for kind, servers in KIND_SERVERS.items() for name in servers}
 

@@ -7,6 +7,7 @@
     scripts/simulate --store moto                     # the DynamoDB store, on in-process moto
     scripts/simulate --no-transactions                # as on dynalite (memory or moto)
     scripts/simulate --store postgresql               # the PostgreSQL store, on a throw-away server
+    scripts/simulate --store redis                    # the Redis store, on a throw-away server
 
 Exit 0 when no invariant failed, 1 with the seed, the trace and the command that replays it.
 """
@@ -84,49 +85,45 @@ WHY_OFF = {
         "TTL deletion": "PostgreSQL deletes no row by its expiry time",
         "awsflock 0.2.0 clients": "awsflock 0.2.0 speaks only DynamoDB",
     },
+    "redis": {
+        "TTL deletion": "a lock's hash expires a day after its last lease, by the server's "
+        "clock, which a simulation does not move; the fence key never expires",
+        "awsflock 0.2.0 clients": "awsflock 0.2.0 speaks only DynamoDB",
+    },
 }
 
 
 @contextlib.contextmanager
-def postgres_store(url: str | None = None) -> Iterator[Callable[[], Any]]:
-    """A factory of fresh PostgreSQL stores (one table per simulation, dropped when the next
-    is made and at the end) timed by the simulation's clocks (``server_time=False``), on the
-    server at ``url``, else on a throw-away server started here and removed afterwards."""
+def server_stores(
+    kind: str,
+    url: str | None,
+    start: Callable[[], Any],
+    cleaner: Callable[[str], tuple[Callable[[Any], None], Callable[[], None]]],
+) -> Iterator[Callable[[], Any]]:
+    """A factory of fresh stores of ``kind`` (one table or prefix per simulation, removed when
+    the next is made and at the end) timed by the simulation's clocks (``server_time=False``),
+    on the server at ``url``, else on one ``start()`` gives, stopped afterwards. ``cleaner(url)``:
+    what removes one store's data, and what closes the cleaner."""
     import itertools
     import uuid
 
     from awsflock.stores import kinds
-    from awsflock.stores.postgresql import PostgresStore
-    from awsflock.stores.postgresql.schema import function_name, quote
 
     server = None
     if url is None:
-        from tests.servers import PostgresServer
-
-        server = PostgresServer().start()
+        server = start().start()
         url = server.url
+    assert url is not None
     prefix = f"sim_{os.getpid()}_{uuid.uuid4().hex[:6]}_"
     numbers = itertools.count()
-    made: list[PostgresStore] = []
-
-    def drop(store: PostgresStore) -> None:
-        name = store.table_name
-
-        def work(conn: Any) -> None:
-            conn.execute(f"DROP TABLE IF EXISTS {quote(name)}")
-            conn.execute(f"DROP FUNCTION IF EXISTS {quote(function_name(name))}")
-
-        try:
-            store.run_admin("drop_table", work)
-        finally:
-            store.close()
+    made: list[Any] = []
+    drop, close = cleaner(url)
 
     def make() -> Any:
         while made:
             drop(made.pop())
         settings = kinds.Settings(f"{prefix}{next(numbers)}", 5.0, extra={"server_time": False})
-        store = kinds.get("postgresql").open(kinds.parse(url), settings)
-        assert isinstance(store, PostgresStore)
+        store = kinds.get(kind).open(kinds.parse(str(url)), settings)
         made.append(store)
         store.create()
         return store
@@ -138,8 +135,61 @@ def postgres_store(url: str | None = None) -> Iterator[Callable[[], Any]]:
             while made:
                 drop(made.pop())
         finally:
+            close()
             if server is not None:
                 server.stop()
+
+
+def _postgres_cleaner(url: str) -> tuple[Callable[[Any], None], Callable[[], None]]:
+    from awsflock.stores.postgresql.schema import function_name, quote
+
+    def drop(store: Any) -> None:
+        name = store.table_name
+
+        def work(conn: Any) -> None:
+            conn.execute(f"DROP TABLE IF EXISTS {quote(name)}")
+            conn.execute(f"DROP FUNCTION IF EXISTS {quote(function_name(name))}")
+
+        try:
+            store.run_admin("drop_table", work)
+        finally:
+            store.close()
+
+    return drop, lambda: None
+
+
+def _redis_cleaner(url: str) -> tuple[Callable[[Any], None], Callable[[], None]]:
+    import redis
+
+    admin = redis.Redis.from_url(url)
+
+    def drop(store: Any) -> None:
+        try:
+            keys = list(admin.scan_iter(match=store.prefix + ":*", count=1000))
+            if keys:
+                admin.delete(*keys)
+        finally:
+            store.close()
+
+    return drop, admin.close
+
+
+def postgres_store(url: str | None = None) -> contextlib.AbstractContextManager[Any]:
+    """Fresh PostgreSQL stores (a table each, dropped afterwards): ``server_stores``."""
+    from tests.servers import PostgresServer
+
+    return server_stores("postgresql", url, PostgresServer, _postgres_cleaner)
+
+
+#: Environment variable naming a Redis server for ``--store redis`` (``--redis-url``).
+REDIS_URL_ENV = "AWSFLOCK_SIM_REDIS_URL"
+
+
+def redis_store(url: str | None = None) -> contextlib.AbstractContextManager[Any]:
+    """Fresh Redis stores (a key prefix each, its keys deleted afterwards): ``server_stores``."""
+    from tests.servers import RedisServer
+
+    return server_stores("redis", url, RedisServer, _redis_cleaner)
 
 
 def run_many(
@@ -153,12 +203,14 @@ def run_many(
     faults: Faults | None = None,
     say: Callable[[str], None] = lambda _line: None,
     pg_url: str | None = None,
+    redis_url: str | None = None,
     transactions: bool = True,
 ) -> tuple[list[Result], Result | None]:
     """Simulate seed after seed until ``budget`` operations or ``duration`` seconds are spent,
-    or a violation is found (returned second). ``store``: memory, moto or postgresql (on the
-    server at ``pg_url``, else on a throw-away one); without ``transactions`` (memory, moto), as
-    the DynamoDB store on an endpoint that has none (dynalite)."""
+    or a violation is found (returned second). ``store``: memory, moto, postgresql or redis (on
+    the server at ``pg_url`` or ``redis_url``, else on a throw-away one); without
+    ``transactions`` (memory, moto), as the DynamoDB store on an endpoint that has none
+    (dynalite)."""
     started = time.perf_counter()
     results: list[Result] = []
     done = 0
@@ -172,6 +224,8 @@ def run_many(
             raise ValueError(f"{store}: only memory and moto run without transactions")
         elif store == "postgresql":
             make = stack.enter_context(postgres_store(pg_url))
+        elif store == "redis":
+            make = stack.enter_context(redis_store(redis_url))
         for seed in seeds:
             result = simulate(seed, clients=clients, ops=ops, make_store=make, faults=faults)
             result.flags = "" if transactions else " --no-transactions"
@@ -196,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", type=int, default=60, help="operations per client (default 60)")
     parser.add_argument("--steps", type=int, help="stop after this many operations in all")
     parser.add_argument("--duration", type=float, help="stop after this many seconds")
-    parser.add_argument("--store", choices=("memory", "moto", "postgresql"), default="memory")
+    parser.add_argument(
+        "--store", choices=("memory", "moto", "postgresql", "redis"), default="memory"
+    )
     parser.add_argument(
         "--no-transactions",
         action="store_true",
@@ -207,6 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get(PG_URL_ENV) or None,
         help=f"--store postgresql on this server (default: ${PG_URL_ENV}, else a throw-away "
         "server started for the run); one table per seed, dropped afterwards",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get(REDIS_URL_ENV) or None,
+        help=f"--store redis on this server (default: ${REDIS_URL_ENV}, else a throw-away "
+        "server started for the run); one key prefix per seed, its keys deleted afterwards",
     )
     parser.add_argument("--mutant", help="put a known bug back (a name's start: '4', 'C fenc')")
     parser.add_argument(
@@ -248,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             faults=faults,
             say=lambda line: print(line, file=sys.stderr),
             pg_url=args.pg_url,
+            redis_url=args.redis_url,
             transactions=not args.no_transactions,
         )
     wall = time.perf_counter() - started

@@ -22,9 +22,8 @@ LAYOUT = "awsflock lock table, layout 1"
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
 
 #: An end step that finds nothing ever granted under its lease id bars the id (column
-#: ``barred`` of the lock's row: id -> when), so a take of it that lands late is refused; the
-#: newest ``BARS`` are kept, each ``BAR_RETAIN_MS``.
-BARS = 64
+#: ``barred`` of the lock's row: id -> when), so a take of it that lands late is refused; each
+#: is kept ``BAR_RETAIN_MS``, however many there are. Answers leave the column out.
 BAR_RETAIN_MS = 24 * 3600 * 1000
 
 COLUMNS = (
@@ -224,13 +223,11 @@ BEGIN
                 OR r.history @> jsonb_build_array(jsonb_build_array(p->>'lease')))) THEN
             -- Nothing was ever granted here under this id, but a take of it may still be on
             -- its way (an acquire that gave up with its answer lost): bar the id on the lock's
-            -- row, so that take is refused whenever it lands (within a day; the newest
-            -- {BARS} ids are kept), and the lock is never held by nobody.
+            -- row, so that take is refused whenever it lands (within a day, however many
+            -- are barred), and the lock is never held by nobody.
             UPDATE {T} SET barred = COALESCE((
-                SELECT jsonb_object_agg(b.key, b.value) FROM (
-                    SELECT key, value FROM jsonb_each(barred)
-                    WHERE (value #>> '{{}}')::bigint >= v_now - {RETAIN}
-                    ORDER BY (value #>> '{{}}')::bigint DESC LIMIT {BARS} - 1) b), '{{}}')
+                SELECT jsonb_object_agg(b.key, b.value) FROM jsonb_each(barred) b
+                WHERE (b.value #>> '{{}}')::bigint >= v_now - {RETAIN}), '{{}}')
                 || jsonb_build_object(p->>'lease', v_now)
             WHERE lock_id = p_lock AND slot = -1;
             v_barred := true;
@@ -287,7 +284,8 @@ BEGIN
         'applied', COALESCE(v_ok, false),
         'barred', v_barred,
         'now', v_now,
-        'rows', (SELECT COALESCE(jsonb_agg(to_jsonb(t) - 'audit' ORDER BY t.slot), '[]')
+        'rows', (SELECT COALESCE(
+                    jsonb_agg(to_jsonb(t) - 'audit' - 'barred' ORDER BY t.slot), '[]')
                  FROM {T} t WHERE t.lock_id = p_lock));
 END
 $body$
@@ -341,5 +339,4 @@ def render(template: str, table: str, lapse_ms: int) -> str:
         F=quote(function_name(table)),
         LAPSE=int(lapse_ms),
         RETAIN=int(BAR_RETAIN_MS),
-        BARS=int(BARS),
     )

@@ -26,6 +26,9 @@ READ = (
 WRITE = (
     "hset",
     "hdel",
+    "zscore",
+    "zadd",
+    "zremrangebyscore",
     "pexpireat",
     "persist",
     "wait",

@@ -92,9 +92,7 @@ def outcome(
     doubt: bool,
     barred: bool = False,
 ) -> Outcome:
-    """The Outcome of a step whose answer showed the lock's hash ``head`` (its barred lease
-    ids are no part of the lock: a hash of nothing else is no lock)."""
-    head = {name: value for name, value in head.items() if not name.startswith("x:")}
+    """The Outcome of a step whose answer showed the lock's hash ``head``."""
     if not head:
         return Outcome(applied, None, None, slot, doubt, barred=barred)
     size = _ms(head.get("slots"))

@@ -141,7 +141,7 @@ class Connected(RetryingStore):
         facts = deployment.Server(
             version=version,
             role=str(replication.get("role", "master")),
-            replicas=int(replication.get("connected_slaves", 0)),
+            replicas=_replicas(replication),
             appendonly=None if refused else _config(appendonly, "appendonly"),
             appendfsync=None if refused else _config(appendfsync, "appendfsync"),
             maxmemory=None if refused else int(_config(maxmemory, "maxmemory") or 0),
@@ -258,7 +258,7 @@ class Connected(RetryingStore):
             facts = dataclasses.replace(
                 before,
                 role=str(replication.get("role", "master")),
-                replicas=int(replication.get("connected_slaves", 0)),
+                replicas=_replicas(replication),
                 appendonly=_config(appendonly, "appendonly"),
                 appendfsync=_config(appendonly, "appendfsync"),
                 maxmemory=int(_config(memory, "maxmemory") or 0),
@@ -421,3 +421,10 @@ def _config(answer: Any, name: str) -> str:
     """A CONFIG GET answer's value (redis-py gives a dict)."""
     value = answer.get(name, "") if isinstance(answer, dict) else ""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _replicas(replication: dict[str, Any]) -> int:
+    """The replicas INFO replication lists (``slaveN``), but for those without a listening port
+    (0): a backup's ``redis-cli --rdb`` connects as one, and no failover can promote it."""
+    listed = [v for k, v in replication.items() if k.startswith("slave") and k[5:].isdigit()]
+    return sum(1 for v in listed if not isinstance(v, dict) or str(v.get("port", "")) != "0")

@@ -1,19 +1,20 @@
 """The Redis store's layout: which keys a lock has, and the one script that is every lock step.
 
-A lock ``NAME`` under the prefix ``P`` (``?prefix=``, else the table name) has two keys, both in
+A lock ``NAME`` under the prefix ``P`` (``?prefix=``, else the table name) has three keys, all in
 one hash slot (the name, encoded so that it holds no ``}``, is their hash tag):
 
 - ``P:{NAME}:lock``, a hash: the plain lease (field ``p``), a pool's size (``slots``) and its
   slots' leases (``s:N``), the line of fair waiters (``w:TICKET``, ``next``, ``polled``). Each
   lease is a JSON object whose numbers are strings (Lua's numbers are doubles: written with
-  ``%.0f``, read with ``tonumber``, exact below 2^53). Barred lease ids (``x:LEASE_ID``, the
-  time barred): ids an end step found holding nothing, whose take may still land late (an
-  acquire gave up without its answer); a take under one is refused. Garbage: once no lease in
-  it can be live and nobody waits, ``PEXPIREAT`` removes it ``RETAIN_MS`` later (no sooner
-  than that after its latest bar). A pool's hash is kept.
+  ``%.0f``, read with ``tonumber``, exact below 2^53). Garbage: once no lease in it can be
+  live and nobody waits, ``PEXPIREAT`` removes it ``RETAIN_MS`` later. A pool's hash is kept.
 - ``P:{NAME}:fence``, a hash: the highest fencing token ever granted on the name, any slot
   (``token``) and the time of the last grant (``granted``). Never expired, never deleted: tokens
   go up for as long as the data survives, whatever happens to the lock's hash.
+- ``P:{NAME}:bars``, a sorted set: lease ids an end step found holding nothing here, by when
+  (their take may still land late: an acquire gave up without its answer); a take under one
+  is refused. Each is kept ``RETAIN_MS``, however many there are; the set expires
+  ``RETAIN_MS`` after its latest.
 
 Waiters listen on the channel ``P:{NAME}:wake``, where the script publishes (after its writes,
 as a hint only) when a step may let a waiter take the lock: a lease ended (release,
@@ -38,10 +39,6 @@ PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 #: How long a plain lock's hash is kept after its last lease could have ended: a retried
 #: release still finds what it did, and ``status`` shows who held the lock lately.
 RETAIN_MS = 24 * 3600 * 1000
-#: At most this many barred lease ids per lock (fields ``x:LEASE_ID``), the newest kept; each
-#: is kept ``RETAIN_MS``. Only an acquire that gave up on an unanswered take, or a release of a
-#: lease id the lock never saw, bars one.
-BARS = 64
 #: A lease's record remembers the leases before it (``hist``: id, how it ended, when it was
 #: taken over): the last three, and any taken over within ``HISTORY_MS``, at most
 #: ``HISTORY_KEEP``. Hand-offs on Redis take milliseconds: three can pass while a release's
@@ -67,6 +64,10 @@ def fence_key(prefix: str, lock_id: str) -> str:
     return f"{prefix}:{{{encode(lock_id)}}}:fence"
 
 
+def bars_key(prefix: str, lock_id: str) -> str:
+    return f"{prefix}:{{{encode(lock_id)}}}:bars"
+
+
 def wake_channel(prefix: str, lock_id: str) -> str:
     """The channel the script publishes on when a step may let a waiter take the lock."""
     return f"{prefix}:{{{encode(lock_id)}}}:wake"
@@ -89,10 +90,11 @@ def layout_key(prefix: str) -> str:
     return f"{prefix}:layout"
 
 
-# KEYS[1]: the lock's hash, KEYS[2]: its fence. ARGV[1]: the step; ARGV[2]: its parameters
-# (JSON): "now", "skew" (the caller's clock; absent: the server's TIME, no skew), "lease",
-# "who" (JSON text), "lease_ms", "slot", "slots", "ticket", "drop" ([[ticket, seen_ms], ...]),
-# "keeper", "ended", "forced_by", "forced_reason", "since", "old", "new", "touch".
+# KEYS[1]: the lock's hash, KEYS[2]: its fence, KEYS[3]: its barred lease ids. ARGV[1]: the
+# step; ARGV[2]: its parameters (JSON): "now", "skew" (the caller's clock; absent: the
+# server's TIME, no skew), "lease", "who" (JSON text), "lease_ms", "slot", "slots", "ticket",
+# "drop" ([[ticket, seen_ms], ...]), "keeper", "ended", "forced_by", "forced_reason", "since",
+# "old", "new", "touch".
 #
 # Every check is made before the first write, so a refusal (or an error: a key of another
 # type) changes nothing, but for one: an end step whose lease id the lock never saw bars the id
@@ -103,7 +105,6 @@ local op = ARGV[1]
 local p = cjson.decode(ARGV[2])
 local LAPSE = {LAPSE}
 local RETAIN = {RETAIN}
-local BARS = {BARS}
 local HISTORY = {HISTORY}
 local KEEP = {KEEP}
 local function s(n) return string.format('%.0f', n) end
@@ -144,7 +145,7 @@ local function granted(l, id)
 end
 -- A lease id an end step found holding nothing here: a take of it that lands later is refused.
 local function barred(id)
-    return h['x:' .. id] ~= nil
+    return redis.call('ZSCORE', KEYS[3], id) ~= false
 end
 local function unchanged(drop)
     for _, d in ipairs(drop or {}) do
@@ -186,7 +187,9 @@ end
 if op ~= 'read' and redis.acl_check_cmd then
     for _, check in ipairs({{'HSET', KEYS[1], 'f', 'v'}, {'HDEL', KEYS[1], 'f'},
                             {'PEXPIREAT', KEYS[1], '1'}, {'PERSIST', KEYS[1]},
-                            {'HSET', KEYS[2], 'f', 'v'}}) do
+                            {'HSET', KEYS[2], 'f', 'v'}, {'ZADD', KEYS[3], '1', 'x'},
+                            {'ZREMRANGEBYSCORE', KEYS[3], '0', '1'},
+                            {'PEXPIREAT', KEYS[3], '1'}}) do
         if not redis.acl_check_cmd(unpack(check)) then
             return redis.error_reply('NOPERM awsflock: this user may not run ' .. check[1]
                                      .. ' on ' .. check[2])
@@ -286,19 +289,9 @@ elseif op == 'end' then
         -- way (an acquire that gave up with its answer lost): bar the id, so that take is
         -- refused whenever it lands (within RETAIN), and the lock is never held by nobody.
         bar = true
-        local marks = {}
-        for f, v in pairs(h) do
-            if string.sub(f, 1, 2) == 'x:' then
-                if tonumber(v) < now - RETAIN then
-                    del(f)
-                else
-                    marks[#marks + 1] = {tonumber(v), f}
-                end
-            end
-        end
-        table.sort(marks, function(a, b) return a[1] < b[1] end)
-        for i = 1, #marks - (BARS - 1) do del(marks[i][2]) end
-        set('x:' .. p.lease, s(now))
+        redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. s(now - RETAIN))
+        redis.call('ZADD', KEYS[3], s(now), p.lease)
+        if server then redis.call('PEXPIREAT', KEYS[3], s(now + RETAIN)) end
     end
 
 elseif op == 'join' then
@@ -353,7 +346,7 @@ elseif op ~= 'read' then
     return redis.error_reply('ERR awsflock: unknown step ' .. op)
 end
 
-if (ok or bar) and op ~= 'read' then collect() end
+if ok and op ~= 'read' then collect() end
 -- Only a hint, after every write: pcall, so that a user not allowed to publish (ACL rules from
 -- before the hint) or any failure of it leaves the step as it was; waiters then only poll.
 if ok and wake then redis.pcall('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'wake', op) end
@@ -374,7 +367,6 @@ def script() -> str:
     return (
         SCRIPT.replace("{LAPSE}", str(int(LINE_LAPSE_MS)))
         .replace("{RETAIN}", str(int(RETAIN_MS)))
-        .replace("{BARS}", str(int(BARS)))
         .replace("{HISTORY}", str(int(HISTORY_MS)))
         .replace("{KEEP}", str(int(HISTORY_KEEP)))
     )

@@ -102,7 +102,11 @@ class RedisStore(Connected):
 
     def _call(self, operation: str, op: str, lock_id: str, params: dict[str, Any]) -> Outcome:
         """One call of the step script; its answer as an Outcome in the caller's clock."""
-        keys = [layout.lock_key(self.prefix, lock_id), layout.fence_key(self.prefix, lock_id)]
+        keys = [
+            layout.lock_key(self.prefix, lock_id),
+            layout.fence_key(self.prefix, lock_id),
+            layout.bars_key(self.prefix, lock_id),
+        ]
 
         def call(entry: _Connection) -> tuple[Any, int, float]:
             # The caller's wall and monotonic clocks, read together when this try is sent.
