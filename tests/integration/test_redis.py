@@ -5,12 +5,14 @@ failures a user meets (each one line with the fix, exit 1)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -633,3 +635,100 @@ def test_a_backup_by_redis_cli_rdb_is_no_replica(redis_server: RedisServer):
             store.close()
     finally:
         srv.stop()
+
+
+class _Link:
+    """A TCP link a replica follows its primary through, which the test can cut."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+        import threading
+
+        self.upstream = port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.socks: list[Any] = []
+        self.gone = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            if self.gone:
+                client.close()
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream))
+            self.socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: Any, b: Any) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+
+    def cut(self) -> None:
+        """Nothing more passes, and no new link is made."""
+        import socket
+
+        self.gone = True
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accept; a bare close would not
+        self.server.close()
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes its pipe; a bare close would not
+                sock.close()
+
+
+def test_a_failover_to_a_replica_that_missed_a_grant_grants_it_again_unless_refused():
+    # The documented caveat, shown: without WAIT, a replica promoted after the primary died
+    # may not have the last grant, and grants the lock a second time. So a primary with
+    # replicas and replicas=0 is refused unless the URL names the risk.
+    import signal
+
+    primary = RedisServer((*REDIS_DURABLE, "--repl-diskless-sync-delay", "0")).start()
+    link = _Link(primary.port)
+    follow = ("--replicaof", "127.0.0.1", str(link.port), "--masterauth", REDIS_PASSWORD)
+    replica = RedisServer((*primary.settings, *follow)).start()
+    try:
+        deadline = time.monotonic() + 20
+        while primary.client().info("replication").get("slave0", {}).get("state") != "online":
+            assert time.monotonic() < deadline, "the replica did not come online"
+            time.sleep(0.1)
+        risk = "?durability=best-effort-may-double-grant"
+        on_primary = UrlCli(primary, "awsflock")
+        refused = on_primary("acquire", "job", "--no-wait")
+        _one_line(refused, "1 replica(s) and the URL waits for none", "replicas=1")
+        accepted = UrlCli(primary, "awsflock", primary.url + risk)
+        assert accepted("table-create", "-q").returncode == 0
+        _until_synced = time.monotonic() + 10
+        while not replica.client().exists(layout.layout_key("awsflock")):
+            assert time.monotonic() < _until_synced
+            time.sleep(0.05)
+        assert primary.proc is not None
+        link.cut()  # the replica misses what comes next
+        first = accepted("acquire", "job", "--no-wait", "--lease-duration", "10m", "--json")
+        assert first.returncode == 0, first.stderr
+        os.kill(primary.proc.pid, signal.SIGKILL)
+        primary.proc.wait()
+        replica.client().execute_command("REPLICAOF", "NO", "ONE")
+        second = UrlCli(replica, "awsflock")("acquire", "job", "--no-wait", "--json")
+        # Granted again while the first holder's 10 minutes run: two holders.
+        assert second.returncode == 0, second.stderr
+        tokens = [json.loads(r.stdout)["fencing_token"] for r in (first, second)]
+        # Tokens still rise here (they start from the clock, one machine's), which is what a
+        # fenced resource relies on; the lock itself was held twice.
+        assert tokens[1] > tokens[0]
+    finally:
+        replica.stop()
+        primary.stop()
