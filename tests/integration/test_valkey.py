@@ -1,0 +1,207 @@
+"""The Redis store on a server with ``WAITAOF`` (Valkey 8.1, which reports itself as Redis
+7.2.4): with ``appendfsync everysec`` it is durable only because every write step is followed
+by ``WAITAOF 1 N`` in the same round trip, and its answer is checked. Debian's redis-server
+(7.0) has no WAITAOF, so these are the only tests of that path on a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from awsflock import LockTable, errors
+from awsflock.protocol import Attempt
+from awsflock.records import Identity
+from awsflock.stores import kinds
+from awsflock.stores.redis import RedisStore
+from tests.conformance.suite import StoreConformance
+from tests.integration.conftest import UrlCli
+from tests.servers import REDIS_PASSWORD, VALKEY_WAITAOF, ValkeyServer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def valkey() -> Iterator[ValkeyServer]:
+    srv = ValkeyServer().start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _store(srv: ValkeyServer, url: str | None = None, **options: object) -> RedisStore:
+    store = kinds.get("redis").open(
+        kinds.parse(url or srv.url),
+        kinds.Settings("vk-" + uuid.uuid4().hex[:8], 5.0, extra=options),
+    )
+    assert isinstance(store, RedisStore)
+    store.create()
+    return store
+
+
+def _take(store: RedisStore, name: str) -> tuple[str, bool]:
+    lease_id = str(uuid.uuid4())
+    now = int(time.time() * 1000)
+    outcome = store.take(name, Attempt(lease_id, Identity(owner="t"), now, 60_000, 0))
+    return lease_id, outcome.applied
+
+
+def _waitaofs(srv: ValkeyServer) -> int:
+    stats = srv.client().info("commandstats")
+    return int(stats.get("cmdstat_waitaof", {}).get("calls", 0))
+
+
+class TestValkeyStore(StoreConformance):
+    """The whole conformance suite through the WAITAOF path (in the caller's time)."""
+
+    bars = True
+
+    @pytest.fixture
+    def store(self, valkey: ValkeyServer) -> Iterator[RedisStore]:
+        store = _store(valkey, server_time=False)
+        yield store
+        store.close()
+
+
+def test_everysec_is_crash_safe_through_a_waitaof_after_every_write_step(valkey: ValkeyServer):
+    store = _store(valkey)
+    try:
+        name = "w-" + uuid.uuid4().hex[:6]
+        lease_id, ok = _take(store, name)
+        assert ok
+        found = store._conn.deployment if store._conn else None
+        assert found is not None
+        assert (found.kind, found.waitaof, found.why) == (
+            "crash-safe without replicas",
+            True,
+            "WAITAOF after every write",
+        )
+        before = _waitaofs(valkey)
+        # Each step that may write waits for its fsync: a refused take too (it touches the
+        # record, so the wait covers what it read from other connections).
+        assert not _take(store, name)[1]
+        now = int(time.time() * 1000)
+        assert store.renew(name, lease_id, now_ms=now, lease_ms=60_000, skew_ms=0).applied
+        assert store.release(name, lease_id, now_ms=now, skew_ms=0).applied
+        assert _waitaofs(valkey) - before == 3
+        # A read waits for nothing.
+        store.read(name)
+        assert _waitaofs(valkey) - before == 3
+    finally:
+        store.close()
+
+
+def test_run_and_a_crash_on_a_waitaof_server_keep_every_grant():
+    srv = ValkeyServer().start()
+    try:
+        cli = UrlCli(srv, "awsflock")
+        assert cli("table-create", "-q").returncode == 0
+        ran = cli("run", "job", "--", "sh", "-c", 'test "$AWSFLOCK_HELD" = 1 && echo ran')
+        assert (ran.returncode, ran.stdout) == (0, "ran\n"), ran.stderr
+        first = json.loads(cli("acquire", "deploy", "--json", "--lease-duration", "1m").stdout)
+        assert srv.proc is not None
+        os.killpg(srv.proc.pid, signal.SIGKILL)
+        srv.proc.wait(timeout=10)
+        srv.start()  # the same directory: the AOF is read back
+        busy = cli("acquire", "deploy", "-n")
+        assert busy.returncode == 3, busy.stderr
+        assert cli("release", "deploy", first["lease_id"]).returncode == 0
+        second = json.loads(cli("acquire", "deploy", "--json", "-n").stdout)
+        assert second["fencing_token"] > first["fencing_token"]
+    finally:
+        srv.stop()
+
+
+def test_a_waitaof_server_without_an_aof_is_refused_as_best_effort():
+    srv = ValkeyServer(("--appendonly", "no")).start()
+    try:
+        refused = UrlCli(srv, "awsflock")("acquire", "x", "--no-wait")
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert "best effort" in refused.stderr and "appendonly yes" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        # WAITAOF refuses to wait where the AOF is off; the retry's new connection says why.
+        ((("appendonly", "no"),), "appendonly no"),
+        # WAITAOF says nothing of eviction: the settings are read again after each step.
+        ((("maxmemory", "100mb"), ("maxmemory-policy", "allkeys-lru")), "allkeys-lru"),
+    ],
+)
+def test_settings_changed_under_a_holder_on_a_waitaof_server_fail_its_next_step(change, says):
+    srv = ValkeyServer().start()
+    try:
+        store = _store(srv)
+        lease = LockTable(store=store).acquire("held", lease=60, wait=0)
+        for setting in change:
+            srv.client().config_set(*setting)
+        with pytest.raises(errors.AwsflockError, match=says) as lost:
+            lease.renew()
+        # The renewal ran and may last or not: never reported as renewed.
+        assert lost.value.maybe_applied or isinstance(lost.value, errors.LeaseLost)
+        store.close()
+    finally:
+        srv.stop()
+
+
+def test_a_step_a_stopped_replica_never_fsynced_is_a_lost_answer():
+    # WAITAOF 1 1 waits for the replica's own fsync; a replica that stops answering leaves the
+    # step unconfirmed, and its answer (an array: local, replicas) is read as such.
+    primary = ValkeyServer((*VALKEY_WAITAOF, "--repl-diskless-sync-delay", "0")).start()
+    follow = ("--replicaof", "127.0.0.1", str(primary.port), "--masterauth", REDIS_PASSWORD)
+    replica = ValkeyServer((*VALKEY_WAITAOF, *follow)).start()
+    try:
+        deadline = time.monotonic() + 20
+        while primary.client().info("replication").get("slave0", {}).get("state") != "online":
+            assert time.monotonic() < deadline, "the replica did not come online"
+            time.sleep(0.1)
+        store = _store(primary, primary.url + "?replicas=1")
+        _, ok = _take(store, "r-" + uuid.uuid4().hex[:6])
+        assert ok and store._conn is not None and store._conn.deployment is not None
+        assert (store._conn.deployment.kind, store._conn.deployment.waitaof) == ("durable", True)
+        assert replica.proc is not None
+        os.kill(replica.proc.pid, signal.SIGSTOP)
+        try:
+            with (
+                store.budget(time.monotonic() + 1.5),
+                pytest.raises(
+                    errors.EndpointUnreachable, match="WAITAOF: fsynced on 1 local, 0"
+                ) as lost,
+            ):
+                _take(store, "r-" + uuid.uuid4().hex[:6])
+            assert lost.value.maybe_applied
+        finally:
+            os.kill(replica.proc.pid, signal.SIGCONT)
+        store.close()
+    finally:
+        replica.stop()
+        primary.stop()
+
+
+def test_where_config_is_denied_waitaof_checks_the_fsync_and_no_declaration_is_needed(
+    valkey: ValkeyServer,
+):
+    # A managed service's user often may not CONFIG GET; WAITAOF fails where the AOF is off,
+    # so the steps check durability themselves, and nothing is read again after them.
+    user, password = "noconf-" + uuid.uuid4().hex[:6], "pw-" + uuid.uuid4().hex[:6]
+    prefix = "nc" + uuid.uuid4().hex[:6]
+    rules = kinds.get("redis").command("grants")(prefix, user, read_only=False).splitlines()
+    for line in rules:  # the 6.2+ rules, and the WAITAOF line apart
+        if line.startswith("ACL SETUSER"):
+            valkey.client().execute_command(*line.split(), f">{password}", "-config|get")
+    cli = UrlCli(valkey, prefix, f"redis://{user}:{password}@{valkey.address}?prefix={prefix}")
+    assert cli("table-create", "-q").returncode == 0
+    taken = cli("acquire", "x", "--no-wait")
+    assert taken.returncode == 0, taken.stderr
+    assert cli("renew", "x", taken.stdout.strip()).returncode == 0
+    assert cli("release", "x", taken.stdout.strip()).returncode == 0
