@@ -62,7 +62,10 @@ def make_client(
     import botocore.session
     from botocore.config import Config
 
+    from awsflock.stores.dynamodb import botodata
+
     session = botocore.session.Session(profile=profile)
+    botodata.use_trimmed(session)
     region = region or session.get_config_variable("region")
     kwargs: dict[str, Any] = {}
     if is_loopback(endpoint_url):
@@ -94,7 +97,7 @@ def make_client(
         region_name=region,
         endpoint_url=endpoint_url,
         config=config,
-        api_version="2012-08-10",
+        api_version=botodata.API_VERSION,
         **kwargs,
     )
     return client
