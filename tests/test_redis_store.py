@@ -69,12 +69,34 @@ def test_replicas_left_unwaited_for_are_refused_unless_the_url_accepts_the_failo
     assert any("failover" in note and "replicas=1" in note for note in found.notes)
 
 
-def test_redis_72_waits_with_waitaof_whatever_appendfsync_says():
-    found = _classify(version=(7, 2, 4), appendfsync="everysec")
+def test_redis_72_checks_each_step_with_waitaof_but_still_needs_fsync_always():
+    found = _classify(version=(7, 2, 4))
     assert found.waitaof and found.waits and found.kind == deployment.CRASH_SAFE
-    # WAITAOF fails where the AOF is off, so it checks what CONFIG could not.
-    blocked = _classify(version=(7, 2, 4), appendonly=None, appendfsync=None, config_error="x")
-    assert blocked.waitaof and blocked.checked
+    # Found by the adversarial review: with everysec, Valkey 8.1 answered WAITAOF "fsynced" for
+    # writes no fsync had followed (strace: 17 of 20 steps); so WAITAOF is a second check only.
+    with pytest.raises(errors.ConfigurationError, match="best effort .*appendfsync everysec"):
+        _classify(version=(7, 2, 4), appendfsync="everysec")
+    # And it does not stand in for CONFIG GET: eviction cannot be seen without it.
+    blocked = {"appendonly": None, "appendfsync": None, "config_error": "NOPERM config|get"}
+    with pytest.raises(errors.ConfigurationError, match="could not check"):
+        _classify(version=(7, 2, 4), **blocked)
+    declared = _classify(version=(7, 2, 4), declared=deployment.DECLARE_FSYNC, **blocked)
+    assert declared.waitaof and not declared.checked
+
+
+def test_fsyncs_skipped_while_a_child_saves_are_best_effort():
+    with pytest.raises(errors.ConfigurationError, match="no-appendfsync-on-rewrite yes"):
+        _classify(no_fsync_on_rewrite="yes")
+    with pytest.raises(errors.ConfigurationError, match="no-appendfsync-on-rewrite yes"):
+        _classify(no_fsync_on_rewrite="yes", declared=deployment.DECLARE_FSYNC)
+
+
+def test_an_aof_just_turned_on_waits_for_its_first_rewrite_unless_waitaof_waits():
+    # Found by the adversarial review: after CONFIG SET appendonly yes, until the first rewrite
+    # is done, writes go to a file no manifest names; a crash then lost an acknowledged grant.
+    with pytest.raises(errors.Throttled, match="first rewrite"):
+        _classify(aof_starting=True)
+    assert _classify(version=(7, 2, 4), aof_starting=True).waitaof
 
 
 @pytest.mark.parametrize(
@@ -84,6 +106,7 @@ def test_redis_72_waits_with_waitaof_whatever_appendfsync_says():
         ({"appendfsync": "everysec"}, "appendfsync everysec"),
         ({"appendfsync": "no"}, "appendfsync no"),
         ({"version": (7, 2, 0), "appendonly": "no"}, "appendonly no"),
+        ({"version": (7, 2, 0), "appendfsync": "everysec"}, "appendfsync everysec"),
     ],
 )
 def test_best_effort_is_refused_saying_why_and_how_to_accept_it(settings, says):

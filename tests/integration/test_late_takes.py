@@ -101,3 +101,32 @@ def test_the_printed_release_bars_a_take_still_on_its_way(faulty, direct, lock_n
     assert "lands later is refused" in freed.stderr  # ... and never will
     _until(lambda: "late:6" in done)
     assert direct("acquire", lock_name, "--no-wait").returncode == 0
+
+
+def test_a_renew_that_lands_late_never_shortens_what_a_later_renew_granted(
+    faulty, direct, lock_name: str
+):
+    # Found by the adversarial review of the Redis store (PostgreSQL had the same rule): a
+    # 10 s renew held back on the wire landed after a 120 s renew had been answered, and cut
+    # the lease to 10 s from its landing while its holder counted on two minutes.
+    held = direct("acquire", lock_name, "--lease-duration", "30s")
+    assert held.returncode == 0, held.stderr
+    lease_id = held.stdout.strip()
+    cli, _proxy, done = faulty(lambda target, n: "late:4" if target == "renew" else "pass")
+    gave_up = cli(
+        "renew",
+        lock_name,
+        lease_id,
+        "--lease-duration",
+        "10s",
+        "--request-timeout",
+        "1s",
+    )
+    assert gave_up.returncode == 1, gave_up.stderr
+    longer = direct("renew", lock_name, lease_id, "--lease-duration", "120s")
+    assert longer.returncode == 0, longer.stderr
+    _until(lambda: "late:4" in done)
+    time.sleep(0.5)  # the late renew's answer has come back to nobody: it has landed
+    status = json.loads(direct("status", lock_name, "--json").stdout)
+    assert status["state"] == "held" and status["expires_in_s"] > 100, status
+    assert direct("release", lock_name, lease_id).returncode == 0

@@ -1,7 +1,8 @@
 """The Redis store on a server with ``WAITAOF`` (Valkey 8.1, which reports itself as Redis
-7.2.4): with ``appendfsync everysec`` it is durable only because every write step is followed
-by ``WAITAOF 1 N`` in the same round trip, and its answer is checked. Debian's redis-server
-(7.0) has no WAITAOF, so these are the only tests of that path on a real server."""
+7.2.4): every write step is followed by ``WAITAOF 1 N`` in the same round trip, and its answer
+is checked — a second check beside ``appendfsync always``, which such a server still needs.
+Debian's redis-server (7.0) has no WAITAOF, so these are the only tests of that path on a real
+server."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore
 from tests.conformance.suite import StoreConformance
 from tests.integration.conftest import UrlCli
-from tests.servers import REDIS_PASSWORD, VALKEY_WAITAOF, ValkeyServer
+from tests.servers import REDIS_DURABLE, REDIS_PASSWORD, ValkeyServer
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,7 @@ class TestValkeyStore(StoreConformance):
         store.close()
 
 
-def test_everysec_is_crash_safe_through_a_waitaof_after_every_write_step(valkey: ValkeyServer):
+def test_every_write_step_is_followed_by_a_waitaof_and_a_read_by_none(valkey: ValkeyServer):
     store = _store(valkey)
     try:
         name = "w-" + uuid.uuid4().hex[:6]
@@ -80,7 +81,7 @@ def test_everysec_is_crash_safe_through_a_waitaof_after_every_write_step(valkey:
         assert (found.kind, found.waitaof, found.why) == (
             "crash-safe without replicas",
             True,
-            "WAITAOF after every write",
+            "appendonly yes, appendfsync always",
         )
         before = _waitaofs(valkey)
         # Each step that may write waits for its fsync: a refused take too (it touches the
@@ -118,12 +119,22 @@ def test_run_and_a_crash_on_a_waitaof_server_keep_every_grant():
         srv.stop()
 
 
-def test_a_waitaof_server_without_an_aof_is_refused_as_best_effort():
-    srv = ValkeyServer(("--appendonly", "no")).start()
+@pytest.mark.parametrize(
+    "settings, says",
+    [
+        (("--appendonly", "no"), "appendonly no"),
+        # WAITAOF is no stand-in for fsync always: with everysec, Valkey 8.1 was seen answering
+        # it "fsynced" for writes that no fsync had followed (strace, 17 of 20 steps).
+        (("--appendonly", "yes", "--appendfsync", "everysec"), "appendfsync everysec"),
+    ],
+)
+def test_a_waitaof_server_that_does_not_fsync_every_write_is_refused(settings, says):
+    srv = ValkeyServer(settings).start()
     try:
         refused = UrlCli(srv, "awsflock")("acquire", "x", "--no-wait")
         assert refused.returncode == 1 and refused.stdout == ""
-        assert "best effort" in refused.stderr and "appendonly yes" in refused.stderr
+        assert "best effort" in refused.stderr and says in refused.stderr
+        assert "appendfsync always" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     finally:
         srv.stop()
@@ -157,9 +168,9 @@ def test_settings_changed_under_a_holder_on_a_waitaof_server_fail_its_next_step(
 def test_a_step_a_stopped_replica_never_fsynced_is_a_lost_answer():
     # WAITAOF 1 1 waits for the replica's own fsync; a replica that stops answering leaves the
     # step unconfirmed, and its answer (an array: local, replicas) is read as such.
-    primary = ValkeyServer((*VALKEY_WAITAOF, "--repl-diskless-sync-delay", "0")).start()
+    primary = ValkeyServer((*REDIS_DURABLE, "--repl-diskless-sync-delay", "0")).start()
     follow = ("--replicaof", "127.0.0.1", str(primary.port), "--masterauth", REDIS_PASSWORD)
-    replica = ValkeyServer((*VALKEY_WAITAOF, *follow)).start()
+    replica = ValkeyServer((*REDIS_DURABLE, *follow)).start()
     try:
         deadline = time.monotonic() + 20
         while primary.client().info("replication").get("slave0", {}).get("state") != "online":
@@ -188,20 +199,26 @@ def test_a_step_a_stopped_replica_never_fsynced_is_a_lost_answer():
         primary.stop()
 
 
-def test_where_config_is_denied_waitaof_checks_the_fsync_and_no_declaration_is_needed(
+def test_where_config_is_denied_the_mode_is_declared_and_waitaof_still_checks_each_step(
     valkey: ValkeyServer,
 ):
-    # A managed service's user often may not CONFIG GET; WAITAOF fails where the AOF is off,
-    # so the steps check durability themselves, and nothing is read again after them.
+    # A managed service's user often may not CONFIG GET. WAITAOF cannot stand in for it (it
+    # says nothing of eviction, and with everysec it was seen confirming unsynced writes), so
+    # the mode is declared as on 7.0; nothing is read again after the steps.
     user, password = "noconf-" + uuid.uuid4().hex[:6], "pw-" + uuid.uuid4().hex[:6]
     prefix = "nc" + uuid.uuid4().hex[:6]
     rules = kinds.get("redis").command("grants")(prefix, user, read_only=False).splitlines()
     for line in rules:  # the 6.2+ rules, and the WAITAOF line apart
         if line.startswith("ACL SETUSER"):
             valkey.client().execute_command(*line.split(), f">{password}", "-config|get")
-    cli = UrlCli(valkey, prefix, f"redis://{user}:{password}@{valkey.address}?prefix={prefix}")
+    url = f"redis://{user}:{password}@{valkey.address}?prefix={prefix}"
+    undeclared = UrlCli(valkey, prefix, url)("table-create", "-q")
+    assert undeclared.returncode == 1 and "durability=fsync-always" in undeclared.stderr
+    cli = UrlCli(valkey, prefix, url + "&durability=fsync-always")
+    before = _waitaofs(valkey)
     assert cli("table-create", "-q").returncode == 0
     taken = cli("acquire", "x", "--no-wait")
     assert taken.returncode == 0, taken.stderr
     assert cli("renew", "x", taken.stdout.strip()).returncode == 0
     assert cli("release", "x", taken.stdout.strip()).returncode == 0
+    assert _waitaofs(valkey) - before == 3

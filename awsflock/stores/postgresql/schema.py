@@ -193,12 +193,13 @@ BEGIN
         v_ok := v_has_r AND r.lease_id = p->>'lease' AND r.ended = '' AND r.expires_ms > v_now
             AND CASE WHEN v_slot < 0 THEN h.slots IS NULL ELSE h.slots > v_slot END;
         -- A renew made before the lease's grant or latest renew (its end less its length) counts
-        -- from that one's time, and only if that moves the end no earlier: one that lands late
-        -- never moves the end back. (Timed by the server, a later landing is a later time.)
+        -- from that one's time. And none moves the end back: a renew that lands late, after a
+        -- later one extended the lease further, must not shorten what that one's caller was
+        -- told (the late one's caller learns the lease is held at least as long as it asked).
         IF v_ok AND r.expires_ms - r.lease_ms > v_now THEN
             v_now := r.expires_ms - r.lease_ms;
-            v_ok := v_now + (p->>'lease_ms')::bigint >= r.expires_ms;
         END IF;
+        v_ok := v_ok AND v_now + (p->>'lease_ms')::bigint >= r.expires_ms;
         IF v_ok THEN
             UPDATE {T} SET
                 expires_ms = v_now + (p->>'lease_ms')::bigint,

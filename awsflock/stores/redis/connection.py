@@ -129,13 +129,16 @@ class Connected(RetryingStore):
         pipe.config_get("appendfsync")
         pipe.config_get("maxmemory")
         pipe.config_get("maxmemory-policy")
+        pipe.config_get("no-appendfsync-on-rewrite")
+        pipe.info("persistence")
         pipe.get(layout.layout_key(self.prefix))
         answers = pipe.execute(raise_on_error=False)
-        server, replication, appendonly, appendfsync, maxmemory, policy, recorded = answers
-        for answer in (server, replication, recorded):
+        server, replication, appendonly, appendfsync, maxmemory, policy, on_rewrite = answers[:7]
+        persistence, recorded = answers[7:]
+        for answer in (server, replication, persistence, recorded):
             if isinstance(answer, Exception):
                 raise answer
-        configs = (appendonly, appendfsync, maxmemory, policy)
+        configs = (appendonly, appendfsync, maxmemory, policy, on_rewrite)
         refused = next((a for a in configs if isinstance(a, Exception)), None)
         version = tuple(int(x) for x in str(server.get("redis_version", "0")).split(".")[:3])
         facts = deployment.Server(
@@ -146,8 +149,12 @@ class Connected(RetryingStore):
             appendfsync=None if refused else _config(appendfsync, "appendfsync"),
             maxmemory=None if refused else int(_config(maxmemory, "maxmemory") or 0),
             eviction=None if refused else _config(policy, "maxmemory-policy"),
+            no_fsync_on_rewrite=None
+            if refused
+            else _config(on_rewrite, "no-appendfsync-on-rewrite"),
             config_error=str(refused).splitlines()[0] if refused else "",
             uptime_s=float(server.get("uptime_in_seconds", 0)),
+            aof_starting=_aof_starting(persistence),
         )
         found = self._classify(facts)
         for note in found.notes:
@@ -232,7 +239,9 @@ class Connected(RetryingStore):
             if recheck:
                 pipe.config_get("append*")
                 pipe.config_get("maxmemory*")
+                pipe.config_get("no-appendfsync-on-rewrite")
                 pipe.info("replication")
+                pipe.info("persistence")
             return list(pipe.execute(raise_on_error=False))
 
         import redis.exceptions as rx
@@ -245,14 +254,14 @@ class Connected(RetryingStore):
         if wait:
             self._waited(entry, answers[1])
         if recheck:
-            self._rechecked(entry, answers[-3:])
+            self._rechecked(entry, answers[-5:])
         return answers[0]
 
     def _rechecked(self, entry: _Connection, answers: list[Any]) -> None:
         """Refuse a step after which the server's settings no longer keep what it wrote (the
         step ran, and may not last): the connection is dropped, so the next step connects
         anew and its check names what changed and the fix."""
-        appendonly, memory, replication = answers
+        appendonly, memory, on_rewrite, replication, persistence = answers
         before, then = entry.facts, entry.deployment
         if before is None or then is None or any(isinstance(a, Exception) for a in answers):
             why = next((str(a).splitlines()[0] for a in answers if isinstance(a, Exception)), "")
@@ -265,6 +274,8 @@ class Connected(RetryingStore):
                 appendfsync=_config(appendonly, "appendfsync"),
                 maxmemory=int(_config(memory, "maxmemory") or 0),
                 eviction=_config(memory, "maxmemory-policy"),
+                no_fsync_on_rewrite=_config(on_rewrite, "no-appendfsync-on-rewrite"),
+                aof_starting=_aof_starting(persistence),
             )
             try:
                 now = self._classify(facts)
@@ -423,6 +434,22 @@ def _config(answer: Any, name: str) -> str:
     """A CONFIG GET answer's value (redis-py gives a dict)."""
     value = answer.get(name, "") if isinstance(answer, dict) else ""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _aof_starting(persistence: dict[str, Any]) -> bool:
+    """Whether INFO persistence shows an AOF turned on while the server ran, its first rewrite
+    not done: a rewrite running or scheduled, and no base file yet. (A server started with its
+    AOF on may show no base until its first rewrite, too: then a step waits out that rewrite,
+    which costs time, never safety.)"""
+    return (
+        str(persistence.get("aof_enabled", 0)) == "1"
+        and str(persistence.get("aof_base_size", 0)) == "0"
+        and "1"
+        in (
+            str(persistence.get("aof_rewrite_in_progress", 0)),
+            str(persistence.get("aof_rewrite_scheduled", 0)),
+        )
+    )
 
 
 def _replicas(replication: dict[str, Any]) -> int:

@@ -1,24 +1,27 @@
 """What a Redis deployment can promise, judged once per connection from what the server says
 (``INFO``, ``CONFIG GET``) and what the URL declares, and how each step waits for durability.
 
-- **durable**: every write is on disk before its answer (``WAITAOF`` on Redis 7.2+, else
-  ``appendonly yes`` + ``appendfsync always``) and on ``replicas`` replicas (``WAIT``, or
-  ``WAITAOF``'s second count, which also fsyncs them): a crash, or a failover to one of them,
-  keeps every grant.
+- **durable**: every write is on disk before its answer (``appendonly yes``, ``appendfsync
+  always``, ``no-appendfsync-on-rewrite no``) and on ``replicas`` replicas (``WAIT``, or on
+  Redis 7.2+ ``WAITAOF``'s second count, which also waits for their fsync): a crash, or a
+  failover to one of them, keeps every grant.
 - **crash-safe without replicas**: on disk before the answer, ``replicas=0``: a crash and
   restart keep every grant; a failover to a replica may not.
-- **best effort**: writes can be acknowledged and then lost (no AOF, or an ``appendfsync``
-  other than ``always`` without ``WAITAOF``): after a crash a lock can be granted twice and a
-  token repeated. Refused unless the URL says ``durability=best-effort-may-double-grant``;
-  then the delayed-restart rule applies: no lease longer than ``max_lease``, and no grant or
-  renewal until ``max_lease`` after the server started, so every lease a crash may have made
-  it forget has ended before it grants again.
+- **best effort**: writes can be acknowledged and then lost (no AOF, an ``appendfsync`` other
+  than ``always``, or fsyncs skipped while a child process saves): after a crash a lock can be
+  granted twice and a token repeated. Refused unless the URL says
+  ``durability=best-effort-may-double-grant``; then the delayed-restart rule applies: no lease
+  longer than ``max_lease``, and no grant or renewal until ``max_lease`` after the server
+  started, so every lease a crash may have made it forget has ended before it grants again.
+
+``WAITAOF`` (Redis 7.2+, Valkey) follows every write step as a second check (it fails where the
+AOF is off, and waits out an AOF just turned on), never instead of ``appendfsync always``: with
+``everysec``, Valkey 8.1 answered it "fsynced" for writes that no fsync had followed.
 
 Where ``CONFIG`` is not allowed (managed services), ``durability=fsync-always`` declares the
 server's persistence (and that it never evicts); awsflock then says it could not check. A
 server that may evict keys when full (a ``maxmemory`` with any ``maxmemory-policy`` but
-``noeviction``) is refused whatever the URL says. A server with ``WAITAOF`` needs no
-declaration: ``WAITAOF`` itself fails where the AOF is off.
+``noeviction``) is refused whatever the URL says.
 """
 
 from __future__ import annotations
@@ -56,6 +59,12 @@ class Server:
     #: ``maxmemory`` (0: no limit) and ``maxmemory-policy`` (None: CONFIG GET was refused).
     maxmemory: int | None = 0
     eviction: str | None = "noeviction"
+    #: ``no-appendfsync-on-rewrite`` ("yes": no fsync while a child saves; None: refused).
+    no_fsync_on_rewrite: str | None = "no"
+    #: The AOF was turned on while the server ran and its first rewrite has not finished:
+    #: until it has, what is written goes to a file no manifest names yet (INFO persistence:
+    #: a rewrite in progress or scheduled, and no base file yet).
+    aof_starting: bool = False
 
     @property
     def evicts(self) -> bool:
@@ -148,19 +157,21 @@ def classify(
     notes: list[str] = []
     known = server.appendonly is not None and server.appendfsync is not None
     aof = server.appendonly == "yes"
-    if known and declared == DECLARE_FSYNC and not (aof and server.appendfsync == "always"):
+    always = aof and server.appendfsync == "always" and server.no_fsync_on_rewrite != "yes"
+    settings = f"appendonly {server.appendonly}, appendfsync {server.appendfsync}"
+    if server.no_fsync_on_rewrite == "yes":
+        settings += ", no-appendfsync-on-rewrite yes"
+    if known and declared == DECLARE_FSYNC and not always:
         raise errors.ConfigurationError(
-            f"the URL declares durability={DECLARE_FSYNC}, and {where} runs with appendonly "
-            f"{server.appendonly}, appendfsync {server.appendfsync}",
-            hint="set appendonly yes and appendfsync always on the server, or drop the declaration",
+            f"the URL declares durability={DECLARE_FSYNC}, and {where} runs with {settings}",
+            hint="set appendonly yes and appendfsync always (no-appendfsync-on-rewrite no) on "
+            "the server, or drop the declaration",
         )
-    if server.has_waitaof and (aof or not known):
-        # WAITAOF fails where the AOF is off: each step checks it.
-        local, how, checked = True, "WAITAOF after every write", True
-    elif known:
-        local = aof and server.appendfsync == "always"
-        how = f"appendonly {server.appendonly}, appendfsync {server.appendfsync}"
-        checked = True
+    # WAITAOF follows each write step where the server has it (it fails where the AOF is off,
+    # and it waits out an AOF just turned on).
+    waitaof = server.has_waitaof and (aof or not known)
+    if known:
+        local, how, checked = always, settings, True
     elif declared == DECLARE_FSYNC:
         local, how, checked = True, f"durability={DECLARE_FSYNC} (declared)", False
         notes.append(
@@ -181,14 +192,20 @@ def classify(
             raise errors.ConfigurationError(
                 f"{where} is best effort ({how}): a grant it acknowledges can be lost in a "
                 "crash, and the lock then granted twice",
-                hint="set appendonly yes and appendfsync always on the server (CONFIG SET, and "
-                "in redis.conf), or accept the risk with "
+                hint="set appendonly yes and appendfsync always (and no-appendfsync-on-rewrite "
+                "no) on the server (CONFIG SET, and in redis.conf), or accept the risk with "
                 f"durability={ACCEPT_BEST_EFFORT} in the URL",
             )
         # The delayed-restart rule (whole seconds of uptime: count the started one as past).
         hold = max(0.0, max_lease_s - server.uptime_s + 1)
         return Deployment(
             BEST_EFFORT, False, replicas, checked, how, tuple(notes), max_lease_s, hold
+        )
+    if server.aof_starting and not waitaof:
+        raise errors.Throttled(
+            f"{where} turned its AOF on and has not finished its first rewrite: until then "
+            "what it writes is not in the AOF it would restart from",
+            hint="retry when the rewrite is done (INFO persistence: aof_rewrite_in_progress:0)",
         )
     if replicas == 0 and server.replicas > 0:
         # A failover (Sentinel, an operator's REPLICAOF NO ONE) promotes a replica that may
@@ -205,6 +222,5 @@ def classify(
             f"{where} has {server.replicas} replica(s) and replicas=0: a failover to one of "
             f"them may lose grants; add replicas={server.replicas} to the URL to wait for them"
         )
-    waitaof = server.has_waitaof and (aof or not known)
     kind = DURABLE if replicas > 0 else CRASH_SAFE
     return Deployment(kind, waitaof, replicas, checked, how, tuple(notes))

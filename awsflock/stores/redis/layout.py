@@ -260,12 +260,14 @@ elseif op == 'renew' then
         or (slot ~= nil and h.slots ~= nil and tonumber(h.slots) > slot)
     ok = l ~= nil and l.lease == p.lease and l.ended == '' and tonumber(l.exp) > now and in_pool
     local from = now
-    -- A renew made before the lease's grant or latest renew counts from that one's time, and
-    -- only if that moves the end no earlier: one that lands late never moves the end back.
+    -- A renew made before the lease's grant or latest renew (the caller's clock) counts from
+    -- that one's time. And none moves the end back: a renew that lands late, after a later one
+    -- extended the lease further, must not shorten what that one's caller was told (the
+    -- caller of the late one learns the lease is held at least as long as it asked).
     if ok and tonumber(l.exp) - tonumber(l.ms) > now then
         from = tonumber(l.exp) - tonumber(l.ms)
-        ok = from + p.lease_ms >= tonumber(l.exp)
     end
+    ok = ok and from + p.lease_ms >= tonumber(l.exp)
     if ok then
         l.exp = s(from + p.lease_ms)
         l.ms = s(p.lease_ms)
