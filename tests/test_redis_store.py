@@ -74,7 +74,7 @@ def test_redis_72_checks_each_step_with_waitaof_but_still_needs_fsync_always():
     assert found.waitaof and found.waits and found.kind == deployment.CRASH_SAFE
     # Found by the adversarial review: with everysec, Valkey 8.1 answered WAITAOF "fsynced" for
     # writes no fsync had followed (strace: 17 of 20 steps); so WAITAOF is a second check only.
-    with pytest.raises(errors.ConfigurationError, match="best effort .*appendfsync everysec"):
+    with pytest.raises(errors.ConfigurationError, match=r"best effort .*appendfsync everysec"):
         _classify(version=(7, 2, 4), appendfsync="everysec")
     # And it does not stand in for CONFIG GET: eviction cannot be seen without it.
     blocked = {"appendonly": None, "appendfsync": None, "config_error": "NOPERM config|get"}
