@@ -107,3 +107,17 @@ def outcome(
     }
     pool = Pool(lock_id, size, slots, line)
     return Outcome(applied, lock, pool, slot, doubt, line, barred=barred)
+
+
+def remembered(outcome: Outcome, lease_id: str, ended: str) -> Outcome:
+    """``outcome`` with ``lease_id`` in its record's history, ended as ``ended``: a lease taken
+    over so long ago (or so many hand-offs ago) that the record's own history lost it."""
+    record = outcome.record
+    if record is None or record.lease_id == lease_id:
+        return outcome
+    kept = dataclasses.replace(record, history=(*record.history, (lease_id, ended)))
+    if outcome.pool is None:
+        return dataclasses.replace(outcome, lock=kept)
+    assert outcome.slot is not None
+    slots = {**outcome.pool.slots, outcome.slot: kept}
+    return dataclasses.replace(outcome, pool=dataclasses.replace(outcome.pool, slots=slots))

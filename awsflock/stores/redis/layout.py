@@ -15,6 +15,11 @@ one hash slot (the name, encoded so that it holds no ``}``, is their hash tag):
   (their take may still land late: an acquire gave up without its answer); a take under one
   is refused. Each is kept ``RETAIN_MS``, however many there are; the set expires
   ``RETAIN_MS`` after its latest.
+- ``P:{NAME}:done``, a sorted set: every lease id taken over here (its lease ended: released,
+  forced, or run out), scored ``when * 4 + how`` (1 released, 2 forced, 3 ran out), kept
+  ``DONE_MS`` however many hand-offs there were: a release retried after its first try went
+  through unanswered still finds it released, and a take that lands late under an id already
+  used is refused. The lease record's ``hist`` keeps only the last few, with their details.
 
 Waiters listen on the channel ``P:{NAME}:wake``, where the script publishes (after its writes,
 as a hint only) when a step may let a waiter take the lock: a lease ended (release,
@@ -45,6 +50,9 @@ RETAIN_MS = 24 * 3600 * 1000
 #: first try, applied, goes unanswered and its retry waits; the retry must still find it.
 HISTORY_MS = 60_000
 HISTORY_KEEP = 32
+#: How long a lock remembers the lease ids it took over (``P:{NAME}:done``): longer than any
+#: retry of a step waits, and than a request held back on the wire is expected to land late.
+DONE_MS = 3600 * 1000
 
 
 def encode(lock_id: str) -> str:
@@ -66,6 +74,10 @@ def fence_key(prefix: str, lock_id: str) -> str:
 
 def bars_key(prefix: str, lock_id: str) -> str:
     return f"{prefix}:{{{encode(lock_id)}}}:bars"
+
+
+def done_key(prefix: str, lock_id: str) -> str:
+    return f"{prefix}:{{{encode(lock_id)}}}:done"
 
 
 def wake_channel(prefix: str, lock_id: str) -> str:
@@ -90,7 +102,8 @@ def layout_key(prefix: str) -> str:
     return f"{prefix}:layout"
 
 
-# KEYS[1]: the lock's hash, KEYS[2]: its fence, KEYS[3]: its barred lease ids. ARGV[1]: the
+# KEYS[1]: the lock's hash, KEYS[2]: its fence, KEYS[3]: its barred lease ids, KEYS[4]: the
+# lease ids it took over. ARGV[1]: the
 # step; ARGV[2]: its parameters (JSON): "now", "skew" (the caller's clock; absent: the
 # server's TIME, no skew), "lease", "who" (JSON text), "lease_ms", "slot", "slots", "ticket",
 # "drop" ([[ticket, seen_ms], ...]), "keeper", "ended", "forced_by", "forced_reason", "since",
@@ -98,8 +111,9 @@ def layout_key(prefix: str) -> str:
 #
 # Every check is made before the first write, so a refusal (or an error: a key of another
 # type) changes nothing, but for one: an end step whose lease id the lock never saw bars the id
-# (answer 2). Answer: {1|0|2, now, the hash's fields after the step} or, when the server's clock
-# reads earlier than the lock's last grant, {-1, now, that grant's time}.
+# (answer 2). Answer: {1|0|2, now, the hash's fields after the step, how the step's lease id
+# ended if it was taken over (a refused renew or end: "released", "forced:", "") else false} or,
+# when the server's clock reads earlier than the lock's last grant, {-1, now, that grant's time}.
 SCRIPT = r"""
 local op = ARGV[1]
 local p = cjson.decode(ARGV[2])
@@ -107,6 +121,7 @@ local LAPSE = {LAPSE}
 local RETAIN = {RETAIN}
 local HISTORY = {HISTORY}
 local KEEP = {KEEP}
+local DONE = {DONE}
 local function s(n) return string.format('%.0f', n) end
 
 local server = p.now == nil
@@ -135,13 +150,22 @@ end
 local function free(l)
     return l == nil or l.ended ~= '' or tonumber(l.exp) < cut
 end
+-- How a lease id taken over here ended ("released", "forced:", ""), nil if it was not.
+local function done(id)
+    local score = redis.call('ZSCORE', KEYS[4], id)
+    if not score then return nil end
+    local how = tonumber(score) % 4
+    if how == 1 then return 'released' elseif how == 2 then return 'forced:' end
+    return ''
+end
 local function granted(l, id)
-    if l == nil then return false end
-    if l.lease == id then return true end
-    for _, old in ipairs(l.hist or {}) do
-        if old[1] == id then return true end
+    if l ~= nil then
+        if l.lease == id then return true end
+        for _, old in ipairs(l.hist or {}) do
+            if old[1] == id then return true end
+        end
     end
-    return false
+    return done(id) ~= nil
 end
 -- A lease id an end step found holding nothing here: a take of it that lands later is refused.
 local function barred(id)
@@ -189,7 +213,9 @@ if op ~= 'read' and redis.acl_check_cmd then
                             {'PEXPIREAT', KEYS[1], '1'}, {'PERSIST', KEYS[1]},
                             {'HSET', KEYS[2], 'f', 'v'}, {'ZADD', KEYS[3], '1', 'x'},
                             {'ZREMRANGEBYSCORE', KEYS[3], '0', '1'},
-                            {'PEXPIREAT', KEYS[3], '1'}}) do
+                            {'PEXPIREAT', KEYS[3], '1'}, {'ZADD', KEYS[4], '1', 'x'},
+                            {'ZREMRANGEBYSCORE', KEYS[4], '0', '1'},
+                            {'PEXPIREAT', KEYS[4], '1'}}) do
         if not redis.acl_check_cmd(unpack(check)) then
             return redis.error_reply('NOPERM awsflock: this user may not run ' .. check[1]
                                      .. ' on ' .. check[2])
@@ -230,6 +256,12 @@ if op == 'take' then
         local token = math.max(now * 1000, tonumber(fence[1] or 0)) + 1
         local hist = {}
         if r ~= nil and r.lease ~= '' then
+            local how = 3
+            if r.ended == 'released' then how = 1
+            elseif string.sub(r.ended, 1, 7) == 'forced:' then how = 2 end
+            redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. s((now - DONE) * 4))
+            redis.call('ZADD', KEYS[4], s(now * 4 + how), r.lease)
+            if server then redis.call('PEXPIREAT', KEYS[4], s(now + DONE)) end
             -- The lease taken over, then the ones before it: the last three, and any older
             -- that ended within HISTORY (at most KEEP), so a release retried after many quick
             -- hand-offs still finds what its first try did.
@@ -361,7 +393,9 @@ local out = {}
 for k, v in pairs(h) do out[#out + 1] = k; out[#out + 1] = v end
 if ok then return {1, s(now), out} end
 if bar then return {2, s(now), out} end
-return {0, s(now), out}
+local ended = false
+if op == 'end' or op == 'renew' then ended = done(p.lease) or false end
+return {0, s(now), out, ended}
 """
 
 
@@ -371,6 +405,7 @@ def script() -> str:
         .replace("{RETAIN}", str(int(RETAIN_MS)))
         .replace("{HISTORY}", str(int(HISTORY_MS)))
         .replace("{KEEP}", str(int(HISTORY_KEEP)))
+        .replace("{DONE}", str(int(DONE_MS)))
     )
 
 

@@ -106,6 +106,7 @@ class RedisStore(Connected):
             layout.lock_key(self.prefix, lock_id),
             layout.fence_key(self.prefix, lock_id),
             layout.bars_key(self.prefix, lock_id),
+            layout.done_key(self.prefix, lock_id),
         ]
 
         def call(entry: _Connection) -> tuple[Any, int, float]:
@@ -132,6 +133,9 @@ class RedisStore(Connected):
         outcome = answers.outcome(
             code == 1, lock_id, head, params.get("slot"), shift, self._in_doubt(), code == 2
         )
+        if len(reply) > 3 and reply[3] is not None:
+            ended = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
+            outcome = answers.remembered(outcome, str(params["lease"]), ended)
         if not self.server_time:
             return outcome
         # A lease's end on the caller's monotonic clock: when the try was sent plus what the
