@@ -682,6 +682,12 @@ def main() -> int:
         help="only the PostgreSQL and Redis stores beside DynamoDB (on DynamoDB Local);"
         " needs no --old",
     )
+    parser.add_argument(
+        "--startup",
+        action="store_true",
+        help="only start-up: whole commands and their phases beside 0.2.0, on DynamoDB Local"
+        " and moto's server",
+    )
     args = parser.parse_args()
     if args.old is None and not args.only_stores:
         parser.error("--old (awsflock 0.2.0's executable) is needed, except with --only-stores")
@@ -701,6 +707,9 @@ def main() -> int:
     line_rows: list[Row] = []
     if args.only_stores:
         report(results, rows, line_rows, stores(new_bin, args.quick, results))
+        return 0
+    if args.startup:
+        report(results, startup(args.old, new_bin, repeats, results), [], [])
         return 0
 
     server = MotoServer().start()
@@ -868,6 +877,29 @@ def main() -> int:
     store_rows: list[StoreRow] = [] if args.only_line else stores(new_bin, args.quick, results)
     report(results, rows, line_rows, store_rows)
     return 0
+
+
+def startup(old: Path, new: Path, repeats: int, results: dict[str, Any]) -> list[Row]:
+    """Whole commands and their phases, beside 0.2.0 (scripts/bench_startup.py), on DynamoDB
+    Local and on moto's server; then the keep-alive renewer's memory and ``run -- true``."""
+    import bench_startup
+
+    rows: list[Row] = []
+    for title, kind in (("DynamoDB Local", DynamoDBLocal), ("moto", MotoServer)):
+        server = kind().start()
+        try:
+            found, raw = bench_startup.measure(title, server.url, old, new, repeats)
+            rows += found
+            results[f"startup on {title}"] = raw
+            if kind is DynamoDBLocal:
+                ran = bench_startup.run_true(new, server.url, repeats)
+                peak = bench_startup.renewer_peak_mb(new, server.url)
+                results["run -- true"], results["renewer peak MB"] = ran, peak
+                rows.append((f"{title}: run NAME -- true (this awsflock)", ran, None, "s"))
+                rows.append(("keep-alive renewer: peak memory (VmHWM)", peak, None, "MB"))
+        finally:
+            server.stop()
+    return rows
 
 
 def report(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -374,6 +375,60 @@ def test_help_does_not_import_botocore():
     )
     assert result.stderr.strip() == "False False"
     assert "--lease-duration" in result.stdout
+
+
+def test_help_usage_errors_and_other_stores_never_import_botocore():
+    # Start-up: importing botocore is most of a DynamoDB command's time; nothing else pays it.
+    # One process runs them all in turn and names the first that imports it.
+    from awsflock.cli.app import cli
+
+    commands = sorted(name for name, command in cli.commands.items() if not command.hidden)
+    pg = "postgresql://nobody@127.0.0.1:9/db?connect_timeout=1"
+    redis = "redis://127.0.0.1:9/0"
+    calls = [
+        ["--help"],
+        ["--version"],
+        *([name, "--help"] for name in commands),
+        ["acquire"],
+        ["acquire", "x", "--lease-duration", "soon"],
+        ["run", "x"],
+        ["nonsense"],
+        *(
+            [call[0], "--store", url, "--request-timeout", "1s", *call[1:]]
+            for url in (pg, redis)
+            for call in (
+                ["acquire", "x", "-n"],
+                ["renew", "x", "00000000-0000-4000-8000-000000000000"],
+                ["release", "x", "00000000-0000-4000-8000-000000000000"],
+                ["status", "x"],
+                ["list"],
+                ["run", "x", "-n", "--", "true"],
+                ["table-create"],
+                ["grants"],
+                ["audit"],
+            )
+        ),
+    ]
+    code = (
+        "import json, sys\n"
+        "from awsflock.cli import main\n"
+        "for call in json.loads(sys.argv[1]):\n"
+        "    try:\n        main(call)\n    except SystemExit:\n        pass\n"
+        "    if 'botocore' in sys.modules:\n"
+        "        print('RESULT imported by', call, file=sys.__stderr__); break\n"
+        "else:\n    print('RESULT none', file=sys.__stderr__)\n"
+    )
+    env = {**os.environ, "AWSFLOCK_STORE": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(calls)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    found = [line for line in result.stderr.splitlines() if line.startswith("RESULT ")]
+    assert found == ["RESULT none"], result.stderr[-2000:]
 
 
 def test_importing_the_library_creates_no_client_and_no_botocore():
