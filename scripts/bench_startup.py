@@ -127,11 +127,12 @@ def measure(
                 tool,
                 _timed(lambda b=binary: _run(b, env, "acquire", busy, "--no-wait", check=False)),
             )
-            add(
-                "renew",
-                tool,
-                _timed(lambda b=binary, t=tool: _run(b, env, "renew", "renew-" + t, renewable[t])),
-            )
+
+            def renew(b: Path = binary, t: str = tool) -> None:
+                # 0.2.0 hands out a new LEASE_ID with every renew: the next renew uses it.
+                renewable[t] = _run(b, env, "renew", "renew-" + t, renewable[t])
+
+            add("renew", tool, _timed(renew))
             python = binary.parent / "python"
             add(
                 "interpreter", tool, _timed(lambda p=python: subprocess.run([str(p), "-c", "pass"]))
@@ -142,6 +143,7 @@ def measure(
                 text=True,
                 env=env,
                 timeout=120,
+                cwd="/",  # not the checkout, whose awsflock would shadow the installed one
             )
             if probe.returncode != 0:
                 raise RuntimeError(f"probe of {tool}: {probe.stderr}")

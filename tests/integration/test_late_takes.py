@@ -130,3 +130,15 @@ def test_a_renew_that_lands_late_never_shortens_what_a_later_renew_granted(
     status = json.loads(direct("status", lock_name, "--json").stdout)
     assert status["state"] == "held" and status["expires_in_s"] > 100, status
     assert direct("release", lock_name, lease_id).returncode == 0
+
+
+def test_a_renew_sent_after_the_last_one_may_shorten_the_lease(direct, lock_name: str):
+    # As on DynamoDB (and as 0.2.0's scripts do): `renew --lease-duration` counts from now,
+    # also when that is sooner than the lease's end; only a late renew cannot shorten it.
+    held = direct("acquire", lock_name)  # 0.2.0's default lease: 2 hours
+    assert held.returncode == 0, held.stderr
+    lease_id = held.stdout.strip()
+    assert direct("renew", lock_name, lease_id, "--lease-duration", "5m").returncode == 0
+    status = json.loads(direct("status", lock_name, "--json").stdout)
+    assert 290 < status["expires_in_s"] <= 300, status
+    assert direct("release", lock_name, lease_id).returncode == 0

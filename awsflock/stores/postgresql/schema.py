@@ -47,6 +47,7 @@ COLUMNS = (
     ("polled_ms", "bigint"),
     ("audit", "jsonb"),
     ("barred", "jsonb"),
+    ("renewed_ms", "bigint"),
 )
 
 TABLE = """
@@ -71,6 +72,7 @@ CREATE TABLE {T} (
     polled_ms bigint,
     audit jsonb,
     barred jsonb NOT NULL DEFAULT '{{}}',
+    renewed_ms bigint,
     PRIMARY KEY (lock_id, slot)
 )
 """
@@ -171,6 +173,7 @@ BEGIN
                 lease_ms = (p->>'lease_ms')::bigint,
                 expires_ms = v_now + (p->>'lease_ms')::bigint,
                 acquired_ms = v_now,
+                renewed_ms = (p->>'sent')::bigint,
                 -- A new slot starts above its plain lock's tokens (rows are never deleted).
                 fence = COALESCE(r.fence, GREATEST(v_now * 1000, COALESCE(h.fence, 0))) + 1,
                 ended = '',
@@ -193,17 +196,23 @@ BEGIN
         v_ok := v_has_r AND r.lease_id = p->>'lease' AND r.ended = '' AND r.expires_ms > v_now
             AND CASE WHEN v_slot < 0 THEN h.slots IS NULL ELSE h.slots > v_slot END;
         -- A renew made before the lease's grant or latest renew (its end less its length) counts
-        -- from that one's time. And none moves the end back: a renew that lands late, after a
-        -- later one extended the lease further, must not shorten what that one's caller was
-        -- told (the late one's caller learns the lease is held at least as long as it asked).
+        -- from that one's time.
         IF v_ok AND r.expires_ms - r.lease_ms > v_now THEN
             v_now := r.expires_ms - r.lease_ms;
         END IF;
-        v_ok := v_ok AND v_now + (p->>'lease_ms')::bigint >= r.expires_ms;
+        -- Only a renew sent after the one that set the end may move it back (the callers' clock
+        -- readings order them, renewed_ms): one that lands late, after a later renew extended
+        -- the lease further, must not shorten what that one's caller was told; its own caller
+        -- learns the lease is held at least as long as it asked.
+        IF v_ok AND v_now + (p->>'lease_ms')::bigint < r.expires_ms THEN
+            v_ok := (p->>'sent')::bigint >= r.renewed_ms;
+            v_ok := COALESCE(v_ok, false);
+        END IF;
         IF v_ok THEN
             UPDATE {T} SET
                 expires_ms = v_now + (p->>'lease_ms')::bigint,
                 lease_ms = (p->>'lease_ms')::bigint,
+                renewed_ms = GREATEST((p->>'sent')::bigint, renewed_ms),
                 keeper = COALESCE(p->>'keeper', keeper)
             WHERE lock_id = p_lock AND slot = v_slot;
         END IF;

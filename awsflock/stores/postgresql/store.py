@@ -118,6 +118,7 @@ class PostgresStore(Connected):
             "lease": attempt.lease_id,
             "who": dataclasses.asdict(attempt.identity),
             "lease_ms": attempt.lease_ms,
+            "sent": attempt.now_ms,
             "slot": attempt.slot,
             "slots": attempt.slots,
             "ticket": attempt.ticket,
@@ -140,6 +141,7 @@ class PostgresStore(Connected):
             **self._clock(now_ms, skew_ms),
             "lease": lease_id,
             "lease_ms": lease_ms,
+            "sent": now_ms,
             "slot": slot,
             "keeper": keeper,
         }

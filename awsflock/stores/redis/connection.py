@@ -154,7 +154,7 @@ class Connected(RetryingStore):
             else _config(on_rewrite, "no-appendfsync-on-rewrite"),
             config_error=str(refused).splitlines()[0] if refused else "",
             uptime_s=float(server.get("uptime_in_seconds", 0)),
-            aof_starting=_aof_starting(persistence),
+            aof_rewriting=_aof_rewriting(persistence),
         )
         found = self._classify(facts)
         for note in found.notes:
@@ -275,7 +275,7 @@ class Connected(RetryingStore):
                 maxmemory=int(_config(memory, "maxmemory") or 0),
                 eviction=_config(memory, "maxmemory-policy"),
                 no_fsync_on_rewrite=_config(on_rewrite, "no-appendfsync-on-rewrite"),
-                aof_starting=_aof_starting(persistence),
+                aof_rewriting=_aof_rewriting(persistence),
             )
             try:
                 now = self._classify(facts)
@@ -436,19 +436,14 @@ def _config(answer: Any, name: str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _aof_starting(persistence: dict[str, Any]) -> bool:
-    """Whether INFO persistence shows an AOF turned on while the server ran, its first rewrite
-    not done: a rewrite running or scheduled, and no base file yet. (A server started with its
-    AOF on may show no base until its first rewrite, too: then a step waits out that rewrite,
-    which costs time, never safety.)"""
-    return (
-        str(persistence.get("aof_enabled", 0)) == "1"
-        and str(persistence.get("aof_base_size", 0)) == "0"
-        and "1"
-        in (
-            str(persistence.get("aof_rewrite_in_progress", 0)),
-            str(persistence.get("aof_rewrite_scheduled", 0)),
-        )
+def _aof_rewriting(persistence: dict[str, Any]) -> bool:
+    """Whether INFO persistence shows an AOF rewrite running or scheduled. An AOF turned on
+    while the server ran writes to a file no manifest names until its first rewrite is done,
+    and nothing in INFO tells that rewrite from a routine one (``aof_base_size`` keeps the
+    value of an earlier rewrite): without WAITAOF, every rewrite is waited out."""
+    return str(persistence.get("aof_enabled", 0)) == "1" and "1" in (
+        str(persistence.get("aof_rewrite_in_progress", 0)),
+        str(persistence.get("aof_rewrite_scheduled", 0)),
     )
 
 

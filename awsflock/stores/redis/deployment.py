@@ -61,10 +61,10 @@ class Server:
     eviction: str | None = "noeviction"
     #: ``no-appendfsync-on-rewrite`` ("yes": no fsync while a child saves; None: refused).
     no_fsync_on_rewrite: str | None = "no"
-    #: The AOF was turned on while the server ran and its first rewrite has not finished:
-    #: until it has, what is written goes to a file no manifest names yet (INFO persistence:
-    #: a rewrite in progress or scheduled, and no base file yet).
-    aof_starting: bool = False
+    #: An AOF rewrite is running or scheduled (INFO persistence). If the AOF was just turned
+    #: on, what is written until it is done goes to a file no manifest names yet; INFO cannot
+    #: tell that rewrite from a routine one.
+    aof_rewriting: bool = False
 
     @property
     def evicts(self) -> bool:
@@ -201,11 +201,13 @@ def classify(
         return Deployment(
             BEST_EFFORT, False, replicas, checked, how, tuple(notes), max_lease_s, hold
         )
-    if server.aof_starting and not waitaof:
+    if server.aof_rewriting and not waitaof:
         raise errors.Throttled(
-            f"{where} turned its AOF on and has not finished its first rewrite: until then "
-            "what it writes is not in the AOF it would restart from",
-            hint="retry when the rewrite is done (INFO persistence: aof_rewrite_in_progress:0)",
+            f"{where} is rewriting its AOF; before Redis 7.2 nothing tells a routine rewrite "
+            "from the first one of an AOF just turned on, whose writes until it is done are "
+            "in no file the server would restart from, so awsflock waits until it is done",
+            hint="retry when it is done (INFO persistence: aof_rewrite_in_progress:0); Redis "
+            "7.2+ and Valkey (WAITAOF) need no wait",
         )
     if replicas == 0 and server.replicas > 0:
         # A failover (Sentinel, an operator's REPLICAOF NO ONE) promotes a replica that may

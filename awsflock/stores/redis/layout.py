@@ -105,7 +105,8 @@ def layout_key(prefix: str) -> str:
 # KEYS[1]: the lock's hash, KEYS[2]: its fence, KEYS[3]: its barred lease ids, KEYS[4]: the
 # lease ids it took over. ARGV[1]: the
 # step; ARGV[2]: its parameters (JSON): "now", "skew" (the caller's clock; absent: the
-# server's TIME, no skew), "lease", "who" (JSON text), "lease_ms", "slot", "slots", "ticket",
+# server's TIME, no skew), "sent" (the caller's clock when it sent a take or renew, which orders
+# renews of one lease), "lease", "who" (JSON text), "lease_ms", "slot", "slots", "ticket",
 # "drop" ([[ticket, seen_ms], ...]), "keeper", "ended", "forced_by", "forced_reason", "since",
 # "old", "new", "touch".
 #
@@ -275,6 +276,7 @@ if op == 'take' then
         end
         local new = {lease = p.lease, who = p.who, ms = s(p.lease_ms), exp = s(now + p.lease_ms),
                      acq = s(now), fence = s(token), ended = '', keeper = ''}
+        if p.sent ~= nil then new.rs = s(p.sent) end
         if #hist > 0 then new.hist = hist end
         set(field, cjson.encode(new))
         if slot ~= nil then set('slots', s(p.slots)) end
@@ -293,16 +295,21 @@ elseif op == 'renew' then
     ok = l ~= nil and l.lease == p.lease and l.ended == '' and tonumber(l.exp) > now and in_pool
     local from = now
     -- A renew made before the lease's grant or latest renew (the caller's clock) counts from
-    -- that one's time. And none moves the end back: a renew that lands late, after a later one
-    -- extended the lease further, must not shorten what that one's caller was told (the
-    -- caller of the late one learns the lease is held at least as long as it asked).
+    -- that one's time.
     if ok and tonumber(l.exp) - tonumber(l.ms) > now then
         from = tonumber(l.exp) - tonumber(l.ms)
     end
-    ok = ok and from + p.lease_ms >= tonumber(l.exp)
+    -- Only a renew sent after the one that set the end may move it back (its callers' clock
+    -- readings order them, ``rs``): one that lands late, after a later renew extended the
+    -- lease further, must not shorten what that one's caller was told; its own caller learns
+    -- the lease is held at least as long as it asked.
+    if ok and from + p.lease_ms < tonumber(l.exp) then
+        ok = p.sent ~= nil and l.rs ~= nil and tonumber(p.sent) >= tonumber(l.rs)
+    end
     if ok then
         l.exp = s(from + p.lease_ms)
         l.ms = s(p.lease_ms)
+        if p.sent ~= nil then l.rs = s(math.max(tonumber(p.sent), tonumber(l.rs or 0))) end
         if p.keeper ~= cjson.null and p.keeper ~= nil then l.keeper = p.keeper end
         set(field, cjson.encode(l))
     end

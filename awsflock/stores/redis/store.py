@@ -152,6 +152,7 @@ class RedisStore(Connected):
             "lease": attempt.lease_id,
             "who": json.dumps(dataclasses.asdict(attempt.identity)),
             "lease_ms": attempt.lease_ms,
+            "sent": attempt.now_ms,
             "slot": attempt.slot,
             "slots": attempt.slots,
             "ticket": attempt.ticket,
@@ -174,6 +175,7 @@ class RedisStore(Connected):
             **self._clock(now_ms, skew_ms),
             "lease": lease_id,
             "lease_ms": lease_ms,
+            "sent": now_ms,
             "slot": slot,
             "keeper": keeper,
         }
