@@ -63,7 +63,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
 
 from awsflock.clock import Clock
@@ -158,6 +158,20 @@ class Outcome:
         if self.slot is None:
             return None if self.pool is not None else self.lock
         return self.pool.slots.get(self.slot) if self.pool is not None else None
+
+    def remembering(self, lease_id: str, ended: str) -> Outcome:
+        """This outcome with ``lease_id`` in the history of the record it is about, ended as
+        ``ended``: for a store that keeps the leases it handed on apart from the record (whose
+        own history is short), so a refused renew or release still learns how its lease ended.
+        A plain lease on a lock since made a pool: the plain lock's last state (the top)."""
+        plain = self.slot is None
+        record = self.lock if plain else self.record
+        if record is None or record.lease_id == lease_id:
+            return self
+        kept = replace(record, history=(*record.history, (lease_id, ended)))
+        if plain or self.pool is None or self.slot is None:
+            return replace(self, lock=kept)
+        return replace(self, pool=replace(self.pool, slots={**self.pool.slots, self.slot: kept}))
 
 
 class Waker(Protocol):

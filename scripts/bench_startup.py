@@ -79,25 +79,31 @@ def _run(binary: Path, env: dict[str, str], *args: str, check: bool = True) -> s
     return done.stdout.strip()
 
 
-def measure(
-    server_name: str, endpoint: str, old: Path, new: Path, repeats: int
-) -> tuple[list[tuple[str, float, float, str]], dict[str, Any]]:
-    """Rows (measure, new, 0.2.0, unit) and the raw numbers, on the server at ``endpoint``."""
-    table = "startup"
+def _env(endpoint: str) -> dict[str, str]:
+    """Both tools on the server at ``endpoint``, with the same key, no AWS files of the user's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "DYNAMO"))}
     env.update(
         {
             "AWS_DEFAULT_REGION": "us-east-1",
             "AWS_ACCESS_KEY_ID": "bench",
             "AWS_SECRET_ACCESS_KEY": "bench",
-            "AWSFLOCK_TABLE": table,
+            "AWSFLOCK_TABLE": "startup",
             "AWSFLOCK_ENDPOINT_URL": endpoint,
             "DYNAMO_ENDPOINT_URL": endpoint,
             "AWS_CONFIG_FILE": "/nonexistent",
             "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
         }
     )
+    return env
+
+
+def measure(
+    server_name: str, endpoint: str, old: Path, new: Path, repeats: int
+) -> tuple[list[tuple[str, float, float, str]], dict[str, Any]]:
+    """Rows (measure, new, 0.2.0, unit) and the raw numbers, on the server at ``endpoint``."""
+    env = _env(endpoint)
     _run(new, env, "table-create", "-q")
+    table = env["AWSFLOCK_TABLE"]
     tools = {"new": new, "0.2.0": old}
     # Warm both (page cache; this awsflock's trimmed botocore data is made on first use).
     for binary in tools.values():
@@ -162,16 +168,7 @@ def measure(
 
 def renewer_peak_mb(new: Path, endpoint: str, hold_s: float = 8.0) -> float:
     """Peak resident memory (VmHWM) of this awsflock's keep-alive renewer, after ``hold_s``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "DYNAMO"))}
-    env.update(
-        {
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench",
-            "AWSFLOCK_TABLE": "startup",
-            "AWSFLOCK_ENDPOINT_URL": endpoint,
-        }
-    )
+    env = _env(endpoint)
     follow = subprocess.Popen(["sleep", str(hold_s + 30)])
     name = "renewer-" + uuid.uuid4().hex[:6]
     try:
@@ -207,16 +204,7 @@ def renewer_peak_mb(new: Path, endpoint: str, hold_s: float = 8.0) -> float:
 
 def run_true(new: Path, endpoint: str, repeats: int) -> float:
     """Median time of ``awsflock run NAME -- true``: acquire, start, release."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS", "DYNAMO"))}
-    env.update(
-        {
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench",
-            "AWSFLOCK_TABLE": "startup",
-            "AWSFLOCK_ENDPOINT_URL": endpoint,
-        }
-    )
+    env = _env(endpoint)
     return _median(
         [
             _timed(lambda: _run(new, env, "run", "run-" + uuid.uuid4().hex[:6], "--", "true"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Callable
 
@@ -142,3 +143,67 @@ def test_a_renew_sent_after_the_last_one_may_shorten_the_lease(direct, lock_name
     status = json.loads(direct("status", lock_name, "--json").stdout)
     assert 290 < status["expires_in_s"] <= 300, status
     assert direct("release", lock_name, lease_id).returncode == 0
+
+
+def test_a_release_repeated_after_many_hand_offs_is_still_released(target, direct, lock_name):
+    # Found by the adversarial reviews: a release whose first try went through unanswered was
+    # told "not held" when its retry came after more hand-offs than a lock's record keeps
+    # (3 on PostgreSQL, 32 on Redis), and its own LEASE_ID was barred. Every lease handed on
+    # is now kept an hour; a take landing late under one is refused.
+    from awsflock import LockTable
+    from awsflock.protocol import Attempt
+    from awsflock.records import Identity
+    from awsflock.stores import kinds
+
+    server, table, _ = target
+    held = direct("acquire", lock_name)
+    assert held.returncode == 0, held.stderr
+    first = held.stdout.strip()
+    assert direct("release", lock_name, first).returncode == 0
+    url = server.store_url
+    assert url is not None
+    store = kinds.get(kinds.parse(url).kind).open(kinds.parse(url), kinds.Settings(table, 5.0))
+    try:
+        locks = LockTable(store=store)
+        for _ in range(40):
+            locks.acquire(lock_name, lease=60, wait=0).release()
+        again = direct("release", lock_name, first)
+        assert again.returncode == 0, again.stderr
+        late = Attempt(first, Identity(owner="late"), int(time.time() * 1000), 60_000, 0)
+        assert not store.take(lock_name, late).applied
+    finally:
+        store.close()
+    status = json.loads(direct("status", lock_name, "--json").stdout)
+    assert status["state"] != "held", status
+
+
+def test_a_force_release_repeated_after_many_hand_offs_still_finds_its_own(target, lock_name):
+    # Found by the second adversarial round: a force-release whose first try went through
+    # unanswered, retried after hand-offs, was told another run had forced the lease (and on
+    # PostgreSQL its audit record was voided): what a lease handed on ended by must name the
+    # force-release that ended it.
+    from awsflock.lock.verdict import ended_how
+    from awsflock.protocol import Attempt
+    from awsflock.records import Identity
+    from awsflock.stores import kinds
+
+    server, table, _ = target
+    url = server.store_url
+    assert url is not None
+    store = kinds.get(kinds.parse(url).kind).open(kinds.parse(url), kinds.Settings(table, 5.0))
+    now = lambda: int(time.time() * 1000)  # noqa: E731
+    try:
+        forced = str(uuid.uuid4())
+        assert store.take(lock_name, Attempt(forced, Identity(owner="a"), now(), 60_000, 0)).applied
+        end = dict(force_id="action-1", skew_ms=0, actor="op", reason="stuck")
+        assert store.force_release(lock_name, forced, now_ms=now(), **end).applied
+        for _ in range(40):
+            lease_id = str(uuid.uuid4())
+            attempt = Attempt(lease_id, Identity(owner="b"), now(), 60_000, 0)
+            assert store.take(lock_name, attempt).applied
+            assert store.release(lock_name, lease_id, now_ms=now(), skew_ms=0).applied
+        again = store.force_release(lock_name, forced, now_ms=now(), **end)
+        assert not again.applied and again.record is not None
+        assert ended_how(again.record, forced) == "forced:action-1"
+    finally:
+        store.close()

@@ -23,7 +23,7 @@ from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
 from tests.conformance.suite import StoreConformance
 from tests.integration.conftest import UrlCli
-from tests.servers import REDIS_DURABLE, REDIS_PASSWORD, RedisServer
+from tests.servers import REDIS_DURABLE, REDIS_PASSWORD, RedisServer, ValkeyServer
 
 
 def _store(srv: RedisServer, **options: object) -> RedisStore:
@@ -508,34 +508,46 @@ def test_the_keep_alive_renewer_never_sees_the_password_on_its_command_line(
     assert cli("release", name, held.stdout.strip()).returncode == 0
 
 
-def test_a_step_a_stopped_replica_never_acknowledged_is_a_lost_answer(redis_server: RedisServer):
+def _online(primary: RedisServer) -> None:
+    """Wait until the primary's replica has done its first sync (WAIT counts it only then)."""
+    deadline = time.monotonic() + 20
+    while primary.client().info("replication").get("slave0", {}).get("state") != "online":
+        assert time.monotonic() < deadline, "the replica did not come online"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    "kind, short",
+    [
+        (RedisServer, "WAIT: 0 of 1 replica"),
+        # WAITAOF 1 1 (Redis 7.2+, Valkey) waits for the replica's own fsync; its answer is an
+        # array (local, replicas).
+        (ValkeyServer, "WAITAOF: fsynced on 1 local, 0 replica"),
+    ],
+)
+def test_a_step_a_stopped_replica_never_acknowledged_is_a_lost_answer(kind, short):
     import signal
 
     from awsflock import errors
 
     # The primary's default diskless sync waits 5 s for more replicas before it starts.
-    primary = RedisServer((*REDIS_DURABLE, "--repl-diskless-sync-delay", "0")).start()
+    primary = kind((*REDIS_DURABLE, "--repl-diskless-sync-delay", "0")).start()
     follow = ("--replicaof", "127.0.0.1", str(primary.port), "--masterauth", REDIS_PASSWORD)
-    replica = RedisServer((*primary.settings, *follow)).start()
+    replica = kind((*primary.settings, *follow)).start()
     try:
-        deadline = time.monotonic() + 20
-        # WAIT counts a replica only once its first sync is done (state online).
-        while primary.client().info("replication").get("slave0", {}).get("state") != "online":
-            assert time.monotonic() < deadline, "the replica did not come online"
-            time.sleep(0.1)
+        _online(primary)
         store = _store(primary, url=primary.url + "?replicas=1")
         name = "wait-" + uuid.uuid4().hex[:6]
         _, _, ok = _take(store, name)
         assert ok and store._conn is not None and store._conn.deployment is not None
         assert store._conn.deployment.kind == "durable" and store._conn.deployment.waits
+        assert store._conn.deployment.waitaof == (kind is ValkeyServer)
         assert replica.proc is not None
         os.kill(replica.proc.pid, signal.SIGSTOP)
         try:
             with (
                 store.budget(time.monotonic() + 1.5),
-                pytest.raises(
-                    errors.EndpointUnreachable, match="did not confirm the step durable"
-                ) as lost,
+                pytest.raises(errors.EndpointUnreachable, match=short) as lost,
             ):
                 _take(store, "wait-" + uuid.uuid4().hex[:6])
             # It ran on the primary: never reported granted, and its id stays unsettled.
@@ -770,10 +782,7 @@ def test_a_failover_to_a_replica_that_missed_a_grant_grants_it_again_unless_refu
     follow = ("--replicaof", "127.0.0.1", str(link.port), "--masterauth", REDIS_PASSWORD)
     replica = RedisServer((*primary.settings, *follow)).start()
     try:
-        deadline = time.monotonic() + 20
-        while primary.client().info("replication").get("slave0", {}).get("state") != "online":
-            assert time.monotonic() < deadline, "the replica did not come online"
-            time.sleep(0.1)
+        _online(primary)
         risk = "?durability=best-effort-may-double-grant"
         on_primary = UrlCli(primary, "awsflock")
         refused = on_primary("acquire", "job", "--no-wait")

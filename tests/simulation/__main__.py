@@ -141,13 +141,13 @@ def server_stores(
 
 
 def _postgres_cleaner(url: str) -> tuple[Callable[[Any], None], Callable[[], None]]:
-    from awsflock.stores.postgresql.schema import function_name, quote
+    from awsflock.stores.postgresql.schema import done_name, function_name, quote
 
     def drop(store: Any) -> None:
         name = store.table_name
 
         def work(conn: Any) -> None:
-            conn.execute(f"DROP TABLE IF EXISTS {quote(name)}")
+            conn.execute(f"DROP TABLE IF EXISTS {quote(name)}, {quote(done_name(name))}")
             conn.execute(f"DROP FUNCTION IF EXISTS {quote(function_name(name))}")
 
         try:

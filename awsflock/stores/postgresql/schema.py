@@ -25,6 +25,11 @@ NAME = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
 #: ``barred`` of the lock's row: id -> when), so a take of it that lands late is refused; each
 #: is kept ``BAR_RETAIN_MS``, however many there are. Answers leave the column out.
 BAR_RETAIN_MS = 24 * 3600 * 1000
+#: Every lease a take took over is kept in the table ``NAME_done`` (lock, LEASE_ID, how it
+#: ended, when) for ``DONE_MS``, however many hand-offs follow: a release or force-release
+#: retried after its first try went through unanswered still finds what it did, and a take that
+#: lands late under a LEASE_ID already used is refused. The row's own history keeps three.
+DONE_MS = 3600 * 1000
 
 COLUMNS = (
     ("lock_id", "text"),
@@ -75,6 +80,19 @@ CREATE TABLE {T} (
     renewed_ms bigint,
     PRIMARY KEY (lock_id, slot)
 )
+"""
+
+#: The leases handed on, by lock (made by table-create beside the table, also for a table
+#: made before it existed).
+DONE = """
+CREATE TABLE IF NOT EXISTS {D} (
+    lock_id text NOT NULL,
+    lease_id text NOT NULL,
+    ended text NOT NULL,
+    at_ms bigint NOT NULL,
+    PRIMARY KEY (lock_id, lease_id)
+);
+CREATE INDEX IF NOT EXISTS {DI} ON {D} (lock_id, at_ms)
 """
 
 # The step function. Every step locks the lock's own row first (FOR UPDATE), so steps on one
@@ -142,11 +160,15 @@ BEGIN
             CASE WHEN v_slot < 0 THEN
                 h.slots IS NULL
                 AND NOT h.barred ? (p->>'lease')
+                AND NOT EXISTS (
+                    SELECT 1 FROM {D} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
                 AND (h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)
                 AND h.lease_id IS DISTINCT FROM p->>'lease'
                 AND NOT h.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))
             ELSE
                 NOT h.barred ? (p->>'lease')
+                AND NOT EXISTS (
+                    SELECT 1 FROM {D} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
                 AND (h.slots = (p->>'slots')::integer OR (h.slots IS NULL AND (
                     h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)))
                 AND (NOT v_has_r OR (
@@ -166,6 +188,11 @@ BEGIN
             IF v_slot >= 0 AND NOT v_has_r THEN
                 INSERT INTO {T} (lock_id, slot) VALUES (p_lock, v_slot);
                 SELECT * INTO r FROM {T} WHERE lock_id = p_lock AND slot = v_slot;
+            END IF;
+            IF r.lease_id IS NOT NULL THEN
+                DELETE FROM {D} WHERE lock_id = p_lock AND at_ms < v_now - {DONE_MS};
+                INSERT INTO {D} (lock_id, lease_id, ended, at_ms)
+                    VALUES (p_lock, r.lease_id, r.ended, v_now) ON CONFLICT DO NOTHING;
             END IF;
             UPDATE {T} SET
                 lease_id = p->>'lease',
@@ -230,7 +257,9 @@ BEGIN
             WHERE lock_id = p_lock AND slot = v_slot;
         ELSIF NOT h.barred ? (p->>'lease') AND NOT (v_has_r AND (
                 r.lease_id IS NOT DISTINCT FROM p->>'lease'
-                OR r.history @> jsonb_build_array(jsonb_build_array(p->>'lease')))) THEN
+                OR r.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))))
+              AND NOT EXISTS (
+                SELECT 1 FROM {D} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease') THEN
             -- Nothing was ever granted here under this id, but a take of it may still be on
             -- its way (an acquire that gave up with its answer lost): bar the id on the lock's
             -- row, so that take is refused whenever it lands (within a day, however many
@@ -293,6 +322,9 @@ BEGIN
     RETURN jsonb_build_object(
         'applied', COALESCE(v_ok, false),
         'barred', v_barred,
+        'ended', CASE WHEN NOT COALESCE(v_ok, false) AND p_op IN ('renew', 'end') THEN (
+            SELECT d.ended FROM {D} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
+            END,
         'now', v_now,
         'rows', (SELECT COALESCE(
                     jsonb_agg(to_jsonb(t) - 'audit' - 'barred' ORDER BY t.slot), '[]')
@@ -324,13 +356,14 @@ def grants(table: str, role: str, *, read_only: bool = False) -> str:
     """The GRANT statements a role needs to use the table: every command, or (``read_only``)
     only ``status``, ``list`` and ``audit``. ``table-create`` needs CREATE on the schema and
     is best run by the table's owner."""
-    t, f = quote(table), quote(function_name(table))
+    t, f, d = quote(table), quote(function_name(table)), quote(done_name(table))
     who = quote(role)
     rights = "SELECT" if read_only else "SELECT, INSERT, UPDATE"
     lines = [
         f"-- awsflock: what role {role} needs on table {table}"
         + (" (status, list, audit only)" if read_only else ""),
         f"GRANT {rights} ON TABLE {t} TO {who};",
+        *([] if read_only else [f"GRANT SELECT, INSERT, DELETE ON TABLE {d} TO {who};"]),
         f"GRANT EXECUTE ON FUNCTION {f}(text, text, jsonb) TO {who};",
         "-- and, for whoever runs table-create: CREATE on the schema, e.g.",
         f"-- GRANT CREATE ON SCHEMA public TO {who};",
@@ -343,10 +376,18 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def done_name(table: str) -> str:
+    """The table of the leases handed on: the table's name, with ``_done``."""
+    return table + "_done"
+
+
 def render(template: str, table: str, lapse_ms: int) -> str:
     return template.format(
         T=quote(table),
         F=quote(function_name(table)),
+        D=quote(done_name(table)),
+        DI=quote(done_name(table) + "_at"),
         LAPSE=int(lapse_ms),
         RETAIN=int(BAR_RETAIN_MS),
+        DONE_MS=int(DONE_MS),
     )

@@ -102,6 +102,8 @@ class PostgresStore(Connected):
             self._in_doubt(),
             bool(answer.get("barred")),
         )
+        if answer.get("ended") is not None:
+            outcome = outcome.remembering(str(params["lease"]), str(answer["ended"]))
         if not self.server_time:
             return outcome
         # A lease's end on the caller's monotonic clock: when the try was sent plus what the

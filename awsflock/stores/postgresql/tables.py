@@ -54,6 +54,8 @@ def create_table(
             if not exists:
                 conn.execute(schema.render(schema.TABLE, name, LINE_LAPSE_MS))
                 conn.execute(f"COMMENT ON TABLE {table} IS '{schema.LAYOUT}'")
+            for statement in schema.render(schema.DONE, name, LINE_LAPSE_MS).split(";"):
+                conn.execute(statement)
             current = conn.execute(
                 "SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure(%s)",
                 (schema.quote(schema.function_name(name)) + "(text, text, jsonb)",),

@@ -25,6 +25,7 @@ READ = (
 #: waiters only poll).
 WRITE = (
     "hset",
+    "hget",
     "hdel",
     "zscore",
     "zadd",

@@ -107,20 +107,3 @@ def outcome(
     }
     pool = Pool(lock_id, size, slots, line)
     return Outcome(applied, lock, pool, slot, doubt, line, barred=barred)
-
-
-def remembered(outcome: Outcome, lease_id: str, ended: str) -> Outcome:
-    """``outcome`` with ``lease_id`` in its record's history, ended as ``ended``: a lease taken
-    over so long ago (or so many hand-offs ago) that the record's own history lost it."""
-    # A plain lease on a lock that has become a pool: the plain lock's last state is the one
-    # the verdict reads (the top of the record).
-    plain = outcome.slot is None
-    record = outcome.lock if plain else outcome.record
-    if record is None or record.lease_id == lease_id:
-        return outcome
-    kept = dataclasses.replace(record, history=(*record.history, (lease_id, ended)))
-    pool = outcome.pool
-    if plain or pool is None or outcome.slot is None:
-        return dataclasses.replace(outcome, lock=kept)
-    slots = {**pool.slots, outcome.slot: kept}
-    return dataclasses.replace(outcome, pool=dataclasses.replace(pool, slots=slots))

@@ -20,6 +20,9 @@ one hash slot (the name, encoded so that it holds no ``}``, is their hash tag):
   ``DONE_MS`` however many hand-offs there were: a release retried after its first try went
   through unanswered still finds it released, and a take that lands late under an id already
   used is refused. The lease record's ``hist`` keeps only the last few, with their details.
+- ``P:{NAME}:forced``, a hash: of those, the force-released ones, by lease id, with the
+  force-release's action id (``forced:ACTION``), so a force-release retried after its first try
+  went through unanswered still knows it was its own; it expires ``DONE_MS`` after the last.
 
 Waiters listen on the channel ``P:{NAME}:wake``, where the script publishes (after its writes,
 as a hint only) when a step may let a waiter take the lock: a lease ended (release,
@@ -80,6 +83,10 @@ def done_key(prefix: str, lock_id: str) -> str:
     return f"{prefix}:{{{encode(lock_id)}}}:done"
 
 
+def forced_key(prefix: str, lock_id: str) -> str:
+    return f"{prefix}:{{{encode(lock_id)}}}:forced"
+
+
 def wake_channel(prefix: str, lock_id: str) -> str:
     """The channel the script publishes on when a step may let a waiter take the lock."""
     return f"{prefix}:{{{encode(lock_id)}}}:wake"
@@ -103,7 +110,7 @@ def layout_key(prefix: str) -> str:
 
 
 # KEYS[1]: the lock's hash, KEYS[2]: its fence, KEYS[3]: its barred lease ids, KEYS[4]: the
-# lease ids it took over. ARGV[1]: the
+# lease ids it took over, KEYS[5]: the force-released ones among them. ARGV[1]: the
 # step; ARGV[2]: its parameters (JSON): "now", "skew" (the caller's clock; absent: the
 # server's TIME, no skew), "sent" (the caller's clock when it sent a take or renew, which orders
 # renews of one lease), "lease", "who" (JSON text), "lease_ms", "slot", "slots", "ticket",
@@ -156,7 +163,8 @@ local function done(id)
     local score = redis.call('ZSCORE', KEYS[4], id)
     if not score then return nil end
     local how = tonumber(score) % 4
-    if how == 1 then return 'released' elseif how == 2 then return 'forced:' end
+    if how == 1 then return 'released' end
+    if how == 2 then return redis.call('HGET', KEYS[5], id) or 'forced:' end
     return ''
 end
 local function granted(l, id)
@@ -216,7 +224,8 @@ if op ~= 'read' and redis.acl_check_cmd then
                             {'ZREMRANGEBYSCORE', KEYS[3], '0', '1'},
                             {'PEXPIREAT', KEYS[3], '1'}, {'ZADD', KEYS[4], '1', 'x'},
                             {'ZREMRANGEBYSCORE', KEYS[4], '0', '1'},
-                            {'PEXPIREAT', KEYS[4], '1'}}) do
+                            {'PEXPIREAT', KEYS[4], '1'}, {'HSET', KEYS[5], 'f', 'v'},
+                            {'PEXPIREAT', KEYS[5], '1'}}) do
         if not redis.acl_check_cmd(unpack(check)) then
             return redis.error_reply('NOPERM awsflock: this user may not run ' .. check[1]
                                      .. ' on ' .. check[2])
@@ -263,6 +272,10 @@ if op == 'take' then
             redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. s((now - DONE) * 4))
             redis.call('ZADD', KEYS[4], s(now * 4 + how), r.lease)
             if server then redis.call('PEXPIREAT', KEYS[4], s(now + DONE)) end
+            if how == 2 then
+                redis.call('HSET', KEYS[5], r.lease, r.ended)
+                if server then redis.call('PEXPIREAT', KEYS[5], s(now + DONE)) end
+            end
             -- The lease taken over, then the ones before it: the last three, and any older
             -- that ended within HISTORY (at most KEEP), so a release retried after many quick
             -- hand-offs still finds what its first try did.

@@ -107,6 +107,7 @@ class RedisStore(Connected):
             layout.fence_key(self.prefix, lock_id),
             layout.bars_key(self.prefix, lock_id),
             layout.done_key(self.prefix, lock_id),
+            layout.forced_key(self.prefix, lock_id),
         ]
 
         def call(entry: _Connection) -> tuple[Any, int, float]:
@@ -135,7 +136,7 @@ class RedisStore(Connected):
         )
         if len(reply) > 3 and reply[3] is not None:
             ended = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
-            outcome = answers.remembered(outcome, str(params["lease"]), ended)
+            outcome = outcome.remembering(str(params["lease"]), ended)
         if not self.server_time:
             return outcome
         # A lease's end on the caller's monotonic clock: when the try was sent plus what the
