@@ -126,6 +126,14 @@ class Attempt:
     seen: LockRecord | None = None
 
 
+#: How far apart two callers' clock readings must be for a renew to count as sent after the one
+#: that set a lease's end, and so to be allowed to move the end back (shorten the lease): the
+#: clients' clocks are assumed to agree within it (the NTP assumption; the default skew window).
+#: A store whose leases are timed by its own clock, which has no skew window of its own, uses
+#: this; the others use theirs.
+RENEW_ORDER_MS = 5000
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What one conditional step did, and the lock's state: after it if ``applied``, else as
@@ -303,8 +311,10 @@ class LockStore(Protocol):
         """As ``release``, for an operator: marked forced by ``force_id``, with who and why."""
         ...
 
-    def read(self, lock_id: str) -> Outcome:
-        """The lock's state, read consistently (``applied`` is False)."""
+    def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
+        """The lock's state, read consistently (``applied`` is False). With ``lease_id``: also
+        how that lease ended, in its record's history, where the store keeps the leases it
+        handed on apart from the record (whose own history is short)."""
         ...
 
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:

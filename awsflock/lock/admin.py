@@ -61,7 +61,9 @@ def force_release(
             "force-release needs the lease named",
             hint="pass --lease-id ID, or --yes, or run it at a terminal to confirm",
         )
-    current = table.store.read(lock_id)
+    # With the lease named, the store also says how it ended if it is no longer current (a
+    # re-run after a lost answer: was it this force, another, or its holder's release?).
+    current = table.store.read(lock_id, lease_id)
     if slot is None:
         record = current.lock if current.pool is None else None
         what = f"lock {lock_id!r}"

@@ -200,12 +200,15 @@ class MemoryStore(ForSimulations):
                 return self._outcome(False, lock_id, record, slot)
             # A renew made before the lease's latest grant or renew counts from that one's
             # reading (the DynamoDB store sends it again so), and only if that moves the end no
-            # earlier: a renew that lands late never moves the end back.
+            # earlier: a renew that lands late never moves the end back. Nor does one read
+            # within the skew window of that one (its caller's clock may be ahead, and it sent
+            # first): only a renew clearly sent later may shorten the lease.
             renewed_ms = lease.renewed_ms()
             if renewed_ms is not None and renewed_ms > now_ms:
                 now_ms = renewed_ms
-                if now_ms + lease_ms < (lease.expires_ms or 0):
-                    return self._outcome(False, lock_id, record, slot)
+            shorter = now_ms + lease_ms < (lease.expires_ms or 0)
+            if shorter and renewed_ms is not None and now_ms < renewed_ms + skew_ms:
+                return self._outcome(False, lock_id, record, slot)
             expires_ms = now_ms + lease_ms
             lease.lease = lease_id
             lease.version = _version()
@@ -293,7 +296,7 @@ class MemoryStore(ForSimulations):
             record.remove([ticket])
             return self._outcome(True, lock_id, record, None)
 
-    def read(self, lock_id: str) -> Outcome:
+    def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
         with self._mutex:
             return self._outcome(False, lock_id, self._records.get(lock_id), None)
 

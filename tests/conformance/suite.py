@@ -239,6 +239,23 @@ class StoreConformance:
         assert not lab.renew(name, lease_id, at=1000).applied  # expires_at is not "live"
         assert lab.renew(name, lease_id, at=999).applied
 
+    def test_only_a_renew_read_a_skew_window_later_may_shorten_the_lease(self, lab: Lab):
+        # Found by the third adversarial review (Redis, PostgreSQL; DynamoDB has the same rule):
+        # a 3 s renew sent first by a host whose clock was 2 s ahead, landing after another
+        # host's 60 s renew, cut the lease that host had just been told it held: two holders.
+        name = lab.name()
+        lease_id, _ = lab.take(name)
+        longer = lab.renew(name, lease_id, at=500, lease=MINUTE)
+        assert longer.applied
+        end = lab.held(longer).expires_at
+        ahead = lab.renew(name, lease_id, at=2_000, lease=3_000)
+        assert not ahead.applied
+        record = lab.store.read(name).lock
+        assert record is not None and record.expires_at == pytest.approx(end)
+        later = lab.renew(name, lease_id, at=500 + SKEW, lease=3_000)
+        assert later.applied
+        assert lab.held(later).expires_at == pytest.approx((lab.now + 500 + SKEW + 3_000) / 1000)
+
     def test_renew_of_an_ended_lease_is_refused(self, lab: Lab):
         name = lab.name()
         lease_id, _ = lab.take(name)

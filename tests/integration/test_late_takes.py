@@ -133,12 +133,25 @@ def test_a_renew_that_lands_late_never_shortens_what_a_later_renew_granted(
     assert direct("release", lock_name, lease_id).returncode == 0
 
 
-def test_a_renew_sent_after_the_last_one_may_shorten_the_lease(direct, lock_name: str):
+def test_a_renew_sent_after_the_last_one_may_shorten_the_lease(target, direct, lock_name: str):
     # As on DynamoDB (and as 0.2.0's scripts do): `renew --lease-duration` counts from now,
-    # also when that is sooner than the lease's end; only a late renew cannot shorten it.
-    held = direct("acquire", lock_name)  # 0.2.0's default lease: 2 hours
-    assert held.returncode == 0, held.stderr
-    lease_id = held.stdout.strip()
+    # also when that is sooner than the lease's end, if its caller's clock read a whole skew
+    # window after the grant or renew that set that end; a late renew cannot shorten it.
+    from awsflock.protocol import Attempt
+    from awsflock.records import Identity
+    from awsflock.stores import kinds
+
+    server, table, _ = target
+    url = server.store_url
+    assert url is not None
+    store = kinds.get(kinds.parse(url).kind).open(kinds.parse(url), kinds.Settings(table, 5.0))
+    lease_id = str(uuid.uuid4())
+    granted = int(time.time() * 1000) - 10_000  # read 10 s ago, as by a script's acquire
+    try:
+        attempt = Attempt(lease_id, Identity(owner="a"), granted, 2 * 3600_000, 0)
+        assert store.take(lock_name, attempt).applied
+    finally:
+        store.close()
     assert direct("renew", lock_name, lease_id, "--lease-duration", "5m").returncode == 0
     status = json.loads(direct("status", lock_name, "--json").stdout)
     assert 290 < status["expires_in_s"] <= 300, status
@@ -207,3 +220,47 @@ def test_a_force_release_repeated_after_many_hand_offs_still_finds_its_own(targe
         assert ended_how(again.record, forced) == "forced:action-1"
     finally:
         store.close()
+
+
+def test_a_force_release_that_never_landed_leaves_no_audit_record_after_hand_offs(
+    target, faulty, direct, lock_name: str
+):
+    # Found by the third adversarial review: a force-release whose request never landed
+    # ("it may have been applied: run it again"), then the holder's own release and more
+    # hand-offs than the record's history keeps; the re-run said "not held" but its audit
+    # record of a force that never happened stayed listed. The re-run now asks the store how
+    # the named lease ended.
+    from awsflock import LockTable
+    from awsflock.stores import kinds
+
+    held = direct("acquire", lock_name, "--lease-duration", "10m")
+    assert held.returncode == 0, held.stderr
+    lease_id = held.stdout.strip()
+    cli, _proxy, _done = faulty(lambda target, n: "blackhole" if target == "end" else "pass")
+    lost = cli(
+        "force-release",
+        lock_name,
+        "--lease-id",
+        lease_id,
+        "--reason",
+        "stuck",
+        "--request-timeout",
+        "1s",
+    )
+    assert lost.returncode == 1 and "run `awsflock force-release" in lost.stderr, lost.stderr
+    assert direct("release", lock_name, lease_id).returncode == 0
+    server, table, _ = target
+    url = server.store_url
+    assert url is not None
+    store = kinds.get(kinds.parse(url).kind).open(kinds.parse(url), kinds.Settings(table, 5.0))
+    try:
+        locks = LockTable(store=store)
+        for _ in range(40):
+            locks.acquire(lock_name, lease=60, wait=0).release()
+    finally:
+        store.close()
+    again = direct("force-release", lock_name, "--lease-id", lease_id, "--reason", "stuck")
+    assert again.returncode == 3, again.stderr
+    audit = direct("audit", lock_name, "--json")
+    assert audit.returncode == 0, audit.stderr
+    assert lease_id not in audit.stdout, audit.stdout

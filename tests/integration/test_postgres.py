@@ -569,3 +569,18 @@ def test_without_psycopg_a_postgresql_url_names_the_extra(
         timeout=60,
     )
     assert help_.returncode == 0
+
+
+def test_table_create_brings_a_table_of_an_earlier_build_up_to_date(postgres: PostgresServer):
+    # A table made before renewed_ms and <table>_done existed (same layout name): table-create
+    # adds them, and the lock works (found by the third adversarial review: every take failed).
+    name = "older_" + uuid.uuid4().hex[:6]
+    cli = PgCli(postgres, name)
+    assert cli("table-create", "-q").returncode == 0
+    postgres.sql(f'ALTER TABLE "{name}" DROP COLUMN renewed_ms')
+    postgres.sql(f'DROP TABLE "{name}_done"')
+    assert cli("table-create", "-q").returncode == 0
+    held = cli("acquire", "x", "--no-wait")
+    assert held.returncode == 0, held.stderr
+    assert cli("renew", "x", held.stdout.strip()).returncode == 0
+    assert cli("release", "x", held.stdout.strip()).returncode == 0

@@ -398,6 +398,16 @@ def test_a_key_of_another_type_under_the_prefix_is_named(redis_server: RedisServ
     # Under the audit records' keys too: one line, not an internal error.
     redis_server.client().set(layout.audit_key(prefix, "#awsflock#audit#force#zz"), "junk")
     _one_line(cli("audit"), "other than an awsflock audit record", "?prefix=")
+    # Under any of a lock's keys, refused before the step writes anything (the third
+    # adversarial review found a take-over half written: its done entry, not its forced one).
+    client = redis_server.client()
+    held = cli("acquire", "y", "--lease-duration", "1m")
+    assert held.returncode == 0, held.stderr
+    forced = cli("force-release", "y", "--lease-id", held.stdout.strip(), "--reason", "t")
+    assert forced.returncode == 0, forced.stderr
+    client.set(layout.forced_key(prefix, "y"), "not a hash")
+    _one_line(cli("acquire", "y", "--no-wait"), "not awsflock's", "holds a string")
+    assert client.zcard(layout.done_key(prefix, "y")) == 0
 
 
 def test_noscript_after_a_script_flush_falls_back_to_eval(

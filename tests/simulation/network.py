@@ -228,8 +228,8 @@ class SimStore(RetryingStore):
         args = (lock_id, ticket)
         return self._call("leave", args, lambda: self.inner.leave(lock_id, ticket))
 
-    def read(self, lock_id: str) -> Outcome:
-        return self._call("read", (lock_id,), lambda: self.inner.read(lock_id))
+    def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
+        return self._call("read", (lock_id,), lambda: self.inner.read(lock_id, lease_id))
 
     def locks(self, prefix: str = "") -> Iterator[Any]:
         return iter(self._call("locks", (prefix,), lambda: list(self.inner.locks(prefix))))

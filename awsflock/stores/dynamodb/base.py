@@ -295,8 +295,9 @@ class TableBase(RetryingStore):
         if key is not None:
             raise not_awsflock_table(self.table_name, key)
 
-    def read(self, lock_id: str) -> Outcome:
-        """One strongly consistent read of a lock's item (plain or pool)."""
+    def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
+        """One strongly consistent read of a lock's item (plain or pool); the leases it
+        remembers are in the item (``lease_id`` adds nothing)."""
         return self._outcome(False, self._get_item(lock_id), lock_id, None)
 
     def _get_item(self, key: str) -> dict[str, Any] | None:

@@ -93,6 +93,13 @@ FENCE_RECORD_ABOVE = (
 FENCE_UPDATE = "SET #fence = :token, #kind = :fence_kind"
 #: A renew's clock reading is no older than the grant's or the last renew's.
 NOT_OLDER = "(attribute_not_exists(#{p}renewed_ms) OR #{p}renewed_ms <= :now_ms)"
+#: And it moves the end back only if read a whole skew window after that one (``:order_ms`` is
+#: its reading less the window): within it, the callers' clocks cannot tell which renew was sent
+#: first, and one sent first by a clock ahead must not undo a later, longer renew.
+NO_EARLIER = (
+    "(#{p}expires_ms <= :expires_ms OR attribute_not_exists(#{p}renewed_ms)"
+    " OR #{p}renewed_ms <= :order_ms)"
+)
 
 
 def free_slot(p: str) -> str:
@@ -196,7 +203,10 @@ def acquire_update(
 
 
 def renew_condition(p: str) -> str:
-    condition = f"{owned(p)} AND {not_ended(p)} AND {live(p)} AND {NOT_OLDER.format(p=p)}"
+    condition = (
+        f"{owned(p)} AND {not_ended(p)} AND {live(p)} AND {NOT_OLDER.format(p=p)}"
+        f" AND {NO_EARLIER.format(p=p)}"
+    )
     return condition + (f" AND {SLOT_IN_POOL}" if p else f" AND {PLAIN_NOT_POOL}")
 
 

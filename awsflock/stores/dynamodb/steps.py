@@ -159,6 +159,7 @@ class Steps(TableBase):
             "expires_ms": expires_ms,
             "now_ms": now_ms,
             "now_s": now_ms // 1000,
+            "order_ms": now_ms - skew_ms,
             "slot": slot,
             "keeper": keeper,
         }
@@ -185,6 +186,7 @@ class Steps(TableBase):
         values.update(
             now_ms=later,
             now_s=later // 1000,
+            order_ms=later - skew_ms,
             expires_ms=expires_ms,
             ttl=expiration_seconds(expires_ms + skew_ms),
         )

@@ -54,6 +54,8 @@ COLUMNS = (
     ("barred", "jsonb"),
     ("renewed_ms", "bigint"),
 )
+#: Columns added to the layout after tables were made with it: table-create adds them.
+ADDED_COLUMNS = (("renewed_ms", "bigint"),)
 
 TABLE = """
 CREATE TABLE {T} (
@@ -227,12 +229,14 @@ BEGIN
         IF v_ok AND r.expires_ms - r.lease_ms > v_now THEN
             v_now := r.expires_ms - r.lease_ms;
         END IF;
-        -- Only a renew sent after the one that set the end may move it back (the callers' clock
-        -- readings order them, renewed_ms): one that lands late, after a later renew extended
-        -- the lease further, must not shorten what that one's caller was told; its own caller
-        -- learns the lease is held at least as long as it asked.
+        -- Only a renew sent after the one that set the end may move it back: one that lands
+        -- late, after a later renew extended the lease further, must not shorten what that
+        -- one's caller was told (its own caller learns the lease is held at least as long as it
+        -- asked). The callers' clock readings order them (renewed_ms) only a whole window
+        -- ('order') apart: within it, a clock ahead could make the renew sent first look later.
         IF v_ok AND v_now + (p->>'lease_ms')::bigint < r.expires_ms THEN
-            v_ok := (p->>'sent')::bigint >= r.renewed_ms;
+            v_ok := (p->>'sent')::bigint
+                >= r.renewed_ms + COALESCE((p->>'order')::bigint, 0);
             v_ok := COALESCE(v_ok, false);
         END IF;
         IF v_ok THEN
@@ -322,7 +326,7 @@ BEGIN
     RETURN jsonb_build_object(
         'applied', COALESCE(v_ok, false),
         'barred', v_barred,
-        'ended', CASE WHEN NOT COALESCE(v_ok, false) AND p_op IN ('renew', 'end') THEN (
+        'ended', CASE WHEN NOT COALESCE(v_ok, false) AND p_op IN ('renew', 'end', 'read') THEN (
             SELECT d.ended FROM {D} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
             END,
         'now', v_now,

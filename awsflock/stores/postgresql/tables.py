@@ -56,6 +56,15 @@ def create_table(
                 conn.execute(f"COMMENT ON TABLE {table} IS '{schema.LAYOUT}'")
             for statement in schema.render(schema.DONE, name, LINE_LAPSE_MS).split(";"):
                 conn.execute(statement)
+            for column, kind in schema.ADDED_COLUMNS:
+                # A table of this layout made before the column existed gets it (its owner
+                # runs table-create); the step function needs it.
+                if not conn.execute(
+                    "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s)"
+                    " AND attname = %s AND NOT attisdropped",
+                    (table, column),
+                ).fetchone():
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             current = conn.execute(
                 "SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure(%s)",
                 (schema.quote(schema.function_name(name)) + "(text, text, jsonb)",),

@@ -15,6 +15,7 @@ READ = (
     "eval",
     "time",
     "hgetall",
+    "type",
     "hmget",
     "scan",
     "get",

@@ -113,9 +113,9 @@ def layout_key(prefix: str) -> str:
 # lease ids it took over, KEYS[5]: the force-released ones among them. ARGV[1]: the
 # step; ARGV[2]: its parameters (JSON): "now", "skew" (the caller's clock; absent: the
 # server's TIME, no skew), "sent" (the caller's clock when it sent a take or renew, which orders
-# renews of one lease), "lease", "who" (JSON text), "lease_ms", "slot", "slots", "ticket",
-# "drop" ([[ticket, seen_ms], ...]), "keeper", "ended", "forced_by", "forced_reason", "since",
-# "old", "new", "touch".
+# renews of one lease), "order" (how far apart two readings must be to order them), "lease",
+# "who" (JSON text), "lease_ms", "slot", "slots", "ticket", "drop" ([[ticket, seen_ms], ...]),
+# "keeper", "ended", "forced_by", "forced_reason", "since", "old", "new", "touch".
 #
 # Every check is made before the first write, so a refusal (or an error: a key of another
 # type) changes nothing, but for one: an end step whose lease id the lock never saw bars the id
@@ -233,6 +233,17 @@ if op ~= 'read' and redis.acl_check_cmd then
     end
 end
 
+-- A key of another type under a lock's names would fail a write half-way: refuse first.
+if op ~= 'read' then
+    local kinds = {'hash', 'hash', 'zset', 'zset', 'hash'}
+    for i, kind in ipairs(kinds) do
+        local found = redis.call('TYPE', KEYS[i]).ok
+        if found ~= 'none' and found ~= kind then
+            return redis.error_reply('WRONGTYPE awsflock: ' .. KEYS[i] .. ' holds a ' .. found)
+        end
+    end
+end
+
 local slot = p.slot
 local field = 'p'
 if slot ~= cjson.null and slot ~= nil then field = 's:' .. s(slot) else slot = nil end
@@ -312,12 +323,14 @@ elseif op == 'renew' then
     if ok and tonumber(l.exp) - tonumber(l.ms) > now then
         from = tonumber(l.exp) - tonumber(l.ms)
     end
-    -- Only a renew sent after the one that set the end may move it back (its callers' clock
-    -- readings order them, ``rs``): one that lands late, after a later renew extended the
-    -- lease further, must not shorten what that one's caller was told; its own caller learns
-    -- the lease is held at least as long as it asked.
+    -- Only a renew sent after the one that set the end may move it back: one that lands late,
+    -- after a later renew extended the lease further, must not shorten what that one's caller
+    -- was told (its own caller learns the lease is held at least as long as it asked). The
+    -- callers' clock readings order them (``rs``) only a whole window (``order``) apart: within
+    -- it, a clock ahead could make the renew sent first look later.
     if ok and from + p.lease_ms < tonumber(l.exp) then
-        ok = p.sent ~= nil and l.rs ~= nil and tonumber(p.sent) >= tonumber(l.rs)
+        ok = p.sent ~= nil and l.rs ~= nil
+            and tonumber(p.sent) >= tonumber(l.rs) + tonumber(p.order or 0)
     end
     if ok then
         l.exp = s(from + p.lease_ms)
@@ -414,7 +427,9 @@ for k, v in pairs(h) do out[#out + 1] = k; out[#out + 1] = v end
 if ok then return {1, s(now), out} end
 if bar then return {2, s(now), out} end
 local ended = false
-if op == 'end' or op == 'renew' then ended = done(p.lease) or false end
+if (op == 'end' or op == 'renew' or op == 'read') and p.lease then
+    ended = done(p.lease) or false
+end
 return {0, s(now), out, ended}
 """
 

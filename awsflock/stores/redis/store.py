@@ -20,11 +20,13 @@ from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
+from awsflock.names import slot_of
 from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
     MAX_DROPS,
+    RENEW_ORDER_MS,
     Attempt,
     Drops,
     Outcome,
@@ -177,6 +179,7 @@ class RedisStore(Connected):
             "lease": lease_id,
             "lease_ms": lease_ms,
             "sent": now_ms,
+            "order": RENEW_ORDER_MS,
             "slot": slot,
             "keeper": keeper,
         }
@@ -227,8 +230,10 @@ class RedisStore(Connected):
     def leave(self, lock_id: str, ticket: str) -> Outcome:
         return self._call("leave", "leave", lock_id, {"ticket": ticket})
 
-    def read(self, lock_id: str) -> Outcome:
-        return self._call("get", "read", lock_id, {})
+    def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
+        if lease_id is None:
+            return self._call("get", "read", lock_id, {})
+        return self._call("get", "read", lock_id, {"lease": lease_id, "slot": slot_of(lease_id)})
 
     def resize_pool(
         self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
