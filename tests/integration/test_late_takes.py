@@ -10,7 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -56,6 +56,16 @@ def faulty(target) -> Iterator[Callable[[Plan], tuple[UrlCli, FaultProxy, list[s
 def direct(target) -> UrlCli:
     server, table, _ = target
     return UrlCli(server, table)
+
+
+def _open(target) -> Any:
+    """The library's store on the target's server and table (for what the CLI cannot do)."""
+    from awsflock.stores import kinds
+
+    server, table, _ = target
+    url = server.store_url
+    assert url is not None
+    return kinds.get(kinds.parse(url).kind).open(kinds.parse(url), kinds.Settings(table, 5.0))
 
 
 def _until(condition: Callable[[], bool], limit: float = 30.0) -> None:
@@ -139,12 +149,8 @@ def test_a_renew_sent_after_the_last_one_may_shorten_the_lease(target, direct, l
     # window after the grant or renew that set that end; a late renew cannot shorten it.
     from awsflock.protocol import Attempt
     from awsflock.records import Identity
-    from awsflock.stores import kinds
 
-    server, table, _ = target
-    url = server.store_url
-    assert url is not None
-    store = kinds.get(kinds.parse(url).kind).open(kinds.parse(url), kinds.Settings(table, 5.0))
+    store = _open(target)
     lease_id = str(uuid.uuid4())
     granted = int(time.time() * 1000) - 10_000  # read 10 s ago, as by a script's acquire
     try:
@@ -166,16 +172,12 @@ def test_a_release_repeated_after_many_hand_offs_is_still_released(target, direc
     from awsflock import LockTable
     from awsflock.protocol import Attempt
     from awsflock.records import Identity
-    from awsflock.stores import kinds
 
-    server, table, _ = target
     held = direct("acquire", lock_name)
     assert held.returncode == 0, held.stderr
     first = held.stdout.strip()
     assert direct("release", lock_name, first).returncode == 0
-    url = server.store_url
-    assert url is not None
-    store = kinds.get(kinds.parse(url).kind).open(kinds.parse(url), kinds.Settings(table, 5.0))
+    store = _open(target)
     try:
         locks = LockTable(store=store)
         for _ in range(40):
@@ -198,12 +200,8 @@ def test_a_force_release_repeated_after_many_hand_offs_still_finds_its_own(targe
     from awsflock.lock.verdict import ended_how
     from awsflock.protocol import Attempt
     from awsflock.records import Identity
-    from awsflock.stores import kinds
 
-    server, table, _ = target
-    url = server.store_url
-    assert url is not None
-    store = kinds.get(kinds.parse(url).kind).open(kinds.parse(url), kinds.Settings(table, 5.0))
+    store = _open(target)
     now = lambda: int(time.time() * 1000)  # noqa: E731
     try:
         forced = str(uuid.uuid4())
@@ -231,7 +229,6 @@ def test_a_force_release_that_never_landed_leaves_no_audit_record_after_hand_off
     # record of a force that never happened stayed listed. The re-run now asks the store how
     # the named lease ended.
     from awsflock import LockTable
-    from awsflock.stores import kinds
 
     held = direct("acquire", lock_name, "--lease-duration", "10m")
     assert held.returncode == 0, held.stderr
@@ -249,10 +246,7 @@ def test_a_force_release_that_never_landed_leaves_no_audit_record_after_hand_off
     )
     assert lost.returncode == 1 and "run `awsflock force-release" in lost.stderr, lost.stderr
     assert direct("release", lock_name, lease_id).returncode == 0
-    server, table, _ = target
-    url = server.store_url
-    assert url is not None
-    store = kinds.get(kinds.parse(url).kind).open(kinds.parse(url), kinds.Settings(table, 5.0))
+    store = _open(target)
     try:
         locks = LockTable(store=store)
         for _ in range(40):
