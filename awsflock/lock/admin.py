@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from awsflock import errors
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID
-from awsflock.records import ENDED_FORCED, LockRecord
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord
 from awsflock.text import iso_utc
 
 if TYPE_CHECKING:
@@ -81,6 +81,11 @@ def force_release(
         )
     if lease_id is not None and record is not None and record.lease_id != lease_id:
         _settle_audit(table, lease_id, record)
+    named = lease_id is not None and record is not None and record.lease_id == lease_id
+    if named and record is not None and record.ended == ENDED_RELEASED:
+        # Its holder released it: an audit record an earlier run wrote for it, before a force
+        # that never took effect, is marked as not applied.
+        table.store.void_audit(audit_key(record.lease_id), None)
     if record is None or record.released:
         raise errors.NotHeld(f"{what} is not held", hint="nothing to force-release")
     if lease_id is not None and record.lease_id != lease_id:

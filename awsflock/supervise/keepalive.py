@@ -219,13 +219,21 @@ def serve(
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 1)  # nothing of the caller's stays open
         hold.start_renewing()
+        cut_back = False
         while not stopping.wait(FOLLOW_EVERY):
             if hold.lost.is_set() or not alive(follow, follow_started):
                 break
             if renew_now.is_set():
                 renew_now.clear()
+                cut_back = True
+            if cut_back:
+                # The script renewed with a length of its own: renew with ours. A longer one of
+                # the script's is cut back only once its reading is a skew window old (renews
+                # closer than that cannot be told apart, and a shorter one is then refused as
+                # held longer): tried again until the lease ends within our length.
                 with contextlib.suppress(errors.AwsflockError):
-                    hold.lease.renew(lease_s)
+                    renewed = hold.lease.renew(lease_s)
+                    cut_back = renewed.remaining() > lease_s + 1.0
         hold.stop(release=False)
         if signalled == [signal.SIGUSR1]:
             return 0  # `awsflock release` released it

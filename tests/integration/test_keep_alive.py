@@ -204,6 +204,26 @@ def test_a_shorter_renew_does_not_let_a_kept_lease_run_out(awsflock: Cli, lock_n
     assert awsflock("release", lock_name, lease_id).returncode == 0
 
 
+def test_a_longer_renew_of_a_kept_lease_is_cut_back_to_the_renewers_length(
+    awsflock: Cli, lock_name
+):
+    # A kept-alive lease is meant to lapse soon after its renewer is gone. The renewer's cut-back
+    # is a shorter renew, applied once the two renews' readings are a skew window apart (closer
+    # renews cannot be ordered): found refused and never tried again by the fourth review.
+    taken = awsflock(
+        "acquire", lock_name, "--while-pid", str(os.getpid()), "--lease-duration", "60s"
+    )
+    assert taken.returncode == 0, taken.stderr
+    lease_id = taken.stdout.strip()
+    assert awsflock("renew", lock_name, lease_id, "--lease-duration", "10m").returncode == 0
+    # Well before the renewer's next scheduled renewal (a third of 60 s after its first).
+    deadline = time.monotonic() + 12
+    while status(awsflock, lock_name)["expires_in_s"] > 61:
+        assert time.monotonic() < deadline, status(awsflock, lock_name)
+        time.sleep(0.5)
+    assert awsflock("release", lock_name, lease_id).returncode == 0
+
+
 def test_release_stops_the_renewer_and_leaves_nothing(awsflock: Cli, lock_name):
     result = run_script(
         awsflock, f'L=$(awsflock acquire {lock_name} --keep-alive); echo "$L"; sleep 2'
