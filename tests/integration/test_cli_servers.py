@@ -46,15 +46,22 @@ def test_table_create_fresh_then_existing(server, raw_client):
 
 
 def test_acquire_renew_release_round_trip(awsflock: Cli, lock_name):
-    got = awsflock("acquire", lock_name, "--lease-duration", "15 minutes", "--json")
+    got = awsflock("acquire", lock_name, "--lease-duration", "300s", "--json")
     assert got.returncode == 0, got.stderr
     lease = json.loads(got.stdout)
-    renewed = awsflock("renew", lock_name, lease["lease_id"], "--lease-duration", "300s", "--json")
+    renewed = awsflock(
+        "renew", lock_name, lease["lease_id"], "--lease-duration", "15 minutes", "--json"
+    )
     assert renewed.returncode == 0, renewed.stderr
     after = json.loads(renewed.stdout)
     assert after["lease_id"] == lease["lease_id"]
     assert after["fencing_token"] == lease["fencing_token"]
-    assert after["expires_at"] < lease["expires_at"]  # 300 s from now is sooner than 15 min
+    assert after["expires_at"] > lease["expires_at"] + 500  # 15 min from now
+    # A shorter renew read within the skew window of that one cannot be ordered after it, so
+    # it does not shorten the lease: it holds at least as long as asked, and says so.
+    shorter = awsflock("renew", lock_name, lease["lease_id"], "--lease-duration", "60s", "--json")
+    assert shorter.returncode == 0, shorter.stderr
+    assert json.loads(shorter.stdout)["expires_at"] == pytest.approx(after["expires_at"], abs=0.05)
     released = awsflock("release", lock_name, lease["lease_id"])
     assert (released.returncode, released.stdout, released.stderr) == (0, "", "")
     assert awsflock("renew", lock_name, lease["lease_id"]).returncode == 3
