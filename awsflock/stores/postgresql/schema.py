@@ -121,6 +121,7 @@ DECLARE
     v_has_r boolean := false;
     v_ok boolean := false;
     v_barred boolean := false;
+    v_ended text;
     v_line jsonb;
 BEGIN
     IF p_op <> 'read' THEN
@@ -323,12 +324,17 @@ BEGIN
         RAISE EXCEPTION 'awsflock: unknown step %', p_op USING ERRCODE = '22023';
     END IF;
 
+    -- How a refused renew's or end's lease ended, or a read's named one, if it was handed on
+    -- (only then is the table of those read: a role with the read-only grants has no right
+    -- to it, and status names no lease).
+    IF NOT COALESCE(v_ok, false) AND p_op IN ('renew', 'end', 'read') AND p ? 'lease' THEN
+        SELECT d.ended INTO v_ended FROM {D} d
+        WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease';
+    END IF;
     RETURN jsonb_build_object(
         'applied', COALESCE(v_ok, false),
         'barred', v_barred,
-        'ended', CASE WHEN NOT COALESCE(v_ok, false) AND p_op IN ('renew', 'end', 'read') THEN (
-            SELECT d.ended FROM {D} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
-            END,
+        'ended', v_ended,
         'now', v_now,
         'rows', (SELECT COALESCE(
                     jsonb_agg(to_jsonb(t) - 'audit' - 'barred' ORDER BY t.slot), '[]')
