@@ -7,9 +7,10 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
+from awsflock.lock.verdict import ended_how
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord
+from awsflock.records import ENDED_FORCED, LockRecord
 from awsflock.text import iso_utc
 
 if TYPE_CHECKING:
@@ -79,13 +80,8 @@ def force_release(
             f"{what} is not held: it was {record.forced_text()} (audited)",
             hint="nothing more to do",
         )
-    if lease_id is not None and record is not None and record.lease_id != lease_id:
+    if lease_id is not None and record is not None:
         _settle_audit(table, lease_id, record)
-    named = lease_id is not None and record is not None and record.lease_id == lease_id
-    if named and record is not None and record.ended == ENDED_RELEASED:
-        # Its holder released it: an audit record an earlier run wrote for it, before a force
-        # that never took effect, is marked as not applied.
-        table.store.void_audit(audit_key(record.lease_id), None)
     if record is None or record.released:
         raise errors.NotHeld(f"{what} is not held", hint="nothing to force-release")
     if lease_id is not None and record.lease_id != lease_id:
@@ -208,11 +204,12 @@ def _forced_mark(record: LockRecord | None, lease_id: str) -> str | None:
 
 
 def _settle_audit(table: LockTable, lease_id: str, record: LockRecord) -> None:
-    """A force-release of ``lease_id`` named an earlier lease: if the item's history says that
-    lease ended otherwise (released, or taken over), an audit record an earlier run wrote for it
+    """A force-release named ``lease_id``: if the record says that lease ended otherwise
+    (released by its holder, or taken over), an audit record an earlier run wrote for it
     (before a force that never took effect) is marked as not applied."""
-    end = next((e for lease, e in record.history if lease == lease_id), None)
-    if end is not None and not end.startswith(ENDED_FORCED):
+    end = ended_how(record, lease_id)
+    running = record.lease_id == lease_id and not record.released
+    if end is not None and not running and not end.startswith(ENDED_FORCED):
         table.store.void_audit(audit_key(lease_id), None)
 
 

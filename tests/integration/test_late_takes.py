@@ -68,6 +68,13 @@ def _open(target) -> Any:
     return kinds.get(kinds.parse(url).kind).open(kinds.parse(url), kinds.Settings(table, 5.0))
 
 
+def _held(direct: UrlCli, lock_name: str, *args: str) -> str:
+    """The LEASE_ID of an ``acquire`` of ``lock_name`` (with ``args``), taken directly."""
+    held = direct("acquire", lock_name, *args)
+    assert held.returncode == 0, held.stderr
+    return held.stdout.strip()
+
+
 def _until(condition: Callable[[], bool], limit: float = 30.0) -> None:
     end = time.monotonic() + limit
     while not condition():
@@ -120,9 +127,7 @@ def test_a_renew_that_lands_late_never_shortens_what_a_later_renew_granted(
     # Found by the adversarial review of the Redis store (PostgreSQL had the same rule): a
     # 10 s renew held back on the wire landed after a 120 s renew had been answered, and cut
     # the lease to 10 s from its landing while its holder counted on two minutes.
-    held = direct("acquire", lock_name, "--lease-duration", "30s")
-    assert held.returncode == 0, held.stderr
-    lease_id = held.stdout.strip()
+    lease_id = _held(direct, lock_name, "--lease-duration", "30s")
     cli, _proxy, done = faulty(lambda target, n: "late:4" if target == "renew" else "pass")
     gave_up = cli(
         "renew",
@@ -173,9 +178,7 @@ def test_a_release_repeated_after_many_hand_offs_is_still_released(target, direc
     from awsflock.protocol import Attempt
     from awsflock.records import Identity
 
-    held = direct("acquire", lock_name)
-    assert held.returncode == 0, held.stderr
-    first = held.stdout.strip()
+    first = _held(direct, lock_name)
     assert direct("release", lock_name, first).returncode == 0
     store = _open(target)
     try:
@@ -231,9 +234,7 @@ def test_a_force_release_that_never_landed_leaves_no_audit_record_after_hand_off
     # the named lease ended.
     from awsflock import LockTable
 
-    held = direct("acquire", lock_name, "--lease-duration", "10m")
-    assert held.returncode == 0, held.stderr
-    lease_id = held.stdout.strip()
+    lease_id = _held(direct, lock_name, "--lease-duration", "10m")
     cli, _proxy, _done = faulty(lambda target, n: "blackhole" if target == "end" else "pass")
     lost = cli(
         "force-release",

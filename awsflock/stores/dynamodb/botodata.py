@@ -17,13 +17,9 @@ cannot be written, the normal loader is used.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +83,10 @@ def trimmed_data(source: Path, root: Path) -> Path:
     folder = root / f"botocore-{_fingerprint(source)}"
     if folder.is_dir():
         return folder
+    # Only making the copy needs these: imported here, not on every command's start-up.
+    import shutil
+    import tempfile
+
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=root))
     try:
@@ -125,11 +125,16 @@ def _find(source: Path, name: str) -> Path:
 
 
 def _read(path: Path) -> Any:
+    import gzip
+    import json
+
     data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     return json.loads(data)
 
 
 def _write(source: Path, out: Path) -> None:
+    import json
+
     def dump(name: str, data: Any) -> None:
         target = out / (name + ".json")
         target.parent.mkdir(parents=True, exist_ok=True)

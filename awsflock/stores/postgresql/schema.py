@@ -160,19 +160,17 @@ BEGIN
 
     IF p_op = 'take' THEN
         v_ok := v_has AND (
-            CASE WHEN v_slot < 0 THEN
+            -- Never under a LEASE_ID barred or already handed on (a take landing late).
+            NOT h.barred ? (p->>'lease')
+            AND NOT EXISTS (
+                SELECT 1 FROM {D} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
+            AND CASE WHEN v_slot < 0 THEN
                 h.slots IS NULL
-                AND NOT h.barred ? (p->>'lease')
-                AND NOT EXISTS (
-                    SELECT 1 FROM {D} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
                 AND (h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)
                 AND h.lease_id IS DISTINCT FROM p->>'lease'
                 AND NOT h.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))
             ELSE
-                NOT h.barred ? (p->>'lease')
-                AND NOT EXISTS (
-                    SELECT 1 FROM {D} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
-                AND (h.slots = (p->>'slots')::integer OR (h.slots IS NULL AND (
+                (h.slots = (p->>'slots')::integer OR (h.slots IS NULL AND (
                     h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)))
                 AND (NOT v_has_r OR (
                     (r.lease_id IS NULL OR r.ended <> '' OR r.expires_ms < v_cut)
@@ -236,9 +234,8 @@ BEGIN
         -- asked). The callers' clock readings order them (renewed_ms) only a whole window
         -- ('order') apart: within it, a clock ahead could make the renew sent first look later.
         IF v_ok AND v_now + (p->>'lease_ms')::bigint < r.expires_ms THEN
-            v_ok := (p->>'sent')::bigint
-                >= r.renewed_ms + COALESCE((p->>'order')::bigint, 0);
-            v_ok := COALESCE(v_ok, false);
+            v_ok := COALESCE(
+                (p->>'sent')::bigint >= r.renewed_ms + COALESCE((p->>'order')::bigint, 0), false);
         END IF;
         IF v_ok THEN
             UPDATE {T} SET
