@@ -67,8 +67,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
 
 from awsflock.clock import Clock
-from awsflock.records import LINE_LAPSE_MS as LINE_LAPSE_MS  # part of the protocol's terms
 from awsflock.records import (
+    ENDED_RELEASED,
     NO_LINE,
     RESERVED_PREFIX,
     Identity,
@@ -77,11 +77,18 @@ from awsflock.records import (
     Pool,
     Waiter,
 )
+from awsflock.records import LINE_LAPSE_MS as LINE_LAPSE_MS  # part of the protocol's terms
 
 #: The expiry time (epoch seconds, DynamoDB's TTL attribute) of a lock record kept for good:
 #: on an endpoint without transactions, where no fence record can be kept, a plain lock's record
 #: must outlive TTL and awsflock 0.2.0 clients (9999-12-31T23:59:59Z).
 KEPT_UNTIL = 253402300799
+
+#: How long a store remembers each lease it handed on (its id, how it ended), apart from the
+#: lock's record, whose own history is short: a release or force-release retried after any
+#: number of hand-offs learns how its lease ended, and a take landing late under its id is
+#: refused. Kept from the lease's end (or its take-over) on.
+DONE_MS = 3600 * 1000
 
 #: Keys of audit records start with this.
 AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
@@ -167,13 +174,17 @@ class Outcome:
             return None if self.pool is not None else self.lock
         return self.pool.slots.get(self.slot) if self.pool is not None else None
 
-    def remembering(self, lease_id: str, ended: str) -> Outcome:
+    def remembering(self, lease_id: str, ended: str, lock_id: str = "") -> Outcome:
         """This outcome with ``lease_id`` in the history of the record it is about, ended as
         ``ended``: for a store that keeps the leases it handed on apart from the record (whose
         own history is short), so a refused renew or release still learns how its lease ended.
-        A plain lease on a lock since made a pool: the plain lock's last state (the top)."""
+        A plain lease on a lock since made a pool: the plain lock's last state (the top). A
+        plain lock whose record is gone (DynamoDB's TTL): a free record of ``lock_id`` with no
+        lease of its own."""
         plain = self.slot is None
         record = self.lock if plain else self.record
+        if record is None and plain:
+            record = LockRecord(lock_id=lock_id, ended=ENDED_RELEASED)
         if record is None or record.lease_id == lease_id:
             return self
         kept = replace(record, history=(*record.history, (lease_id, ended)))

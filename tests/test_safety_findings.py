@@ -291,11 +291,11 @@ def test_hold_ends_with_lease_lost_after_force_release(make_any_table):
 
 def test_force_release_whose_answer_was_lost_succeeds_with_one_audit_record(make_table, moto):
     lease = make_table("a").acquire("f8", lease=600, wait=0)
-    client = LosingClient(moto, lambda op, n: op == "update_item" and n == 1)
+    client = LosingClient(moto, lambda op, n: op == "transact_write_items" and n == 1)
     operator = make_table("op", client=client)
     entry = force_release(operator, "f8", reason="why", lease_id=lease.lease_id, actor="ana")
     assert entry["lease_id"] == lease.lease_id
-    assert client.calls["update_item"] == 2  # the retry found it done
+    assert client.calls["transact_write_items"] == 2  # the retry found it done
     assert len(audit_records(operator, "f8")) == 1
 
 
@@ -484,7 +484,7 @@ def test_force_release_whose_answers_are_all_lost_is_audited_once_and_says_so_on
 ):
     lease = make_table("a").acquire("d1", lease=600, wait=0)
     # The force-release lands; every answer to it is lost (the command exits 1).
-    client = LosingClient(moto, lambda op, n: op == "update_item", errors_too=True)
+    client = LosingClient(moto, lambda op, n: op == "transact_write_items", errors_too=True)
     with pytest.raises(errors.EndpointUnreachable) as caught:
         force_release(
             make_table("op", client=client),
@@ -506,7 +506,7 @@ def test_force_release_rerun_after_a_hand_off_keeps_one_record_and_spares_the_ne
     make_table, moto, clock
 ):
     lease = make_table("a").acquire("f1", lease=600, wait=0)
-    client = LosingClient(moto, lambda op, n: op == "update_item", errors_too=True)
+    client = LosingClient(moto, lambda op, n: op == "transact_write_items", errors_too=True)
     with pytest.raises(errors.EndpointUnreachable):
         force_release(
             make_table("op", client=client),
@@ -589,10 +589,12 @@ def test_a_release_in_doubt_that_finds_no_record_is_not_called_released(make_tab
     other = make_table("b").acquire("gone", lease=10, wait=0)
     moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": "gone"}})  # 0.2.0, or TTL
     del other
-    client = LosingClient(moto, lambda op, n: op == "update_item" and n == 1, errors_too=True)
+    client = LosingClient(
+        moto, lambda op, n: op == "transact_write_items" and n == 1, errors_too=True
+    )
     with pytest.raises(errors.NotHeld, match="cannot be told"):
         make_table("a", client=client).release_lease("gone", lease.lease_id)
-    assert client.calls["update_item"] == 2  # the retry found no record
+    assert client.calls["transact_write_items"] == 2  # the retry found no record
 
 
 # -- found by the second adversarial review -------------------------------------------------------
@@ -645,24 +647,38 @@ def test_a_try_that_may_land_after_a_later_try_was_answered_is_not_forgotten(
     assert named and granted.lease_id in named[0]
 
 
-def test_a_release_whose_item_ttl_deleted_before_the_retry_says_it_cannot_tell(make_table, moto):
+@pytest.mark.parametrize("transactions", [True, False])
+def test_a_release_whose_item_ttl_deleted_before_the_retry_is_told_truly(
+    make_table, moto, transactions
+):
     # Once answered "released" (second review): but the same answer, no record after a try in
     # doubt, comes when the lease ran out and another client's release deleted the record
-    # (third review, V4), where "released" hid unprotected work. Nothing left tells the two
-    # apart: the lease is not held either way, and the answer says it cannot tell which.
+    # (third review, V4), where "released" hid unprotected work. The lease's done item, written
+    # with the release, tells the two apart: released. Without transactions (dynalite) there is
+    # none: not held either way, and the answer says it cannot tell which.
     from botocore.exceptions import ReadTimeoutError
 
-    lease = make_table("a").acquire("f4", lease=60, wait=0)
+    from tests.simulation.__main__ import _NoTransactions
+
+    base = moto if transactions else _NoTransactions(moto)
+    lease = make_table("a", client=base).acquire("f4", lease=60, wait=0)
+
+    sent: list[Any] = []
 
     def script(n: int, send: Any, kwargs: Any) -> Any:
-        if n == 1:
-            send()  # the release lands; TTL deletes the ended item; the answer is lost
+        answer = send()  # an endpoint without transactions refuses one here (raised)
+        sent.append(answer)
+        if len(sent) == 1:  # the release landed; TTL deletes the ended item; the answer is lost
             moto.delete_item(TableName=TABLE, Key={"lock_id": {"S": "f4"}})
             raise ReadTimeoutError(endpoint_url="http://lost")
-        return send()
+        return answer
 
-    with pytest.raises(errors.NotHeld, match="cannot be told"):
-        make_table("a", client=ScriptedWrites(moto, script)).release_lease("f4", lease.lease_id)
+    table = make_table("a", client=ScriptedWrites(base, script))
+    if transactions:
+        table.release_lease("f4", lease.lease_id)
+    else:
+        with pytest.raises(errors.NotHeld, match="cannot be told"):
+            table.release_lease("f4", lease.lease_id)
 
 
 def test_a_lease_id_is_granted_at_most_once(make_any_table):

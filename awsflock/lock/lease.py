@@ -262,7 +262,7 @@ class LockTable:
 
     def release(self, held: Lease) -> None:
         """End ``held``."""
-        self.release_lease(held.lock_id, held.lease_id)
+        self.release_lease(held.lock_id, held.lease_id, _held=held)
         held.released = True
 
     def renew_lease(
@@ -339,7 +339,7 @@ class LockTable:
             **extra,
         )
 
-    def release_lease(self, lock_id: str, lease_id: str) -> None:
+    def release_lease(self, lock_id: str, lease_id: str, *, _held: Lease | None = None) -> None:
         """End the lease ``lease_id`` on ``lock_id``. Raises NotHeld if it is not ours; a release
         whose first try went through (or a second release) succeeds."""
         check_lock_id(lock_id)
@@ -368,8 +368,14 @@ class LockTable:
             if refusal is not None:
                 raise refusal
         event = event_fields("released", lock_id, record)
-        if record is not None and record.acquired_at is not None and outcome.applied:
-            event["held_s"] = round(self.clock.time() - record.acquired_at, 3)
+        acquired_at = record.acquired_at if record is not None else None
+        if record is None and _held is not None:
+            # A release that answers nothing (DynamoDB's transaction with the done item): what
+            # the lease it ended was, as its holder knows it.
+            event.update(owner=_held.owner, fencing_token=_held.fencing_token, lease_id=lease_id)
+            acquired_at = _held.acquired_at
+        if acquired_at is not None and outcome.applied:
+            event["held_s"] = round(self.clock.time() - acquired_at, 3)
         log.info("released %r", lock_id, extra=event)
 
     # -- reading and administration ----------------------------------------------------------

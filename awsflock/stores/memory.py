@@ -24,10 +24,12 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from awsflock.clock import Clock, SystemClock
+from awsflock.names import slot_of
 from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
+    DONE_MS,
     Attempt,
     Drops,
     Outcome,
@@ -75,6 +77,9 @@ class MemoryStore(ForSimulations):
         #: (not by ``expire_records``, not by a 0.2.0 client), as the DynamoDB store's are not.
         self._fences: dict[str, int] = {}
         self._audit: dict[str, dict[str, Any]] = {}
+        #: Each lease that ended by a release or force-release (the DynamoDB store's done items,
+        #: written with the end where there are transactions): lease -> (lock, how, expiry s).
+        self._done: dict[str, tuple[str, str, int]] = {}
         self.created = False
 
     def where(self) -> str:
@@ -120,6 +125,13 @@ class MemoryStore(ForSimulations):
                     and size_agrees
                     and (lease is None or not lease.granted(attempt.lease_id))
                 )
+            # A LEASE_ID granted and ended before is never granted again, where the DynamoDB
+            # store's take is a transaction that checks its done item: a plain take, and a
+            # slot's take that makes a plain lock a pool (not a slot's on a pool: one UpdateItem,
+            # whose condition checks the slot's own history).
+            transacted = slot is None or record is None or record.slots is None
+            if self.transactions and transacted and attempt.lease_id in self._done:
+                ok = False
             if attempt.ticket is None:
                 ok = ok and (record is None or record.line_clear(now_ms, attempt.skew_ms))
             else:
@@ -253,7 +265,10 @@ class MemoryStore(ForSimulations):
             record = self._records.get(lock_id)
             lease = self._running(record, slot, lease_id)
             if lease is None or record is None:
-                return self._outcome(False, lock_id, record, slot)
+                outcome = self._outcome(False, lock_id, record, slot)
+                return self._remembering(outcome, lock_id, lease_id)
+            if self.transactions:
+                self._done[lease_id] = (lock_id, ended, _seconds(now_ms + DONE_MS))
             lease.ended = ended
             lease.lease = lease_id
             lease.version = _version()
@@ -261,6 +276,8 @@ class MemoryStore(ForSimulations):
             lease.expires_s = record.ttl(_seconds(now_ms + skew_ms))
             for name, value in (forced or {}).items():
                 setattr(lease, name, value)
+            if self.transactions:  # as DynamoDB's transaction, it answers nothing
+                return Outcome(True, None, None, slot)
             return self._outcome(True, lock_id, record, slot)
 
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
@@ -298,7 +315,25 @@ class MemoryStore(ForSimulations):
 
     def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
         with self._mutex:
-            return self._outcome(False, lock_id, self._records.get(lock_id), None)
+            if lease_id is None:
+                return self._outcome(False, lock_id, self._records.get(lock_id), None)
+            outcome = self._outcome(False, lock_id, self._records.get(lock_id), slot_of(lease_id))
+            return self._remembering(outcome, lock_id, lease_id)
+
+    def _remembering(self, outcome: Outcome, lock_id: str, lease_id: str) -> Outcome:
+        """``outcome`` with how ``lease_id`` ended, where its record no longer remembers it (the
+        DynamoDB store's read of the lease's done item)."""
+        record = outcome.record
+        if record is not None and (
+            record.lease_id == lease_id or any(lease == lease_id for lease, _ in record.history)
+        ):
+            return outcome
+        if outcome.slot is not None and outcome.pool is None:
+            return outcome
+        done = self._done.get(lease_id)
+        if done is None or done[0] != lock_id:
+            return outcome
+        return outcome.remembering(lease_id, done[1], lock_id)
 
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
         with self._mutex:

@@ -155,6 +155,7 @@ class ForSimulations:
 
     _mutex: threading.Lock
     _records: dict[str, _Record]
+    _done: dict[str, tuple[str, str, int]]
 
     def expire_records(self, now: float, *, legacy_after: float = 0.0) -> list[str]:
         """Remove the records whose expiry time (whole seconds) is before ``now``, as DynamoDB's
@@ -170,6 +171,9 @@ class ForSimulations:
             ]
             for name in gone:
                 del self._records[name]
+            for lease, (_, _, expires_s) in list(self._done.items()):
+                if expires_s < now:
+                    del self._done[lease]
             return gone
 
     def legacy_read(self, lock_id: str) -> LockRecord | None:

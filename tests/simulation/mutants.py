@@ -229,7 +229,8 @@ def renew_outside_the_pool() -> contextlib.AbstractContextManager[None]:
 
 
 def short_history() -> contextlib.AbstractContextManager[None]:
-    """10. A record remembers one earlier lease, not three: a release retried after two
+    """10. The leases a lock handed on are forgotten: no ended lease is kept apart from the
+    record, which remembers one earlier lease, not three. A release retried after two
     hand-offs is told "not held" although it happened."""
     take = MemoryStore.take
 
@@ -242,7 +243,10 @@ def short_history() -> contextlib.AbstractContextManager[None]:
             return self._outcome(True, lock_id, record, attempt.slot)
         return outcome
 
-    return _patched((MemoryStore, "take", forgetful))
+    return _patched(
+        (MemoryStore, "take", forgetful),
+        (MemoryStore, "_remembering", lambda self, outcome, lock_id, lease_id: outcome),
+    )
 
 
 # -- bugs of our own making -------------------------------------------------------------------
@@ -399,7 +403,7 @@ MUTANTS: dict[str, Patch] = {
     "7 force-released holder told released": forced_is_released,
     "8 audit written after the force-release": audit_after_force,
     "9 renew of a slot removed by a shrink": renew_outside_the_pool,
-    "10 history of one lease": short_history,
+    "10 ended leases forgotten": short_history,
     "A skew window backwards": skew_backwards,
     "B renew without the lease id": renew_any_lease,
     "C fencing counter not bumped": fence_not_bumped,

@@ -27,6 +27,8 @@ from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
     POLLED,
     TICKET,
+    done_ended,
+    done_key,
     is_pool_item,
     line_from_item,
     pool_from_item,
@@ -296,9 +298,31 @@ class TableBase(RetryingStore):
             raise not_awsflock_table(self.table_name, key)
 
     def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
-        """One strongly consistent read of a lock's item (plain or pool); the leases it
-        remembers are in the item (``lease_id`` adds nothing)."""
-        return self._outcome(False, self._get_item(lock_id), lock_id, None)
+        """One strongly consistent read of a lock's item (plain or pool); with ``lease_id``, a
+        second read of its done item where the lock's item no longer remembers it."""
+        outcome = self._outcome(False, self._get_item(lock_id), lock_id, None)
+        if lease_id is None:
+            return outcome
+        from awsflock.names import slot_of
+
+        return self._remembering(
+            dataclasses.replace(outcome, slot=slot_of(lease_id)), lock_id, lease_id
+        )
+
+    def _remembering(self, outcome: Outcome, lock_id: str, lease_id: str) -> Outcome:
+        """``outcome`` (refused, or a read) with how ``lease_id`` ended, from its done item,
+        where the record it is about no longer remembers the lease (``Outcome.remembering``):
+        one more read, only then. Where the endpoint has no transactions no done item is
+        written, and the outcome stays as it is."""
+        record = outcome.record
+        if record is not None and (
+            record.lease_id == lease_id or any(lease == lease_id for lease, _ in record.history)
+        ):
+            return outcome
+        if not self._transactions or (outcome.slot is not None and outcome.pool is None):
+            return outcome
+        ended = done_ended(self._get_item(done_key(lease_id)), lock_id)
+        return outcome if ended is None else outcome.remembering(lease_id, ended, lock_id)
 
     def _get_item(self, key: str) -> dict[str, Any] | None:
         response = self._send(
@@ -367,6 +391,47 @@ class TableBase(RetryingStore):
         in_doubt = self._in_doubt()
         outcome = self._after_update(operation, applied, item, lock_id, slot)
         return dataclasses.replace(outcome, in_doubt=in_doubt) if in_doubt else outcome
+
+    def _transact(
+        self, operation: str, items: list[Any]
+    ) -> list[tuple[bool, dict[str, Any]]] | None:
+        """One TransactWriteItems of conditional ``items``: [] if applied; if a condition
+        refused it, each item's (refused, the item as it was where its request asked for it);
+        None if the endpoint has no transactions (dynalite). A conflict with another write, or
+        worse, is raised (translated, retried)."""
+        from botocore.exceptions import ClientError
+
+        def call() -> list[tuple[bool, dict[str, Any]]] | None:
+            try:
+                self.client.transact_write_items(TransactItems=items)
+            except ClientError as exc:
+                response: Any = exc.response
+                code = response.get("Error", {}).get("Code")
+                if code == "UnknownOperationException":
+                    return None
+                if code == "ValidationException":
+                    # Some servers (moto) refuse a transaction on a table keyed otherwise without
+                    # saying why; a read of the first item's key says it (translated as such),
+                    # and costs a request only on this error.
+                    key = next(iter(items[0].values()))["Key"]
+                    self.client.get_item(TableName=self.table_name, Key=key)
+                    raise
+                reasons: list[Any] = response.get("CancellationReasons") or []
+                codes = [r.get("Code") for r in reasons]
+                if (
+                    code != "TransactionCanceledException"
+                    or len(reasons) != len(items)
+                    or any(c not in ("ConditionalCheckFailed", "None") for c in codes)
+                ):
+                    raise
+                return [
+                    (c == "ConditionalCheckFailed", dict(r.get("Item") or {}))
+                    for c, r in zip(codes, reasons)
+                ]
+            return []
+
+        answer: list[tuple[bool, dict[str, Any]]] | None = self._send(operation, call)
+        return answer
 
     def _after_update(
         self,

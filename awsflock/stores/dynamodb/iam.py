@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-#: What each command needs on the table.
+#: What each command needs on the table. A take is a transaction with a ConditionCheck (of the
+#: lease's done item), and a release or force-release one that puts the lease's done item (an
+#: acquire releases an attempt it gives up; ``--keep-alive`` ends a lease whose process died).
 COMMAND_ACTIONS = {
     "table-create": ["CreateTable", "DescribeTable", "DescribeTimeToLive", "UpdateTimeToLive"],
-    "acquire": ["UpdateItem", "GetItem"],
+    "acquire": ["UpdateItem", "GetItem", "ConditionCheckItem", "PutItem"],
     "renew": ["UpdateItem"],
-    "release": ["UpdateItem", "GetItem"],
-    "run": ["UpdateItem", "GetItem"],
+    "release": ["UpdateItem", "GetItem", "PutItem"],
+    "run": ["UpdateItem", "GetItem", "ConditionCheckItem", "PutItem"],
     "status": ["GetItem"],
     "list": ["DescribeTable", "Scan"],
     "force-release": ["GetItem", "UpdateItem", "PutItem"],

@@ -56,8 +56,9 @@ A_SLOTS = "slots"
 A_FORCED_BY = "forced_by"
 A_FORCED_REASON = "forced_reason"
 A_FORCED_MS = "forced_ms"
-A_KIND = "kind"  # on awsflock's own items: "audit", "fence"
+A_KIND = "kind"  # on awsflock's own items: "audit", "fence", "done"
 KIND_FENCE = "fence"
+KIND_DONE = "done"
 #: On an endpoint without transactions (dynalite), where no fence record can be kept, a plain
 #: lock's item is kept for good: its first take there sets ``expiration_time`` and this to
 #: ``protocol.KEPT_UNTIL``, and every later write keeps that, so neither TTL nor an awsflock
@@ -75,6 +76,14 @@ NUMBER = "n_"  # + ticket: the waiter's number in line
 #: holds the highest fencing token ever granted on the lock. It has no TTL attribute and awsflock
 #: 0.2.0 never writes it, so it outlives every deletion of the lock's item.
 FENCE_PREFIX = RESERVED_PREFIX + "fence#"
+#: A lease that ended by a release or force-release: an item of its own, under this prefix plus
+#: its LEASE_ID, written in the same transaction as the end and kept ``protocol.DONE_MS`` (then
+#: left to TTL). The lock's item remembers only the last few leases; this is how a release
+#: retried after any number of hand-offs still learns that its first try ended the lease, and
+#: how a take landing late under a LEASE_ID already used and ended is refused.
+DONE_PREFIX = RESERVED_PREFIX + "done#"
+A_DONE_LOCK = "lock"  # on a done item: the lock the lease was on
+A_DONE_AT_MS = "at_ms"  # on a done item: when it ended (the caller's clock)
 #: DynamoDB's limit on a partition key, in UTF-8 bytes.
 MAX_KEY_BYTES = 2048
 
@@ -86,6 +95,35 @@ def fence_key(lock_id: str) -> str:
     if len(key.encode()) <= MAX_KEY_BYTES:
         return key
     return FENCE_PREFIX + "sha256:" + hashlib.sha256(lock_id.encode()).hexdigest()
+
+
+def done_key(lease_id: str) -> str:
+    """The key of the done item of ``lease_id`` (a LEASE_ID is short: no hashing needed)."""
+    return DONE_PREFIX + lease_id
+
+
+def done_item(
+    lock_id: str, lease_id: str, ended: str, at_ms: int, expires_s: int
+) -> dict[str, Any]:
+    """The done item of ``lease_id``, ended as ``ended`` at ``at_ms``."""
+    return {
+        A_LOCK_ID: {"S": done_key(lease_id)},
+        A_KIND: {"S": KIND_DONE},
+        A_DONE_LOCK: {"S": lock_id},
+        A_ENDED: {"S": ended},
+        A_DONE_AT_MS: {"N": str(at_ms)},
+        A_EXPIRATION_TIME: {"N": str(expires_s)},
+    }
+
+
+def done_ended(item: dict[str, Any] | None, lock_id: str) -> str | None:
+    """How a done item says its lease ended on ``lock_id`` (None: no such item, or another
+    lock's, or not a done item)."""
+    if not item or from_attr(item.get(A_KIND, {"S": ""})) != KIND_DONE:
+        return None
+    if from_attr(item.get(A_DONE_LOCK, {"S": ""})) != lock_id:
+        return None
+    return str(from_attr(item.get(A_ENDED, {"S": ""})))
 
 
 #: A ticket: 16 lowercase hex digits (it is part of attribute names).

@@ -11,6 +11,7 @@ from awsflock import errors
 from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
+    DONE_MS,
     Drops,
     Outcome,
 )
@@ -27,6 +28,7 @@ from awsflock.stores.dynamodb.base import (
     TableBase,
     _check_tickets,
     _drop_values,
+    _request,
     _seconds_number,
     expiration_seconds,
     new_version,
@@ -35,6 +37,7 @@ from awsflock.stores.dynamodb.items import (
     A_KIND,
     A_LOCK_ID,
     A_RENEWED_MS,
+    done_item,
     from_attr,
     is_pool_item,
     line_from_item,
@@ -256,9 +259,56 @@ class Steps(TableBase):
             **extra,
         }
         p = slot_prefix(slot)
-        return self._conditional_update(
-            operation, lock_id, update(p), expressions.release_condition(p), values, slot
+        condition = expressions.release_condition(p)
+        outcome = None
+        if self._transactions:
+            outcome = self._end_recorded(operation, lock_id, update(p), condition, values, slot)
+        if outcome is None:  # no transactions (dynalite): the lock's item alone
+            outcome = self._conditional_update(
+                operation, lock_id, update(p), condition, values, slot
+            )
+        if outcome.applied:
+            return outcome
+        return self._remembering(outcome, lock_id, lease_id)
+
+    def _end_recorded(
+        self,
+        operation: str,
+        lock_id: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        slot: int | None,
+    ) -> Outcome | None:
+        """An end step as one transaction with the lease's done item (see ``DONE_PREFIX``):
+        a retry of it after any number of hand-offs still finds that it ended the lease. None
+        if the endpoint has no transactions. Applied, it answers nothing: its record is None."""
+        lease_id, now_ms = str(values["lease"]), int(values["now_ms"])
+        done = done_item(
+            lock_id, lease_id, str(values["ended"]), now_ms, expiration_seconds(now_ms + DONE_MS)
         )
+        items: list[Any] = [
+            {
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": {A_LOCK_ID: {"S": lock_id}},
+                    "UpdateExpression": update,
+                    "ConditionExpression": condition,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    **_request(update, condition, values=values),
+                }
+            },
+            {"Put": {"TableName": self.table_name, "Item": done}},
+        ]
+        answer = self._transact(operation, items)
+        if answer is None:
+            self._transactions = False
+            return None
+        in_doubt = self._in_doubt()
+        if not answer:
+            return Outcome(True, None, None, slot, in_doubt=in_doubt)
+        outcome = self._after_update(operation, False, answer[0][1] or None, lock_id, slot)
+        return dataclasses.replace(outcome, in_doubt=True) if in_doubt else outcome
 
     def resize_pool(
         self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int

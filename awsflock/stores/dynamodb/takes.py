@@ -39,6 +39,7 @@ from awsflock.stores.dynamodb.items import (
     A_USER,
     HISTORY,
     KIND_FENCE,
+    done_key,
     fence_key,
     from_attr,
     slot_prefix,
@@ -263,7 +264,6 @@ class Takes(TableBase):
         only checked for a pool slot's (``slot``; a pool's tokens are its slots'). The outcome
         (its ``lock`` None when applied: a transaction answers nothing) and the fence record's
         token when that refused it; None if the endpoint has no transactions."""
-        from botocore.exceptions import ClientError
 
         fence_values = {"token": values["token"], "fence_kind": KIND_FENCE}
         fence_check: dict[str, Any] = {
@@ -293,60 +293,43 @@ class Takes(TableBase):
                 }
             },
             {"Update" if slot is None else "ConditionCheck": fence_check},
+            # A LEASE_ID that was granted and ended (however many hand-offs ago) is never
+            # granted again: a take that lands late under it takes nothing.
+            {
+                "ConditionCheck": {
+                    "TableName": self.table_name,
+                    "Key": {A_LOCK_ID: {"S": done_key(values["lease"])}},
+                    "ConditionExpression": "attribute_not_exists(#lock_id)",
+                    "ExpressionAttributeNames": {"#lock_id": A_LOCK_ID},
+                }
+            },
         ]
-
-        def call() -> tuple[str, dict[str, Any] | None, int | None] | None:
-            try:
-                self.client.transact_write_items(TransactItems=items)
-            except ClientError as exc:
-                response: Any = exc.response
-                code = response.get("Error", {}).get("Code")
-                if code == "UnknownOperationException":
-                    return None
-                if code == "ValidationException":
-                    # Some servers (moto) refuse a transaction on a table keyed otherwise without
-                    # saying why; a read of the lock's key says it (translated as such), and
-                    # costs a request only on this error.
-                    self.client.get_item(TableName=self.table_name, Key=items[0]["Update"]["Key"])
-                    raise
-                reasons: list[Any] = response.get("CancellationReasons") or []
-                codes = [r.get("Code") for r in reasons]
-                if (
-                    code != "TransactionCanceledException"
-                    or len(reasons) != 2
-                    or any(c not in ("ConditionalCheckFailed", "None") for c in codes)
-                ):
-                    raise  # a conflict with another write, or worse: translated, retried
-                held = (
-                    (reasons[1].get("Item") or {}) if codes[1] == "ConditionalCheckFailed" else {}
-                )
-                if held and from_attr(held.get(A_KIND, {"S": ""})) != KIND_FENCE:
-                    raise errors.ConfigurationError(
-                        f"the key {fence_key(lock_id)!r}, which keeps the fencing counter of "
-                        f"{lock_id!r}, holds something else (an awsflock 0.2.0 lock of that "
-                        "name?): awsflock will not take the lock while it does",
-                        hint="release or delete that item (its name starts with awsflock's "
-                        "reserved prefix)",
-                    ) from exc
-                fence = int(from_attr(held[A_FENCE])) if A_FENCE in held else None
-                if codes[0] == "ConditionalCheckFailed":
-                    return "refused", reasons[0].get("Item"), fence
-                return "low", None, fence
-            return "applied", None, None
-
-        answer = self._send("acquire", call)
+        answer = self._transact("acquire", items)
         if answer is None:
             return None
-        how, item, fence = answer
         in_doubt = self._in_doubt()
-        if how == "applied":
+        if not answer:
             return Outcome(True, None, in_doubt=in_doubt), None
-        if how == "low":
+        (item_refused, item), (fence_refused, held), (ended_before, _) = answer
+        if fence_refused and held and from_attr(held.get(A_KIND, {"S": ""})) != KIND_FENCE:
+            raise errors.ConfigurationError(
+                f"the key {fence_key(lock_id)!r}, which keeps the fencing counter of "
+                f"{lock_id!r}, holds something else (an awsflock 0.2.0 lock of that "
+                "name?): awsflock will not take the lock while it does",
+                hint="release or delete that item (its name starts with awsflock's "
+                "reserved prefix)",
+            )
+        fence = int(from_attr(held[A_FENCE])) if fence_refused and A_FENCE in held else None
+        if ended_before and not item_refused:
+            # Only its done item refused it: read what the lock is now (a take landing late
+            # under a used LEASE_ID, the one case; nobody waits for its answer).
+            item = self._get_item(lock_id) or {}
+            item_refused = True
+        if not item_refused:
             # Only the fence record refused: the lock's item would have taken it (not read).
             return Outcome(False, None, in_doubt=in_doubt), int(fence or 0)
-        outcome = self._after_update("acquire", False, item, lock_id, slot)
-        fence_value = None if fence is None else int(fence)
-        return (dataclasses.replace(outcome, in_doubt=True) if in_doubt else outcome), fence_value
+        outcome = self._after_update("acquire", False, item or None, lock_id, slot)
+        return (dataclasses.replace(outcome, in_doubt=True) if in_doubt else outcome), fence
 
     def _learn_fence(self, lock_id: str, token: int) -> None:
         """Remember the highest token seen on a lock: this process's next take starts above it."""

@@ -227,8 +227,10 @@ def translate_errors(
         if code == "ResourceNotFoundException":
             raise _table_missing(table, endpoint_url, signer) from exc
         if code == "AccessDeniedException":
+            # A transaction is refused for the action of one of its items: AWS names it.
+            named = re.search(r"perform: (dynamodb:\w+)", message)
             raise errors.AccessDenied(
-                f"access denied for {action} on table {table!r}",
+                f"access denied for {named.group(1) if named else action} on table {table!r}",
                 hint="grant it to this identity (see `awsflock iam-policy`)",
             ) from exc
         if code in _CREDENTIAL_CODES:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from awsflock.protocol import DONE_MS
+
 #: The layout's version, kept in the table's comment; table-create refuses any other.
 LAYOUT = "awsflock lock table, layout 1"
 #: A table name that quoted stays one identifier, with room for the function's suffix.
@@ -29,7 +31,6 @@ BAR_RETAIN_MS = 24 * 3600 * 1000
 #: ended, when) for ``DONE_MS``, however many hand-offs follow: a release or force-release
 #: retried after its first try went through unanswered still finds what it did, and a take that
 #: lands late under a LEASE_ID already used is refused. The row's own history keeps three.
-DONE_MS = 3600 * 1000
 
 COLUMNS = (
     ("lock_id", "text"),

@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from awsflock.protocol import LINE_LAPSE_MS
+from awsflock.protocol import DONE_MS, LINE_LAPSE_MS
 
 #: The layout's version, kept at ``P:layout``; table-create refuses any other value there.
 LAYOUT = "awsflock redis layout 1"
@@ -53,9 +53,8 @@ RETAIN_MS = 24 * 3600 * 1000
 #: first try, applied, goes unanswered and its retry waits; the retry must still find it.
 HISTORY_MS = 60_000
 HISTORY_KEEP = 32
-#: How long a lock remembers the lease ids it took over (``P:{NAME}:done``): longer than any
-#: retry of a step waits, and than a request held back on the wire is expected to land late.
-DONE_MS = 3600 * 1000
+#: A lock remembers the lease ids it took over (``P:{NAME}:done``) for ``DONE_MS``: longer than
+#: any retry of a step waits, and than a request held back on the wire is expected to land late.
 
 
 def encode(lock_id: str) -> str:
