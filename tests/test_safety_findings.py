@@ -865,3 +865,50 @@ def test_a_pool_slot_taken_whose_read_back_fails_is_released_not_forgotten(make_
     pool = make_table("c").store.read("pool").pool
     assert pool is not None
     assert all(record.released for record in pool.slots.values()), pool.slots
+
+
+# -- a take that lands late, after many hand-offs ---------------------------------------------
+
+
+@pytest.mark.parametrize("slots", [None, 3])
+def test_a_take_landing_late_after_many_hand_offs_takes_nothing(make_table, moto, clock, slots):
+    # A try of a granted take that lands after its lease ended and more hand-offs than the
+    # record's history keeps (found by review on pools, whose slot counter went up by one
+    # whatever the request carried: granted again, to nobody). Every try of one request carries
+    # its token: the counter is at it already, or above. Replayed here byte for byte.
+    from botocore.exceptions import ClientError
+
+    spy = CountingClient(moto)
+    operation = "transact_write_items" if slots is None else "update_item"
+    original = getattr(moto, operation)
+    spy_call = getattr(spy, operation)
+    spy_calls: list[dict[str, Any]] = []
+
+    def capture(**kwargs: Any) -> Any:
+        spy_calls.append(kwargs)
+        return spy_call(**kwargs)
+
+    table = make_table("a", client=spy)
+    kwargs = {} if slots is None else {"slots": slots}
+    make_table("b").acquire("late-take", lease=60, wait=0, **kwargs).release()  # made
+    clock.advance(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(spy, operation, capture, raising=False)
+        lease = table.acquire("late-take", lease=60, wait=0, **kwargs)
+    assert len(spy_calls) == 1, spy_calls  # one request: its one try is the late one
+    if slots is not None:  # the other slots held: every hand-off below is of this one
+        for _ in range(slots - 1):
+            make_table("c").acquire("late-take", lease=600, wait=0, **kwargs)
+    lease.release()
+    for _ in range(8):  # more hand-offs than any record's history keeps
+        clock.advance(1)
+        make_table("b").acquire("late-take", lease=60, wait=0, **kwargs).release()
+    with pytest.raises(ClientError) as refused:
+        original(**spy_calls[0])  # the same request, landing now
+    assert refused.value.response["Error"]["Code"] in (
+        "ConditionalCheckFailedException",
+        "TransactionCanceledException",
+    )
+    state = table.state("late-take")
+    record = state if slots is None else state.slots.get(lease.slot)  # type: ignore[union-attr]
+    assert record is not None and record.released, record

@@ -160,17 +160,15 @@ class MemoryStore(ForSimulations):
                 else:
                     record.kept = True
             else:
-                # A new slot starts above the plain lock's tokens, as the DynamoDB store's
-                # second try does when they are ahead of the caller's clock. An item that
-                # becomes a pool goes above every plain token ever granted (the fence record,
-                # which outlives the item) and keeps the highest as its plain token, so that
-                # every slot made later starts above it too.
-                top = record.top.fence
-                floor = now_ms * 1000 if top is None else max(now_ms * 1000, top + 1)
+                # The token the DynamoDB store's tries settle on: one above its clock reading
+                # (x1000), or above the slot's counter or the plain lock's token where either is
+                # higher. An item that becomes a pool goes above every plain token ever granted
+                # (the fence record, which outlives the item) and keeps the highest as its plain
+                # token, so that every slot made later starts above it too.
+                fence = max(now_ms * 1000, record.top.fence or 0, old.fence or 0) + 1
                 if becomes_pool:
-                    floor = max(floor, self._fences.get(lock_id, 0) + 1)
-                    record.top.fence = floor - 1
-                fence = (floor if old.fence is None else old.fence) + 1
+                    fence = max(fence, self._fences.get(lock_id, 0) + 1)
+                    record.top.fence = fence - 1
             expires_ms = now_ms + attempt.lease_ms
             new = _Lease(
                 lease=attempt.lease_id,

@@ -14,8 +14,11 @@ Values (``:name``) are filled in by the store. Every step is one conditional Upd
   the counter again below tokens granted meanwhile. Without transactions (dynalite) there is
   no fence record: the take checks the item's ``fence`` alone and sets ``kept_until``, after
   which no write of ours gives the item an ``expiration_time`` that TTL or a 0.2.0 client
-  would act on (``ttl``), so the item and its counter stay; a pool slot's counter goes up by one
-  (``if_not_exists(fence, floor) + 1``): a pool's item is never deleted.
+  would act on (``ttl``), so the item and its counter stay. A pool slot's token is chosen by
+  the caller too, above the slot's ``fence`` and the plain lock's (``SLOT_BELOW``,
+  ``PLAIN_BELOW``): a pool's item is never deleted. Every try of one request carries the same
+  token, so one that lands late, after its lease was granted, is refused (the counter is at
+  its token already, or above).
 - **renew** needs the lease to be ours, not ended, and not yet run out by the caller's clock
   (a renew never revives an expired lease), and its clock reading to be no older than the one
   the lease was last granted or renewed with (``renewed_ms``): a renew that lands late, after a
@@ -102,6 +105,11 @@ NO_EARLIER = (
 )
 
 
+def slot_below(p: str) -> str:
+    """Slot ``p``'s counter is below the caller's token."""
+    return f"(attribute_not_exists(#{p}fence) OR #{p}fence < :token)"
+
+
 def free_slot(p: str) -> str:
     """Slot ``p`` of a pool is free: never used, ended, or ran out more than the skew ago."""
     return (
@@ -112,7 +120,7 @@ def free_slot(p: str) -> str:
 
 #: A slot's counter starts above the plain lock's of the same name (its item's ``fence``): a
 #: free plain lock made a pool goes on above the tokens it granted.
-PLAIN_BELOW = "(attribute_not_exists(#fence) OR #fence < :floor)"
+PLAIN_BELOW = "(attribute_not_exists(#fence) OR #fence < :token)"
 #: A plain acquire never takes a pool's item.
 PLAIN_NOT_POOL = "attribute_not_exists(#slots)"
 #: A pool acquire needs the pool's size to agree, or turns a free plain lock into the pool.
@@ -142,7 +150,10 @@ def acquire_condition(
     if not p:
         condition = f"{free} AND {PLAIN_NOT_POOL} AND {never_granted(p)} AND {FENCE_ABOVE}"
     else:
-        condition = f"{free_slot(p)} AND {pool} AND {never_granted(p)} AND {PLAIN_BELOW}"
+        condition = (
+            f"{free_slot(p)} AND {pool} AND {never_granted(p)} AND {PLAIN_BELOW}"
+            f" AND {slot_below(p)}"
+        )
     return f"{condition} AND {line}" if line else condition
 
 
@@ -179,9 +190,9 @@ def acquire_update(
         f"#{p}expires_ms = :expires_ms",
         f"#{p}acquired_ms = :now_ms",
         f"#{p}renewed_ms = :now_ms",
-        # A plain lock's token is the caller's (checked against its fence record); a pool
-        # slot's counts on from its item, which is never deleted.
-        f"#{p}fence = :token" if not p else f"#{p}fence = if_not_exists(#{p}fence, :floor) + :one",
+        # The caller's token (checked against the plain lock's fence record, or the slot's and
+        # the plain lock's counters on a pool's item, which is never deleted).
+        f"#{p}fence = :token",
     ]
     if p and plain_top:
         sets.append("#fence = :plain_top")

@@ -115,54 +115,57 @@ class Takes(TableBase):
         values: dict[str, Any],
         slot: int,
     ) -> Outcome:
-        """A pool slot's take. On an item that is a pool already, one UpdateItem: a pool's item
-        is never deleted and its plain lock's token stays as it was, so a new slot starting
-        above that token (``PLAIN_BELOW``) starts above every plain grant. An item that is not a
-        pool yet (absent, or a free plain lock) becomes one in a transaction that also checks
-        the fence record: the plain lock's tokens may live only there (its item deleted by TTL
-        or by an awsflock 0.2.0 release), and a take that lands late must not start below
-        them. A new slot starts above its plain lock's tokens: refused as too low, the take is
-        sent again above them."""
+        """A pool slot's take, under a token of the caller's: above the slot's counter and the
+        plain lock's token (a new slot starts above the plain lock's tokens), written as the
+        slot's counter. Every try of one request carries the same token, so a try that lands
+        late, after the lease was granted (and any number of hand-offs), is refused. On an item
+        that is a pool already, one UpdateItem: a pool's item is never deleted. An item that
+        is not a pool yet (absent, or a free plain lock) becomes one in a transaction that also
+        checks the fence record: the plain lock's tokens may live only there (its item deleted
+        by TTL or by an awsflock 0.2.0 release), and a take that lands late must not start
+        below them. Refused as too low (a clock behind the last grant's), the take is sent
+        again above what the refusal showed."""
         p = slot_prefix(slot)
         now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
         update, update_becomes = updates
         pooled = expressions.acquire_condition(p, line, pool=expressions.IS_POOL)
         becomes = expressions.acquire_condition(p, line)
+        values["token"] = values["floor"] + 1
         outcome = self._conditional_update("acquire", lock_id, update, pooled, values, slot)
         fence: int | None = None  # the fence record's token, once a transaction showed it
-        sent_floor = None  # the floor of the last transaction
+        sent_token = None  # the token of the last transaction
         for _ in range(3):
             if outcome.applied:
                 return outcome
             record = outcome.lock
             plain = record.fencing_token if record is not None else None
-            if outcome.pool is not None:  # a pool: the slot busy, or its plain token above
+            if outcome.pool is not None:  # a pool: the slot busy, or a counter not below ours
                 held = outcome.pool.slots.get(slot)
                 if held is not None and not held.is_free(now, skew):
                     return outcome
-                if plain is None or plain < values["floor"]:
-                    return outcome
-                values["floor"] = plain + 1  # a new slot starts above its plain lock's tokens
+                high = max(plain or 0, (held.fencing_token or 0) if held is not None else 0)
+                if high < values["token"]:
+                    return outcome  # refused as it stands (the line, a lease id seen before)
+                values["token"] = high + 1
                 outcome = self._conditional_update("acquire", lock_id, update, pooled, values, slot)
                 continue
             if record is not None and not record.is_free(now, skew):
                 return outcome  # a plain lock, held
             # Not a pool (absent, or a free plain lock): it becomes one, above every token the
             # plain lock was granted, its item's and its fence record's.
-            values["floor"] = max(values["floor"], (plain or 0) + 1, (fence or 0) + 1)
-            if values["floor"] == sent_floor:
+            values["token"] = max(values["token"], (plain or 0) + 1, (fence or 0) + 1)
+            if values["token"] == sent_token:
                 return outcome  # refused as it stands (the line, a lease id seen before)
-            values["plain_top"] = values["floor"] - 1
+            values["plain_top"] = values["token"] - 1
             if not self._transactions:  # dynalite: the item's own token alone
                 return self._conditional_update(
                     "acquire", lock_id, update_becomes, becomes, values, slot
                 )
-            values["token"] = values["floor"]  # the fence record must be below it
             answer = self._fenced_take(lock_id, update_becomes, becomes, values, slot=slot)
             if answer is None:  # the endpoint has no transactions
                 self._transactions = False
                 continue
-            sent_floor = values["floor"]
+            sent_token = values["token"]
             outcome, fence = answer
             if outcome.applied:  # a transaction answers nothing: read what it made
                 self.applied()  # a failed read must not say that nothing was
