@@ -26,6 +26,9 @@ PROBE = r"""
 import json, sys, time
 start = time.perf_counter()
 tool, endpoint, table = sys.argv[1:4]
+if tool == "new":  # what this awsflock does before it imports botocore
+    from awsflock.stores.dynamodb.client import _import_urllib3
+    _import_urllib3()
 import botocore.session
 spent = {"credentials": 0.0}
 own = botocore.session.Session.get_credentials

@@ -154,3 +154,29 @@ def test_data_of_the_users_own_keeps_botocores_loader(where, tmp_path, monkeypat
     client = _client("us-east-1")
     assert type(client._loader).__name__ == "Loader"
     assert not (tmp_path / "cache").exists()
+
+
+def test_building_a_client_imports_no_package_metadata_and_urllib3_still_can(tmp_path):
+    # urllib3 2 imports importlib.metadata (about 13 ms with what it pulls in) only for a check
+    # of the h2 package made when HTTP/2 is turned on: a client is built without it, and the
+    # check still works when made (the real module, imported then).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from awsflock.stores.dynamodb.client import make_client\n"
+        "make_client(profile=None, region='us-east-1', endpoint_url='http://127.0.0.1:9',"
+        " request_timeout=1)\n"
+        "assert 'importlib.metadata' not in sys.modules, 'imported'\n"
+        "import urllib3.http2\n"
+        "print(urllib3.http2.version('urllib3'))\n"
+        "import importlib.metadata\n"
+        "assert importlib.metadata.version('urllib3') == urllib3.__version__\n"
+    )
+    env = {**os.environ, "AWSFLOCK_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == __import__("urllib3").__version__

@@ -533,3 +533,35 @@ def test_help_ends_with_the_version_and_where_the_docs_are():
     assert result.exit_code == 0
     footer = " ".join(result.output.split()[-25:])
     assert f"awsflock {version('awsflock')};" in footer and "man awsflock" in footer
+
+
+def test_the_process_ends_without_teardown_after_a_normal_exits_work(tmp_path):
+    # The interpreter's teardown costs about 40 ms once botocore is loaded: the console entry
+    # point skips it, after doing what a normal exit does first (threads joined, atexit run,
+    # output flushed). An object freed only by the teardown shows it was skipped.
+    marks = tmp_path / "marks"
+    code = (
+        "import atexit, os, sys, threading, time\n"
+        f"fd = os.open({str(marks)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n"
+        "class Freed:\n"
+        "    def __init__(self, fd, write):\n"
+        "        self.fd, self.write = fd, write\n"
+        "    def __del__(self):\n"
+        "        self.write(self.fd, b'teardown\\n')\n"
+        "kept = Freed(fd, os.write)\n"
+        "atexit.register(lambda: os.write(fd, b'atexit\\n'))\n"
+        "def late():\n"
+        "    time.sleep(0.2); os.write(fd, b'thread\\n')\n"
+        "threading.Thread(target=late).start()\n"
+        "sys.argv = ['awsflock', 'iam-policy', '--tablename', 'locks']\n"
+        "from awsflock.cli import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["Statement"]  # all of it, flushed
+    assert marks.read_text().splitlines() == ["thread", "atexit"]
+    usage = subprocess.run(
+        [sys.executable, "-m", "awsflock", "acquire"], capture_output=True, text=True, timeout=60
+    )
+    assert usage.returncode == 2 and "Missing argument" in usage.stderr

@@ -49,6 +49,49 @@ def _skip_instance_metadata(session: Session) -> None:
     session.get_component("credential_provider").remove("iam-role")
 
 
+def _import_urllib3() -> None:
+    """Import urllib3 (under botocore) without ``importlib.metadata``, about 13 ms of a
+    command's start-up: urllib3 2's ``http2`` package imports that module's ``version`` at its
+    top, for a check made only when HTTP/2 is turned on, which botocore never does. While
+    urllib3 is imported, ``importlib.metadata`` is a stand-in whose ``version`` (and anything
+    else asked of it) imports the real module when used; then it is gone, and any later import
+    gets the real one. A no-op once either module is loaded."""
+    import sys
+    import types
+
+    name = "importlib.metadata"
+    if "urllib3" in sys.modules or name in sys.modules:
+        return
+
+    def real() -> types.ModuleType:
+        import importlib
+
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        return importlib.import_module(name)
+
+    def version(distribution: str) -> str:
+        found: str = real().version(distribution)
+        return found
+
+    def __getattr__(attribute: str) -> Any:  # a module's own hook (PEP 562)
+        if attribute.startswith("__"):  # the import system's questions (``__path__``)
+            raise AttributeError(attribute)
+        return getattr(real(), attribute)
+
+    stand_in = types.ModuleType(name)
+    stand_in.version = version  # type: ignore[attr-defined]
+    stand_in.__getattr__ = __getattr__  # type: ignore[method-assign]
+    sys.modules[name] = stand_in
+    try:
+        import urllib3  # noqa: F401
+    except ImportError:
+        pass  # botocore's own import says what is missing
+    finally:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+
+
 def make_client(
     *,
     profile: str | None,
@@ -59,6 +102,7 @@ def make_client(
     """A DynamoDB client making one try per call (awsflock retries itself), with loopback
     defaults for local servers."""
     # botocore directly: importing boto3 on top of it only adds start-up time.
+    _import_urllib3()
     import botocore.session
     from botocore.config import Config
 
