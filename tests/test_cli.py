@@ -565,3 +565,21 @@ def test_the_process_ends_without_teardown_after_a_normal_exits_work(tmp_path):
         [sys.executable, "-m", "awsflock", "acquire"], capture_output=True, text=True, timeout=60
     )
     assert usage.returncode == 2 and "Missing argument" in usage.stderr
+
+
+@pytest.mark.parametrize("closed", [1, 2])
+def test_a_closed_stdout_or_stderr_keeps_the_exit_status(closed: int):
+    # Found by the adversarial review of the exit without teardown: a closed stream is None,
+    # whose flush raised, and every command exited 1 with a traceback (`run` lost its
+    # command's status, `acquire` said it failed while the lock was held).
+    code = (
+        "import os, sys\n"
+        f"os.close({closed})\n"
+        "sys.argv = ['awsflock', 'iam-policy', '--tablename', 'locks']\n"
+        f"sys.{'stdout' if closed == 1 else 'stderr'} = None\n"
+        "from awsflock.cli import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr

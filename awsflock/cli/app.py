@@ -28,11 +28,31 @@ def emit(data: dict[str, Any]) -> None:
 
 
 def print_lease(lease: Lease, as_json: bool) -> None:
-    """stdout of acquire and renew: the LEASE_ID alone (0.2.0's contract), or JSON."""
-    if as_json:
-        emit(lease.as_dict())
-    else:
-        click.echo(lease.lease_id)
+    """stdout of acquire and renew: the LEASE_ID alone (0.2.0's contract), or JSON; flushed at
+    once. Raises OSError if it cannot be written (a pipe nobody reads, a closed stdout), after
+    which stdout writes nowhere (so the exit reports nothing more about it)."""
+    try:
+        if sys.stdout is None:
+            raise OSError("stdout is closed")
+        if as_json:
+            emit(lease.as_dict())
+        else:
+            click.echo(lease.lease_id)
+        sys.stdout.flush()
+    except OSError:
+        _stdout_nowhere()
+        raise
+
+
+def _stdout_nowhere() -> None:
+    """Point stdout at /dev/null, dropping what it holds unwritten."""
+    import os
+
+    null = open(os.devnull, "w")  # noqa: SIM115 (stdout until the process ends)
+    try:
+        os.dup2(null.fileno(), sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        sys.stdout = null
 
 
 #: ``ctx.meta`` key: what the running command says if Ctrl-C (a KeyboardInterrupt) ends it now,
@@ -382,23 +402,28 @@ def _exit(code: object) -> None:
     else:
         print(code, file=sys.stderr)
         status = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        raise SystemExit(status) from None
+    if not _flushed():
+        raise SystemExit(status)
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
     join_threads = getattr(threading, "_shutdown", None)
     if run_exitfuncs is None or join_threads is None:  # not CPython: exit as ever
         raise SystemExit(status)
     join_threads()
     run_exitfuncs()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    if not _flushed():
+        raise SystemExit(status)
     os._exit(status & 0xFF)  # as the OS keeps a status: sys.exit(-1) is 255
+
+
+def _flushed() -> bool:
+    """Whether stdout and stderr were flushed (a closed one, None, has nothing to flush)."""
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 __all__ = ["CONTEXT", "RunCommand", "cli", "emit", "if_interrupted", "main", "print_lease"]

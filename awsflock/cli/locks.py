@@ -162,7 +162,17 @@ def acquire(
                     lock_id,
                     f"while the keep-alive renewer of {lock_id!r} started; gave the lease back",
                 )
-        print_lease(lease, as_json)
+        try:
+            print_lease(lease, as_json)
+        except OSError as exc:
+            # Nobody will ever know the LEASE_ID: the lease is given back (and a keep-alive
+            # renewer then finds it ended and stops).
+            _give_back(table, lease)
+            raise errors.AwsflockError(
+                f"could not write the LEASE_ID to stdout ({exc.strerror or exc}): gave the "
+                f"lease on {lock_id!r} back",
+                hint="read acquire's output, e.g. ID=$(awsflock acquire ...)",
+            ) from None
         if_interrupted("")  # the LEASE_ID is out: the script has the lease
         if received and keep_alive:  # after the LEASE_ID is out: kept alive for the script
             _interrupted(

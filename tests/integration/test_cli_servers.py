@@ -432,3 +432,45 @@ def test_pinned_moto_threaded_server_is_not_atomic():
         assert _racing_conditional_writes(threaded.url, 1500) >= 1
     finally:
         threaded.stop()
+
+
+def test_an_acquire_whose_lease_id_cannot_be_written_gives_the_lock_back(awsflock: Cli, lock_name):
+    # Found by the adversarial review: with stdout a pipe nobody reads, acquire exited 1 with
+    # nothing said and the lock held for its whole lease, under a LEASE_ID nobody has.
+    import os
+    import subprocess
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [str(BIN), "acquire", lock_name],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=awsflock.env(),
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 1
+    assert "could not write the LEASE_ID to stdout" in one_line(done.stderr)
+    assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
+
+
+@pytest.mark.parametrize("closed", ["2>&-", ">&-"])
+def test_a_closed_stream_keeps_run_and_acquire_exit_statuses(awsflock: Cli, lock_name, closed):
+    # Found by the adversarial review of the exit without teardown: a closed stdout or stderr
+    # made every command exit 1 (`run` lost its command's status; `acquire` said it failed with
+    # the lock held).
+    import subprocess
+
+    script = (
+        f"'{BIN}' run {lock_name} -- sh -c 'exit 7' {closed}; echo run=$?; "
+        f"'{BIN}' acquire {lock_name}-2 2>&- >/dev/null; echo acquire=$?"
+    )
+    done = subprocess.run(
+        ["sh", "-c", script], capture_output=True, text=True, env=awsflock.env(), timeout=120
+    )
+    assert done.stdout.split() == ["run=7", "acquire=0"], done.stderr
