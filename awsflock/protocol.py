@@ -89,6 +89,12 @@ KEPT_UNTIL = 253402300799
 #: number of hand-offs learns how its lease ended, and a take landing late under its id is
 #: refused. Kept from the lease's end (or its take-over) on.
 DONE_MS = 3600 * 1000
+#: How long a store keeps a bar: a LEASE_ID that a release found never granted (an acquire's
+#: attempt that may still be on its way), whose take, landing later, is refused. Far longer
+#: than a request is expected to land late.
+BAR_KEEP_MS = 24 * 3600 * 1000
+#: How a store that keeps its bars among the leases it ended marks one (never a lease's end).
+ENDED_BARRED = "barred"
 
 #: Keys of audit records start with this.
 AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
@@ -173,6 +179,14 @@ class Outcome:
         if self.slot is None:
             return None if self.pool is not None else self.lock
         return self.pool.slots.get(self.slot) if self.pool is not None else None
+
+    def knows(self, lease_id: str) -> bool:
+        """Whether the record this outcome is about (a plain lease on a pool: the plain lock's
+        last state) has ``lease_id`` as its lease or in its history."""
+        record = self.lock if self.slot is None else self.record
+        if record is None:
+            return False
+        return record.lease_id == lease_id or any(lease == lease_id for lease, _ in record.history)
 
     def remembering(self, lease_id: str, ended: str, lock_id: str = "") -> Outcome:
         """This outcome with ``lease_id`` in the history of the record it is about, ended as

@@ -28,8 +28,10 @@ from awsflock.names import slot_of
 from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
+    BAR_KEEP_MS,
     DEFAULT_REQUEST_TIMEOUT,
     DONE_MS,
+    ENDED_BARRED,
     Attempt,
     Drops,
     Outcome,
@@ -132,6 +134,8 @@ class MemoryStore(ForSimulations):
             transacted = slot is None or record is None or record.slots is None
             if self.transactions and transacted and attempt.lease_id in self._done:
                 ok = False
+            if not transacted and record is not None and attempt.lease_id in record.bars:
+                ok = False  # barred on the pool (the DynamoDB store's ``xb_`` attribute)
             if attempt.ticket is None:
                 ok = ok and (record is None or record.line_clear(now_ms, attempt.skew_ms))
             else:
@@ -263,8 +267,12 @@ class MemoryStore(ForSimulations):
             record = self._records.get(lock_id)
             lease = self._running(record, slot, lease_id)
             if lease is None or record is None:
-                outcome = self._outcome(False, lock_id, record, slot)
-                return self._remembering(outcome, lock_id, lease_id)
+                outcome = self._remembering(
+                    self._outcome(False, lock_id, record, slot), lock_id, lease_id
+                )
+                if not self.transactions or outcome.knows(lease_id):
+                    return outcome
+                return self._bar(lock_id, lease_id, outcome, record, now_ms, slot)
             if self.transactions:
                 self._done[lease_id] = (lock_id, ended, _seconds(now_ms + DONE_MS))
             lease.ended = ended
@@ -277,6 +285,28 @@ class MemoryStore(ForSimulations):
             if self.transactions:  # as DynamoDB's transaction, it answers nothing
                 return Outcome(True, None, None, slot)
             return self._outcome(True, lock_id, record, slot)
+
+    def _bar(
+        self,
+        lock_id: str,
+        lease_id: str,
+        outcome: Outcome,
+        record: _Record | None,
+        now_ms: int,
+        slot: int | None,
+    ) -> Outcome:
+        """An end step found nothing ever granted under ``lease_id``: bar it, as the DynamoDB
+        store does (a done item marked barred; on a pool, the pool's bar of a slot's id)."""
+        if record is not None and record.slots is not None:
+            if slot is None or lease_id in record.bars:
+                return outcome
+            record.bars = {k: v for k, v in record.bars.items() if v >= now_ms}
+            record.bars[lease_id] = now_ms + BAR_KEEP_MS
+            return dataclasses.replace(outcome, barred=True)
+        if lease_id in self._done:
+            return outcome
+        self._done[lease_id] = (lock_id, ENDED_BARRED, _seconds(now_ms + BAR_KEEP_MS))
+        return dataclasses.replace(outcome, barred=True)
 
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
         with self._mutex:
@@ -321,15 +351,12 @@ class MemoryStore(ForSimulations):
     def _remembering(self, outcome: Outcome, lock_id: str, lease_id: str) -> Outcome:
         """``outcome`` with how ``lease_id`` ended, where its record no longer remembers it (the
         DynamoDB store's read of the lease's done item)."""
-        record = outcome.record
-        if record is not None and (
-            record.lease_id == lease_id or any(lease == lease_id for lease, _ in record.history)
-        ):
+        if outcome.knows(lease_id):
             return outcome
         if outcome.slot is not None and outcome.pool is None:
             return outcome
         done = self._done.get(lease_id)
-        if done is None or done[0] != lock_id:
+        if done is None or done[0] != lock_id or done[1] == ENDED_BARRED:
             return outcome
         return outcome.remembering(lease_id, done[1], lock_id)
 

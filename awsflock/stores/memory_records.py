@@ -114,6 +114,9 @@ class _Record:
     #: Kept for good (an endpoint without transactions: see the DynamoDB store's
     #: ``kept_until``): its expiry time is ``KEPT_UNTIL`` from its first take on.
     kept: bool = False
+    #: A pool's bars: LEASE_ID -> until when (epoch ms), each a slot's id that a release found
+    #: never granted (the DynamoDB store's ``xb_`` attributes of the pool's item).
+    bars: dict[str, int] = field(default_factory=dict)
 
     def ttl(self, seconds: int) -> int:
         """The record's expiry time for a plain lease's write (DynamoDB's TTL attribute)."""

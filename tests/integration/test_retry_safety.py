@@ -98,3 +98,36 @@ def test_throttling_is_retried_then_reported_clearly(proxy: FaultProxy, awsflock
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "throttling" in lines[0]
+
+
+def test_a_take_landing_after_its_acquire_gave_up_takes_nothing(
+    server, proxy: FaultProxy, awsflock: Cli, lock_name
+):
+    # Found by the adversarial review (3/3 on DynamoDB Local): a waiter's take held back on the
+    # wire, its acquire gone (busy, exit 3) and the holder's lease released, landed and took
+    # the lock for a whole lease, held by nobody. The acquire's clean-up release now bars its
+    # LEASE_ID (a done item its take checks). dynalite has no transactions, and no bars: there
+    # the take is granted, and its lease counts from when it was sent (pinned below).
+    import json
+    import time
+
+    holder = awsflock("acquire", lock_name, "--lease-duration", "10m").stdout.strip()
+    landed: list[str] = []
+    proxy.on_fault = lambda target, action: landed.append(action)
+    proxy.plan = lambda target, n: "late:6" if target == UPDATE and n == 1 else "pass"
+    waiter = Cli(proxy.url, awsflock.table)(
+        "acquire", lock_name, "--wait-time", "2", "--request-timeout", "1s"
+    )
+    assert waiter.returncode == 3, waiter.stderr
+    assert awsflock("release", lock_name, holder).returncode == 0
+    end = time.monotonic() + 30
+    while "late:6" not in landed:
+        assert time.monotonic() < end, "the held-back take never landed"
+        time.sleep(0.05)
+    status = json.loads(awsflock("status", lock_name, "--json").stdout)
+    if server.name == "dynalite":
+        assert status["state"] == "held" and "may have been granted" in waiter.stderr
+        return
+    assert "may have been granted" not in waiter.stderr, waiter.stderr
+    assert status["state"] != "held", status
+    assert awsflock("acquire", lock_name, "--no-wait").returncode == 0

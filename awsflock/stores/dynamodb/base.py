@@ -314,10 +314,7 @@ class TableBase(RetryingStore):
         where the record it is about no longer remembers the lease (``Outcome.remembering``):
         one more read, only then. Where the endpoint has no transactions no done item is
         written, and the outcome stays as it is."""
-        record = outcome.record
-        if record is not None and (
-            record.lease_id == lease_id or any(lease == lease_id for lease, _ in record.history)
-        ):
+        if outcome.knows(lease_id):
             return outcome
         if not self._transactions or (outcome.slot is not None and outcome.pool is None):
             return outcome

@@ -140,7 +140,7 @@ def never_granted(p: str) -> str:
 
 
 def acquire_condition(
-    p: str, line: str = "", free: str = FREE_PLAIN, pool: str = POOL_SIZE_AGREES
+    p: str, line: str = "", free: str = FREE_PLAIN, pool: str = POOL_SIZE_AGREES, bar: str = ""
 ) -> str:
     """``line``: the line's part (``LINE_CLEAR``, or ``in_line`` for a fair waiter's take);
     ``free``: for a plain lock, which free state it may take (``FREE_ENDED``, ``RECLAIM_SEEN``,
@@ -154,6 +154,8 @@ def acquire_condition(
             f"{free_slot(p)} AND {pool} AND {never_granted(p)} AND {PLAIN_BELOW}"
             f" AND {slot_below(p)}"
         )
+        if bar:  # the slot's LEASE_ID is not barred on the pool's item (``items.bar_name``)
+            condition += f" AND attribute_not_exists(#{bar})"
     return f"{condition} AND {line}" if line else condition
 
 

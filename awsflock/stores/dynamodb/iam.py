@@ -7,16 +7,17 @@ from typing import Any
 
 #: What each command needs on the table. A take is a transaction with a ConditionCheck (of the
 #: lease's done item), and a release or force-release one that puts the lease's done item (an
-#: acquire releases an attempt it gives up; ``--keep-alive`` ends a lease whose process died).
+#: acquire releases an attempt it gives up; ``--keep-alive`` ends a lease whose process died);
+#: one that finds nothing under its LEASE_ID bars it in a transaction with a ConditionCheck.
 COMMAND_ACTIONS = {
     "table-create": ["CreateTable", "DescribeTable", "DescribeTimeToLive", "UpdateTimeToLive"],
     "acquire": ["UpdateItem", "GetItem", "ConditionCheckItem", "PutItem"],
     "renew": ["UpdateItem"],
-    "release": ["UpdateItem", "GetItem", "PutItem"],
+    "release": ["UpdateItem", "GetItem", "PutItem", "ConditionCheckItem"],
     "run": ["UpdateItem", "GetItem", "ConditionCheckItem", "PutItem"],
     "status": ["GetItem"],
     "list": ["DescribeTable", "Scan"],
-    "force-release": ["GetItem", "UpdateItem", "PutItem"],
+    "force-release": ["GetItem", "UpdateItem", "PutItem", "ConditionCheckItem"],
     "audit": ["DescribeTable", "Scan"],
     "pool-resize": ["GetItem", "UpdateItem"],
 }

@@ -33,6 +33,7 @@ import json
 import re
 from typing import Any
 
+from awsflock.protocol import ENDED_BARRED
 from awsflock.records import RESERVED_PREFIX, Identity, Line, LockRecord, Pool, Waiter
 
 # Attribute names. The first five are shared with awsflock 0.2.0 and must keep their meaning.
@@ -97,6 +98,16 @@ def fence_key(lock_id: str) -> str:
     return FENCE_PREFIX + "sha256:" + hashlib.sha256(lock_id.encode()).hexdigest()
 
 
+#: On a pool's item, a bar of a slot's LEASE_ID: ``xb_`` and the id's letters and digits (its
+#: value: until when, epoch ms). A slot's take on a pool is one UpdateItem that checks it.
+BAR_PREFIX = "xb_"
+
+
+def bar_name(lease_id: str) -> str:
+    """The pool item's attribute that bars ``lease_id`` (a name of word characters only)."""
+    return BAR_PREFIX + re.sub(r"\W", "_", lease_id)
+
+
 def done_key(lease_id: str) -> str:
     """The key of the done item of ``lease_id`` (a LEASE_ID is short: no hashing needed)."""
     return DONE_PREFIX + lease_id
@@ -123,7 +134,8 @@ def done_ended(item: dict[str, Any] | None, lock_id: str) -> str | None:
         return None
     if from_attr(item.get(A_DONE_LOCK, {"S": ""})) != lock_id:
         return None
-    return str(from_attr(item.get(A_ENDED, {"S": ""})))
+    ended = str(from_attr(item.get(A_ENDED, {"S": ""})))
+    return None if ended == ENDED_BARRED else ended  # a bar (see ``Steps._bar``): never granted
 
 
 #: A ticket: 16 lowercase hex digits (it is part of attribute names).

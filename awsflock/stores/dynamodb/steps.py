@@ -11,7 +11,9 @@ from awsflock import errors
 from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
+    BAR_KEEP_MS,
     DONE_MS,
+    ENDED_BARRED,
     Drops,
     Outcome,
 )
@@ -37,6 +39,8 @@ from awsflock.stores.dynamodb.items import (
     A_KIND,
     A_LOCK_ID,
     A_RENEWED_MS,
+    BAR_PREFIX,
+    bar_name,
     done_item,
     from_attr,
     is_pool_item,
@@ -260,16 +264,107 @@ class Steps(TableBase):
         }
         p = slot_prefix(slot)
         condition = expressions.release_condition(p)
-        outcome = None
-        if self._transactions:
-            outcome = self._end_recorded(operation, lock_id, update(p), condition, values, slot)
-        if outcome is None:  # no transactions (dynalite): the lock's item alone
-            outcome = self._conditional_update(
+        outcome = Outcome(False, None)
+        for _ in range(3):
+            recorded = None
+            if self._transactions:
+                recorded = self._end_recorded(
+                    operation, lock_id, update(p), condition, values, slot
+                )
+            # No transactions (dynalite): the lock's item alone.
+            outcome = recorded or self._conditional_update(
                 operation, lock_id, update(p), condition, values, slot
             )
-        if outcome.applied:
+            if outcome.applied:
+                return outcome
+            outcome = self._remembering(outcome, lock_id, lease_id)
+            if not self._transactions or outcome.knows(lease_id):
+                return outcome
+            barred = self._bar(lock_id, lease_id, outcome, now_ms, slot)
+            if barred is not None:
+                return barred
+            # The lock changed under the bar: the take under this LEASE_ID landed. End it.
+        return outcome
+
+    def _bar(
+        self, lock_id: str, lease_id: str, outcome: Outcome, now_ms: int, slot: int | None
+    ) -> Outcome | None:
+        """An end step found nothing ever granted under ``lease_id`` (an acquire's attempt
+        that may still be on its way): bar it, so that its take, landing later, takes nothing. A
+        plain take checks the LEASE_ID's done item in its transaction: one is put, marked
+        barred, only while the lock does not hold that lease. A slot's take on a pool is one
+        UpdateItem: the pool's item gets an attribute that bars the id (``items.bar_name``),
+        checked by that take. ``outcome`` barred; unchanged if barred already, or nothing needs
+        a bar (a plain lease on a pool); None if the lease became the lock's meanwhile."""
+        if outcome.pool is not None:
+            if slot is None:
+                return outcome  # a plain take on a pool is refused whatever its id
+            return self._bar_slot(lock_id, lease_id, outcome, now_ms, slot)
+        check = "attribute_not_exists(#lock_id) OR (attribute_not_exists(#slots) AND " + (
+            "(attribute_not_exists(#lease) OR #lease <> :lease))"
+        )
+        items: list[Any] = [
+            {
+                "ConditionCheck": {
+                    "TableName": self.table_name,
+                    "Key": {A_LOCK_ID: {"S": lock_id}},
+                    "ConditionExpression": check,
+                    **_request(check, values={"lease": lease_id}),
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": done_item(
+                        lock_id,
+                        lease_id,
+                        ENDED_BARRED,
+                        now_ms,
+                        expiration_seconds(now_ms + BAR_KEEP_MS),
+                    ),
+                    "ConditionExpression": "attribute_not_exists(#lock_id)",
+                    "ExpressionAttributeNames": {"#lock_id": A_LOCK_ID},
+                }
+            },
+        ]
+        answer = self._transact("release", items)
+        if answer is None:
+            self._transactions = False
             return outcome
-        return self._remembering(outcome, lock_id, lease_id)
+        if not answer:
+            return dataclasses.replace(outcome, barred=True)
+        (_, _), (exists, _) = answer
+        if exists:  # barred already (or ended meanwhile: its done item says how)
+            return self._remembering(outcome, lock_id, lease_id)
+        return None
+
+    def _bar_slot(
+        self, lock_id: str, lease_id: str, outcome: Outcome, now_ms: int, slot: int
+    ) -> Outcome | None:
+        """``_bar`` of a slot's LEASE_ID on a pool: its bar attribute, set only while the slot
+        does not hold that lease; bars seen to have run out are dropped by the same write."""
+        p = slot_prefix(slot)
+        name = bar_name(lease_id)
+        raw = outcome.lock.extra if outcome.lock is not None else {}
+        stale = sorted(
+            key
+            for key, until in raw.items()
+            if key.startswith(BAR_PREFIX) and isinstance(until, int) and until < now_ms
+        )[:MAX_STALE_BARS]
+        update = f"SET #{name} = :until" + (
+            " REMOVE " + ", ".join(f"#{key}" for key in stale) if stale else ""
+        )
+        condition = (
+            f"attribute_exists(#slots) AND attribute_not_exists(#{name})"
+            f" AND (attribute_not_exists(#{p}lease) OR #{p}lease <> :lease)"
+        )
+        values = {"until": now_ms + BAR_KEEP_MS, "lease": lease_id}
+        answered = self._conditional_update("release", lock_id, update, condition, values, slot)
+        if answered.applied:
+            return dataclasses.replace(outcome, barred=True)
+        if answered.lock is not None and name in answered.lock.extra:
+            return outcome  # barred already
+        return None
 
     def _end_recorded(
         self,
@@ -419,6 +514,10 @@ class Steps(TableBase):
             if not last:
                 return
             kwargs["ExclusiveStartKey"] = last
+
+
+#: At most this many bars that ran out are dropped by one bar's write (expressions stay small).
+MAX_STALE_BARS = 20
 
 
 def _later_reading(outcome: Outcome, lease_id: str, now_ms: int, lease_ms: int) -> int | None:

@@ -39,6 +39,7 @@ from awsflock.stores.dynamodb.items import (
     A_USER,
     HISTORY,
     KIND_FENCE,
+    bar_name,
     done_key,
     fence_key,
     from_attr,
@@ -128,8 +129,9 @@ class Takes(TableBase):
         p = slot_prefix(slot)
         now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
         update, update_becomes = updates
-        pooled = expressions.acquire_condition(p, line, pool=expressions.IS_POOL)
-        becomes = expressions.acquire_condition(p, line)
+        bar = bar_name(attempt.lease_id)
+        pooled = expressions.acquire_condition(p, line, pool=expressions.IS_POOL, bar=bar)
+        becomes = expressions.acquire_condition(p, line, bar=bar)
         values["token"] = values["floor"] + 1
         outcome = self._conditional_update("acquire", lock_id, update, pooled, values, slot)
         fence: int | None = None  # the fence record's token, once a transaction showed it
