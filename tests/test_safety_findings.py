@@ -916,3 +916,39 @@ def test_a_take_landing_late_after_many_hand_offs_takes_nothing(make_table, moto
     state = table.state("late-take")
     record = state if slots is None else state.slots.get(lease.slot)  # type: ignore[union-attr]
     assert record is not None and record.released, record
+
+
+def test_a_slot_take_landing_after_its_lock_became_a_pool_takes_nothing(make_table, moto, clock):
+    # Found by the second adversarial review of the bars: A's slot take (one UpdateItem, which
+    # checks a pool's bars only) was held on the wire while the lock was still a plain lock, so
+    # its clean-up release barred the id with a done item; then B, whose clock reading came
+    # before A's (a pause between reading and sending), made the lock a pool, and A's take
+    # landed on it and took a slot for a whole lease, held by nobody. The bar of a slot's id
+    # on a lock that is not a pool raises its fence record: a pool made later starts above it.
+    from botocore.exceptions import ClientError, ConnectionClosedError
+
+    holder = make_table("h").acquire("conv", lease=600, wait=0)  # a plain lock, held
+    b_clock = FakeClock(clock.time() + 0.5)  # B reads its clock now, then pauses
+    clock.advance(1.0)
+    late: list[Any] = []
+
+    def script(n: int, send: Any, kwargs: Any) -> Any:
+        if n == 1:  # reset at once, but the request is still inside the service
+            late.append(send)
+            raise ConnectionClosedError(endpoint_url="http://reset")
+        return send()
+
+    with pytest.raises(errors.AwsflockError):  # a plain lock is held: no pool of it now
+        make_table("a", client=ScriptedWrites(moto, script)).acquire(
+            "conv", lease=600, wait=0, slots=2
+        )
+    holder.release()
+    pooled = make_table("b", clock=b_clock).acquire("conv", lease=600, wait=0, slots=2)
+    pooled.release()
+    with pytest.raises(ClientError):
+        late[0]()  # lands now, on the pool: refused as too low
+    pool = make_table("x").state("conv")
+    assert pool is not None and all(
+        slot.released
+        for slot in pool.slots.values()  # type: ignore[union-attr]
+    ), pool

@@ -18,7 +18,7 @@ from tests.test_simulation import HALF_BUDGET
 MUTANT_BUDGET = 60_000
 #: ... but for these, which need a rare interleaving (a take that turns a lock into a pool,
 #: landing late over a plain grant and the deletion of the lock's record), a little more.
-RARE = {"L pool ignores the fencing counter": 100_000}
+RARE = {"L pool ignores the fencing counter": 100_000, "4 TTL at the lease's end": 100_000}
 #: Bugs found only after more than 10,000 operations: left out of the fast tier.
 SLOW = {"L pool ignores the fencing counter", "4 TTL at the lease's end"}
 

@@ -68,6 +68,8 @@ def of(
     holder = f"now held by {record.describe(now)}" if not record.released else "it is free now"
     if end == "":
         return refused(f"it expired and was taken over; {holder}")
+    if outcome.barred:  # the store found nothing under it at all
+        return refused(f"the lock has no lease of that id (never granted, or long gone); {holder}")
     return refused(f"it was released, or expired and taken over; {holder}")
 
 

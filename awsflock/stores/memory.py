@@ -272,7 +272,7 @@ class MemoryStore(ForSimulations):
                 )
                 if not self.transactions or outcome.knows(lease_id):
                     return outcome
-                return self._bar(lock_id, lease_id, outcome, record, now_ms, slot)
+                return self._bar(lock_id, lease_id, outcome, record, now_ms, skew_ms, slot)
             if self.transactions:
                 self._done[lease_id] = (lock_id, ended, _seconds(now_ms + DONE_MS))
             lease.ended = ended
@@ -293,19 +293,33 @@ class MemoryStore(ForSimulations):
         outcome: Outcome,
         record: _Record | None,
         now_ms: int,
+        skew_ms: int,
         slot: int | None,
     ) -> Outcome:
         """An end step found nothing ever granted under ``lease_id``: bar it, as the DynamoDB
         store does (a done item marked barred; on a pool, the pool's bar of a slot's id)."""
         if record is not None and record.slots is not None:
-            if slot is None or lease_id in record.bars:
-                return outcome
+            if slot is None:  # a plain take on a pool is refused whatever its id
+                return dataclasses.replace(outcome, barred=True)
+            if record.bars.get(lease_id, now_ms - 1) >= now_ms:
+                return outcome  # barred already (and still)
             record.bars = {k: v for k, v in record.bars.items() if v >= now_ms}
-            record.bars[lease_id] = now_ms + BAR_KEEP_MS
+            record.bars[lease_id] = now_ms + DONE_MS
             return dataclasses.replace(outcome, barred=True)
         if lease_id in self._done:
             return outcome
         self._done[lease_id] = (lock_id, ENDED_BARRED, _seconds(now_ms + BAR_KEEP_MS))
+        if slot is not None:
+            # A slot's id on a lock not a pool yet: as the DynamoDB store, its fence record is
+            # raised and its record keeps the bar. What refuses that id's take on a pool made
+            # later, if the record is gone by then, is the take's own token, sent before the
+            # raise: this store times a take when it lands and cannot tell, so it does not say
+            # the id is barred (an acquire names the release command instead).
+            bar_token = (now_ms + skew_ms) * 1000 + 1
+            self._fences[lock_id] = max(self._fences.get(lock_id, 0), bar_token)
+            if record is not None:
+                record.bars[lease_id] = now_ms + DONE_MS
+            return outcome
         return dataclasses.replace(outcome, barred=True)
 
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:

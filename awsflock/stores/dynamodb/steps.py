@@ -40,8 +40,10 @@ from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
     A_RENEWED_MS,
     BAR_PREFIX,
+    KIND_FENCE,
     bar_name,
     done_item,
+    fence_key,
     from_attr,
     is_pool_item,
     line_from_item,
@@ -280,38 +282,68 @@ class Steps(TableBase):
             outcome = self._remembering(outcome, lock_id, lease_id)
             if not self._transactions or outcome.knows(lease_id):
                 return outcome
-            barred = self._bar(lock_id, lease_id, outcome, now_ms, slot)
+            barred = self._bar(lock_id, lease_id, outcome, now_ms, skew_ms, slot)
             if barred is not None:
                 return barred
             # The lock changed under the bar: the take under this LEASE_ID landed. End it.
         return outcome
 
     def _bar(
-        self, lock_id: str, lease_id: str, outcome: Outcome, now_ms: int, slot: int | None
+        self,
+        lock_id: str,
+        lease_id: str,
+        outcome: Outcome,
+        now_ms: int,
+        skew_ms: int,
+        slot: int | None,
     ) -> Outcome | None:
         """An end step found nothing ever granted under ``lease_id`` (an acquire's attempt
         that may still be on its way): bar it, so that its take, landing later, takes nothing. A
         plain take checks the LEASE_ID's done item in its transaction: one is put, marked
         barred, only while the lock does not hold that lease. A slot's take on a pool is one
         UpdateItem: the pool's item gets an attribute that bars the id (``items.bar_name``),
-        checked by that take. ``outcome`` barred; unchanged if barred already, or nothing needs
-        a bar (a plain lease on a pool); None if the lease became the lock's meanwhile."""
+        checked by that take. A slot's id on a lock that is not a pool yet: its take still on
+        the wire is that UpdateItem, which lands on the pool if another client makes one first,
+        so the lock's fence record is raised too, to the highest token a take sent before this
+        release can carry (this reading plus the skew window, x1000): the pool made later starts
+        its slots, and its plain token, above it, and that take is refused as too low.
+        ``outcome`` barred; unchanged if barred already; None if the lease became the lock's
+        meanwhile."""
         if outcome.pool is not None:
-            if slot is None:
-                return outcome  # a plain take on a pool is refused whatever its id
+            if slot is None:  # a plain take on a pool is refused whatever its id
+                return dataclasses.replace(outcome, barred=True)
             return self._bar_slot(lock_id, lease_id, outcome, now_ms, slot)
-        check = "attribute_not_exists(#lock_id) OR (attribute_not_exists(#slots) AND " + (
-            "(attribute_not_exists(#lease) OR #lease <> :lease))"
+        not_held = (
+            "attribute_not_exists(#slots) AND (attribute_not_exists(#lease) OR #lease <> :lease)"
         )
-        items: list[Any] = [
-            {
+        if slot is not None and outcome.lock is not None:
+            # The lock's item gets the slot's bar too: a pool made of it keeps it, and its
+            # slot's take checks it (a take sent later than the fence record's raise allows).
+            name = bar_name(lease_id)
+            update = f"SET #{name} = :until"
+            check = f"attribute_exists(#lock_id) AND {not_held}"
+            values = {"lease": lease_id, "until": now_ms + POOL_BAR_KEEP_MS}
+            first: dict[str, Any] = {
+                "Update": {
+                    "TableName": self.table_name,
+                    "Key": {A_LOCK_ID: {"S": lock_id}},
+                    "UpdateExpression": update,
+                    "ConditionExpression": check,
+                    **_request(update, check, values=values),
+                }
+            }
+        else:
+            check = f"attribute_not_exists(#lock_id) OR ({not_held})"
+            first = {
                 "ConditionCheck": {
                     "TableName": self.table_name,
                     "Key": {A_LOCK_ID: {"S": lock_id}},
                     "ConditionExpression": check,
                     **_request(check, values={"lease": lease_id}),
                 }
-            },
+            }
+        items: list[Any] = [
+            first,
             {
                 "Put": {
                     "TableName": self.table_name,
@@ -327,16 +359,38 @@ class Steps(TableBase):
                 }
             },
         ]
+        if slot is not None:
+            items.append(self._fence_raise(lock_id, (now_ms + skew_ms) * 1000 + 1))
         answer = self._transact("release", items)
         if answer is None:
             self._transactions = False
             return outcome
+        if answer and len(answer) == 3 and answer[2][0] and not (answer[0][0] or answer[1][0]):
+            # Only the fence record refused: its token is that high already (or its key holds
+            # something else, which every take refuses too). The bar alone, then.
+            answer = self._transact("release", items[:2])
+            if answer is None:
+                self._transactions = False
+                return outcome
         if not answer:
             return dataclasses.replace(outcome, barred=True)
-        (_, _), (exists, _) = answer
+        (_, _), (exists, _) = answer[:2]
         if exists:  # barred already (or ended meanwhile: its done item says how)
             return self._remembering(outcome, lock_id, lease_id)
         return None
+
+    def _fence_raise(self, lock_id: str, token: int) -> dict[str, Any]:
+        """A transaction's item raising the lock's fence record to ``token`` (only upwards)."""
+        values = {"token": token, "fence_kind": KIND_FENCE}
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
+                "UpdateExpression": expressions.FENCE_UPDATE,
+                "ConditionExpression": expressions.FENCE_RECORD_ABOVE,
+                **_request(expressions.FENCE_UPDATE, expressions.FENCE_RECORD_ABOVE, values=values),
+            }
+        }
 
     def _bar_slot(
         self, lock_id: str, lease_id: str, outcome: Outcome, now_ms: int, slot: int
@@ -349,21 +403,24 @@ class Steps(TableBase):
         stale = sorted(
             key
             for key, until in raw.items()
-            if key.startswith(BAR_PREFIX) and isinstance(until, int) and until < now_ms
+            if key.startswith(BAR_PREFIX)
+            and key != name
+            and isinstance(until, int)
+            and until < now_ms
         )[:MAX_STALE_BARS]
         update = f"SET #{name} = :until" + (
             " REMOVE " + ", ".join(f"#{key}" for key in stale) if stale else ""
         )
         condition = (
-            f"attribute_exists(#slots) AND attribute_not_exists(#{name})"
+            f"attribute_exists(#slots) AND (attribute_not_exists(#{name}) OR #{name} < :now_ms)"
             f" AND (attribute_not_exists(#{p}lease) OR #{p}lease <> :lease)"
         )
-        values = {"until": now_ms + BAR_KEEP_MS, "lease": lease_id}
+        values = {"until": now_ms + POOL_BAR_KEEP_MS, "lease": lease_id, "now_ms": now_ms}
         answered = self._conditional_update("release", lock_id, update, condition, values, slot)
         if answered.applied:
             return dataclasses.replace(outcome, barred=True)
         if answered.lock is not None and name in answered.lock.extra:
-            return outcome  # barred already
+            return outcome  # barred already (and still)
         return None
 
     def _end_recorded(
@@ -518,6 +575,9 @@ class Steps(TableBase):
 
 #: At most this many bars that ran out are dropped by one bar's write (expressions stay small).
 MAX_STALE_BARS = 20
+#: A pool's bar is kept an hour (``protocol.DONE_MS``), not a day: it lives in the pool's item,
+#: whose every read pays for its size; an hour is far longer than a request lands late.
+POOL_BAR_KEEP_MS = DONE_MS
 
 
 def _later_reading(outcome: Outcome, lease_id: str, now_ms: int, lease_ms: int) -> int | None:
