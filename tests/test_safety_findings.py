@@ -625,17 +625,10 @@ def test_giving_back_a_late_grant_keeps_the_deadline_and_is_not_called_busy(make
 def test_a_try_that_may_land_after_a_later_try_was_answered_is_not_forgotten(
     make_table, moto, caplog, clock
 ):
-    from botocore.exceptions import ConnectionClosedError
-
     holder = make_table("h").acquire("f3", lease=60, wait=0)
     clock.advance(1)  # the late try's token is above the holder's: it can still be granted
     late: list[Any] = []
-
-    def script(n: int, send: Any, kwargs: Any) -> Any:
-        if n == 1:  # reset at once, but the request is still inside the service
-            late.append(send)
-            raise ConnectionClosedError(endpoint_url="http://reset")
-        return send()
+    script = _first_write_held(late)
 
     from botocore.exceptions import ClientError
 
@@ -925,18 +918,13 @@ def test_a_slot_take_landing_after_its_lock_became_a_pool_takes_nothing(make_tab
     # before A's (a pause between reading and sending), made the lock a pool, and A's take
     # landed on it and took a slot for a whole lease, held by nobody. The bar of a slot's id
     # on a lock that is not a pool raises its fence record: a pool made later starts above it.
-    from botocore.exceptions import ClientError, ConnectionClosedError
+    from botocore.exceptions import ClientError
 
     holder = make_table("h").acquire("conv", lease=600, wait=0)  # a plain lock, held
     b_clock = FakeClock(clock.time() + 0.5)  # B reads its clock now, then pauses
     clock.advance(1.0)
     late: list[Any] = []
-
-    def script(n: int, send: Any, kwargs: Any) -> Any:
-        if n == 1:  # reset at once, but the request is still inside the service
-            late.append(send)
-            raise ConnectionClosedError(endpoint_url="http://reset")
-        return send()
+    script = _first_write_held(late)
 
     with pytest.raises(errors.AwsflockError):  # a plain lock is held: no pool of it now
         make_table("a", client=ScriptedWrites(moto, script)).acquire(
@@ -952,3 +940,17 @@ def test_a_slot_take_landing_after_its_lock_became_a_pool_takes_nothing(make_tab
         slot.released
         for slot in pool.slots.values()  # type: ignore[union-attr]
     ), pool
+
+
+def _first_write_held(late: list[Any]) -> Any:
+    """A ``ScriptedWrites`` script: the first write is reset at once while its request is still
+    inside the service (kept in ``late``, to land when the test sends it); the others go."""
+    from botocore.exceptions import ConnectionClosedError
+
+    def script(n: int, send: Any, kwargs: Any) -> Any:
+        if n == 1:
+            late.append(send)
+            raise ConnectionClosedError(endpoint_url="http://reset")
+        return send()
+
+    return script
