@@ -372,11 +372,7 @@ class Acquisition:
         except errors.AwsflockError as err:
             log.debug("clean-up release of %r failed: %s", self.lock_id, err.one_line())
             return False
-        record = outcome.record
-        seen = record is not None and (
-            record.lease_id == lease_id or any(i == lease_id for i, _ in record.history)
-        )
-        if outcome.applied or seen or outcome.barred:
+        if outcome.applied or outcome.knows(lease_id) or outcome.barred:
             # Released; or the store barred the id, so a try of it still on its way is refused.
             self.unsettled.pop(lease_id, None)
             return True

@@ -22,13 +22,16 @@ from awsflock.protocol import (
     Drops,
     Outcome,
 )
+from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb.client import caller_identity, check_endpoint_url, make_client
 from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
+    KIND_FENCE,
     POLLED,
     TICKET,
     done_ended,
     done_key,
+    fence_key,
     is_pool_item,
     line_from_item,
     pool_from_item,
@@ -388,6 +391,39 @@ class TableBase(RetryingStore):
         in_doubt = self._in_doubt()
         outcome = self._after_update(operation, applied, item, lock_id, slot)
         return dataclasses.replace(outcome, in_doubt=in_doubt) if in_doubt else outcome
+
+    def _lock_write(
+        self, lock_id: str, update: str, condition: str, values: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A transaction's item: the conditional update of a lock's item (its old item returned
+        if the condition refuses it)."""
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {A_LOCK_ID: {"S": lock_id}},
+                "UpdateExpression": update,
+                "ConditionExpression": condition,
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                **_request(update, condition, values=values),
+            }
+        }
+
+    def _fence_write(self, lock_id: str, token: int, *, raise_it: bool = True) -> dict[str, Any]:
+        """A transaction's item on the lock's fence record: that it holds no token from
+        ``token`` up, and (``raise_it``) raised to ``token``; its item returned if refused."""
+        values = {"token": token, "fence_kind": KIND_FENCE}
+        kind = "Update" if raise_it else "ConditionCheck"
+        update = (expressions.FENCE_UPDATE,) if raise_it else ()
+        item: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
+            "ConditionExpression": expressions.FENCE_RECORD_ABOVE,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            **_request(*update, expressions.FENCE_RECORD_ABOVE, values=values),
+        }
+        if raise_it:
+            item["UpdateExpression"] = expressions.FENCE_UPDATE
+        return {kind: item}
 
     def _transact(
         self, operation: str, items: list[Any]

@@ -40,10 +40,8 @@ from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
     A_RENEWED_MS,
     BAR_PREFIX,
-    KIND_FENCE,
     bar_name,
     done_item,
-    fence_key,
     from_attr,
     is_pool_item,
     line_from_item,
@@ -323,15 +321,7 @@ class Steps(TableBase):
             update = f"SET #{name} = :until"
             check = f"attribute_exists(#lock_id) AND {not_held}"
             values = {"lease": lease_id, "until": now_ms + POOL_BAR_KEEP_MS}
-            first: dict[str, Any] = {
-                "Update": {
-                    "TableName": self.table_name,
-                    "Key": {A_LOCK_ID: {"S": lock_id}},
-                    "UpdateExpression": update,
-                    "ConditionExpression": check,
-                    **_request(update, check, values=values),
-                }
-            }
+            first = self._lock_write(lock_id, update, check, values)
         else:
             check = f"attribute_not_exists(#lock_id) OR ({not_held})"
             first = {
@@ -360,7 +350,7 @@ class Steps(TableBase):
             },
         ]
         if slot is not None:
-            items.append(self._fence_raise(lock_id, (now_ms + skew_ms) * 1000 + 1))
+            items.append(self._fence_write(lock_id, (now_ms + skew_ms) * 1000 + 1))
         answer = self._transact("release", items)
         if answer is None:
             self._transactions = False
@@ -378,19 +368,6 @@ class Steps(TableBase):
         if exists:  # barred already (or ended meanwhile: its done item says how)
             return self._remembering(outcome, lock_id, lease_id)
         return None
-
-    def _fence_raise(self, lock_id: str, token: int) -> dict[str, Any]:
-        """A transaction's item raising the lock's fence record to ``token`` (only upwards)."""
-        values = {"token": token, "fence_kind": KIND_FENCE}
-        return {
-            "Update": {
-                "TableName": self.table_name,
-                "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
-                "UpdateExpression": expressions.FENCE_UPDATE,
-                "ConditionExpression": expressions.FENCE_RECORD_ABOVE,
-                **_request(expressions.FENCE_UPDATE, expressions.FENCE_RECORD_ABOVE, values=values),
-            }
-        }
 
     def _bar_slot(
         self, lock_id: str, lease_id: str, outcome: Outcome, now_ms: int, slot: int
@@ -440,16 +417,7 @@ class Steps(TableBase):
             lock_id, lease_id, str(values["ended"]), now_ms, expiration_seconds(now_ms + DONE_MS)
         )
         items: list[Any] = [
-            {
-                "Update": {
-                    "TableName": self.table_name,
-                    "Key": {A_LOCK_ID: {"S": lock_id}},
-                    "UpdateExpression": update,
-                    "ConditionExpression": condition,
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    **_request(update, condition, values=values),
-                }
-            },
+            self._lock_write(lock_id, update, condition, values),
             {"Put": {"TableName": self.table_name, "Item": done}},
         ]
         answer = self._transact(operation, items)

@@ -23,7 +23,6 @@ from awsflock.stores.dynamodb.base import (
     TableBase,
     _check_tickets,
     _drop_values,
-    _request,
     _seconds_number,
     expiration_seconds,
     new_version,
@@ -270,34 +269,9 @@ class Takes(TableBase):
         (its ``lock`` None when applied: a transaction answers nothing) and the fence record's
         token when that refused it; None if the endpoint has no transactions."""
 
-        fence_values = {"token": values["token"], "fence_kind": KIND_FENCE}
-        fence_check: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
-            "ConditionExpression": expressions.FENCE_RECORD_ABOVE,
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        if slot is None:
-            fence_check["UpdateExpression"] = expressions.FENCE_UPDATE
-            fence_check.update(
-                _request(
-                    expressions.FENCE_UPDATE, expressions.FENCE_RECORD_ABOVE, values=fence_values
-                )
-            )
-        else:
-            fence_check.update(_request(expressions.FENCE_RECORD_ABOVE, values=fence_values))
         items: list[Any] = [
-            {
-                "Update": {
-                    "TableName": self.table_name,
-                    "Key": {A_LOCK_ID: {"S": lock_id}},
-                    "UpdateExpression": update,
-                    "ConditionExpression": condition,
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    **_request(update, condition, values=values),
-                }
-            },
-            {"Update" if slot is None else "ConditionCheck": fence_check},
+            self._lock_write(lock_id, update, condition, values),
+            self._fence_write(lock_id, values["token"], raise_it=slot is None),
             # A LEASE_ID that was granted and ended (however many hand-offs ago) is never
             # granted again: a take that lands late under it takes nothing.
             {

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from awsflock.protocol import DONE_MS
+from awsflock.protocol import BAR_KEEP_MS, DONE_MS
 
 #: The layout's version, kept in the table's comment; table-create refuses any other.
 LAYOUT = "awsflock lock table, layout 1"
@@ -26,7 +26,7 @@ NAME = re.compile(r"^[A-Za-z0-9_.-]{1,48}$")
 #: An end step that finds nothing ever granted under its lease id bars the id (column
 #: ``barred`` of the lock's row: id -> when), so a take of it that lands late is refused; each
 #: is kept ``BAR_RETAIN_MS``, however many there are. Answers leave the column out.
-BAR_RETAIN_MS = 24 * 3600 * 1000
+BAR_RETAIN_MS = BAR_KEEP_MS
 #: Every lease a take took over is kept in the table ``NAME_done`` (lock, LEASE_ID, how it
 #: ended, when) for ``DONE_MS``, however many hand-offs follow: a release or force-release
 #: retried after its first try went through unanswered still finds what it did, and a take that
