@@ -247,13 +247,15 @@ def _give_back(table: LockTable, lease: Lease) -> None:
         return
     except errors.AwsflockError as exc:
         logs.say(
-            f"could not give back the lease on {lease.lock_id!r} ({exc.one_line()}): it is held "
-            f"until its lease ends, under LEASE_ID {lease.lease_id}: free it with "
+            f"could not give back the lease on {lease.lock_id!r} ({exc.one_line()}): it may be "
+            f"held until its lease ends, under LEASE_ID {lease.lease_id}: free it with "
             f"`awsflock release {lease.lock_id} {lease.lease_id}`",
             level="warning",
             label="warning",
             event="release_failed",
             lock_id=lease.lock_id,
+            lease_id=lease.lease_id,
+            error=type(exc).__name__,
         )
 
 

@@ -258,6 +258,7 @@ class Hold:
                 "lock_id": self.lock_id,
                 "lease_id": lease.lease_id,
                 "slot": lease.slot,
+                "error": type(exc).__name__,
             },
         )
 

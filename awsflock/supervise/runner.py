@@ -303,13 +303,18 @@ def _release_quietly(hold: Hold) -> bool:
         return False
     except errors.AwsflockError as exc:
         log.warning(
-            "could not release %r (%s): it stays held until its lease ends, under LEASE_ID %s: "
+            "could not release %r (%s): it may stay held until its lease ends, under LEASE_ID %s: "
             "free it sooner with `awsflock release %s %s`",
             hold.lock_id,
             exc.one_line(),
             hold.lease_id,
             hold.lock_id,
             hold.lease_id,
-            extra={"event": "release_failed", "lock_id": hold.lock_id, "lease_id": hold.lease_id},
+            extra={
+                "event": "release_failed",
+                "lock_id": hold.lock_id,
+                "lease_id": hold.lease_id,
+                "error": type(exc).__name__,
+            },
         )
     return True

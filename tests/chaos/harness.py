@@ -43,6 +43,9 @@ LEASE, SKEW = 3.0, 1.0
 ALLOWED_EXITS = {0, 3, 75, 124, 125, -signal.SIGKILL}
 
 
+#: The errors of a call that got no answer (what it found is unknown), by class name.
+NO_ANSWER = {"EndpointUnreachable", "Throttled"}
+
 #: An acquire never reports a lease with less than this fraction of it left (awsflock's rule).
 MIN_LEFT = 0.5
 
@@ -478,6 +481,11 @@ def check(
             bad.append(f"awsflock run exited {inv.code} ({inv.log.name})")
         if "Traceback" in inv.log.read_text(errors="replace"):
             bad.append(f"traceback in {inv.log.name}")
+        # The proxy only delays, drops, resets and throttles: awsflock may fail for want of an
+        # answer, never for a fault it misread (a busy answer taken for a refused permission).
+        for e in _events(inv.log):
+            if e["event"] in ("error", "release_failed") and e.get("error") not in NO_ANSWER:
+                bad.append(f"{inv.log.name}: {e['event']} {e.get('error')}: {e['message'][:80]}")
     entries = _critical(critical_log)
     by_key: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for e in entries:
@@ -597,7 +605,9 @@ def check_forced(
     outcome: Outcome, invocations: list[Invocation], audit: list[dict[str, Any]]
 ) -> None:
     """A holder whose lease was force-released is never told it released it, and its run
-    does not exit as if all was well (124, or killed by the harness)."""
+    does not exit as if all was well (124, or killed by the harness) — unless nothing told it:
+    its command ended before a renewal was refused, and its release got no answer (the store
+    unreachable or busy through all its tries), so it could only say it may still hold it."""
     forced = {(a["lock_id"], a.get("slot"), a["fencing_token"]) for a in audit}
     for inv in invocations:
         events = _events(inv.log)
@@ -609,7 +619,10 @@ def check_forced(
             continue
         if any(e["event"] == "released" for e in events):
             outcome.violations.append(f"{inv.log.name}: force-released, yet told 'released'")
-        if inv.code not in (124, -signal.SIGKILL) and not inv.paused:
+        unanswered = any(
+            e["event"] == "release_failed" and e.get("error") in NO_ANSWER for e in events
+        )
+        if inv.code not in (124, -signal.SIGKILL) and not inv.paused and not unanswered:
             outcome.violations.append(f"{inv.log.name}: force-released, yet exited {inv.code}")
 
 

@@ -97,6 +97,18 @@ def test_unexpected_exit_code_and_traceback_are_caught(tmp_path):
     assert any("exited 1" in v for v in found) and any("traceback" in v for v in found)
 
 
+def test_a_failure_other_than_no_answer_is_caught(tmp_path):
+    def failed(name: str, error: str) -> Invocation:
+        event = {"event": "error", "ts": 1, "error": error, "message": "awsflock failed"}
+        return Invocation("chaos-lock", None, run_log(tmp_path / name, event), code=125)
+
+    runs = [failed("gone", "EndpointUnreachable"), failed("busy", "Throttled")]
+    assert checked(tmp_path, runs, [], counter=0) == []
+    misread = failed("misread", "ConfigurationError")
+    found = checked(tmp_path, [*runs, misread], [], counter=0)
+    assert found == ["misread: error ConfigurationError: awsflock failed"]
+
+
 def test_a_write_killed_before_its_log_line_may_count_once(tmp_path):
     pending = {**write(3, 104.1, 104.5), "write": "pending", "pid": 9}
     writes = [write(1, 100.1, 100.5), write(2, 102.1, 102.5), pending]
@@ -146,13 +158,20 @@ def test_a_force_released_holder_told_released_is_caught(tmp_path):
         code=0,
     )
     honest = Invocation("chaos-lock", None, run_log(tmp_path / "h", grant(110, 6)), code=124)
+    # Its command ended first, and its release got no answer: it cannot know, and says so.
+    unanswered = {"event": "release_failed", "ts": 121, "error": "EndpointUnreachable"}
+    untold = Invocation("chaos-lock", None, run_log(tmp_path / "u", grant(120, 7), unanswered), 3)
+    # Any other failure is no excuse (a BUSY answer to the settings check once read as a
+    # refusal of CONFIG GET made such a release fail at once, with the lease long gone).
+    misread = {**unanswered, "ts": 131, "error": "ConfigurationError"}
+    hidden = Invocation("chaos-lock", None, run_log(tmp_path / "m", grant(130, 8), misread), 3)
     audit = [
-        {"lock_id": "chaos-lock", "slot": None, "fencing_token": 5},
-        {"lock_id": "chaos-lock", "slot": None, "fencing_token": 6},
+        {"lock_id": "chaos-lock", "slot": None, "fencing_token": token} for token in (5, 6, 7, 8)
     ]
     outcome = Outcome(summary={})
-    check_forced(outcome, [told, honest], audit)
+    check_forced(outcome, [told, honest, untold, hidden], audit)
     assert sorted(outcome.violations) == [
+        "m: force-released, yet exited 3",
         "t: force-released, yet exited 0",
         "t: force-released, yet told 'released'",
     ]

@@ -67,3 +67,15 @@ def test_a_release_whose_answer_was_lost_is_released_when_retried(
     assert gone.returncode == 0, gone.stderr
     assert proxy.faults["drop"] == 1
     assert direct("acquire", lock_name, "--no-wait").returncode == 0
+
+
+def test_a_busy_answer_to_the_settings_check_is_retried_not_called_a_refusal(
+    faulty, lock_name: str
+):
+    # CONFIG GET answered BUSY (a script running) says nothing of the user's rights: taking it
+    # for a refusal made acquire, or the release at the end of `run`, fail as "could not check".
+    cli, proxy = faulty(lambda target, n: "busy" if target == "config" and n == 1 else "pass")
+    got = cli("acquire", lock_name, "--no-wait")
+    assert got.returncode == 0, got.stderr
+    assert proxy.faults["busy"] == 1
+    assert "could not check" not in got.stderr

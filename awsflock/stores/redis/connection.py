@@ -19,7 +19,7 @@ from typing import Any, Callable, TypeVar
 
 from awsflock import errors
 from awsflock.stores.redis import deployment, layout
-from awsflock.stores.redis.translate import translate
+from awsflock.stores.redis.translate import clears_up, translate
 from awsflock.stores.retrying import RetryingStore
 
 _T = TypeVar("_T")
@@ -140,6 +140,9 @@ class Connected(RetryingStore):
                 raise answer
         configs = (appendonly, appendfsync, maxmemory, policy, on_rewrite)
         refused = next((a for a in configs if isinstance(a, Exception)), None)
+        if refused is not None and clears_up(refused):
+            # Busy or loading is no refusal: the settings are unknown only for now (retried).
+            raise refused
         version = tuple(int(x) for x in str(server.get("redis_version", "0")).split(".")[:3])
         facts = deployment.Server(
             version=version,

@@ -30,6 +30,14 @@ _TRANSIENT = {
 }
 
 
+def clears_up(exc: BaseException) -> bool:
+    """Whether an error reply is one that clears up by itself (retried, never applied)."""
+    import redis.exceptions as rx
+
+    code = (str(exc).strip().split(" ", 1) or [""])[0]
+    return isinstance(exc, rx.BusyLoadingError) or code in _TRANSIENT
+
+
 def acl_hint(prefix: str) -> str:
     """What to grant, for ``NOPERM`` messages."""
     from awsflock.stores.redis.acl import rules
@@ -84,7 +92,7 @@ def translate(
             hint="awsflock speaks to one node: point --store at the shard that owns the lock",
         )
         return Translated(err, broken=False)
-    if isinstance(exc, rx.BusyLoadingError) or code in _TRANSIENT:
+    if clears_up(exc):
         reason = _TRANSIENT.get(code, _TRANSIENT["LOADING"])
         throttled = errors.Throttled(
             f"{where} refused {operation}: {reason} ({text})", hint="retry"
