@@ -193,3 +193,14 @@ def test_json_says_the_wait_as_events(world):
     assert events[0]["owner"] == "alice" and events[1]["owner"] == "alice"
     assert 30 <= events[1]["waited_s"] < 32 and 45 <= events[2]["waited_s"] < 47
     assert all("lease_id" not in e for e in events)
+
+
+def test_the_grant_says_how_long_the_hand_off_took_at_most(world):
+    free = json.loads(world.run("acquire", "free", "--log-format", "json").stderr)
+    assert free["event"] == "acquired" and free["handoff_s"] is None
+    world.hold(ALICE, until=12.5)
+    result = world.run("acquire", "deploy", "--wait-time", "1m", "--log-format", "json")
+    granted = json.loads(lines(result.stderr)[-1])
+    # Polls about a second apart: the release came between the last refusal and the grant.
+    assert granted["event"] == "acquired" and 0 < granted["handoff_s"] <= 1.5, granted
+    assert granted["waited_s"] > 12

@@ -26,6 +26,7 @@ EVENT_FIELDS = (
     "held_s",
     "attempts",
     "expires_in_s",
+    "handoff_s",
     "reason",
     "actor",
     "error",

@@ -65,6 +65,9 @@ class Grant:
     to_mono: float | None = None
     #: The caller was told it waits for the lock: the grant is said as loudly.
     contended: bool = False
+    #: Seconds from the last answer that did not grant to this grant's (None: the first try
+    #: granted): how long the hand-off took at most, as this waiter saw it.
+    handoff: float | None = None
 
 
 class Acquisition:

@@ -204,6 +204,7 @@ class LockTable:
                 "attempts": grant.attempts,
                 "slot": grant.slot,
                 "expires_in_s": round(record.expires_at - self.clock.time(), 3),
+                "handoff_s": None if grant.handoff is None else round(grant.handoff, 3),
             },
         )
         return lease

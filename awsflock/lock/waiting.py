@@ -110,17 +110,22 @@ def wait(
     run.hard_end = None if deadline is None else deadline + run.store.request_timeout
     progress = Progress(run, wait_s, policy)
     waker: Waker | None = None
+    refused: float | None = None  # when the last answer that did not grant came
     try:
         while True:
             check_cancel(cancel, "while waiting")
             polled = clock.monotonic()
             got = policy.poll(run)
             if got is not None:
+                answered = clock.monotonic()
                 # Tidying up may take a request timeout: before the grant is judged fresh.
                 got = settle(run, got, cancel, tidy=lambda: policy.tidy(run))
                 if got is not None:
                     # Nothing may follow the grant's last check (saying it is the caller's).
-                    return dataclasses.replace(got, contended=progress.said)
+                    handoff = None if refused is None else answered - refused
+                    return dataclasses.replace(got, contended=progress.said, handoff=handoff)
+            if run.error is None:
+                refused = clock.monotonic()
             if policy.again_now(run):
                 continue
             if run.error is None:

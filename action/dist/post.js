@@ -1,0 +1,298 @@
+// Built from action/src by action/build.mjs (npm run build): do not edit.
+"use strict";
+var __getOwnPropNames = Object.getOwnPropertyNames;
+var __commonJS = (cb, mod) => function __require() {
+  try {
+    return mod || (0, cb[__getOwnPropNames(cb)[0]])((mod = { exports: {} }).exports, mod), mod.exports;
+  } catch (e) {
+    throw mod = 0, e;
+  }
+};
+
+// src/runner.js
+var require_runner = __commonJS({
+  "src/runner.js"(exports2, module2) {
+    "use strict";
+    var crypto = require("node:crypto");
+    var fs = require("node:fs");
+    var os = require("node:os");
+    function input(name) {
+      const key = `INPUT_${name.replace(/ /g, "_").toUpperCase()}`;
+      return (process.env[key] || "").trim();
+    }
+    function flag(name) {
+      const value = input(name).toLowerCase();
+      if (["true", "yes", "on", "1"].includes(value)) return true;
+      if (["false", "no", "off", "0", ""].includes(value)) return false;
+      throw new UsageError(`input ${name} must be true or false, not "${input(name)}"`);
+    }
+    var UsageError = class extends Error {
+    };
+    function appendTo(variable, name, value) {
+      const file = process.env[variable];
+      const text = String(value);
+      if (!file) {
+        const command2 = { GITHUB_OUTPUT: "set-output", GITHUB_STATE: "save-state" }[variable];
+        if (command2) process.stdout.write(`::${command2} name=${name}::${escape(text)}${os.EOL}`);
+        return;
+      }
+      const delimiter = `awsflock_${crypto.randomUUID()}`;
+      if (name.includes(delimiter) || text.includes(delimiter)) throw new Error("delimiter clash");
+      fs.appendFileSync(file, `${name}<<${delimiter}${os.EOL}${text}${os.EOL}${delimiter}${os.EOL}`);
+    }
+    var setOutput = (name, value) => appendTo("GITHUB_OUTPUT", name, value);
+    var saveState = (name, value) => appendTo("GITHUB_STATE", name, value);
+    var exportVariable = (name, value) => {
+      process.env[name] = String(value);
+      appendTo("GITHUB_ENV", name, value);
+    };
+    var state = (name) => process.env[`STATE_${name}`] || "";
+    function addPath(dir) {
+      process.env.PATH = `${dir}${require("node:path").delimiter}${process.env.PATH || ""}`;
+      if (process.env.GITHUB_PATH) fs.appendFileSync(process.env.GITHUB_PATH, `${dir}${os.EOL}`);
+    }
+    function summary(markdown) {
+      if (process.env.GITHUB_STEP_SUMMARY) {
+        fs.appendFileSync(process.env.GITHUB_STEP_SUMMARY, markdown + os.EOL);
+      }
+    }
+    function escape(text) {
+      return String(text).replace(/%/g, "%25").replace(/\r/g, "%0D").replace(/\n/g, "%0A");
+    }
+    var command = (name, text) => process.stdout.write(`::${name}::${escape(text)}${os.EOL}`);
+    var info = (text) => process.stdout.write(`${text}${os.EOL}`);
+    var warning = (text) => command("warning", text);
+    var error = (text) => command("error", text);
+    var mask = (secret) => command("add-mask", secret);
+    module2.exports = {
+      UsageError,
+      addPath,
+      error,
+      exportVariable,
+      flag,
+      info,
+      input,
+      mask,
+      saveState,
+      setOutput,
+      state,
+      summary,
+      warning
+    };
+  }
+});
+
+// src/awsflock.js
+var require_awsflock = __commonJS({
+  "src/awsflock.js"(exports2, module2) {
+    "use strict";
+    var { spawn, spawnSync } = require("node:child_process");
+    var crypto = require("node:crypto");
+    var fs = require("node:fs");
+    var os = require("node:os");
+    var path = require("node:path");
+    var runner2 = require_runner();
+    var ROOT = path.resolve(__dirname, "..", "..");
+    function onPath(name) {
+      for (const dir of (process.env.PATH || "").split(path.delimiter)) {
+        if (!dir) continue;
+        const candidate = path.join(dir, name);
+        try {
+          fs.accessSync(candidate, fs.constants.X_OK);
+          if (fs.statSync(candidate).isFile()) return candidate;
+        } catch {
+        }
+      }
+      return "";
+    }
+    function extraFor(store) {
+      if (/^postgres(ql)?:/.test(store)) return "[postgres]";
+      if (/^rediss?:/.test(store)) return "[redis]";
+      return "";
+    }
+    function versionOf(bin) {
+      const done = spawnSync(bin, ["--version"], { encoding: "utf8", timeout: 6e4 });
+      if (done.status !== 0) return "";
+      const found = /awsflock,? (?:version )?(\S+)/.exec(done.stdout || "");
+      return found ? found[1] : "";
+    }
+    function ensure({ version, store }) {
+      if (process.platform === "win32") {
+        throw new runner2.UsageError(
+          "awsflock's action runs on Linux and macOS runners: its keep-alive renewer and `run` need POSIX process groups and signals, which Windows runners lack (use a Linux job for the lock)"
+        );
+      }
+      const found = onPath("awsflock");
+      if (found && (!version || versionOf(found) === version)) return found;
+      const pyproject = fs.readFileSync(path.join(ROOT, "pyproject.toml"), "utf8");
+      const source = crypto.createHash("sha256").update(pyproject).update(ROOT).digest("hex");
+      const key = version || `src-${source.slice(0, 12)}`;
+      const base = process.env.RUNNER_TOOL_CACHE || process.env.RUNNER_TEMP || os.tmpdir();
+      const dir = path.join(base, "awsflock", key + extraFor(store).replace(/\W/g, ""), process.arch);
+      const bin = path.join(dir, "bin", "awsflock");
+      if (!fs.existsSync(path.join(dir, ".complete"))) {
+        install(dir, version ? `awsflock${extraFor(store)}==${version}` : ROOT + extraFor(store));
+      }
+      runner2.addPath(path.dirname(bin));
+      return bin;
+    }
+    function install(dir, spec) {
+      const python = onPath("python3") || onPath("python");
+      if (!python) {
+        throw new runner2.UsageError(
+          "awsflock needs Python 3.9 or newer on the runner: add actions/setup-python before this step"
+        );
+      }
+      runner2.info(`installing ${spec} into ${dir}`);
+      fs.rmSync(dir, { recursive: true, force: true });
+      const steps = [
+        [python, ["-m", "venv", dir]],
+        [
+          path.join(dir, "bin", "python"),
+          ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input", spec]
+        ]
+      ];
+      for (const [bin, args] of steps) {
+        const done = spawnSync(bin, args, { stdio: ["ignore", "inherit", "inherit"] });
+        if (done.status !== 0) {
+          throw new Error(`could not install awsflock (${path.basename(bin)} ${args.join(" ")} failed)`);
+        }
+      }
+      fs.writeFileSync(path.join(dir, ".complete"), spec + os.EOL);
+    }
+    function storeEnv({ store, table, region }) {
+      const env = { AWSFLOCK_LOG_FORMAT: "json" };
+      if (store) env.AWSFLOCK_STORE = store;
+      else if (table) env.AWSFLOCK_TABLE = table;
+      if (region) env.AWS_REGION = region;
+      return env;
+    }
+    function run(bin, args, env, { onEvent = () => {
+    }, started = () => {
+    } } = {}) {
+      return new Promise((resolve) => {
+        const child = spawn(bin, args, {
+          env: { ...process.env, ...env },
+          stdio: ["ignore", "pipe", "pipe"]
+        });
+        started(child);
+        let stdout = "";
+        let pending = "";
+        const events = [];
+        const other = [];
+        const line = (text) => {
+          if (!text.trim()) return;
+          try {
+            const event = JSON.parse(text);
+            events.push(event);
+            onEvent(event);
+          } catch {
+            other.push(text);
+          }
+        };
+        child.stdout.on("data", (chunk) => stdout += chunk);
+        child.stderr.on("data", (chunk) => {
+          pending += chunk;
+          const lines = pending.split("\n");
+          pending = lines.pop();
+          lines.forEach(line);
+        });
+        child.on("error", (err) => resolve({ code: 127, stdout, events, errors: [String(err)] }));
+        child.on("close", (code, signal) => {
+          line(pending);
+          resolve({ code: code === null ? 128 + (os.constants.signals[signal] || 0) : code, stdout, events, errors: other });
+        });
+      });
+    }
+    module2.exports = { ensure, run, storeEnv };
+  }
+});
+
+// src/format.js
+var require_format = __commonJS({
+  "src/format.js"(exports2, module2) {
+    "use strict";
+    function seconds(value) {
+      if (value === null || value === void 0 || Number.isNaN(Number(value))) return "?";
+      let s = Number(value);
+      if (s < 60) return `${Math.round(s * 10) / 10}s`;
+      s = Math.round(s);
+      const h = Math.floor(s / 3600);
+      const m = Math.floor(s % 3600 / 60);
+      const rest = s % 60;
+      return (h ? `${h}h` : "") + (m || h ? `${m}m` : "") + (rest ? `${rest}s` : "");
+    }
+    function holder(status) {
+      if (!status || status.state === "free") return "nobody";
+      const who = status.owner || "unknown owner";
+      const where = status.ci_url ? ` (${status.ci_url})` : status.host ? ` (host ${status.host})` : "";
+      const since = status.held_for_s === null || status.held_for_s === void 0 ? "" : `, held for ${seconds(status.held_for_s)}`;
+      const left = status.state === "expired" ? `, lease expired (free in ${seconds(status.reclaimable_in_s)})` : `, lease expires in ${seconds(status.expires_in_s)}`;
+      return who + where + since + left;
+    }
+    function holders(status) {
+      if (!status || !Array.isArray(status.slot_states)) return holder(status);
+      const held = status.slot_states.filter((s) => s.state === "held");
+      if (!held.length) return "no slot held";
+      const each = held.map((s) => `slot ${s.slot}: ${holder(s)}`).join("; ");
+      return `${held.length} of ${status.slots} slots held (${each})`;
+    }
+    function holderJson(status) {
+      if (!status || status.state === "free") return "";
+      const keep = ["owner", "host", "ci_url", "acquired_at", "held_for_s", "expires_at", "fencing_token"];
+      if (Array.isArray(status.slot_states)) {
+        const held = status.slot_states.filter((s) => s.state === "held");
+        return JSON.stringify({ slots: held.map((s) => pick(s, ["slot", ...keep])) });
+      }
+      return JSON.stringify(pick(status, keep));
+    }
+    function pick(object, keys) {
+      const out = {};
+      for (const key of keys) if (object[key] !== void 0 && object[key] !== null) out[key] = object[key];
+      return out;
+    }
+    module2.exports = { holder, holderJson, holders, seconds };
+  }
+});
+
+// src/post.js
+var awsflock = require_awsflock();
+var format = require_format();
+var runner = require_runner();
+async function post() {
+  const name = runner.state("name");
+  const lease = runner.state("lease-id");
+  if (!lease) {
+    if (name) runner.info(`this job never held '${name}': nothing to release`);
+    return 0;
+  }
+  runner.mask(lease);
+  const bin = runner.state("bin") || "awsflock";
+  const env = JSON.parse(runner.state("env") || "{}");
+  process.on("SIGINT", () => {
+  });
+  const done = await awsflock.run(bin, ["release", name, lease], env);
+  const said = done.events.map((e) => e.message).filter(Boolean);
+  if (done.code === 0) {
+    const since = Number(runner.state("acquired-at"));
+    const held = since ? ` (held ${format.seconds((Date.now() - since) / 1e3)})` : "";
+    runner.info(`released '${name}'${held}`);
+    return 0;
+  }
+  if (done.code === 3) {
+    runner.error(`the lock '${name}' was lost while this job ran: ${said.join(" ") || "not held"}`);
+    return 1;
+  }
+  runner.warning(
+    `could not release '${name}' (${said.join(" ") || `awsflock exited ${done.code}`}): it is freed when its lease runs out, at most the action's lease plus the skew window after the job ends`
+  );
+  return 0;
+}
+post().then(
+  // exitCode, not exit(): output still queued for a pipe (macOS) is written first.
+  (code) => process.exitCode = code,
+  (err) => {
+    runner.error(`awsflock action (post): ${err.message}`);
+    process.exitCode = 1;
+  }
+);

@@ -1,0 +1,140 @@
+// Finding (or installing) the awsflock command and running it with the store the inputs name.
+"use strict";
+
+const { spawn, spawnSync } = require("node:child_process");
+const crypto = require("node:crypto");
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
+const runner = require("./runner");
+
+/** The action's own checkout: action.yml and awsflock's sources (dist/ is two levels down). */
+const ROOT = path.resolve(__dirname, "..", "..");
+
+function onPath(name) {
+  for (const dir of (process.env.PATH || "").split(path.delimiter)) {
+    if (!dir) continue;
+    const candidate = path.join(dir, name);
+    try {
+      fs.accessSync(candidate, fs.constants.X_OK);
+      if (fs.statSync(candidate).isFile()) return candidate;
+    } catch {
+      // not here
+    }
+  }
+  return "";
+}
+
+/** The extra a store URL needs (psycopg, redis-py), for an install. */
+function extraFor(store) {
+  if (/^postgres(ql)?:/.test(store)) return "[postgres]";
+  if (/^rediss?:/.test(store)) return "[redis]";
+  return "";
+}
+
+/** The version `awsflock --version` prints (its first line: "awsflock X.Y.Z ..."). */
+function versionOf(bin) {
+  const done = spawnSync(bin, ["--version"], { encoding: "utf8", timeout: 60000 });
+  if (done.status !== 0) return "";
+  const found = /awsflock,? (?:version )?(\S+)/.exec(done.stdout || "");
+  return found ? found[1] : "";
+}
+
+/** The awsflock to run: the one on PATH (if `version` is empty or matches), else one installed
+ * into the runner's tool cache (kept there, so later jobs on a self-hosted runner reuse it). */
+function ensure({ version, store }) {
+  if (process.platform === "win32") {
+    throw new runner.UsageError(
+      "awsflock's action runs on Linux and macOS runners: its keep-alive renewer and `run` need " +
+        "POSIX process groups and signals, which Windows runners lack (use a Linux job for the lock)",
+    );
+  }
+  const found = onPath("awsflock");
+  if (found && (!version || versionOf(found) === version)) return found;
+  const pyproject = fs.readFileSync(path.join(ROOT, "pyproject.toml"), "utf8");
+  const source = crypto.createHash("sha256").update(pyproject).update(ROOT).digest("hex");
+  const key = version || `src-${source.slice(0, 12)}`;
+  const base = process.env.RUNNER_TOOL_CACHE || process.env.RUNNER_TEMP || os.tmpdir();
+  const dir = path.join(base, "awsflock", key + extraFor(store).replace(/\W/g, ""), process.arch);
+  const bin = path.join(dir, "bin", "awsflock");
+  if (!fs.existsSync(path.join(dir, ".complete"))) {
+    install(dir, version ? `awsflock${extraFor(store)}==${version}` : ROOT + extraFor(store));
+  }
+  runner.addPath(path.dirname(bin));
+  return bin;
+}
+
+function install(dir, spec) {
+  const python = onPath("python3") || onPath("python");
+  if (!python) {
+    throw new runner.UsageError(
+      "awsflock needs Python 3.9 or newer on the runner: add actions/setup-python before this step",
+    );
+  }
+  runner.info(`installing ${spec} into ${dir}`);
+  fs.rmSync(dir, { recursive: true, force: true });
+  const steps = [
+    [python, ["-m", "venv", dir]],
+    [
+      path.join(dir, "bin", "python"),
+      ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input", spec],
+    ],
+  ];
+  for (const [bin, args] of steps) {
+    const done = spawnSync(bin, args, { stdio: ["ignore", "inherit", "inherit"] });
+    if (done.status !== 0) {
+      throw new Error(`could not install awsflock (${path.basename(bin)} ${args.join(" ")} failed)`);
+    }
+  }
+  fs.writeFileSync(path.join(dir, ".complete"), spec + os.EOL);
+}
+
+/** The environment that points awsflock at the inputs' store (saved for `post`). */
+function storeEnv({ store, table, region }) {
+  const env = { AWSFLOCK_LOG_FORMAT: "json" };
+  if (store) env.AWSFLOCK_STORE = store;
+  else if (table) env.AWSFLOCK_TABLE = table;
+  if (region) env.AWS_REGION = region;
+  return env;
+}
+
+/** Run awsflock to its end: {code, stdout, events (its JSON log lines), errors (other lines)}.
+ * `onEvent` sees each event as it comes; `started` gets the child (to signal it). */
+function run(bin, args, env, { onEvent = () => {}, started = () => {} } = {}) {
+  return new Promise((resolve) => {
+    const child = spawn(bin, args, {
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    started(child);
+    let stdout = "";
+    let pending = "";
+    const events = [];
+    const other = [];
+    const line = (text) => {
+      if (!text.trim()) return;
+      try {
+        const event = JSON.parse(text);
+        events.push(event);
+        onEvent(event);
+      } catch {
+        other.push(text);
+      }
+    };
+    child.stdout.on("data", (chunk) => (stdout += chunk));
+    child.stderr.on("data", (chunk) => {
+      pending += chunk;
+      const lines = pending.split("\n");
+      pending = lines.pop();
+      lines.forEach(line);
+    });
+    child.on("error", (err) => resolve({ code: 127, stdout, events, errors: [String(err)] }));
+    // "close": the pipes are drained (awsflock's renewer holds neither of them).
+    child.on("close", (code, signal) => {
+      line(pending);
+      resolve({ code: code === null ? 128 + (os.constants.signals[signal] || 0) : code, stdout, events, errors: other });
+    });
+  });
+}
+
+module.exports = { ensure, run, storeEnv };

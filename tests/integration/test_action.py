@@ -1,0 +1,309 @@
+"""The GitHub Action (action.yml, action/dist/*.js) run as the runner runs it: node with the
+runner's variables and files, each step a child of a worker process that lives as long as the
+job (tests/integration/action_runner.py), against the dev server, DynamoDB Local and
+PostgreSQL. Jobs contend, are cancelled while holding and while waiting, lose their runner,
+check without taking, give up waiting, and queue in order."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.action_runner import ROOT, Job
+from tests.integration.conftest import BIN, Cli, UrlCli
+from tests.servers import SERVERS, PostgresServer
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="the action runs on node")
+
+#: The action's lease in these tests: long enough for a loaded machine, short enough to wait
+#: out. DynamoDB's default skew window (5 s) follows it when a runner dies.
+LEASE = 4.0
+SKEW = {"dev_server": 5.0, "dynamodb_local": 5.0, "postgresql": 0.0}
+
+
+@dataclass
+class Store:
+    name: str
+    cli: Cli  # awsflock pointed at the same table, for the test's own looks
+    env: dict[str, str]  # the job's environment (endpoint, no AWS files)
+    inputs: dict[str, str]  # the action's store inputs
+
+    def status(self, lock: str) -> dict[str, Any]:
+        done = self.cli("status", lock, "--json")
+        assert done.returncode in (0, 3), done.stderr
+        return dict(json.loads(done.stdout))
+
+
+@pytest.fixture(scope="module")
+def dev_server() -> Iterator[str]:
+    """``awsflock dev-server``: the endpoint a user tries the action against first."""
+    with subprocess.Popen(
+        [str(BIN), "dev-server", "--port", "0", "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        try:
+            yield proc.stdout.readline().strip().split("=", 1)[1]
+        finally:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def ddb_local() -> Iterator[str]:
+    srv = SERVERS["dynamodb_local"]().start()
+    try:
+        yield srv.url
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(params=["dev_server", "dynamodb_local", "postgresql"])
+def store(request: pytest.FixtureRequest) -> Store:
+    table = "act_" + uuid.uuid4().hex[:8]
+    path = f"{BIN.parent}{os.pathsep}{os.environ['PATH']}"
+    if request.param == "postgresql":
+        pg: PostgresServer = request.getfixturevalue("postgres")
+        url = f"{pg.store_url}?table={table}"
+        cli: Cli = UrlCli(pg, table, url)
+        inputs = {"store": url}
+    else:
+        endpoint = request.getfixturevalue(
+            "dev_server" if request.param == "dev_server" else "ddb_local"
+        )
+        cli = Cli(endpoint, table)
+        inputs = {"table": table}
+    assert cli("table-create", "-q").returncode == 0
+    env = cli.env(PATH=path)
+    for name in ("AWSFLOCK_TABLE", "AWSFLOCK_STORE"):
+        env.pop(name, None)  # the action's inputs name them
+    return Store(request.param, cli, env, inputs)
+
+
+@pytest.fixture
+def jobs(store: Store, tmp_path: Path) -> Iterator[Callable[..., Job]]:
+    made: list[Job] = []
+
+    def job(job_name: str, /, **inputs: str) -> Job:
+        given = {**store.inputs, "lease": f"{LEASE:g}s", **inputs}
+        made.append(Job(tmp_path / job_name, store.env, given, job_name))
+        return made[-1]
+
+    yield job
+    for j in made:
+        j.die()
+
+
+def wait_for(what: str, predicate, timeout: float = 30.0, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = predicate()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(every)
+
+
+def in_line(store: Store, lock: str) -> int:
+    return len(store.status(lock).get("line", []))
+
+
+def test_two_jobs_hand_the_lock_over_and_say_who_holds_it(store: Store, jobs, lock_name):
+    a, b = jobs("alpha", name=lock_name), jobs("beta", name=lock_name)
+    taken = a.run("main")
+    assert taken.code == 0, a.logs()
+    assert taken.outputs["acquired"] == "true"
+    token = int(taken.outputs["fencing-token"])
+    assert a.exported["AWSFLOCK_FENCING_TOKEN"] == str(token)
+    assert a.exported["AWSFLOCK_LOCK_ID"] == lock_name
+    lease_id = a.state["lease-id"]
+    # The LEASE_ID is in the action's state only: no output, no variable, no log line has it.
+    assert lease_id not in json.dumps([taken.outputs, a.exported]) + taken.text.replace(
+        f"::add-mask::{lease_id}", ""
+    )
+
+    waiting = b.start("main")
+    wait_for("beta in line", lambda: in_line(store, lock_name) == 1)
+    # A step of alpha's that outlasts the lease: the renewer follows the job, not the step.
+    work = a.run("run", f'sleep {LEASE * 1.5}; echo "token $AWSFLOCK_FENCING_TOKEN"')
+    assert work.code == 0 and f"token {token}" in work.text
+    assert store.status(lock_name)["state"] == "held"
+    wait_for("a progress line", lambda: "place 1 of 1 in line" in waiting.text, timeout=20)
+    assert a.run("post").code == 0
+    b.finish(waiting)
+    assert waiting.code == 0, b.logs()
+    assert int(waiting.outputs["fencing-token"]) > token
+    holder = json.loads(waiting.outputs["holder"])
+    assert holder["owner"] == "octo/alpha: Deploy / alpha (mona, main)"
+    assert holder["ci_url"] == a.run_url
+    assert float(waiting.outputs["waited-seconds"]) >= LEASE
+    said = waiting.text
+    assert "octo/alpha: Deploy / alpha (mona, main)" in said and a.run_url in said
+    assert "lease expires in" in said and "held for" in said
+    summary = waiting.summary
+    assert f"`{lock_name}` held by this job" in summary
+    assert (
+        "Hand-off" in summary
+        and "octo/alpha" in summary
+        and waiting.outputs["fencing-token"] in summary
+    )
+    released = b.run("post")
+    assert released.code == 0 and f"released '{lock_name}'" in released.text
+    assert store.status(lock_name)["state"] == "free"
+    # post is idempotent: run again, it gives back nothing more and fails nothing.
+    assert b.run("post").code == 0
+
+
+def test_a_job_cancelled_while_holding_frees_the_lock_in_its_post_step(
+    store: Store, jobs, lock_name
+):
+    a = jobs("alpha", name=lock_name)
+    assert a.run("main").code == 0
+    work = a.start("run", "sleep 60")
+    a.cancel(work)
+    assert a.run("post").code == 0
+    assert store.status(lock_name)["state"] == "free"
+
+
+def test_a_job_cancelled_while_waiting_leaves_the_line_and_releases_nothing(
+    store: Store, jobs, lock_name
+):
+    a, b = jobs("alpha", name=lock_name), jobs("beta", name=lock_name)
+    assert a.run("main").code == 0
+    waiting = b.start("main")
+    wait_for("beta in line", lambda: in_line(store, lock_name) == 1)
+    started = time.monotonic()
+    b.cancel(waiting)
+    # SIGINT alone ended the wait (no need of the SIGTERM 7.5 s later).
+    assert waiting.code != 0 and time.monotonic() - started < 7, b.logs()
+    assert "cancelled while waiting" in waiting.text
+    assert "lease-id" not in b.state
+    post = b.run("post")
+    assert post.code == 0 and "never held" in post.text
+    status = store.status(lock_name)
+    assert status["state"] == "held" and status["owner"].startswith("octo/alpha")
+    assert "line" not in status
+    assert a.run("post").code == 0
+
+
+@pytest.mark.parametrize("lost", ["runner", "machine"])
+def test_a_runner_that_dies_holding_frees_the_lock(store: Store, jobs, lock_name, lost):
+    # "runner": the worker and its steps are killed, the renewer sees the job gone and gives
+    # the lease back at once. "machine": the renewer goes too; nobody renews, and the lock is
+    # free within the lease plus the skew window, with no human and no "stale after" rule.
+    a = jobs("alpha", name=lock_name)
+    assert a.run("main").code == 0
+    keeper = store.status(lock_name)["kept_alive_by"]
+    renewer = int(keeper.split("pid ")[1].split(",")[0])
+    a.die()
+    if lost == "machine":
+        os.kill(renewer, 9)
+    started = time.monotonic()
+    other = jobs("beta", name=lock_name, wait="60s")
+    got = other.run("main")
+    assert got.code == 0, other.logs()
+    took = time.monotonic() - started
+    bound = 3.0 if lost == "runner" else LEASE + SKEW[store.name] + 3.0
+    assert took < bound, took
+    other.run("post")
+
+
+def test_mode_check_looks_without_taking(store: Store, jobs, lock_name):
+    free = jobs("plan-free", name=lock_name, mode="check").run("main")
+    assert free.code == 0 and free.outputs["held"] == "false", free.text
+    assert store.status(lock_name)["state"] == "free"
+    a = jobs("apply", name=lock_name)
+    assert a.run("main").code == 0
+    failing = jobs("plan", name=lock_name, mode="check").run("main")
+    assert failing.code == 1 and failing.outputs["held"] == "true"
+    assert "::error::" in failing.text and "octo/apply" in failing.text
+    told = jobs("plan2", name=lock_name, mode="check", **{"fail-if-held": "false"}).run("main")
+    assert told.code == 0 and told.outputs["held"] == "true"
+    assert json.loads(told.outputs["holder"])["owner"].startswith("octo/apply")
+    assert store.status(lock_name)["owner"].startswith("octo/apply")
+    assert a.run("post").code == 0
+
+
+def test_a_wait_that_runs_out_fails_the_step(store: Store, jobs, lock_name):
+    a = jobs("alpha", name=lock_name)
+    assert a.run("main").code == 0
+    b = jobs("beta", name=lock_name, wait="2s")
+    gave_up = b.run("main")
+    assert gave_up.code == 1 and gave_up.outputs["acquired"] == "false"
+    assert f"::error::gave up waiting for '{lock_name}'" in gave_up.text
+    assert b.run("post").code == 0
+    assert store.status(lock_name)["owner"].startswith("octo/alpha")
+    assert a.run("post").code == 0
+
+
+def test_three_queued_jobs_are_served_in_order_of_arrival(store: Store, jobs, lock_name):
+    a = jobs("alpha", name=lock_name)
+    assert a.run("main").code == 0
+    queued = []
+    for n, name in enumerate(["beta", "gamma", "delta"], start=1):
+        job = jobs(name, name=lock_name)
+        queued.append((job, job.start("main")))
+        wait_for(f"{name} in line", lambda n=n: in_line(store, lock_name) == n)
+    assert a.run("post").code == 0
+    tokens = []
+    for job, main in queued:
+        job.finish(main)
+        assert main.code == 0, job.logs()
+        tokens.append(int(main.outputs["fencing-token"]))
+        assert job.run("post").code == 0
+    assert tokens == sorted(tokens)
+
+
+def test_a_pool_gives_each_job_its_slot(store: Store, jobs, lock_name):
+    a, b = jobs("alpha", name=lock_name, slots="2"), jobs("beta", name=lock_name, slots="2")
+    first, second = a.run("main"), b.run("main")
+    assert first.code == 0 and second.code == 0, a.logs() + b.logs()
+    slots = {first.outputs["slot"], second.outputs["slot"]}
+    assert slots == {"0", "1"}
+    assert {a.exported["AWSFLOCK_SLOT"], b.exported["AWSFLOCK_SLOT"]} == slots
+    assert a.run("post").code == 0 and b.run("post").code == 0
+
+
+def test_bad_inputs_fail_the_step_in_one_line(store: Store, jobs, lock_name):
+    for inputs, says in [
+        ({"name": ""}, "input name is required"),
+        ({"name": lock_name, "mode": "grab"}, "input mode must be lock or check"),
+        ({"name": lock_name, "fair": "maybe"}, "input fair must be true or false"),
+        ({"name": lock_name, "lease": "soon"}, "could not take"),
+    ]:
+        step = jobs("bad-" + uuid.uuid4().hex[:4], **inputs).run("main")
+        errors = [line for line in step.text.splitlines() if line.startswith("::error::")]
+        assert step.code == 1 and len(errors) == 1 and says in errors[0], step.text
+
+
+@pytest.mark.parametrize("store", ["dev_server"], indirect=True)
+def test_without_awsflock_on_path_main_installs_it_from_the_actions_checkout(
+    store: Store, jobs, lock_name
+):
+    if os.environ.get("CI") != "true" and not os.environ.get("AWSFLOCK_TEST_INSTALL"):
+        pytest.skip("installs awsflock from PyPI's packages: CI only (or AWSFLOCK_TEST_INSTALL=1)")
+    bare = os.pathsep.join(p for p in store.env["PATH"].split(os.pathsep) if p != str(BIN.parent))
+    store.env["PATH"] = bare
+    a = jobs("alpha", name=lock_name)
+    taken = a.run("main", timeout=600)
+    assert taken.code == 0, a.logs()
+    installed = Path(a.env["RUNNER_TOOL_CACHE"]) / "awsflock"
+    assert installed.is_dir() and a.paths and a.paths[0].startswith(str(installed))
+    assert f"installing {ROOT}" in taken.text
+    # A later step finds it on PATH; a second job reuses the install.
+    later = a.run("run", "command -v awsflock && awsflock --version")
+    assert later.code == 0 and later.text.startswith(str(installed)), later.text
+    assert a.run("post").code == 0
+    again = jobs("beta", name=lock_name).run("main")
+    assert again.code == 0 and "installing" not in again.text

@@ -1,0 +1,60 @@
+"""The Action's committed bundle is the build of its sources, and action.yml says what the docs
+say (tests/integration/test_action.py runs it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
+GUIDE = ROOT / "docs" / "guides" / "github-action.md"
+
+
+def test_the_committed_bundle_is_the_build_of_the_sources(tmp_path):
+    esbuild = ROOT / "action" / "node_modules" / "esbuild"
+    if shutil.which("node") is None or not esbuild.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must build the action: run scripts/test (npm ci --prefix action)")
+        pytest.skip("needs node and action/node_modules (scripts/test installs them)")
+    subprocess.run(["node", str(ROOT / "action" / "build.mjs"), str(tmp_path)], check=True)
+    built = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    committed = {p.name: p.read_bytes() for p in (ROOT / "action" / "dist").iterdir()}
+    assert built.keys() == committed.keys() == {"main.js", "post.js"}
+    stale = [name for name in built if built[name] != committed[name]]
+    assert not stale, f"action/dist/{stale} is not the build of action/src: run npm run build"
+
+
+def test_action_yml_runs_both_steps_on_node_with_post_always():
+    runs = ACTION["runs"]
+    assert re.fullmatch(r"node(2\d|[3-9]\d)", runs["using"])
+    assert (ROOT / runs["main"]).is_file() and (ROOT / runs["post"]).is_file()
+    assert runs["post-if"] == "always()"
+
+
+def documented(heading: str) -> set[str]:
+    """The names in the first column of the table under ``## heading`` in the guide."""
+    text = GUIDE.read_text()
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([a-z-]+)` \|", section, re.M))
+
+
+def test_every_input_and_output_is_documented_and_nothing_else():
+    assert documented("Inputs") == set(ACTION["inputs"])
+    assert documented("Outputs") == set(ACTION["outputs"])
+
+
+def test_the_documented_defaults_are_action_ymls():
+    text = GUIDE.read_text()
+    for name, spec in ACTION["inputs"].items():
+        row = re.search(rf"^\| `{name}` \|([^|]*)\|", text, re.M)
+        assert row is not None, name
+        default = str(spec.get("default", ""))
+        shown = row.group(1).strip()
+        assert (shown == f"`{default}`") if default else shown in ("", "—", "required"), name
