@@ -60,7 +60,10 @@ var require_runner = __commonJS({
       return String(text).replace(/%/g, "%25").replace(/\r/g, "%0D").replace(/\n/g, "%0A");
     }
     var command = (name, text) => process.stdout.write(`::${name}::${escape(text)}${os.EOL}`);
-    var info = (text) => process.stdout.write(`${text}${os.EOL}`);
+    var info = (text) => {
+      const line = String(text).replace(/[\r\n]+/g, " ");
+      process.stdout.write(`${line.startsWith("::") ? " " : ""}${line}${os.EOL}`);
+    };
     var warning = (text) => command("warning", text);
     var error = (text) => command("error", text);
     var mask = (secret) => command("add-mask", secret);
@@ -293,7 +296,7 @@ function defaultOwner() {
   return owner.slice(0, 200);
 }
 async function status(bin, name, env) {
-  const done = await awsflock.run(bin, ["status", name, "--json"], env);
+  const done = await awsflock.run(bin, ["status", "--json", "--", name], env);
   if (done.code !== 0 && done.code !== 3) return { error: lastError(done), code: done.code };
   try {
     return { data: JSON.parse(done.stdout), code: done.code };
@@ -314,7 +317,7 @@ async function check(inputs, bin, env) {
   runner.setOutput("acquired", "false");
   runner.setOutput("held", String(held));
   runner.setOutput("holder", format.holderJson(data));
-  const said = held ? `held: ${format.holders(data)}` : "free";
+  const said = held ? `held: ${format.holders(data).replace(/[\r\n]+/g, " ")}` : "free";
   runner.summary(`### awsflock: \`${inputs.name}\` is ${held ? "held" : "free"}
 
 ${said}
@@ -328,11 +331,12 @@ ${said}
 }
 async function lock(inputs, bin, env) {
   const name = inputs.name;
-  const args = ["acquire", name, "--json", "--while-pid", String(process.ppid)];
+  const args = ["acquire", "--json", "--while-pid", String(process.ppid)];
   args.push("--lease-duration", inputs.lease, "--wait-time", inputs.wait);
   args.push("--owner", inputs.owner || defaultOwner());
   if (inputs.fair) args.push("--fair");
   if (inputs.slots) args.push("--slots", inputs.slots);
+  args.push("--", name);
   let child = null;
   let cancelled = "";
   const cancel = (signal) => {
@@ -367,15 +371,34 @@ async function lock(inputs, bin, env) {
       progress();
       ticker = setInterval(progress, PROGRESS_MS);
     } else if (event.level === "warning" && event.event !== "busy") {
-      (cancelled ? runner.info : runner.warning)(event.message);
+      warnings.push(event);
     }
   };
+  const warnings = [];
   const done = await awsflock.run(bin, args, env, { onEvent, started: (c) => child = c });
   if (ticker !== null) clearInterval(ticker);
   const waitedS = (Date.now() - began) / 1e3;
   runner.setOutput("waited-seconds", waitedS.toFixed(1));
   runner.setOutput("holder", format.holderJson(holder));
-  if (done.code !== 0) {
+  const lease = leaseIn(done.stdout);
+  if (lease) {
+    runner.saveState("lease-id", lease.lease_id);
+    runner.saveState("acquired-at", String(Date.now()));
+    runner.mask(lease.lease_id);
+  }
+  for (const event of warnings) {
+    (cancelled ? runner.info : runner.warning)(event.message);
+  }
+  if (lease && (cancelled || done.code !== 0)) {
+    runner.setOutput("acquired", "false");
+    if (cancelled) {
+      runner.info(`cancelled just as '${name}' was granted: the post step gives it back`);
+    } else {
+      runner.error(`'${name}' was granted, then awsflock failed: ${lastError(done)} (the post step gives it back)`);
+    }
+    return 1;
+  }
+  if (!lease) {
     runner.setOutput("acquired", "false");
     if (cancelled || done.code === 130) {
       runner.info(`cancelled while waiting for '${name}': the lock was not taken`);
@@ -388,10 +411,6 @@ async function lock(inputs, bin, env) {
     }
     return 1;
   }
-  const lease = JSON.parse(done.stdout);
-  runner.saveState("lease-id", lease.lease_id);
-  runner.saveState("acquired-at", String(Date.now()));
-  runner.mask(lease.lease_id);
   const granted = done.events.find((e) => e.event === "acquired") || {};
   const token = String(lease.fencing_token);
   runner.setOutput("acquired", "true");
@@ -407,13 +426,18 @@ async function lock(inputs, bin, env) {
     `acquired '${name}'${slot} (fencing token ${token}) after ${format.seconds(waitedS)}; held for the rest of the job (renewed every third of ${inputs.lease})`
   );
   summarise(inputs, { token, slot, waitedS, holder, granted });
-  if (cancelled) {
-    runner.info(`cancelled just as '${name}' was granted: the post step gives it back`);
-    return 1;
-  }
   return 0;
 }
+function leaseIn(stdout) {
+  try {
+    const lease = JSON.parse(stdout);
+    return lease && typeof lease.lease_id === "string" && lease.lease_id ? lease : null;
+  } catch {
+    return null;
+  }
+}
 function summarise(inputs, { token, slot, waitedS, holder, granted }) {
+  const cell = (text) => String(text).replace(/[\r\n]+/g, " ").replace(/\|/g, "\\|");
   const rows = [
     ["Fencing token", `\`${token}\`${slot}`],
     ["Waited", format.seconds(waitedS)]
@@ -422,7 +446,7 @@ function summarise(inputs, { token, slot, waitedS, holder, granted }) {
     rows.push(["Hand-off", `at most ${format.seconds(granted.handoff_s)} after the lock was last seen held`]);
   }
   rows.push(["Held when this job began waiting", holder ? format.holders(holder) : "free"]);
-  const table = rows.map(([k, v]) => `| ${k} | ${String(v).replace(/\|/g, "\\|")} |`).join("\n");
+  const table = rows.map(([k, v]) => `| ${k} | ${cell(v)} |`).join("\n");
   runner.summary(`### awsflock: \`${inputs.name}\` held by this job
 
 | | |

@@ -60,7 +60,10 @@ var require_runner = __commonJS({
       return String(text).replace(/%/g, "%25").replace(/\r/g, "%0D").replace(/\n/g, "%0A");
     }
     var command = (name, text) => process.stdout.write(`::${name}::${escape(text)}${os.EOL}`);
-    var info = (text) => process.stdout.write(`${text}${os.EOL}`);
+    var info = (text) => {
+      const line = String(text).replace(/[\r\n]+/g, " ");
+      process.stdout.write(`${line.startsWith("::") ? " " : ""}${line}${os.EOL}`);
+    };
     var warning = (text) => command("warning", text);
     var error = (text) => command("error", text);
     var mask = (secret) => command("add-mask", secret);
@@ -208,56 +211,8 @@ var require_awsflock = __commonJS({
   }
 });
 
-// src/format.js
-var require_format = __commonJS({
-  "src/format.js"(exports2, module2) {
-    "use strict";
-    function seconds(value) {
-      if (value === null || value === void 0 || Number.isNaN(Number(value))) return "?";
-      let s = Number(value);
-      if (s < 60) return `${Math.round(s * 10) / 10}s`;
-      s = Math.round(s);
-      const h = Math.floor(s / 3600);
-      const m = Math.floor(s % 3600 / 60);
-      const rest = s % 60;
-      return (h ? `${h}h` : "") + (m || h ? `${m}m` : "") + (rest ? `${rest}s` : "");
-    }
-    function holder(status) {
-      if (!status || status.state === "free") return "nobody";
-      const who = status.owner || "unknown owner";
-      const where = status.ci_url ? ` (${status.ci_url})` : status.host ? ` (host ${status.host})` : "";
-      const since = status.held_for_s === null || status.held_for_s === void 0 ? "" : `, held for ${seconds(status.held_for_s)}`;
-      const left = status.state === "expired" ? `, lease expired (free in ${seconds(status.reclaimable_in_s)})` : `, lease expires in ${seconds(status.expires_in_s)}`;
-      return who + where + since + left;
-    }
-    function holders(status) {
-      if (!status || !Array.isArray(status.slot_states)) return holder(status);
-      const held = status.slot_states.filter((s) => s.state === "held");
-      if (!held.length) return "no slot held";
-      const each = held.map((s) => `slot ${s.slot}: ${holder(s)}`).join("; ");
-      return `${held.length} of ${status.slots} slots held (${each})`;
-    }
-    function holderJson(status) {
-      if (!status || status.state === "free") return "";
-      const keep = ["owner", "host", "ci_url", "acquired_at", "held_for_s", "expires_at", "fencing_token"];
-      if (Array.isArray(status.slot_states)) {
-        const held = status.slot_states.filter((s) => s.state === "held");
-        return JSON.stringify({ slots: held.map((s) => pick(s, ["slot", ...keep])) });
-      }
-      return JSON.stringify(pick(status, keep));
-    }
-    function pick(object, keys) {
-      const out = {};
-      for (const key of keys) if (object[key] !== void 0 && object[key] !== null) out[key] = object[key];
-      return out;
-    }
-    module2.exports = { holder, holderJson, holders, seconds };
-  }
-});
-
 // src/post.js
 var awsflock = require_awsflock();
-var format = require_format();
 var runner = require_runner();
 async function post() {
   const name = runner.state("name");
@@ -271,11 +226,11 @@ async function post() {
   const env = JSON.parse(runner.state("env") || "{}");
   process.on("SIGINT", () => {
   });
-  const done = await awsflock.run(bin, ["release", name, lease], env);
+  const done = await awsflock.run(bin, ["release", "--", name, lease], env);
   const said = done.events.map((e) => e.message).filter(Boolean);
   if (done.code === 0) {
     const since = Number(runner.state("acquired-at"));
-    const held = since ? ` (held ${format.seconds((Date.now() - since) / 1e3)})` : "";
+    const held = since ? ` (granted to this job at ${new Date(since).toISOString()})` : "";
     runner.info(`released '${name}'${held}`);
     return 0;
   }

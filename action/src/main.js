@@ -46,7 +46,7 @@ function defaultOwner() {
 }
 
 async function status(bin, name, env) {
-  const done = await awsflock.run(bin, ["status", name, "--json"], env);
+  const done = await awsflock.run(bin, ["status", "--json", "--", name], env);
   if (done.code !== 0 && done.code !== 3) return { error: lastError(done), code: done.code };
   try {
     return { data: JSON.parse(done.stdout), code: done.code };
@@ -69,7 +69,7 @@ async function check(inputs, bin, env) {
   runner.setOutput("acquired", "false");
   runner.setOutput("held", String(held));
   runner.setOutput("holder", format.holderJson(data));
-  const said = held ? `held: ${format.holders(data)}` : "free";
+  const said = held ? `held: ${format.holders(data).replace(/[\r\n]+/g, " ")}` : "free";
   runner.summary(`### awsflock: \`${inputs.name}\` is ${held ? "held" : "free"}\n\n${said}\n`);
   if (held && inputs.failIfHeld) {
     runner.error(`lock '${inputs.name}' is ${said} (mode: check fails while it is held)`);
@@ -81,11 +81,12 @@ async function check(inputs, bin, env) {
 
 async function lock(inputs, bin, env) {
   const name = inputs.name;
-  const args = ["acquire", name, "--json", "--while-pid", String(process.ppid)];
+  const args = ["acquire", "--json", "--while-pid", String(process.ppid)];
   args.push("--lease-duration", inputs.lease, "--wait-time", inputs.wait);
   args.push("--owner", inputs.owner || defaultOwner());
   if (inputs.fair) args.push("--fair");
   if (inputs.slots) args.push("--slots", inputs.slots);
+  args.push("--", name); // a name may start with "-"
 
   let child = null;
   let cancelled = "";
@@ -124,17 +125,40 @@ async function lock(inputs, bin, env) {
       progress();
       ticker = setInterval(progress, PROGRESS_MS);
     } else if (event.level === "warning" && event.event !== "busy") {
-      // A cancel's "interrupted ... nothing is held" is what was asked for: no annotation.
-      (cancelled ? runner.info : runner.warning)(event.message);
+      // Said once awsflock is done and a lease it printed is masked: a warning may name it.
+      warnings.push(event);
     }
   };
+  const warnings = [];
   const done = await awsflock.run(bin, args, env, { onEvent, started: (c) => (child = c) });
   if (ticker !== null) clearInterval(ticker);
   const waitedS = (Date.now() - began) / 1000;
   runner.setOutput("waited-seconds", waitedS.toFixed(1));
   runner.setOutput("holder", format.holderJson(holder));
+  // A lease printed is ours whatever the exit status: a cancel that lands just after the
+  // grant makes acquire exit 130 with the lease printed and kept alive.
+  const lease = leaseIn(done.stdout);
+  if (lease) {
+    // Saved first: whatever happens next, `post` gives this lease back.
+    runner.saveState("lease-id", lease.lease_id);
+    runner.saveState("acquired-at", String(Date.now()));
+    runner.mask(lease.lease_id);
+  }
+  for (const event of warnings) {
+    // A cancel's "interrupted ..." is what was asked for: no annotation.
+    (cancelled ? runner.info : runner.warning)(event.message);
+  }
+  if (lease && (cancelled || done.code !== 0)) {
+    runner.setOutput("acquired", "false");
+    if (cancelled) {
+      runner.info(`cancelled just as '${name}' was granted: the post step gives it back`);
+    } else {
+      runner.error(`'${name}' was granted, then awsflock failed: ${lastError(done)} (the post step gives it back)`);
+    }
+    return 1;
+  }
 
-  if (done.code !== 0) {
+  if (!lease) {
     runner.setOutput("acquired", "false");
     if (cancelled || done.code === 130) {
       runner.info(`cancelled while waiting for '${name}': the lock was not taken`);
@@ -147,11 +171,6 @@ async function lock(inputs, bin, env) {
     }
     return 1;
   }
-  const lease = JSON.parse(done.stdout);
-  // Saved first: whatever happens next, `post` gives this lease back.
-  runner.saveState("lease-id", lease.lease_id);
-  runner.saveState("acquired-at", String(Date.now()));
-  runner.mask(lease.lease_id);
   const granted = done.events.find((e) => e.event === "acquired") || {};
   const token = String(lease.fencing_token);
   runner.setOutput("acquired", "true");
@@ -168,14 +187,21 @@ async function lock(inputs, bin, env) {
       `held for the rest of the job (renewed every third of ${inputs.lease})`,
   );
   summarise(inputs, { token, slot, waitedS, holder, granted });
-  if (cancelled) {
-    runner.info(`cancelled just as '${name}' was granted: the post step gives it back`);
-    return 1;
-  }
   return 0;
 }
 
+/** The lease `acquire --json` printed, if it printed one. */
+function leaseIn(stdout) {
+  try {
+    const lease = JSON.parse(stdout);
+    return lease && typeof lease.lease_id === "string" && lease.lease_id ? lease : null;
+  } catch {
+    return null;
+  }
+}
+
 function summarise(inputs, { token, slot, waitedS, holder, granted }) {
+  const cell = (text) => String(text).replace(/[\r\n]+/g, " ").replace(/\|/g, "\\|");
   const rows = [
     ["Fencing token", `\`${token}\`${slot}`],
     ["Waited", format.seconds(waitedS)],
@@ -184,7 +210,7 @@ function summarise(inputs, { token, slot, waitedS, holder, granted }) {
     rows.push(["Hand-off", `at most ${format.seconds(granted.handoff_s)} after the lock was last seen held`]);
   }
   rows.push(["Held when this job began waiting", holder ? format.holders(holder) : "free"]);
-  const table = rows.map(([k, v]) => `| ${k} | ${String(v).replace(/\|/g, "\\|")} |`).join("\n");
+  const table = rows.map(([k, v]) => `| ${k} | ${cell(v)} |`).join("\n");
   runner.summary(`### awsflock: \`${inputs.name}\` held by this job\n\n| | |\n|---|---|\n${table}\n`);
 }
 

@@ -4,7 +4,6 @@
 "use strict";
 
 const awsflock = require("./awsflock");
-const format = require("./format");
 const runner = require("./runner");
 
 async function post() {
@@ -19,11 +18,12 @@ async function post() {
   const env = JSON.parse(runner.state("env") || "{}");
   // Ignored here: the runner cancelling a slow post must not stop the release half way.
   process.on("SIGINT", () => {});
-  const done = await awsflock.run(bin, ["release", name, lease], env);
+  const done = await awsflock.run(bin, ["release", "--", name, lease], env);
   const said = done.events.map((e) => e.message).filter(Boolean);
   if (done.code === 0) {
+    // Since when: a post run again later released nothing more, and must not say it held.
     const since = Number(runner.state("acquired-at"));
-    const held = since ? ` (held ${format.seconds((Date.now() - since) / 1000)})` : "";
+    const held = since ? ` (granted to this job at ${new Date(since).toISOString()})` : "";
     runner.info(`released '${name}'${held}`);
     return 0;
   }

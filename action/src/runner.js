@@ -64,7 +64,14 @@ function escape(text) {
 }
 
 const command = (name, text) => process.stdout.write(`::${name}::${escape(text)}${os.EOL}`);
-const info = (text) => process.stdout.write(`${text}${os.EOL}`);
+/** One plain log line. Its text may hold what another job wrote (a holder's owner): a line
+ * break in it would start a line of its own, which the runner could take for a workflow
+ * command (::stop-commands::, ::save-state::), so breaks become spaces, and a line that would
+ * start with "::" starts with a space. */
+const info = (text) => {
+  const line = String(text).replace(/[\r\n]+/g, " ");
+  process.stdout.write(`${line.startsWith("::") ? " " : ""}${line}${os.EOL}`);
+};
 const warning = (text) => command("warning", text);
 const error = (text) => command("error", text);
 const mask = (secret) => command("add-mask", secret);

@@ -96,7 +96,6 @@ def spawn(
         "-m",
         "awsflock",
         "keep-alive",
-        lock_id,
         "--lease-duration",
         f"{lease_s}s",
         "--while-pid",
@@ -104,6 +103,8 @@ def spawn(
         "--while-pid-start",
         follow_started or "-",
         *options,
+        "--",  # a lock's name may start with "-"
+        lock_id,
     ]
     child = subprocess.Popen(
         argv,

@@ -189,8 +189,10 @@ class Job:
         """Cancel ``step`` as the runner does: SIGINT; SIGTERM after 7.5 s; SIGKILL of its
         tree 2.5 s after that."""
         for sig, grace in ((signal.SIGINT, 7.5), (signal.SIGTERM, 2.5), (signal.SIGKILL, 30)):
+            tree = _tree(step.pid) if sig == signal.SIGKILL else [step.pid]
             try:
-                os.kill(step.pid, sig)
+                for pid in tree:
+                    os.kill(pid, sig)
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + grace
@@ -224,6 +226,23 @@ class Job:
 
     def logs(self) -> str:
         return "\n".join(f"--- {s.name} (exit {s.code})\n{s.text}" for s in self.steps)
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (by /proc's parent pids)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
 
 
 def _alive(pid: int) -> bool:

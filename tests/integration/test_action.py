@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -39,7 +40,7 @@ class Store:
     inputs: dict[str, str]  # the action's store inputs
 
     def status(self, lock: str) -> dict[str, Any]:
-        done = self.cli("status", lock, "--json")
+        done = self.cli("status", "--json", "--", lock)
         assert done.returncode in (0, 3), done.stderr
         return dict(json.loads(done.stdout))
 
@@ -307,3 +308,76 @@ def test_without_awsflock_on_path_main_installs_it_from_the_actions_checkout(
     assert a.run("post").code == 0
     again = jobs("beta", name=lock_name).run("main")
     assert again.code == 0 and "installing" not in again.text
+
+
+#: Stands in for awsflock on PATH: runs the real one, except that an acquire ends the way
+#: a cancel that lands just after the grant ends it (the runner's SIGINT reaching main, and
+#: awsflock exiting 130 with the lease printed and kept alive, its warning naming the lease).
+GRANT_THEN_CANCEL = r"""#!{python}
+import json, os, signal, subprocess, sys
+real = {real!r}
+if sys.argv[1:2] != ["acquire"]:
+    os.execv(real, [real, *sys.argv[1:]])
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # main passes the cancel on: too late here
+got = subprocess.run([real, *sys.argv[1:]], capture_output=True, text=True)
+lease = json.loads(got.stdout)
+os.kill(os.getppid(), signal.SIGINT)  # the runner cancels main as the grant comes back
+sys.stdout.write(got.stdout)
+warning = {{"event": "interrupted", "level": "warning", "message":
+           "interrupted by signal 2 after the grant: free it with awsflock release x "
+           + lease["lease_id"]}}
+sys.stderr.write(got.stderr + json.dumps(warning) + "\n")
+sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("store", ["dev_server"], indirect=True)
+def test_a_cancel_that_lands_with_the_grant_still_frees_the_lock_and_hides_the_lease(
+    store: Store, jobs, lock_name, tmp_path
+):
+    stub = tmp_path / "bin" / "awsflock"
+    stub.parent.mkdir()
+    stub.write_text(GRANT_THEN_CANCEL.format(python=sys.executable, real=str(BIN)))
+    stub.chmod(0o755)
+    store.env["PATH"] = f"{stub.parent}{os.pathsep}{store.env['PATH']}"
+    a = jobs("alpha", name=lock_name)
+    main = a.run("main")
+    assert main.code == 1 and "cancelled just as" in main.text, a.logs()
+    assert main.outputs["acquired"] == "false"
+    lease_id = a.state["lease-id"]  # saved, though acquire exited 130
+    lines = main.text.splitlines()
+    masked = lines.index(f"::add-mask::{lease_id}")
+    assert all(lease_id not in line for line in lines[:masked])
+    assert store.status(lock_name)["state"] == "held"  # kept alive, as awsflock said
+    assert a.run("post").code == 0
+    assert store.status(lock_name)["state"] == "free"
+
+
+@pytest.mark.parametrize("store", ["dev_server"], indirect=True)
+def test_a_holders_owner_cannot_issue_workflow_commands_in_a_waiters_log(
+    store: Store, jobs, lock_name
+):
+    evil = "nice\n::error::injected by the holder\n::stop-commands::tok"
+    a = jobs("alpha", name=lock_name, owner=evil)
+    assert a.run("main").code == 0
+    waiter = jobs("beta", name=lock_name, wait="6s")
+    waited = waiter.start("main")
+    wait_for("a progress line", lambda: "place 1 of 1" in waited.text, timeout=20)
+    checked = jobs("plan", name=lock_name, mode="check", **{"fail-if-held": "false"}).run("main")
+    assert a.run("post").code == 0
+    waiter.finish(waited)
+    for text in (waited.text, checked.text):
+        commands = [line for line in text.splitlines() if line.startswith("::")]
+        assert all(line.startswith("::add-mask::") for line in commands), text
+        assert "injected by the holder" in text  # said, as text
+    assert waiter.run("post").code == 0
+
+
+@pytest.mark.parametrize("store", ["dev_server"], indirect=True)
+def test_a_lock_name_that_starts_with_a_dash_is_a_name(store: Store, jobs):
+    name = "-deploy-" + uuid.uuid4().hex[:6]
+    a = jobs("alpha", name=name)
+    assert a.run("main").code == 0, a.logs()
+    assert jobs("plan", name=name, mode="check").run("main").code == 1
+    assert a.run("post").code == 0
+    assert store.status(name)["state"] == "free"

@@ -123,6 +123,21 @@ def test_a_script_keeps_a_short_lease_for_20s_and_releases(awsflock: Cli, lock_n
     assert status(awsflock, lock_name)["state"] == "free"
 
 
+def test_a_lock_whose_name_starts_with_a_dash_is_kept_alive(awsflock: Cli, lock_name):
+    # The renewer was started with the name before its options, so "-x" read as an option and
+    # `acquire --keep-alive -- -x` failed saying the renewer did not start.
+    name = "-" + lock_name
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        got = awsflock("acquire", "--keep-alive", "--while-pid", str(sleeper.pid), "--", name)
+        assert got.returncode == 0, got.stderr
+        assert "following pid" in awsflock("status", "--json", "--", name).stdout
+        assert awsflock("release", "--", name, got.stdout.strip()).returncode == 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_a_killed_script_frees_the_lock_at_once(awsflock: Cli, lock_name):
     script = shell(
         awsflock,
