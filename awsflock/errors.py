@@ -67,6 +67,9 @@ class NotHeld(AwsflockError):
     """The lease given is not the current holder (released, expired and taken, or unknown)."""
 
     exit_code = 3
+    #: Why, as a lease-lost metric's reason (awsflock.metrics): "force_released", "expired",
+    #: or "renewal_refused" (any other refusal).
+    reason = "renewal_refused"
 
 
 class LeaseLost(NotHeld):

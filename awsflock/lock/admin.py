@@ -6,7 +6,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
-from awsflock import errors
+from awsflock import errors, metrics
 from awsflock.lock.verdict import ended_how
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID
@@ -137,6 +137,7 @@ def force_release(
             + (f"(now {after.describe(now)})" if after and not after.released else ""),
             hint="nothing was changed; check `awsflock status` again",
         )
+    metrics.record("awsflock.force_releases", 1, lock_id, table.store)
     log.info(
         "force-released %r (held by %s) for %s: %s",
         lock_id,

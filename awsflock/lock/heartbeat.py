@@ -14,7 +14,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from awsflock import errors
+from awsflock import errors, metrics
 from awsflock.clock import Clock, start_thread
 from awsflock.durations import lease_seconds
 from awsflock.lock import renewal
@@ -154,7 +154,7 @@ class Hold:
     def check(self) -> None:
         """Raise LeaseLost if the lease was lost, or may be about to be (past the deadline)."""
         if not self.lost.is_set() and self.clock.monotonic() >= self.mono_deadline():
-            self._lose("no successful renewal before the safety deadline")
+            self._lose("no successful renewal before the safety deadline", metrics.EXPIRED)
         if self.lost.is_set():
             assert self._lost_error is not None
             raise self._lost_error
@@ -235,7 +235,7 @@ class Hold:
             except errors.NotHeld as exc:
                 # Ended behind our back (force-released, or expired and taken): the work done
                 # under it may be unprotected, which is a loss, not a failed release.
-                self._lose(exc.message)
+                self._lose(exc.message, exc.reason)
                 self.check()
             log.debug("held %r for %s", self.lock_id, format_seconds(held))
 
@@ -283,7 +283,7 @@ class Hold:
             return None
         now = self.clock.monotonic()
         if now >= self.mono_deadline():
-            self._lose("no successful renewal before the safety deadline")
+            self._lose("no successful renewal before the safety deadline", metrics.EXPIRED)
             return None
         with self._state:
             due = now >= self._next_renew
@@ -304,7 +304,7 @@ class Hold:
             with store.budget(end):
                 lease.renew(self.lease_s)
         except errors.NotHeld as exc:
-            self._lose(f"renewal refused: {exc.message}")
+            self._lose(f"renewal refused: {exc.message}", exc.reason)
             return
         except errors.AwsflockError as exc:
             with self._state:
@@ -331,10 +331,11 @@ class Hold:
             self._next_renew = now + self.interval
             self.renewals += 1
 
-    def _lose(self, why: str) -> None:
+    def _lose(self, why: str, reason: str) -> None:
         with self._state:
             if self.lost.is_set():
                 return
+            metrics.record("awsflock.leases.lost", 1, self.lock_id, self.table.store, reason=reason)
             lease = self._lease
             self._lost_error = errors.LeaseLost(
                 f"lease on {self.lock_id!r} was lost: {why}",

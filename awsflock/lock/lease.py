@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from awsflock import errors
+from awsflock import errors, metrics
 from awsflock.clock import Clock, SystemClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
 from awsflock.lock import verdict, waiting
@@ -161,15 +161,23 @@ class LockTable:
         )
         # A fair acquire that does not wait takes no place: it is one plain try.
         policy = Fair(run, new_ticket(self.rng)) if fair and wait_s != 0 else waiting.PLAIN
-        grant = waiting.wait(
-            run,
-            policy,
-            wait_s=wait_s,
-            clock=self.clock,
-            rng=self.rng,
-            skew=self.skew,
-            cancel=cancel,
-        )
+        try:
+            grant = waiting.wait(
+                run,
+                policy,
+                wait_s=wait_s,
+                clock=self.clock,
+                rng=self.rng,
+                skew=self.skew,
+                cancel=cancel,
+            )
+        except BaseException as exc:
+            metrics.record(
+                "awsflock.acquisitions", 1, lock_id, self.store, outcome=_failed(exc, wait_s)
+            )
+            raise
+        metrics.record("awsflock.acquisitions", 1, lock_id, self.store, outcome=metrics.GRANTED)
+        metrics.record("awsflock.acquire.wait", grant.waited, lock_id, self.store)
         return self._granted(lock_id, grant)
 
     def _granted(self, lock_id: str, grant: Grant) -> Lease:
@@ -186,6 +194,7 @@ class LockTable:
             slot=grant.slot,
         )
         if reclaimed is not None:
+            metrics.record("awsflock.leases.reclaimed", 1, lock_id, self.store)
             log.info(
                 "reclaimed %r from an expired lease",
                 lock_id,
@@ -246,9 +255,11 @@ class LockTable:
 
     def renew(self, held: Lease, *, lease: float | str | None = None) -> Lease:
         """Extend ``held`` from now (by its own duration unless ``lease`` is given), in place."""
+        left = held.expires_mono - self.clock.monotonic()
         fresh = self.renew_lease(
             held.lock_id, held.lease_id, lease=held.lease_duration if lease is None else lease
         )
+        metrics.record("awsflock.renew.margin", max(0.0, left), held.lock_id, self.store)
         to_mono = fresh.to_mono
         if not self.store.skew_free and held.to_mono:
             # On a store that writes ends from our wall clock, a step of it back since the
@@ -282,23 +293,29 @@ class LockTable:
         lease_s = lease_seconds(lease)
         slot = slot_of(lease_id)
         mono, now_ms = self.clock.monotonic(), self.now_ms()  # read together: see _lease_from
-        outcome = self.store.renew(
-            lock_id,
-            lease_id,
-            now_ms=now_ms,
-            lease_ms=_ms(lease_s),
-            skew_ms=_ms(self.skew),
-            slot=slot,
-            **({} if keeper is None else {"keeper": keeper}),
-        )
+        try:
+            outcome = self.store.renew(
+                lock_id,
+                lease_id,
+                now_ms=now_ms,
+                lease_ms=_ms(lease_s),
+                skew_ms=_ms(self.skew),
+                slot=slot,
+                **({} if keeper is None else {"keeper": keeper}),
+            )
+        except errors.AwsflockError:
+            metrics.record("awsflock.renewals", 1, lock_id, self.store, outcome=metrics.TRANSIENT)
+            raise
         record = outcome.record
         if not outcome.applied and verdict.held_longer(record, lease_id, now_ms, _ms(lease_s)):
             # Refused because a renew made later (another host's, or ours before a clock step
             # back) already holds the lease past what this one asks: it is renewed.
             outcome = dataclasses.replace(outcome, applied=True)
         if not outcome.applied or record is None:
+            metrics.record("awsflock.renewals", 1, lock_id, self.store, outcome=metrics.LOST)
             refused = verdict.of(outcome, lock_id, lease_id, "renew", self.clock.time())
             raise refused or errors.NotHeld(f"lease {lease_id} on {lock_id!r} was not renewed")
+        metrics.record("awsflock.renewals", 1, lock_id, self.store, outcome=metrics.OK)
         log.info(
             "renewed %r for %s",
             lock_id,
@@ -345,13 +362,18 @@ class LockTable:
         whose first try went through (or a second release) succeeds."""
         check_lock_id(lock_id)
         lease_id = check_lease_id(lease_id)
-        outcome = self.store.release(
-            lock_id,
-            lease_id,
-            now_ms=self.now_ms(),
-            skew_ms=_ms(self.skew),
-            slot=slot_of(lease_id),
-        )
+        try:
+            outcome = self.store.release(
+                lock_id,
+                lease_id,
+                now_ms=self.now_ms(),
+                skew_ms=_ms(self.skew),
+                slot=slot_of(lease_id),
+            )
+        except errors.AwsflockError as exc:
+            failed = metrics.IN_DOUBT if exc.maybe_applied else metrics.FAILED
+            metrics.record("awsflock.releases", 1, lock_id, self.store, outcome=failed)
+            raise
         record = outcome.record
         if not outcome.applied:
             refusal = verdict.of(outcome, lock_id, lease_id, "release", self.clock.time())
@@ -367,7 +389,11 @@ class LockTable:
                     hint="check the work done under it",
                 )
             if refusal is not None:
+                unknown = outcome.lock is None and outcome.in_doubt
+                said = metrics.IN_DOUBT if unknown else metrics.NOT_HELD
+                metrics.record("awsflock.releases", 1, lock_id, self.store, outcome=said)
                 raise refusal
+        metrics.record("awsflock.releases", 1, lock_id, self.store, outcome=metrics.RELEASED)
         event = event_fields("released", lock_id, record)
         acquired_at = record.acquired_at if record is not None else None
         if record is None and _held is not None:
@@ -377,6 +403,7 @@ class LockTable:
             acquired_at = _held.acquired_at
         if acquired_at is not None and outcome.applied:
             event["held_s"] = round(self.clock.time() - acquired_at, 3)
+            metrics.record("awsflock.hold.duration", event["held_s"], lock_id, self.store)
         log.info("released %r", lock_id, extra=event)
 
     # -- reading and administration ----------------------------------------------------------
@@ -405,3 +432,12 @@ class LockTable:
                 hint="drop those options for this store",
             )
         return self.store.create(progress=progress or (lambda _message: None), **options)
+
+
+def _failed(exc: BaseException, wait_s: float | None) -> str:
+    """The acquisitions metric's outcome of an acquire that ended in ``exc``."""
+    if isinstance(exc, errors.LockBusy):
+        return metrics.BUSY if wait_s == 0 else metrics.TIMED_OUT
+    if isinstance(exc, (errors.Cancelled, KeyboardInterrupt)):
+        return metrics.CANCELLED
+    return metrics.ERROR

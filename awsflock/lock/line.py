@@ -24,7 +24,7 @@ import random
 import secrets
 from typing import Callable
 
-from awsflock import errors
+from awsflock import errors, metrics
 from awsflock.clock import Clock
 from awsflock.lock.acquisition import Acquisition, Grant
 from awsflock.lock.waiting import NOTICE, Policy
@@ -133,6 +133,7 @@ class Place:
             return
         self.shown = shown
         position = len(ahead) + 1
+        metrics.record("awsflock.acquire.place", position, self.run.lock_id, self.run.store)
         parts: list[str] = []
         if held and holder is not None:
             since = holder.acquired_at

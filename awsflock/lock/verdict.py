@@ -18,10 +18,13 @@ def of(
     record = outcome.record
     again = "acquire the lock again"
 
-    def refused(why: str, hint: str = again) -> errors.NotHeld:
+    def refused(why: str, hint: str = again, reason: str = "") -> errors.NotHeld:
         if outcome.barred:
             why += "; an acquire attempt under it that lands later is refused"
-        return errors.NotHeld(f"lease {lease_id} does not hold {lock_id!r}: {why}", hint=hint)
+        err = errors.NotHeld(f"lease {lease_id} does not hold {lock_id!r}: {why}", hint=hint)
+        if reason:
+            err.reason = reason
+        return err
 
     if outcome.lock is None:
         return refused(
@@ -53,7 +56,7 @@ def of(
             else "force-released, by an operator (see `awsflock audit`) or by its keep-alive "
             "renewer after the process it followed exited"
         )
-        return refused(f"it was {detail}")
+        return refused(f"it was {detail}", reason="force_released")
     if current and operation == "renew":
         size = record.slots
         if slot is not None and size is not None and slot >= size:
@@ -61,13 +64,14 @@ def of(
         if record.expires_at <= now:
             return refused(
                 f"it expired {format_seconds(now - record.expires_at)} ago, and a renew never "
-                "revives an expired lease"
+                "revives an expired lease",
+                reason="expired",
             )
     if current:
         return refused("it is no longer held")
     holder = f"now held by {record.describe(now)}" if not record.released else "it is free now"
     if end == "":
-        return refused(f"it expired and was taken over; {holder}")
+        return refused(f"it expired and was taken over; {holder}", reason="expired")
     if outcome.barred:  # the store found nothing under it at all
         return refused(f"the lock has no lease of that id (never granted, or long gone); {holder}")
     return refused(f"it was released, or expired and taken over; {holder}")

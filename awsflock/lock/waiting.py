@@ -32,7 +32,7 @@ import random
 import threading
 from typing import Callable
 
-from awsflock import errors
+from awsflock import errors, metrics
 from awsflock.clock import Clock
 from awsflock.lock.acquisition import Acquisition, Grant, event_fields
 from awsflock.protocol import Waker
@@ -126,6 +126,7 @@ def wait(
                     return dataclasses.replace(got, contended=progress.said, handoff=handoff)
             if run.error is None:
                 refused = clock.monotonic()
+                metrics.record("awsflock.acquire.polls", 1, run.lock_id, run.store)
             if policy.again_now(run):
                 continue
             if run.error is None:

@@ -56,6 +56,9 @@ class MemoryStore(ForSimulations):
     times from the caller, as every store's do.
     """
 
+    #: The ``store`` attribute of its metrics (awsflock.metrics).
+    metrics_name = "memory"
+
     #: Leases are timed by the callers' clocks (see ``LockStore.skew_free``).
     skew_free = False
 

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Callable, TypeVar
 
-from awsflock import errors
+from awsflock import errors, metrics
 from awsflock.clock import Clock
 from awsflock.protocol import MIN_TRY, Sleeper, Waker
 
@@ -111,6 +111,24 @@ class RetryingStore(ABC):
         go: a process paused in its backoff (SIGSTOP, a frozen VM) wakes to a failure, not to
         a request made of readings taken before the pause."""
         start = self.clock.monotonic()
+        try:
+            answer = self._tries(operation, call, start)
+        except errors.AwsflockError as err:
+            self._measured(operation, start, type(err).__name__)
+            raise
+        self._measured(operation, start, "ok")
+        return answer
+
+    def _measured(self, operation: str, start: float, outcome: str) -> None:
+        took = self.clock.monotonic() - start
+        metrics.record(
+            "awsflock.store.request.duration", took, None, self, step=operation, outcome=outcome
+        )
+        retries = getattr(self._local, "try_number", 1) - 1
+        if retries:
+            metrics.record("awsflock.store.retries", retries, None, self, step=operation)
+
+    def _tries(self, operation: str, call: Callable[..., _T], start: float) -> _T:
         end = getattr(self._local, "end", None)
         if end is None:
             end = start + self.request_timeout

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from awsflock import errors
+from awsflock import errors, metrics
 
 #: Accept the write only if no higher token was accepted before. Equal is the same holder again.
 COND_FENCE = "attribute_not_exists(#awsflock_fence) OR #awsflock_fence <= :awsflock_token"
@@ -70,6 +70,7 @@ def fenced_update(
         )
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            metrics.record("awsflock.fencing.rejections", 1, None, "dynamodb", table=table)
             raise StaleToken(
                 f"write to {table!r} refused: fencing token {token} is stale",
                 hint="a newer lock holder has written since; stop and do not retry",

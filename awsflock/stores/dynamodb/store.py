@@ -26,6 +26,9 @@ class DynamoDBStore(Takes, Steps):
     """A lock table in DynamoDB (a ``LockStore``). Builds its botocore client on first use.
     The layers: ``base`` (client, requests, errors, reads), ``takes`` and ``steps``."""
 
+    #: The ``store`` attribute of its metrics (awsflock.metrics).
+    metrics_name = "dynamodb"
+
     def take(self, lock_id: str, attempt: Attempt) -> Outcome:
         """Take the lock (or the attempt's slot of its pool) if it is free (see ``LockStore``).
         One step of up to five calls: a doubt from any of them stays with the answer."""

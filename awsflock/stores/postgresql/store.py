@@ -56,6 +56,9 @@ class PostgresStore(Connected):
     ``skew_ms`` instead of the server's clock (for tests and simulations in virtual time).
     """
 
+    #: The ``store`` attribute of its metrics (awsflock.metrics).
+    metrics_name = "postgresql"
+
     def __init__(
         self,
         url: str,

@@ -61,6 +61,9 @@ class RedisStore(Connected):
     simulations in virtual time).
     """
 
+    #: The ``store`` attribute of its metrics (awsflock.metrics).
+    metrics_name = "redis"
+
     def __init__(
         self,
         url: str,

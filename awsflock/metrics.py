@@ -1,0 +1,138 @@
+"""What awsflock measures, through the OpenTelemetry metrics API: every store's steps and every
+lease's life, recorded here and nowhere else, so the names, units and attributes are one list.
+
+Recording costs a dictionary look-up until OpenTelemetry is in use: the API is never imported
+here. It is in use once something imported ``opentelemetry.metrics`` (an application that set
+up its own SDK; awsflock's CLI when ``OTEL_*`` variables ask for export, ``awsflock.cli.
+telemetry``) or ``use`` gave a meter provider. The instruments then come from the global meter
+provider (or the one given), made once.
+
+Attributes: ``lock`` (the lock's name, or as much of it as ``AWSFLOCK_METRICS_LOCK`` keeps, to
+bound cardinality), ``store`` (the store's kind), ``outcome`` (the same names the JSON event
+log uses), and where they apply ``reason`` and ``step``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+#: How much of a lock's name the ``lock`` attribute keeps: ``full`` (the default), ``none``,
+#: or a number N: the name up to its N-th separator (``/ : . -``), e.g. 1 keeps
+#: ``deploy`` of ``deploy-prod-eu``.
+LOCK_ENV = "AWSFLOCK_METRICS_LOCK"
+_SEPARATORS = re.compile(r"[/:.\-]")
+
+# Outcomes, as the event log names them.
+GRANTED, BUSY, TIMED_OUT, ERROR, CANCELLED = "granted", "busy", "timed_out", "error", "cancelled"
+OK, TRANSIENT, LOST = "ok", "transient", "lost"
+RELEASED, NOT_HELD, FAILED, IN_DOUBT = "released", "not_held", "failed", "in_doubt"
+# Why a lease was lost.
+EXPIRED, FORCE_RELEASED, REFUSED = "expired", "force_released", "renewal_refused"
+
+#: Every instrument: name -> (kind, unit, description). The metrics reference lists the same.
+INSTRUMENTS: dict[str, tuple[str, str, str]] = {
+    "awsflock.acquisitions": ("counter", "{acquisition}", "Acquires ended, by outcome"),
+    "awsflock.acquire.wait": ("histogram", "s", "Wait until the grant"),
+    "awsflock.acquire.polls": ("counter", "{poll}", "Tries that found the lock held"),
+    "awsflock.acquire.place": ("histogram", "{place}", "A fair waiter's place in line"),
+    "awsflock.renewals": ("counter", "{renewal}", "Renewals, by outcome"),
+    "awsflock.renew.margin": ("histogram", "s", "Lease left when a renewal succeeded"),
+    "awsflock.releases": ("counter", "{release}", "Releases, by outcome"),
+    "awsflock.hold.duration": ("histogram", "s", "How long a lease was held, to its release"),
+    "awsflock.leases.lost": ("counter", "{lease}", "Leases lost by their holder, by reason"),
+    "awsflock.leases.reclaimed": ("counter", "{lease}", "Expired leases taken over by a grant"),
+    "awsflock.force_releases": ("counter", "{lease}", "Leases ended by an operator"),
+    "awsflock.fencing.rejections": ("counter", "{write}", "Writes refused for a stale token"),
+    "awsflock.store.request.duration": ("histogram", "s", "One store call, retries included"),
+    "awsflock.store.retries": ("counter", "{retry}", "Tries of a store call after its first"),
+}
+
+
+@dataclass
+class _Instruments:
+    by_name: dict[str, Any]
+
+
+_made: _Instruments | None = None
+_given: Any = None
+_lock = threading.Lock()
+
+
+def use(provider: Any) -> None:
+    """Record into ``provider`` (an OpenTelemetry ``MeterProvider``) from now on; None: go back
+    to the global one, once OpenTelemetry is in use."""
+    global _made, _given
+    with _lock:
+        _given, _made = provider, None
+
+
+def _instruments() -> _Instruments | None:
+    global _made
+    made = _made
+    if made is not None:
+        return made
+    if _given is None and "opentelemetry.metrics" not in sys.modules:
+        return None
+    with _lock:
+        if _made is None:
+            from importlib.metadata import version
+
+            from opentelemetry import metrics
+
+            provider = _given if _given is not None else metrics.get_meter_provider()
+            meter = provider.get_meter("awsflock", version("awsflock"))
+            by_name: dict[str, Any] = {}
+            for name, (kind, unit, description) in INSTRUMENTS.items():
+                make = meter.create_counter if kind == "counter" else meter.create_histogram
+                by_name[name] = make(name, unit=unit, description=description)
+            _made = _Instruments(by_name)
+        return _made
+
+
+def store_name(store: Any) -> str:
+    """The ``store`` attribute of ``store``: its class's ``metrics_name``."""
+    return str(getattr(store, "metrics_name", type(store).__name__))
+
+
+def lock_attribute(lock_id: str) -> str:
+    """The ``lock`` attribute of ``lock_id``, as ``AWSFLOCK_METRICS_LOCK`` says."""
+    keep = os.environ.get(LOCK_ENV, "full").strip().lower()
+    if keep in ("", "full"):
+        return lock_id
+    if keep == "none":
+        return ""
+    try:
+        parts = int(keep)
+    except ValueError:
+        return lock_id
+    cuts = [m.start() for m in _SEPARATORS.finditer(lock_id)]
+    return lock_id if parts < 1 or parts > len(cuts) else lock_id[: cuts[parts - 1]]
+
+
+def record(
+    name: str, value: float, lock_id: str | None, store: Any, **attributes: str | None
+) -> None:
+    """Add ``value`` to counter ``name``, or record it in histogram ``name``; ``store``: the
+    store object (or its name)."""
+    made = _instruments()
+    if made is None:
+        return
+    kind = store if isinstance(store, str) else store_name(store)
+    attrs = {"store": kind, **{k: v for k, v in attributes.items() if v is not None}}
+    if lock_id is not None:
+        attrs["lock"] = lock_attribute(lock_id)
+    instrument = made.by_name[name]
+    if INSTRUMENTS[name][0] == "counter":
+        instrument.add(value, attrs)
+    else:
+        instrument.record(value, attrs)
+
+
+def enabled() -> bool:
+    """Whether recording goes anywhere (callers may skip work that only feeds a metric)."""
+    return _instruments() is not None

@@ -1,0 +1,163 @@
+"""awsflock.metrics: every instrument recorded with its attributes for each outcome, read back
+with the OpenTelemetry SDK's in-memory reader; on the in-memory store (and in-process moto for
+the store's requests) with a fake clock. And nothing of OpenTelemetry imported when unused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from awsflock import errors, metrics
+from awsflock.lock.admin import force_release
+from awsflock.lock.lease import LockTable
+from awsflock.records import Identity
+from awsflock.stores.memory import MemoryStore
+
+sdk = pytest.importorskip("opentelemetry.sdk.metrics")
+export = pytest.importorskip("opentelemetry.sdk.metrics.export")
+
+
+@pytest.fixture
+def reader() -> Iterator[Any]:
+    reader = export.InMemoryMetricReader()
+    metrics.use(sdk.MeterProvider(metric_readers=[reader]))
+    yield reader
+    metrics.use(None)
+
+
+def points(reader: Any) -> dict[str, list[tuple[dict[str, Any], Any]]]:
+    """Each metric's data points: (attributes, value: a sum, or a histogram's (count, sum))."""
+    found: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for p in metric.data.data_points:
+                    value = (p.count, p.sum) if hasattr(p, "count") else p.value
+                    found.setdefault(metric.name, []).append((dict(p.attributes), value))
+    return found
+
+
+def value(reader: Any, name: str, **attributes: str) -> Any:
+    matching = [v for a, v in points(reader).get(name, []) if attributes.items() <= a.items()]
+    assert len(matching) == 1, (name, attributes, points(reader).get(name))
+    return matching[0]
+
+
+@pytest.fixture
+def table(clock) -> LockTable:
+    return LockTable(store=MemoryStore(clock=clock), clock=clock, identity=Identity(owner="a"))
+
+
+def other(table: LockTable) -> LockTable:
+    return LockTable(store=table.store, clock=table.clock, identity=Identity(owner="b"))
+
+
+def test_acquisitions_by_outcome_and_the_wait_until_the_grant(reader, table, clock):
+    held = table.acquire("deploy", lease=60, wait=0)
+    with pytest.raises(errors.LockBusy):
+        other(table).acquire("deploy", wait=0)
+    with pytest.raises(errors.LockBusy):
+        other(table).acquire("deploy", wait=3)
+    held.release()
+    other(table).acquire("deploy", wait=3)
+    assert value(reader, "awsflock.acquisitions", outcome="granted", lock="deploy") == 2
+    assert value(reader, "awsflock.acquisitions", outcome="busy") == 1
+    assert value(reader, "awsflock.acquisitions", outcome="timed_out") == 1
+    count, _ = value(reader, "awsflock.acquire.wait", lock="deploy", store="memory")
+    assert count == 2
+    # The timed-out wait polled about once a second, each poll finding it held.
+    assert value(reader, "awsflock.acquire.polls", lock="deploy") >= 3
+
+
+def test_a_cancelled_acquire_is_counted_as_such(reader, table):
+    import threading
+
+    table.acquire("deploy", wait=0)
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(errors.Cancelled):
+        other(table).acquire("deploy", wait=30, cancel=cancel)
+    assert value(reader, "awsflock.acquisitions", outcome="cancelled") == 1
+
+
+def test_renewals_releases_hold_time_and_a_renewal_refused_after_a_force(reader, table, clock):
+    held = table.acquire("deploy", lease=60, wait=0)
+    clock.advance(20)
+    table.renew(held)
+    assert value(reader, "awsflock.renewals", outcome="ok") == 1
+    count, margin = value(reader, "awsflock.renew.margin")
+    assert count == 1 and margin == pytest.approx(40, abs=0.5)
+    force_release(other(table), "deploy", reason="stuck", lease_id=held.lease_id)
+    assert value(reader, "awsflock.force_releases", lock="deploy") == 1
+    with pytest.raises(errors.NotHeld) as refused:
+        table.renew(held)
+    assert refused.value.reason == "force_released"
+    assert value(reader, "awsflock.renewals", outcome="lost") == 1
+    with pytest.raises(errors.NotHeld):
+        table.release(held)
+    assert value(reader, "awsflock.releases", outcome="not_held") == 1
+    again = table.acquire("deploy", lease=60, wait=0)
+    clock.advance(7)
+    table.release(again)
+    assert value(reader, "awsflock.releases", outcome="released") == 1
+    count, held_s = value(reader, "awsflock.hold.duration")
+    assert count == 1 and held_s == pytest.approx(7, abs=0.5)
+
+
+def test_a_hold_lost_to_a_force_release_counts_the_loss_and_its_reason(reader, table, clock):
+    import time
+
+    with pytest.raises(errors.LeaseLost), table.hold("deploy", lease=30) as hold:
+        force_release(other(table), "deploy", reason="stuck", lease_id=hold.lease_id)
+        clock.advance(11)  # the next renewal (every third of the lease) is refused
+        deadline = time.monotonic() + 5  # real time, for the renewer thread to catch up
+        while not hold.lost.is_set() and time.monotonic() < deadline:
+            time.sleep(0.005)
+    assert value(reader, "awsflock.leases.lost", reason="force_released") == 1
+
+
+def test_an_expired_lease_taken_over_is_counted_as_reclaimed(reader, table, clock):
+    table.acquire("deploy", lease=10, wait=0)
+    clock.advance(10 + table.skew + 1)
+    other(table).acquire("deploy", wait=0)
+    assert value(reader, "awsflock.leases.reclaimed", lock="deploy", store="memory") == 1
+
+
+def test_store_calls_are_timed_per_step_with_their_retries(reader, moto, clock):
+    from awsflock.stores.dynamodb import DynamoDBStore
+    from tests.helpers import FlakyClient
+
+    store = DynamoDBStore("awsflock", FlakyClient(moto, failures=2), clock=clock)
+    table = LockTable(store=store, clock=clock, identity=Identity(owner="a"))
+    table.acquire("deploy", wait=0)
+    timed = points(reader)["awsflock.store.request.duration"]
+    assert timed and all(a["store"] == "dynamodb" and a["step"] for a, _ in timed)
+    assert sum(v for _, v in points(reader)["awsflock.store.retries"]) == 2
+
+
+def test_the_lock_attribute_keeps_as_much_of_the_name_as_asked(monkeypatch):
+    assert metrics.lock_attribute("deploy-prod-eu") == "deploy-prod-eu"
+    monkeypatch.setenv(metrics.LOCK_ENV, "1")
+    assert metrics.lock_attribute("deploy-prod-eu") == "deploy"
+    monkeypatch.setenv(metrics.LOCK_ENV, "2")
+    assert metrics.lock_attribute("ci/repo/job") == "ci/repo"
+    assert metrics.lock_attribute("plain") == "plain"
+    monkeypatch.setenv(metrics.LOCK_ENV, "none")
+    assert metrics.lock_attribute("deploy-prod-eu") == ""
+
+
+def test_unused_opentelemetry_is_never_imported():
+    code = (
+        "import sys\n"
+        "from awsflock.lock.lease import LockTable\n"
+        "from awsflock.stores.memory import MemoryStore\n"
+        "t = LockTable(store=MemoryStore())\n"
+        "t.release(t.acquire('x', wait=0))\n"
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
