@@ -53,6 +53,19 @@ INSTRUMENTS: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: Histogram bucket bounds: a store call's milliseconds to seconds; a wait's or a hold's
+#: seconds to hours; places in line.
+_CALL = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_LONG = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 86400.0)
+BUCKETS: dict[str, tuple[float, ...]] = {
+    "awsflock.acquire.wait": _LONG,
+    "awsflock.acquire.place": (1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0),
+    "awsflock.renew.margin": _LONG,
+    "awsflock.hold.duration": _LONG,
+    "awsflock.store.request.duration": _CALL,
+}
+
+
 @dataclass
 class _Instruments:
     by_name: dict[str, Any]
@@ -88,10 +101,26 @@ def _instruments() -> _Instruments | None:
             meter = provider.get_meter("awsflock", version("awsflock"))
             by_name: dict[str, Any] = {}
             for name, (kind, unit, description) in INSTRUMENTS.items():
-                make = meter.create_counter if kind == "counter" else meter.create_histogram
-                by_name[name] = make(name, unit=unit, description=description)
+                if kind == "counter":
+                    made_one = meter.create_counter(name, unit=unit, description=description)
+                else:
+                    made_one = _histogram(meter, name, unit, description)
+                by_name[name] = made_one
             _made = _Instruments(by_name)
         return _made
+
+
+def _histogram(meter: Any, name: str, unit: str, description: str) -> Any:
+    """A histogram with our buckets, where the API takes them (1.23 and later)."""
+    try:
+        return meter.create_histogram(
+            name,
+            unit=unit,
+            description=description,
+            explicit_bucket_boundaries_advisory=list(BUCKETS[name]),
+        )
+    except TypeError:
+        return meter.create_histogram(name, unit=unit, description=description)
 
 
 def store_name(store: Any) -> str:

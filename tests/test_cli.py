@@ -500,6 +500,8 @@ def test_json_events_cover_the_lease_life_with_stable_fields(run):
         "message",
     } <= set(acquired)
     assert events["released"]["held_s"] >= 0 and events["released"]["fencing_token"] > 0
+    # The outcome names of the metrics (awsflock.metrics), so that events and metrics agree.
+    assert (acquired["outcome"], events["released"]["outcome"]) == ("granted", "released")
     assert "lease_id" not in acquired and "lease_id" not in events["released"]
 
 

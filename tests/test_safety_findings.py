@@ -704,7 +704,7 @@ def test_a_loss_noticed_just_after_the_command_finished_still_exits_124(make_any
     held = table.hold("late-loss", lease=60)
     held.start()
     force_release(table, "late-loss", reason="x", lease_id=held.lease_id, actor="ana")
-    held._lose("renewal refused: force-released")
+    held._lose("renewal refused: force-released", "force_released")
     assert _release_quietly(held) is False
     assert EXIT_LOST == 124 and RunOptions().lease == 60
 

@@ -378,6 +378,10 @@ def main(argv: list[str] | None = None) -> None:
     if argv is not None:
         cli.main(args=argv, prog_name="awsflock")
         return
+    from awsflock.cli import telemetry
+
+    logs.set_format(cli._early_log_format(sys.argv[1:]))  # for a warning of start's
+    telemetry.start(lambda text: logs.say(text, level="warning", label="warning", event="log"))
     try:
         cli.main(prog_name="awsflock")
     except SystemExit as done:

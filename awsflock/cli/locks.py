@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from awsflock import errors
+from awsflock import errors, metrics
 from awsflock.cli import logs
 from awsflock.cli.app import CONTEXT, cli, emit, if_interrupted, print_lease
 from awsflock.cli.options import (
@@ -148,6 +148,7 @@ def acquire(
                     owner=exc.holder.owner if exc.holder is not None else None,
                     exit_code=conflict_exit_code,
                     error=type(exc).__name__,
+                    outcome=metrics.BUSY if wait == 0 else metrics.TIMED_OUT,
                 )
             raise click.exceptions.Exit(conflict_exit_code) from None
         if received:

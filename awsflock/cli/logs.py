@@ -27,6 +27,8 @@ EVENT_FIELDS = (
     "attempts",
     "expires_in_s",
     "handoff_s",
+    # the outcome (or a lost lease's reason) of the same name in awsflock.metrics
+    "outcome",
     "reason",
     "actor",
     "error",

@@ -40,6 +40,10 @@ STORE_ENVIRONMENT = [
     ("AWSFLOCK_REDIS_PASSWORD", "the Redis store's password, where the store URL has none"),
     ("PGPASSWORD", "the PostgreSQL store's password, and the rest of libpq's PG* variables"),
     ("AWS_PROFILE", "the AWS profile, and the rest of the AWS SDK's variables"),
+    # ... and of the metrics (awsflock.cli.telemetry; needs the otel extra)
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", "export metrics over OTLP/HTTP there (and the other OTEL_*)"),
+    ("AWSFLOCK_METRICS_TEXTFILE", "add each command's metrics to this Prometheus textfile"),
+    ("AWSFLOCK_METRICS_LOCK", "the metrics' lock attribute: full, none, or up to separator N"),
 ]
 #: ... and what ``run`` gives its command.
 COMMAND_ENVIRONMENT = [

@@ -320,6 +320,7 @@ class Hold:
                 format_seconds(backoff),
                 extra={
                     "event": "renew_failed",
+                    "outcome": metrics.TRANSIENT,
                     "lock_id": self.lock_id,
                     "error": exc.message,
                     "expires_in_s": round(left, 3),
@@ -350,6 +351,7 @@ class Hold:
                 "event": "lost",
                 "lock_id": self.lock_id,
                 "fencing_token": lease.fencing_token if lease else None,
+                "outcome": reason,
             },
         )
         if self.on_lost is not None:

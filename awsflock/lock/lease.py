@@ -214,6 +214,7 @@ class LockTable:
                 "slot": grant.slot,
                 "expires_in_s": round(record.expires_at - self.clock.time(), 3),
                 "handoff_s": None if grant.handoff is None else round(grant.handoff, 3),
+                "outcome": metrics.GRANTED,
             },
         )
         return lease
@@ -322,6 +323,7 @@ class LockTable:
             format_seconds(lease_s),
             extra={
                 **event_fields("renewed", lock_id, record),
+                "outcome": metrics.OK,
                 "expires_in_s": round(record.expires_at - self.clock.time(), 3),
             },
         )
@@ -395,6 +397,7 @@ class LockTable:
                 raise refusal
         metrics.record("awsflock.releases", 1, lock_id, self.store, outcome=metrics.RELEASED)
         event = event_fields("released", lock_id, record)
+        event["outcome"] = metrics.RELEASED
         acquired_at = record.acquired_at if record is not None else None
         if record is None and _held is not None:
             # A release that answers nothing (DynamoDB's transaction with the done item): what
