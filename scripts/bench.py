@@ -683,13 +683,21 @@ def main() -> int:
         " needs no --old",
     )
     parser.add_argument(
+        "--otel",
+        type=Path,
+        default=None,
+        metavar="AWSFLOCK",
+        help="only the cost of the otel extra installed but unconfigured: this executable (with"
+        " it) beside --new (without it), on moto's server; needs no --old",
+    )
+    parser.add_argument(
         "--startup",
         action="store_true",
         help="only start-up: whole commands and their phases beside 0.2.0, on DynamoDB Local"
         " and moto's server",
     )
     args = parser.parse_args()
-    if args.old is None and not args.only_stores:
+    if args.old is None and not args.only_stores and args.otel is None:
         parser.error("--old (awsflock 0.2.0's executable) is needed, except with --only-stores")
     new_bin: Path = args.new
     repeats = 3 if args.quick else 10
@@ -710,6 +718,18 @@ def main() -> int:
         return 0
     if args.startup:
         report(results, startup(args.old, new_bin, repeats, results), [], [])
+        return 0
+    if args.otel is not None:
+        import bench_startup
+
+        server = MotoServer().start()
+        try:
+            found, raw = bench_startup.otel_unconfigured(server.url, new_bin, args.otel, repeats)
+        finally:
+            server.stop()
+        results["otel extra unconfigured (with, without)"] = raw
+        print("columns: with the otel extra | without it (new/old: with/without)")
+        report(results, found, [], [])
         return 0
 
     server = MotoServer().start()

@@ -214,3 +214,36 @@ def run_true(new: Path, endpoint: str, repeats: int) -> float:
             for _ in range(repeats)
         ]
     )
+
+
+def otel_unconfigured(
+    endpoint: str, plain: Path, otel: Path, repeats: int
+) -> tuple[list[tuple[str, float, float, str]], dict[str, Any]]:
+    """Rows (measure, with the otel extra, without it, unit): ``--help`` and the acquire+release
+    cycle, the two installs taking turns, with no OTEL_* variable set (metrics unconfigured)."""
+    env = {k: v for k, v in _env(endpoint).items() if not k.startswith("OTEL_")}
+    env.pop("AWSFLOCK_METRICS_TEXTFILE", None)
+    _run(plain, env, "table-create", "-q")
+    tools = {"otel": otel, "plain": plain}
+    samples: dict[str, dict[str, list[float]]] = {}
+    for binary in tools.values():  # warm
+        name = "warm-" + uuid.uuid4().hex[:6]
+        _run(binary, env, "release", name, _run(binary, env, "acquire", name))
+    for _ in range(repeats):
+        for tool, binary in tools.items():
+            name = "cycle-" + uuid.uuid4().hex[:6]
+            cycle = _timed(
+                lambda b=binary, n=name: _run(b, env, "release", n, _run(b, env, "acquire", n))
+            )
+            helped = _timed(lambda b=binary: _run(b, env, "--help"))
+            samples.setdefault("acquire+release cycle", {}).setdefault(tool, []).append(cycle)
+            samples.setdefault("--help", {}).setdefault(tool, []).append(helped)
+    rows = []
+    raw: dict[str, Any] = {}
+    for label, by_tool in samples.items():
+        values = {tool: _median(v) for tool, v in by_tool.items()}
+        raw[label] = values
+        rows.append(
+            (f"otel extra installed, unconfigured: {label}", values["otel"], values["plain"], "s")
+        )
+    return rows, raw

@@ -161,3 +161,22 @@ def test_unused_opentelemetry_is_never_imported():
         "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    "env, otlp",
+    [
+        ({}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:4318/v1/metrics"}, True),
+        ({"OTEL_METRICS_EXPORTER": "otlp"}, True),
+        ({"OTEL_METRICS_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c"}, False),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_METRICS_EXPORTER": "otlp"}, False),
+        ({"OTEL_METRICS_EXPORTER": "prometheus"}, False),  # not ours to start: no exporter
+    ],
+)
+def test_the_cli_exports_only_what_the_otel_variables_ask_for(env, otlp):
+    from awsflock.cli.telemetry import wanted
+
+    assert wanted(env) == (otlp, "")
+    assert wanted({**env, "AWSFLOCK_METRICS_TEXTFILE": "/x.prom"}) == (otlp, "/x.prom")
