@@ -180,3 +180,72 @@ def test_the_cli_exports_only_what_the_otel_variables_ask_for(env, otlp):
 
     assert wanted(env) == (otlp, "")
     assert wanted({**env, "AWSFLOCK_METRICS_TEXTFILE": "/x.prom"}) == (otlp, "/x.prom")
+
+
+def moto_table(moto, clock, client: Any = None, owner: str = "a") -> LockTable:
+    from awsflock.stores.dynamodb import DynamoDBStore
+
+    store = DynamoDBStore("awsflock", client or moto, clock=clock)
+    return LockTable(store=store, clock=clock, identity=Identity(owner=owner))
+
+
+def test_the_failures_of_acquire_renew_and_release_are_counted_apart(reader, moto, clock):
+    from tests.helpers import FlakyClient, LosingClient
+
+    down = moto_table(moto, clock, FlakyClient(moto, failures=10**6))
+    with pytest.raises(errors.StoreError):
+        down.acquire("deploy", wait=0)
+    assert value(reader, "awsflock.acquisitions", outcome="error", store="dynamodb") == 1
+    held = moto_table(moto, clock).acquire("deploy", lease=60, wait=0)
+    with pytest.raises(errors.StoreError):
+        down.renew(held)
+    assert value(reader, "awsflock.renewals", outcome="transient") == 1
+    with pytest.raises(errors.StoreError):
+        down.release(held)  # never reached the store: failed, and it is still held
+    assert value(reader, "awsflock.releases", outcome="failed") == 1
+    # Every release's answer lost: it may have ended the lease, and nothing says whether.
+    losing = moto_table(moto, clock, LosingClient(moto, lambda name, n: True, errors_too=True))
+    with pytest.raises(errors.StoreError):
+        losing.release(held)
+    assert value(reader, "awsflock.releases", outcome="in_doubt") == 1
+
+
+def test_a_fair_waiters_place_in_line_is_recorded(reader, table, clock):
+    import threading
+
+    table.acquire("deploy", lease=600, wait=0)
+    first = threading.Event()
+    cancel = threading.Event()
+
+    def wait_in_line() -> None:
+        first.set()
+        with pytest.raises(errors.Cancelled):
+            other(table).acquire("deploy", wait=60, fair=True, cancel=cancel)
+
+    waiter = threading.Thread(target=wait_in_line)
+    waiter.start()
+    import time
+
+    deadline = time.monotonic() + 5
+    while "awsflock.acquire.place" not in points(reader) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    cancel.set()
+    waiter.join(10)
+    count, total = value(reader, "awsflock.acquire.place", lock="deploy")
+    assert count >= 1 and total == count  # first in line: place 1
+
+
+def test_a_stale_fenced_write_is_counted(reader, moto):
+    from awsflock import StaleToken, fenced_update
+
+    moto.create_table(
+        TableName="app",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    key = {"pk": {"S": "x"}}
+    fenced_update(moto, "app", key, 7)
+    with pytest.raises(StaleToken):
+        fenced_update(moto, "app", key, 6)
+    assert value(reader, "awsflock.fencing.rejections", table="app") == 1
