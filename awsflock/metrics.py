@@ -128,19 +128,27 @@ def store_name(store: Any) -> str:
     return str(getattr(store, "metrics_name", type(store).__name__))
 
 
-def lock_attribute(lock_id: str) -> str:
-    """The ``lock`` attribute of ``lock_id``, as ``AWSFLOCK_METRICS_LOCK`` says."""
+def lock_attribute(lock_id: str) -> str | None:
+    """The ``lock`` attribute of ``lock_id``, as ``AWSFLOCK_METRICS_LOCK`` says (None: none)."""
     keep = os.environ.get(LOCK_ENV, "full").strip().lower()
-    if keep in ("", "full"):
-        return lock_id
     if keep == "none":
-        return ""
-    try:
-        parts = int(keep)
-    except ValueError:
+        return None
+    if lock_setting_error():
         return lock_id
+    parts = 0 if keep in ("", "full") else int(keep)
     cuts = [m.start() for m in _SEPARATORS.finditer(lock_id)]
     return lock_id if parts < 1 or parts > len(cuts) else lock_id[: cuts[parts - 1]]
+
+
+def lock_setting_error() -> str:
+    """What is wrong with ``AWSFLOCK_METRICS_LOCK`` ("" if nothing)."""
+    keep = os.environ.get(LOCK_ENV, "full").strip().lower()
+    if keep in ("", "full", "none") or (keep.isdigit() and int(keep) >= 1):
+        return ""
+    return (
+        f"{LOCK_ENV}={keep}: use full, none or a number from 1 (how many parts of a lock's "
+        "name to keep); keeping whole names"
+    )
 
 
 def record(
@@ -153,8 +161,9 @@ def record(
         return
     kind = store if isinstance(store, str) else store_name(store)
     attrs = {"store": kind, **{k: v for k, v in attributes.items() if v is not None}}
-    if lock_id is not None:
-        attrs["lock"] = lock_attribute(lock_id)
+    lock = None if lock_id is None else lock_attribute(lock_id)
+    if lock is not None:
+        attrs["lock"] = lock
     instrument = made.by_name[name]
     if INSTRUMENTS[name][0] == "counter":
         instrument.add(value, attrs)

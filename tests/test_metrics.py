@@ -148,7 +148,11 @@ def test_the_lock_attribute_keeps_as_much_of_the_name_as_asked(monkeypatch):
     assert metrics.lock_attribute("ci/repo/job") == "ci/repo"
     assert metrics.lock_attribute("plain") == "plain"
     monkeypatch.setenv(metrics.LOCK_ENV, "none")
-    assert metrics.lock_attribute("deploy-prod-eu") == ""
+    assert metrics.lock_attribute("deploy-prod-eu") is None  # no lock attribute at all
+    for wrong in ("abc", "0", "-1", "1.5"):
+        monkeypatch.setenv(metrics.LOCK_ENV, wrong)
+        assert metrics.lock_attribute("deploy-prod-eu") == "deploy-prod-eu"
+        assert "use full, none or a number" in metrics.lock_setting_error()
 
 
 def test_unused_opentelemetry_is_never_imported():
@@ -173,12 +177,17 @@ def test_unused_opentelemetry_is_never_imported():
         ({"OTEL_METRICS_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c"}, False),
         ({"OTEL_SDK_DISABLED": "true", "OTEL_METRICS_EXPORTER": "otlp"}, False),
         ({"OTEL_METRICS_EXPORTER": "prometheus"}, False),  # not ours to start: no exporter
+        ({"OTEL_METRICS_EXPORTER": "otlp,console"}, True),  # a list, as the spec has it
     ],
 )
 def test_the_cli_exports_only_what_the_otel_variables_ask_for(env, otlp):
-    from awsflock.cli.telemetry import wanted
+    from awsflock.cli.telemetry import problems, wanted
 
     assert wanted(env) == (otlp, "")
+    others = "console" in env.get("OTEL_METRICS_EXPORTER", "") or "prometheus" in env.get(
+        "OTEL_METRICS_EXPORTER", ""
+    )
+    assert bool(problems(env)) == others
     assert wanted({**env, "AWSFLOCK_METRICS_TEXTFILE": "/x.prom"}) == (otlp, "/x.prom")
 
 

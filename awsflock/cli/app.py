@@ -380,8 +380,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     from awsflock.cli import telemetry
 
-    logs.set_format(cli._early_log_format(sys.argv[1:]))  # for a warning of start's
-    telemetry.start(lambda text: logs.say(text, level="warning", label="warning", event="log"))
+    telemetry.start()
     try:
         cli.main(prog_name="awsflock")
     except SystemExit as done:

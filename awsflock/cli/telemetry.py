@@ -19,12 +19,15 @@ OpenTelemetry SDK and OTLP exporter); nothing of it is imported unless one is as
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
 from awsflock import metrics
+
+log = logging.getLogger("awsflock.metrics")
 
 TEXTFILE_ENV = "AWSFLOCK_METRICS_TEXTFILE"
 #: The longest a process's end waits for its last export.
@@ -36,20 +39,61 @@ def wanted(env: Any = os.environ) -> tuple[bool, str]:
     textfile = env.get(TEXTFILE_ENV, "").strip()
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False, textfile
-    exporter = env.get("OTEL_METRICS_EXPORTER", "").strip().lower()
+    exporters = _exporters(env)
     endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
     )
-    otlp = exporter == "otlp" or (exporter == "" and bool(endpoint))
+    otlp = "otlp" in exporters or (not exporters and bool(endpoint))
     return otlp, textfile
 
 
-def start(say: Any) -> None:
-    """Set up what the environment asks for; ``say(text)`` warns (one line) when it cannot
-    be done. At the process's end (``atexit``) the last export is made, within ``FLUSH_S``."""
+def _exporters(env: Any) -> list[str]:
+    """OTEL_METRICS_EXPORTER's list (comma-separated, as the specification has it)."""
+    said = env.get("OTEL_METRICS_EXPORTER", "")
+    return [e.strip().lower() for e in said.split(",") if e.strip()]
+
+
+def problems(env: Any = os.environ) -> list[str]:
+    """What the environment asks for that cannot be done as asked (said as warnings)."""
+    found = []
+    others = [e for e in _exporters(env) if e not in ("otlp", "none")]
+    if others:
+        found.append(
+            f"OTEL_METRICS_EXPORTER={env['OTEL_METRICS_EXPORTER']}: awsflock exports its "
+            f"metrics over otlp only, not {', '.join(others)}"
+        )
+    if metrics.lock_setting_error():
+        found.append(metrics.lock_setting_error())
+    return found
+
+
+class _Forward(logging.Handler):
+    """OpenTelemetry's own log records (a failed export, a retry) said as awsflock's warnings,
+    so they follow -q and --log-format like every other line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # At most a warning: the command did its work; only its metrics went astray.
+        log.log(
+            min(record.levelno, logging.WARNING),
+            "metrics export: %s",
+            record.getMessage().splitlines()[0] if record.getMessage() else "",
+            extra={"event": "metrics_export"},
+        )
+
+
+def start() -> None:
+    """Set up what the environment asks for. At the process's end (``atexit``) the textfile
+    is written and the last export made, within ``FLUSH_S``; what could not be done is said
+    then (once the command's -q and --log-format are known)."""
+    import atexit
+
     otlp, textfile = wanted()
     if not otlp and not textfile:
         return
+    said = problems()
+    otel = logging.getLogger("opentelemetry")
+    otel.addHandler(_Forward())
+    otel.propagate = False
     try:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import (
@@ -67,33 +111,39 @@ def start(say: Any) -> None:
         if memory is not None:
             readers.append(memory)
     except ImportError as exc:
-        say(
+        said.append(
             f"metrics were asked for ({'OTEL_*' if otlp else TEXTFILE_ENV}) but cannot be "
             f"exported: {exc.name or exc} is not installed: pip install 'awsflock[otel]'"
         )
+        atexit.register(lambda: _warn(said))
         return
     # service.name: OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES if they say, else ours.
     named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
         "OTEL_RESOURCE_ATTRIBUTES", ""
     )
     resource = Resource.create({} if named else {"service.name": "awsflock"})
-    provider = MeterProvider(resource=resource, metric_readers=readers)
+    # Shut down here, within FLUSH_S, not again by the SDK's own exit handler.
+    provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
     metrics.use(provider)
 
     def finish() -> None:
+        _warn(said)
         if memory is not None:
             try:
                 write_textfile(Path(textfile), memory.get_metrics_data())
             except OSError as exc:
-                say(f"could not write the metrics to {textfile}: {exc.strerror or exc}")
+                _warn([f"could not write the metrics to {textfile}: {exc.strerror or exc}"])
         # The collector may not answer: the process ends without waiting longer than FLUSH_S.
         closing = threading.Thread(target=provider.shutdown, daemon=True)
         closing.start()
         closing.join(FLUSH_S)
 
-    import atexit
-
     atexit.register(finish)
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        log.warning("%s", line, extra={"event": "metrics_export"})
 
 
 # -- Prometheus's text format -------------------------------------------------------------------
@@ -178,6 +228,8 @@ def write_textfile(path: Path, data: Any) -> None:
     import tempfile
 
     mine, families = samples(data)
+    if path.is_dir():
+        raise IsADirectoryError(21, "Is a directory", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(str(path) + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

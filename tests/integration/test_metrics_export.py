@@ -155,9 +155,28 @@ def test_a_collector_that_never_answers_holds_no_command_up(cli: Cli, lock_name)
         assert busy.returncode == 3 and "Traceback" not in busy.stderr, busy.stderr
         # One request, then at most the last export's 1 s (and the interpreter's start).
         assert took < 4.0, took
+        # What OpenTelemetry says of it follows awsflock's format and -q like any other line.
+        said = cli("acquire", lock_name, "--no-wait", "--log-format", "json", **env).stderr
+        assert all(line.startswith("{") for line in said.splitlines()), said
+        assert "shutdown can only be called once" not in said
+        assert cli("acquire", lock_name, "--no-wait", "-q", **env).stderr.count("\n") <= 1
         assert cli("release", lock_name, held.stdout.strip()).returncode == 0
     finally:
         silent.close()
+
+
+def test_a_bad_endpoint_or_textfile_is_one_warning_and_changes_no_exit_code(
+    cli: Cli, lock_name, tmp_path
+):
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "not-a-url", "AWSFLOCK_METRICS_TEXTFILE": str(tmp_path)}
+    got = cli("acquire", lock_name, "--log-format", "json", **env)
+    assert got.returncode == 0
+    lines = got.stderr.splitlines()
+    assert all(line.startswith("{") for line in lines), got.stderr
+    assert any("could not write the metrics" in line for line in lines)
+    assert not list(tmp_path.parent.glob(tmp_path.name + ".lock"))
+    quiet = cli("acquire", lock_name, "--no-wait", "-q", **env)
+    assert quiet.returncode == 3 and "metrics" not in quiet.stderr
 
 
 def test_the_prometheus_textfile_adds_up_commands_and_parses(cli: Cli, lock_name, tmp_path):
