@@ -130,22 +130,28 @@ def store_name(store: Any) -> str:
 
 def lock_attribute(lock_id: str) -> str | None:
     """The ``lock`` attribute of ``lock_id``, as ``AWSFLOCK_METRICS_LOCK`` says (None: none)."""
-    keep = os.environ.get(LOCK_ENV, "full").strip().lower()
-    if keep == "none":
+    keep, _ = _lock_setting()
+    if keep is None:
         return None
-    if lock_setting_error():
-        return lock_id
-    parts = 0 if keep in ("", "full") else int(keep)
     cuts = [m.start() for m in _SEPARATORS.finditer(lock_id)]
-    return lock_id if parts < 1 or parts > len(cuts) else lock_id[: cuts[parts - 1]]
+    return lock_id if keep < 1 or keep > len(cuts) else lock_id[: cuts[keep - 1]]
 
 
 def lock_setting_error() -> str:
     """What is wrong with ``AWSFLOCK_METRICS_LOCK`` ("" if nothing)."""
+    return _lock_setting()[1]
+
+
+def _lock_setting() -> tuple[int | None, str]:
+    """(how many parts of a name to keep: 0 all, None no attribute; what is wrong, or "")."""
     keep = os.environ.get(LOCK_ENV, "full").strip().lower()
-    if keep in ("", "full", "none") or (keep.isdigit() and int(keep) >= 1):
-        return ""
-    return (
+    if keep in ("", "full"):
+        return 0, ""
+    if keep == "none":
+        return None, ""
+    if keep.isdigit() and int(keep) >= 1:
+        return int(keep), ""
+    return 0, (
         f"{LOCK_ENV}={keep}: use full, none or a number from 1 (how many parts of a lock's "
         "name to keep); keeping whole names"
     )

@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from awsflock.supervise.processes import alive  # a zombie step counts as gone
+
 ROOT = Path(__file__).resolve().parents[2]
 ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
 MAIN = ROOT / "action" / "dist" / "main.js"
@@ -196,9 +198,9 @@ class Job:
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and _alive(step.pid):
+            while time.monotonic() < deadline and alive(step.pid):
                 time.sleep(0.05)
-            if not _alive(step.pid):
+            if not alive(step.pid):
                 break
         return self.finish(step, 30)
 
@@ -243,13 +245,3 @@ def _tree(pid: int) -> list[int]:
         found.append(todo.pop())
         todo += children.get(found[-1], [])
     return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether the step ``pid`` still runs (a zombie counts as gone: its parent, the worker,
-    reaps it only when asked to wait)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
