@@ -528,6 +528,28 @@ def test_version_names_the_stores_this_install_can_use(monkeypatch):
     assert "  postgresql store: not installed: pip install 'awsflock[postgres]'" in lines
 
 
+def test_version_says_whether_the_dev_server_and_metrics_extras_are_installed(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name.startswith("opentelemetry") else real(name, *a),
+    )
+    lines = CliRunner().invoke(cli, ["--version"]).output.splitlines()
+    assert "  dev-server (local extra): installed" in lines
+    assert "  metrics export (otel extra): pip install 'awsflock[otel]'" in lines
+
+
+@pytest.mark.parametrize("words", [["acquire", "x"], ["-v"], ["--tablename", "t"]])
+def test_version_with_anything_else_is_a_usage_error(words):
+    result = CliRunner().invoke(cli, ["--version", *words])
+    assert result.exit_code == 2 and result.stdout == ""
+    line = one_line(result.stderr)
+    assert "--version takes nothing else" in line and "awsflock --version" in line
+
+
 def test_help_ends_with_the_version_and_where_the_docs_are():
     from importlib.metadata import version
 

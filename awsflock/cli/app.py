@@ -55,6 +55,9 @@ def _stdout_nowhere() -> None:
         sys.stdout = null
 
 
+#: The words the running command line was given (after the program's name).
+ARGV: list[str] = []
+
 #: ``ctx.meta`` key: what the running command says if Ctrl-C (a KeyboardInterrupt) ends it now,
 #: after "interrupted by signal 2" (acquire and run: the wait; nothing is held yet).
 INTERRUPTED = "awsflock.interrupted"
@@ -108,6 +111,7 @@ class _Cli(click.Group):
         # run's command, after --, or as an option's value is not awsflock's.
         STATE["debug"] = False
         STATE["ran"] = False
+        ARGV[:] = argv
         # Errors found while click parses come before the --log-format option is read: pick
         # the format from awsflock's own words now (the option's callback confirms it later).
         logs.set_format(self._early_log_format(argv))
@@ -292,20 +296,31 @@ def _call(call: Any, own_failure: int | None = None) -> int:
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    """``--version``: click's first line, then which stores this install can use."""
+    """``--version``: click's first line, then which stores and extras this install has."""
     if not value or ctx.resilient_parsing:
         return
     from importlib.metadata import version
 
+    from awsflock import extras
     from awsflock.stores import kinds
 
+    extra_words = [word for word in ARGV if word != "--version"]
+    if extra_words:  # `awsflock --version acquire x` would otherwise ignore the command
+        raise click.UsageError(
+            f"--version takes nothing else, and was given {' '.join(extra_words)!r}: run "
+            "`awsflock --version` alone",
+            ctx,
+        )
     click.echo(f"awsflock, version {version('awsflock')}")
     for kind in kinds.KINDS:
         if kinds.installed(kind):
             state = f"installed ({kind.driver})"
         else:
-            state = f"not installed: pip install 'awsflock[{kind.extra}]'"
+            state = f"not installed: {extras.install_command(kind.extra or '')}"
         click.echo(f"  {kind.name} store: {state}")
+    for extra, what in (("local", "dev-server"), ("otel", "metrics export")):
+        said = "installed" if extras.installed(extra) else extras.install_command(extra)
+        click.echo(f"  {what} ({extra} extra): {said}")
     ctx.exit()
 
 

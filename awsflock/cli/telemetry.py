@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from awsflock import metrics
+from awsflock import extras, metrics
 
 log = logging.getLogger("awsflock.metrics")
 
@@ -113,7 +113,7 @@ def start() -> None:
     except ImportError as exc:
         said.append(
             f"metrics were asked for ({'OTEL_*' if otlp else TEXTFILE_ENV}) but cannot be "
-            f"exported: {exc.name or exc} is not installed: pip install 'awsflock[otel]'"
+            f"exported: {exc.name or exc} is not installed: {extras.install_command('otel')}"
         )
         atexit.register(lambda: _warn(said))
         return

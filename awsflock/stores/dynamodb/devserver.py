@@ -13,7 +13,7 @@ import socket
 import threading
 from typing import Any, Callable
 
-from awsflock import errors
+from awsflock import errors, extras
 
 HOST = "127.0.0.1"  # loopback only: this server has no authentication
 
@@ -49,7 +49,7 @@ def _make_server(port: int) -> Any:
     except ImportError as exc:
         raise errors.ConfigurationError(
             "the dev server needs the optional 'local' extra",
-            hint="pip install 'awsflock[local]' (or: pipx inject awsflock 'moto[server]')",
+            hint=extras.hint("local"),
         ) from exc
 
     class OneAtATime(MotoRequestHandler):

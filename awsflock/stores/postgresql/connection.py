@@ -10,14 +10,13 @@ import math
 import threading
 from typing import Any, Callable, TypeVar
 
-from awsflock import errors
+from awsflock import errors, extras
 from awsflock.stores.postgresql.translate import translate
 from awsflock.stores.retrying import RetryingStore
 
 _T = TypeVar("_T")
 #: Real time a try is given beyond its timeout before it is given up.
 TRY_GRACE = 0.5
-EXTRA_HINT = "pip install 'awsflock[postgres]' (psycopg 3)"
 
 
 class Connected(RetryingStore):
@@ -69,7 +68,8 @@ class Connected(RetryingStore):
             import psycopg
         except ImportError as exc:
             raise errors.ConfigurationError(
-                "the PostgreSQL store needs psycopg 3, which is not installed", hint=EXTRA_HINT
+                "the PostgreSQL store needs psycopg 3, which is not installed",
+                hint=extras.hint("postgres"),
             ) from exc
         statement_ms = max(1, round(self.request_timeout * 1000))
         extra: dict[str, Any] = {}

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable, TypeVar
 
-from awsflock import errors
+from awsflock import errors, extras
 from awsflock.stores.redis import deployment, layout
 from awsflock.stores.redis.translate import clears_up, translate
 from awsflock.stores.retrying import RetryingStore
@@ -26,7 +26,6 @@ _T = TypeVar("_T")
 log = logging.getLogger("awsflock.store")
 #: Real time a try is given beyond its timeout before it is given up.
 TRY_GRACE = 0.5
-EXTRA_HINT = "pip install 'awsflock[redis]' (redis-py)"
 SCRIPT = layout.script()
 SCRIPT_SHA = layout.sha(SCRIPT)
 
@@ -75,7 +74,8 @@ class Connected(RetryingStore):
             import redis
         except ImportError as exc:
             raise errors.ConfigurationError(
-                "the Redis store needs redis-py, which is not installed", hint=EXTRA_HINT
+                "the Redis store needs redis-py, which is not installed",
+                hint=extras.hint("redis"),
             ) from exc
         # A backstop under the worker's bound; the durability wait ends well before it.
         client = self._client(redis, self.request_timeout + 1, max(1.0, timeout))
