@@ -607,3 +607,25 @@ def test_a_closed_stdout_or_stderr_keeps_the_exit_status(closed: int):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("account", ["12", "1234567890123", "12345678901x", "", "١٢٣٤٥٦٧٨٩٠١٢"])
+def test_iam_policy_refuses_an_account_id_that_is_not_12_digits(account):
+    result = CliRunner().invoke(cli, ["iam-policy", "--account", account])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "is not an AWS account id: it has 12 digits" in one_line(result.stderr)
+
+
+def test_iam_policy_keeps_an_account_ids_leading_zeros():
+    result = CliRunner().invoke(cli, ["iam-policy", "--account", "012345678901"])
+    assert result.exit_code == 0
+    assert "arn:aws:dynamodb:*:012345678901:table/awsflock" in result.stdout
+
+
+def test_grants_without_a_store_points_a_dynamodb_user_to_iam_policy(monkeypatch):
+    monkeypatch.delenv("AWSFLOCK_STORE", raising=False)
+    result = CliRunner().invoke(cli, ["grants", "--role", "app"])
+    assert result.exit_code == 2 and result.stdout == ""
+    line = one_line(result.stderr)
+    assert "the store is DynamoDB" in line and "awsflock iam-policy" in line
+    assert "GRANT" not in result.output

@@ -67,6 +67,4 @@ def test_each_command_belongs_to_one_kind_or_goes_by_the_store():
         for name in kind.commands:
             owners.setdefault(name, []).append(kind.name)
     assert {name: owned for name, owned in owners.items() if len(owned) > 1} == BY_STORE
-    # Without a --store, grants is PostgreSQL's, as it was before Redis had it.
-    assert kinds.with_command("grants").name == "postgresql"
     assert kinds.with_command("iam-policy").name == "dynamodb"

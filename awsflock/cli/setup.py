@@ -113,7 +113,13 @@ cli.add_command(_create_table_alias, "create-table")
 )
 @click.option("--read-only", is_flag=True, help="Only what status, list and audit need.")
 @click.option("--region", default="*", show_default=True, help="Region in the table ARN.")
-@click.option("--account", default="*", show_default=True, help="Account id in the table ARN.")
+@click.option(
+    "--account",
+    default="*",
+    show_default=True,
+    callback=lambda _ctx, _param, value: _account_id(value),
+    help="Account id in the table ARN (12 digits).",
+)
 def iam_policy_command(tablename: str, read_only: bool, region: str, account: str) -> None:
     """Print the least-privilege IAM policy for the lock table.
 
@@ -121,6 +127,16 @@ def iam_policy_command(tablename: str, read_only: bool, region: str, account: st
     """
     policy = kinds.with_command("iam-policy").command("iam-policy")
     click.echo(policy(tablename, read_only=read_only, region=region, account=account))
+
+
+def _account_id(value: str) -> str:
+    """An AWS account id as an ARN has it: 12 digits (leading zeros kept), or * for any."""
+    text = value.strip()
+    if text == "*" or (len(text) == 12 and text.isascii() and text.isdigit()):
+        return text
+    raise click.BadParameter(
+        f"{value!r} is not an AWS account id: it has 12 digits, e.g. 123456789012 (or * for any)"
+    )
 
 
 @cli.command("grants", context_settings=CONTEXT)
@@ -136,8 +152,8 @@ def iam_policy_command(tablename: str, read_only: bool, region: str, account: st
     "--store",
     envvar="AWSFLOCK_STORE",
     metavar="URL",
-    help="The store: its kind says which rules to print, its ?table= or ?prefix= names the "
-    "table (default: PostgreSQL) [env AWSFLOCK_STORE].",
+    help="The PostgreSQL or Redis store: its kind says which rules to print, its ?table= or "
+    "?prefix= names the table [env AWSFLOCK_STORE].",
 )
 @click.option(
     "--role",
@@ -154,16 +170,21 @@ def grants_command(tablename: str, store: str | None, role: str, read_only: bool
     table-create, e.g. `awsflock grants --role app | psql "$URL"`) or an admin user (Redis,
     with redis-cli).
     """
-    kind = kinds.with_command("grants")
-    if store:
-        named = kinds.parse(store)
-        kind = kinds.get(named.kind)
-        if "grants" not in kind.commands:
-            raise errors.UsageError(
-                f"grants is for the PostgreSQL and Redis stores, and --store names a {kind.title}",
-                hint="for DynamoDB, run `awsflock iam-policy`",
-            )
-        tablename = named.table or tablename
+    named = kinds.parse(store) if store else kinds.default()
+    kind = kinds.get(named.kind)
+    if "grants" not in kind.commands:
+        # As every command: no --store is the default store, DynamoDB, whose rules are IAM's.
+        said = (
+            f"--store names a {kind.title}"
+            if store
+            else f"no --store names one (the store is {kind.title.split()[0]})"
+        )
+        raise errors.UsageError(
+            f"grants is for the PostgreSQL and Redis stores, and {said}",
+            hint="for DynamoDB, run `awsflock iam-policy`; for PostgreSQL or Redis, name the "
+            "store with --store URL or AWSFLOCK_STORE",
+        )
+    tablename = named.table or tablename
     click.echo(kind.command("grants")(tablename, role, read_only=read_only))
 
 
