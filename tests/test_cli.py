@@ -629,3 +629,41 @@ def test_grants_without_a_store_points_a_dynamodb_user_to_iam_policy(monkeypatch
     line = one_line(result.stderr)
     assert "the store is DynamoDB" in line and "awsflock iam-policy" in line
     assert "GRANT" not in result.output
+
+
+def test_acquire_given_no_wait_and_a_wait_time_tries_once_as_0_2_0_did_and_warns(run):
+    run("acquire", "both", "--owner", "first")
+    result = run("acquire", "both", "--no-wait", "--wait-time", "30")
+    assert result.exit_code == 3 and result.stdout == ""
+    warning, busy = result.stderr.strip().splitlines()
+    assert "--no-wait and --wait-time contradict each other" in warning
+    assert "first" in busy
+
+
+def test_run_refuses_no_wait_with_a_wait_time(run):
+    result = run("run", "both", "--no-wait", "--wait-time", "3s", "--", "true")
+    assert result.exit_code == 125 and result.stdout == ""
+    assert "--no-wait and --wait-time contradict each other" in one_line(result.stderr)
+
+
+def test_list_refuses_held_with_expired(run):
+    result = run("list", "--held", "--expired")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "--held and --expired contradict each other" in one_line(result.stderr)
+
+
+def test_acquire_minus_e_0_on_a_held_lock_is_silent_as_run_is(run):
+    run("acquire", "quiet-busy")
+    for command in (["acquire", "quiet-busy"], ["run", "quiet-busy"]):
+        tail = ["--", "true"] if command[0] == "run" else []
+        result = run(*command, "-n", "-E", "0", *tail)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, "", ""), command
+        verbose = run(*command, "-n", "-E", "0", "-v", *tail)
+        assert verbose.exit_code == 0 and "held by" in verbose.stderr, command
+
+
+def test_acquire_minus_e_sets_the_conflict_status(run):
+    run("acquire", "e5")
+    result = run("acquire", "e5", "-n", "-E", "5")
+    assert result.exit_code == 5 and result.stdout == ""
+    assert "held by" in one_line(result.stderr)

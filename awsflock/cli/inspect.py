@@ -65,10 +65,10 @@ def status(
 @cli.command("list", context_settings=CONTEXT)
 @common_options
 @click.option("--prefix", default="", help="Only locks whose name starts with this.")
-@click.option("--held", "only", flag_value="held", help="Only locks held now.")
-@click.option("--expired", "only", flag_value="expired", help="Only expired, unreclaimed ones.")
+@click.option("--held", is_flag=True, help="Only locks held now.")
+@click.option("--expired", is_flag=True, help="Only expired, unreclaimed ones.")
 @json_option
-def list_locks(common: Common, prefix: str, only: str | None, as_json: bool) -> None:
+def list_locks(common: Common, prefix: str, held: bool, expired: bool, as_json: bool) -> None:
     """Every lock in the table, streamed page by page.
 
     Rows come in DynamoDB's scan order, which is not sorted (sorting would mean
@@ -78,6 +78,12 @@ def list_locks(common: Common, prefix: str, only: str | None, as_json: bool) -> 
     IAM: dynamodb:Scan, and DescribeTable (to check first that the table is
     an awsflock table; skipped where it is denied).
     """
+    if held and expired:  # no lock is both: the list would be empty, which would mislead
+        raise errors.UsageError(
+            "--held and --expired contradict each other: no lock is both",
+            hint="give one of them, or neither for every lock",
+        )
+    only = "held" if held else "expired" if expired else None
     from awsflock.cli.status import LIST_HEADER, pool_view, render_list_row, view
     from awsflock.records import LockRecord
 

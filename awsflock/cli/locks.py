@@ -22,6 +22,7 @@ from awsflock.cli.options import (
     lease_option,
     owner_option,
     slots_option,
+    wait_of,
     wait_options,
 )
 from awsflock.lock import renewal
@@ -58,11 +59,13 @@ if TYPE_CHECKING:
     "script, $PPID in a GitHub Actions step). Implies --keep-alive.",
 )
 @click.option(
+    "-E",
     "--conflict-exit-code",
     type=click.IntRange(0, 255),
     default=3,
     show_default=True,
-    help="Exit status when the lock stays held by another.",
+    help="Exit status when the lock stays held by another; with 0, the holder is named only "
+    "under -v.",
 )
 def acquire(
     common: Common,
@@ -122,7 +125,7 @@ def acquire(
             )
         keepalive.sweep()
     table = common.table(owner)
-    wait = 0.0 if no_wait else wait_time
+    wait = wait_of(no_wait, wait_time, old_command=True, quiet=common.quiet)
     # From the wait until the LEASE_ID is printed, TERM, INT and HUP are recorded: a signal
     # ends the wait cleanly, and one that comes with the grant gives the lease back (or, once
     # the LEASE_ID is out, names it), never leaving a lease held that nobody was told of.
@@ -139,7 +142,8 @@ def acquire(
                 + (" and the place in line was given up" if fair else ""),
             )
         except errors.LockBusy as exc:
-            if not common.quiet:
+            # As run: a held lock that is not a failure (-E 0) is said only when asked (-v).
+            if not common.quiet and (conflict_exit_code != 0 or common.verbose):
                 logs.say(
                     exc.one_line(),
                     level="warning",

@@ -351,6 +351,33 @@ def wait_options(func: F) -> F:
     return func
 
 
+def wait_of(
+    no_wait: bool, wait_time: float | None, *, old_command: bool = False, quiet: bool = False
+) -> float | None:
+    """The wait --no-wait and --wait-time ask for (0: try once; None: forever). Both given is a
+    contradiction: refused, except by ``acquire`` (``old_command``), whose scripts written for
+    awsflock 0.2.0 may say both: there --no-wait wins, as it did, with a warning."""
+    ctx = click.get_current_context()
+    on_line = click.core.ParameterSource.COMMANDLINE
+    if not no_wait or ctx.get_parameter_source("wait_time") != on_line:
+        return 0.0 if no_wait else wait_time
+    if not old_command:
+        raise errors.UsageError(
+            "--no-wait and --wait-time contradict each other", hint="give one of them"
+        )
+    from awsflock.cli import logs
+
+    if not quiet:
+        logs.say(
+            "--no-wait and --wait-time contradict each other: trying once, as awsflock 0.2.0 "
+            "did (drop one of them)",
+            level="warning",
+            label="warning",
+            event="usage_warning",
+        )
+    return 0.0
+
+
 def owner_option(func: F) -> F:
     return click.option(
         "--owner",

@@ -16,6 +16,7 @@ from awsflock.cli.options import (
     lease_option,
     owner_option,
     slots_option,
+    wait_of,
     wait_options,
 )
 from awsflock.lock import renewal
@@ -98,7 +99,7 @@ def run_command(
     table.identity = Identity.of_this_process(owner, command=shlex.join(argv)[:300])
     options = RunOptions(
         lease=lease_duration,
-        wait=0.0 if no_wait else wait_time,
+        wait=wait_of(no_wait, wait_time),
         kill_after=kill_after,
         conflict_exit_code=conflict_exit_code,
         slots=slots,
