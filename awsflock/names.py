@@ -6,6 +6,7 @@ import re
 
 from awsflock import errors
 from awsflock.records import RESERVED_PREFIX
+from awsflock.text import unsafe
 
 #: DynamoDB allows partition keys of up to 2048 bytes (UTF-8).
 MAX_LOCK_ID_BYTES = 2048
@@ -61,6 +62,13 @@ def check_lock_id(lock_id: str) -> str:
         lock_id.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise errors.UsageError("LOCK_ID is not valid text", hint="use plain UTF-8") from exc
+    control = next((c for c in lock_id if unsafe(c)), None)
+    if control is not None:
+        # A newline or a terminal escape in a name would break every line that shows it.
+        raise errors.UsageError(
+            f"LOCK_ID {lock_id!r} has a control character ({control!r})",
+            hint="use printable characters only",
+        )
     if lock_id.startswith(RESERVED_PREFIX):
         raise errors.UsageError(
             f"LOCK_ID may not start with {RESERVED_PREFIX!r}", hint="awsflock keeps it for itself"

@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from awsflock.text import format_seconds, iso_utc
+from awsflock.text import format_seconds, iso_utc, printable
 
 #: A place in line lapses when its waiter has not polled for this long (three poll periods).
 LINE_LAPSE_MS = 3000
@@ -107,7 +107,9 @@ class Waiter:
             details.append(f"pid {who.pid}")
         if who.ci_url:
             details.append(who.ci_url)
-        return (who.owner or "unknown owner") + (f" ({', '.join(details)})" if details else "")
+        return printable(
+            (who.owner or "unknown owner") + (f" ({', '.join(details)})" if details else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,7 @@ class LockRecord:
             details.append("awsflock 0.2.0 client")
         if self.ci_url:
             details.append(self.ci_url)
-        text = who + (f" ({', '.join(details)})" if details else "")
+        text = printable(who + (f" ({', '.join(details)})" if details else ""))
         if self.acquired_at is not None:
             text += (
                 f" since {iso_utc(self.acquired_at)} ({format_seconds(now - self.acquired_at)} ago)"

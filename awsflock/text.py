@@ -24,3 +24,24 @@ def iso_utc(epoch: float) -> str:
 
     stamp = _dt.datetime.fromtimestamp(epoch, tz=_dt.timezone.utc)
     return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: Bidirectional overrides and isolates: they reorder how the rest of a line is shown.
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def unsafe(char: str) -> bool:
+    """Whether ``char`` changes how a line is shown rather than being shown: a control
+    character (a newline, a terminal escape), a line or paragraph separator, a bidi override."""
+    import unicodedata
+
+    return unicodedata.category(char) in ("Cc", "Zl", "Zp") or char in _BIDI
+
+
+def printable(text: str) -> str:
+    """``text`` with its ``unsafe`` characters escaped (``\\n``, ``\\x1b``, ``\\u202e``), so
+    that a name or an owner written by any client can neither break a line of output in two
+    nor send a terminal escape; the rest is left as it is."""
+    if not any(unsafe(char) for char in text):
+        return text
+    return "".join(repr(char)[1:-1] if unsafe(char) else char for char in text)

@@ -667,3 +667,35 @@ def test_acquire_minus_e_sets_the_conflict_status(run):
     result = run("acquire", "e5", "-n", "-E", "5")
     assert result.exit_code == 5 and result.stdout == ""
     assert "held by" in one_line(result.stderr)
+
+
+@pytest.mark.parametrize("name", ["a\nb", "tab\there", "esc\x1b[31m", "sep\u2028x", "rtl\u202ex"])
+def test_a_lock_name_with_a_control_character_is_refused(run, name):
+    result = run("acquire", name)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "has a control character" in one_line(result.stderr)
+
+
+def test_a_name_and_owner_with_line_breaks_written_by_another_client_show_escaped(run, moto):
+    import time
+
+    # As awsflock 0.2.0 (which checked no name) or any other writer could leave it.
+    moto.put_item(
+        TableName="awsflock",
+        Item={
+            "lock_id": {"S": "bad\nname"},
+            "lease_id": {"S": "0b6f6e0e-2f43-4a43-9d3a-3d1f0f7b2a11"},
+            "owner": {"S": "evil\nowner\x1b[2J"},
+            "expiration_time": {"N": str(int(time.time()) + 3600)},
+        },
+    )
+    listed = run("list")
+    assert listed.exit_code == 0
+    (row,) = [line for line in listed.stdout.splitlines() if "bad" in line]
+    assert row.endswith("bad\\nname") and "evil\\nowner\\x1b[2J" in row
+    assert "\x1b" not in listed.stdout
+    run("acquire", "shown", "--owner", "two\nlines")
+    status = run("status", "shown")
+    assert "owner:         two\\nlines" in status.stdout
+    busy = run("acquire", "shown", "--no-wait")
+    assert busy.exit_code == 3 and "two\\nlines" in one_line(busy.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from awsflock.records import Line, LockRecord, Pool
-from awsflock.text import format_seconds, iso_utc
+from awsflock.text import format_seconds, iso_utc, printable
 
 HELD, EXPIRED, FREE = "held", "expired", "free"
 
@@ -102,7 +102,7 @@ def render_line(places: list[dict[str, Any]]) -> list[str]:
         who = entry["owner"] + (f" ({', '.join(str(d) for d in details)})" if details else "")
         since = f"waiting since {entry['waiting_since']} ({format_seconds(entry['waiting_for_s'])})"
         lapsed = "  (LAPSED: not polling)" if entry["lapsed"] else ""
-        rows.append(f"{entry['place']}. {who}, {since}{lapsed}")
+        rows.append(printable(f"{entry['place']}. {who}, {since}{lapsed}"))
     return rows
 
 
@@ -120,14 +120,14 @@ def render_status(data: dict[str, Any], label: str = "lock") -> str:
 
 
 def _render_status(data: dict[str, Any], label: str) -> str:
-    lock = data["lock_id"]
+    lock = printable(data["lock_id"])
     state = data["state"]
     if state == FREE and "owner" not in data:
         line = f"{lock}: free"
         if data.get("force_released_by"):
             line += (
-                f" (force-released by {data['force_released_by']} at "
-                f"{data['released_at']}: {data['force_reason']})"
+                f" (force-released by {printable(data['force_released_by'])} at "
+                f"{data['released_at']}: {printable(data['force_reason'])})"
             )
         elif data.get("released_at"):
             line += f" (released at {data['released_at']})"
@@ -174,7 +174,7 @@ def _render_status(data: dict[str, Any], label: str) -> str:
     if data.get("lease_id"):
         rows.append(("lease id", data["lease_id"]))
     width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)
+    return "\n".join(f"{k + ':':<{width + 1}} {printable(v)}" for k, v in rows)
 
 
 def pool_view(state: Pool, now: float, skew: float, show_lease_id: bool = False) -> dict[str, Any]:
@@ -199,7 +199,9 @@ def pool_view(state: Pool, now: float, skew: float, show_lease_id: bool = False)
 
 
 def render_pool(data: dict[str, Any]) -> str:
-    lines = [f"{data['lock_id']}: pool of {data['slots']} slots, {data['held_slots']} held"]
+    lines = [
+        f"{printable(data['lock_id'])}: pool of {data['slots']} slots, {data['held_slots']} held"
+    ]
     for entry in data["slot_states"]:
         text = render_status({"lock_id": str(entry["slot"]), **entry}, label="slot")
         lines.append("  " + text.replace("\n", "\n  "))
@@ -217,8 +219,8 @@ def render_list_row(data: dict[str, Any]) -> str:
         until = "-" if soonest is None else f"in {format_seconds(soonest)}"
         summary = f"pool {len(busy)}/{data['slots']} held"
         waiting = _waiting(data)
-        return (
-            f"{data['state']:<8} {until:<14} {'-':<9} {summary:<24} {waiting:<7} {data['lock_id']}"
+        return f"{data['state']:<8} {until:<14} {'-':<9} {summary:<24} {waiting:<7} " + printable(
+            data["lock_id"]
         )
     state = data["state"]
     expires = held = owner = "-"
@@ -226,12 +228,13 @@ def render_list_row(data: dict[str, Any]) -> str:
         left = data["expires_in_s"]
         expires = f"in {format_seconds(left)}" if left >= 0 else f"{format_seconds(-left)} ago"
         held = format_seconds(data["held_for_s"]) if data.get("held_for_s") is not None else "?"
-        owner = data["owner"] or "?"
+        owner = printable(data["owner"]) or "?"
         if data.get("long_held"):
             state = "LONG"
     if len(owner) > 24:
         owner = owner[:23] + "…"
-    return f"{state:<8} {expires:<14} {held:<9} {owner:<24} {_waiting(data):<7} {data['lock_id']}"
+    lock = printable(data["lock_id"])
+    return f"{state:<8} {expires:<14} {held:<9} {owner:<24} {_waiting(data):<7} {lock}"
 
 
 def _waiting(data: dict[str, Any]) -> str:
