@@ -125,6 +125,7 @@ def acquire(
             )
         keepalive.sweep()
     table = common.table(owner)
+    _name_the_script(table, follow)
     wait = wait_of(no_wait, wait_time, old_command=True, quiet=common.quiet)
     # From the wait until the LEASE_ID is printed, TERM, INT and HUP are recorded: a signal
     # ends the wait cleanly, and one that comes with the grant gives the lease back (or, once
@@ -186,6 +187,18 @@ def acquire(
                 f"after {lock_id!r} was granted and its LEASE_ID printed; it is kept alive for "
                 f"pid {follow}: free it with `awsflock release {lock_id} {lease.lease_id}`",
             )
+
+
+def _name_the_script(table: LockTable, follow: int) -> None:
+    """Record as the holder the script that ran ``acquire`` (the process kept alive for, or
+    the caller), not ``acquire`` itself, which is gone once the LEASE_ID is printed: the pid
+    ``status`` shows is then alive exactly while the script is."""
+    import dataclasses
+
+    from awsflock.supervise import processes
+
+    pid = follow or processes.caller()
+    table.identity = dataclasses.replace(table.identity, pid=pid, command=processes.name(pid))
 
 
 def _interrupted(received: list[int], lock_id: str, what: str) -> NoReturn:

@@ -87,6 +87,13 @@ def default_follow() -> int:
     reader = _pipe_reader(1)
     if reader is not None and reader in _ancestors():
         return reader  # not a `| cat` or `| logger` that may outlive the script, or end early
+    return caller()
+
+
+def caller() -> int:
+    """The process that ran us: our parent, passing over subshells (forks with their parent's
+    command line) and wrappers (``WRAPPERS``). For a plain ``acquire``, the script whose
+    lease it is: the pid ``status`` shows, which lives as long as the script does."""
     pid = os.getppid()
     while True:
         parent = _parent(pid)
@@ -95,6 +102,12 @@ def default_follow() -> int:
         if _name(pid) not in WRAPPERS and (_image(pid) is None or _image(pid) != _image(parent)):
             return pid
         pid = parent
+
+
+def name(pid: int) -> str:
+    """Process ``pid``'s name (``comm``: a script's file name, or its interpreter's), '' if
+    gone: shown as what holds a lock, without the arguments (which may carry secrets)."""
+    return _name(pid)
 
 
 def _name(pid: int) -> str:

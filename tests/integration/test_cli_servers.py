@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 
@@ -474,3 +475,21 @@ def test_a_closed_stream_keeps_run_and_acquire_exit_statuses(awsflock: Cli, lock
         ["sh", "-c", script], capture_output=True, text=True, env=awsflock.env(), timeout=120
     )
     assert done.stdout.split() == ["run=7", "acquire=0"], done.stderr
+
+
+def test_a_plain_acquire_records_the_script_that_ran_it_as_the_holder(awsflock: Cli, tmp_path):
+    # The acquire process is gone once the LEASE_ID is printed; the script lives on with the
+    # lease, so its pid is the one an operator's "is the holder alive?" check must find.
+    script = tmp_path / "deploy.sh"
+    script.write_text(
+        f'#!/bin/bash\nLEASE=$("{BIN}" acquire pid-of-script)\necho "$$"\n'
+        f'"{BIN}" status pid-of-script --json\n'
+    )
+    script.chmod(0o755)
+    done = subprocess.run(
+        [str(script)], capture_output=True, text=True, timeout=60, env=awsflock.env()
+    )
+    assert done.returncode == 0, done.stderr
+    pid, status = done.stdout.split("\n", 1)
+    holder = json.loads(status)
+    assert holder["pid"] == int(pid) and holder["command"] == "deploy.sh"
