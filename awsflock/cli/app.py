@@ -40,11 +40,11 @@ def print_lease(lease: Lease, as_json: bool) -> None:
             click.echo(lease.lease_id)
         sys.stdout.flush()
     except OSError:
-        _stdout_nowhere()
+        stdout_nowhere()
         raise
 
 
-def _stdout_nowhere() -> None:
+def stdout_nowhere() -> None:
     """Point stdout at /dev/null, dropping what it holds unwritten."""
     import os
 
@@ -276,23 +276,49 @@ def _call(call: Any, own_failure: int | None = None) -> int:
         return interrupted("")
     except BrokenPipeError:
         return own_failure if own_failure is not None and not STATE.get("ran") else 1
+    except SystemExit as exc:
+        # click ends with exit(1) when a write to stdout finds its reader gone. With
+        # `awsflock list | head -1` the reader has what it wanted: that is no failure.
+        if exc.code == 1 and own_failure is None and stdout_unread():
+            stdout_nowhere()
+            return 0
+        raise
     except Exception as exc:
-        trace = None
-        if STATE["debug"]:
-            if logs.current_format() == "text":
-                raise
-            import traceback
-
-            trace = traceback.format_exc()
-        return fail(
-            1,
-            f"{type(exc).__name__}: {exc} "
-            "(run again with --debug for details, and please report it)",
-            type(exc).__name__,
-            label="internal error",
-            traceback=trace,
-        )
+        return _internal_error(exc, fail)
     return result if isinstance(result, int) else 0
+
+
+def _internal_error(exc: Exception, fail: Any) -> int:
+    """An exception awsflock did not expect: one line, or a traceback under --debug."""
+    trace = None
+    if STATE["debug"]:
+        if logs.current_format() == "text":
+            raise exc
+        import traceback
+
+        trace = traceback.format_exc()
+    code: int = fail(
+        1,
+        f"{type(exc).__name__}: {exc} (run again with --debug for details, and please report it)",
+        type(exc).__name__,
+        label="internal error",
+        traceback=trace,
+    )
+    return code
+
+
+def stdout_unread() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has gone: a write to it would fail
+    with EPIPE. A broken pipe from anywhere else (a connection) is not this."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.__stdout__.fileno() if sys.__stdout__ else 1, select.POLLOUT)
+        events = poller.poll(0)
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no stdout
+        return False
+    return any(mask & select.POLLERR for _fd, mask in events)
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -434,13 +460,17 @@ def _exit(code: object) -> None:
 
 
 def _flushed() -> bool:
-    """Whether stdout and stderr were flushed (a closed one, None, has nothing to flush)."""
-    try:
-        for stream in (sys.stdout, sys.stderr):
+    """Whether stdout and stderr were flushed (a closed one, None, has nothing to flush). What
+    stdout holds for a reader that has gone (``awsflock list | head -1``) is dropped: the
+    reader wanted no more, which is no failure."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
             if stream is not None:
                 stream.flush()
-    except (OSError, ValueError):
-        return False
+        except (OSError, ValueError):
+            if stream is not sys.stdout or not stdout_unread():
+                return False
+            stdout_nowhere()
     return True
 
 

@@ -55,11 +55,16 @@ def status(
     else:
         data = view(lock_id, state, now, table.skew, show_lease_id)
         text = render_status(data)
-    if as_json:
-        emit(data)
-    else:
-        click.echo(text)
-    raise click.exceptions.Exit(0 if data["state"] == HELD else 3)
+    code = 0 if data["state"] == HELD else 3
+    try:
+        emit(data) if as_json else click.echo(text)
+    except BrokenPipeError:
+        # `awsflock status L | head -0`: the reader wanted none of it; the status still
+        # answers `if awsflock status L >/dev/null`-style checks by its exit code.
+        from awsflock.cli.app import stdout_nowhere
+
+        stdout_nowhere()
+    raise click.exceptions.Exit(code)
 
 
 @cli.command("list", context_settings=CONTEXT)

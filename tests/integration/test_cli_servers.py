@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -493,3 +494,26 @@ def test_a_plain_acquire_records_the_script_that_ran_it_as_the_holder(awsflock: 
     pid, status = done.stdout.split("\n", 1)
     holder = json.loads(status)
     assert holder["pid"] == int(pid) and holder["command"] == "deploy.sh"
+
+
+@pytest.mark.parametrize(
+    ("words", "status"),
+    [(["list"], 0), (["list", "--json"], 0), (["status", "never-taken"], 3)],
+)
+def test_a_reader_that_closed_the_pipe_is_no_failure(awsflock: Cli, lock_name, words, status):
+    # `awsflock list | head -1` under `set -o pipefail`: the reader took what it wanted.
+    assert awsflock("acquire", lock_name).returncode == 0
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [str(BIN), *words],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env=awsflock.env(),
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (status, "")
