@@ -146,6 +146,46 @@ def test_a_failed_tls_handshake_leaves_nothing_in_doubt():
     assert "TLS handshake with DynamoDB" in one_line(result.stderr)
 
 
+def banner(text: bytes):
+    """A server that speaks first, and not HTTP (an SSH server's greeting)."""
+
+    def on_accept(conn: socket.socket) -> None:
+        conn.sendall(text)
+        read_then_close(conn)
+
+    return on_accept
+
+
+def like_redis(conn: socket.socket) -> None:
+    """As redis-server meets us: a connection that starts like HTTP is closed without a byte
+    (its guard against cross-protocol requests); its own protocol is answered."""
+    conn.settimeout(2)
+    with suppress(OSError):
+        if conn.recv(65536).startswith(b"*"):
+            conn.sendall(b"+PONG\r\n")
+
+
+@pytest.mark.parametrize(
+    ("server", "said"),
+    [
+        (
+            banner(b"SSH-2.0-OpenSSH_9.2\r\n"),
+            "it answered 'SSH-2.0-OpenSSH_9.2', which is not HTTP",
+        ),
+        (like_redis, "it answers as a Redis server; for a Redis store, use --store redis://"),
+    ],
+    ids=["ssh", "redis"],
+)
+def test_a_server_of_another_protocol_is_not_a_dynamodb_endpoint_and_grants_nothing(server, said):
+    with tcp_server(server) as where:
+        url = f"http://{where}"
+        result = awsflock("acquire", "x", "--no-wait", "--endpoint-url", url)
+    assert (result.exit_code, result.stdout) == (1, "")
+    line = one_line(result.stderr)
+    assert line.startswith(f"awsflock: error: not a DynamoDB endpoint: {url} ({said}")
+    assert MAYBE_GRANTED not in line
+
+
 DYNAMODB_500 = answering(
     500,
     json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError"}).encode(),

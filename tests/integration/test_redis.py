@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from awsflock.records import Identity
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
 from tests.conformance.suite import StoreConformance
-from tests.integration.conftest import UrlCli
+from tests.integration.conftest import BIN, UrlCli
 from tests.servers import REDIS_DURABLE, REDIS_PASSWORD, RedisServer, ValkeyServer
 
 
@@ -820,3 +821,25 @@ def test_a_failover_to_a_replica_that_missed_a_grant_grants_it_again_unless_refu
     finally:
         replica.stop()
         primary.stop()
+
+
+def test_a_redis_port_given_as_a_dynamodb_endpoint_is_named_and_nothing_is_in_doubt(
+    redis_server: RedisServer,
+):
+    # redis-server closes a connection that starts like HTTP without a byte; it is told apart
+    # from a DynamoDB endpoint that lost the answer by its answer to its own protocol.
+    url = f"http://127.0.0.1:{redis_server.port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWSFLOCK_")}
+    done = subprocess.run(
+        [str(BIN), "acquire", "x", "--no-wait", "--endpoint-url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    _one_line(
+        done,
+        f"not a DynamoDB endpoint: {url} (it answers as a Redis server",
+        f"--store redis://127.0.0.1:{redis_server.port}",
+    )
+    assert "may have been granted" not in done.stderr

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
+from awsflock.stores.dynamodb import strangers
 from awsflock.stores.dynamodb.items import A_LOCK_ID
 
 if TYPE_CHECKING:
@@ -277,6 +278,11 @@ def translate_errors(
             hint="check --endpoint-url/--region and the network",
         ) from exc
     except bx.ConnectionClosedError as exc:
+        said = strangers.not_http(exc.kwargs.get("error"), endpoint_url)
+        if said is not None:  # nothing there could have applied a request of ours
+            raise errors.StoreError(
+                f"not a DynamoDB endpoint: {endpoint_url} ({said})", hint="check --endpoint-url"
+            ) from exc
         raise errors.EndpointUnreachable(
             f"DynamoDB at {where} closed the connection without an answer",
             hint="check that --endpoint-url is a DynamoDB endpoint, and the network"
