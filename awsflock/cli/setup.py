@@ -90,7 +90,8 @@ def table_create(
     created = table.create(progress=progress, **options)
     if not common.quiet:
         logs.say(
-            f"table {common.tablename!r} is ready" + ("" if created else " (it already existed)"),
+            f"{common.kind.place} {common.tablename!r} is ready"
+            + ("" if created else " (it already existed)"),
             event="table_ready",
             table=common.tablename,
             created=created,

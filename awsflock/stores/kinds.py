@@ -72,6 +72,8 @@ class Kind:
     #: -> LockStore`` and its commands; the ``pip`` extra it needs (None: always there).
     module: str
     extra: str | None
+    #: What its ``--tablename`` names, in messages ("table", "key prefix").
+    place: str = "table"
     #: The driver module it needs (``awsflock --version`` says whether it is installed).
     driver: str = ""
     #: Which ``LOCATION_OPTIONS`` apply to it.
@@ -135,6 +137,7 @@ KINDS: tuple[Kind, ...] = (
         form="redis://[USER:PASSWORD@]HOST:6379/0?prefix=NAME",
         module="awsflock.stores.redis.kind",
         extra="redis",
+        place="key prefix",
         driver="redis",
         no_skew="its leases are timed by the Redis server's clock alone, so no clock-skew "
         "window is needed",

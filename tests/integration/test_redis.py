@@ -451,6 +451,7 @@ def test_table_create_records_the_layout_once_and_refuses_a_foreign_one(
     cli = UrlCli(redis_server, prefix)
     first = cli("table-create")
     assert first.returncode == 0 and "recorded" in first.stderr, first.stderr
+    assert f"key prefix '{prefix}' is ready" in first.stderr and "table" not in first.stderr
     again = cli("table-create")
     assert again.returncode == 0 and "already existed" in again.stderr
     assert redis_server.client().get(layout.layout_key(prefix)) == layout.LAYOUT.encode()
