@@ -74,7 +74,7 @@ def test_requests_go_where_the_normal_clients_go(region, variant, monkeypatch):
     trimmed = _client(region)
     assert type(trimmed._loader).__name__ == "TrimmedLoader"
     with monkeypatch.context() as m:
-        m.setattr(botodata, "use_trimmed", lambda session: False)
+        m.setattr(botodata, "use_trimmed", lambda session: None)
         normal = _client(region)
     assert type(normal._loader).__name__ == "Loader"
     assert outcome(trimmed) == outcome(normal)
@@ -85,22 +85,26 @@ def test_requests_go_where_the_normal_clients_go(region, variant, monkeypatch):
 def test_a_custom_endpoint_is_used_as_given(endpoint, monkeypatch):
     trimmed = _request(_client("eu-west-1", endpoint))
     with monkeypatch.context() as m:
-        m.setattr(botodata, "use_trimmed", lambda session: False)
+        m.setattr(botodata, "use_trimmed", lambda session: None)
         normal = _request(_client("eu-west-1", endpoint))
     assert trimmed == normal and trimmed[0].startswith(endpoint)
 
 
-def test_the_copy_is_made_once_and_holds_only_dynamodb(tmp_path):
+def test_the_copy_is_made_once_and_holds_only_dynamodb_and_the_credential_chain(tmp_path):
     _client("us-east-1")
     (folder,) = (tmp_path / "cache").iterdir()
     stamps = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+    assert botodata.intact(folder, folder.name.removeprefix("botocore-"))
     _client("us-west-2")
     assert list((tmp_path / "cache").iterdir()) == [folder]
     assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == stamps
     endpoints = json.loads((folder / "endpoints.json").read_text())
-    assert {tuple(p["services"]) for p in endpoints["partitions"]} == {("dynamodb",)}
-    model = (folder / SERVICE_DIR / "service-2.json").read_text()
-    assert '"documentation"' not in model
+    listed = {s for p in endpoints["partitions"] for s in p["services"]}
+    assert listed <= {"dynamodb", *botodata.CREDENTIAL_SERVICES} and "dynamodb" in listed
+    models = {p.name for p in folder.iterdir() if p.is_dir()}
+    assert models <= {"dynamodb", *botodata.CREDENTIAL_SERVICES} and "sts" in models
+    for model in folder.glob("*/*/service-2.json"):
+        assert '"documentation"' not in model.read_text()
     assert not list(folder.rglob("examples*"))
 
 
@@ -180,3 +184,172 @@ def test_building_a_client_imports_no_package_metadata_and_urllib3_still_can(tmp
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == __import__("urllib3").__version__
+
+
+def _copy_folder() -> Path:
+    (folder,) = (p for p in Path(os.environ["AWSFLOCK_CACHE_DIR"]).iterdir() if p.is_dir())
+    return folder
+
+
+MODEL = f"{SERVICE_DIR}/service-2.json"
+
+
+def _truncate(folder: Path) -> None:
+    path = folder / MODEL
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def _zeroes(folder: Path) -> None:
+    # What a crash before the data reached the disk leaves: the right size, all zero bytes.
+    path = folder / MODEL
+    path.write_bytes(bytes(path.stat().st_size))
+
+
+def _invalid_json(folder: Path) -> None:
+    (folder / "endpoints.json").write_text('{"partitions": [')
+
+
+def _missing_file(folder: Path) -> None:
+    (folder / MODEL).unlink()
+
+
+def _missing_rule_set(folder: Path) -> None:
+    (folder / SERVICE_DIR / "endpoint-rule-set-1.json").unlink()
+
+
+def _missing_model_folder(folder: Path) -> None:
+    import shutil
+
+    shutil.rmtree(folder / SERVICE_DIR.parent)
+
+
+def _no_manifest(folder: Path) -> None:
+    # A copy made by an awsflock before the manifest (or one cut short before it).
+    (folder / botodata.MANIFEST).unlink()
+
+
+def _damaged_manifest(folder: Path) -> None:
+    (folder / botodata.MANIFEST).write_bytes(b"\0" * 40)
+
+
+def _from_another_botocore(folder: Path) -> None:
+    """The copy in place, whole, but made from another botocore: its model lacks GetItem."""
+    import zlib
+
+    path = folder / MODEL
+    model = json.loads(path.read_text())
+    del model["operations"]["GetItem"]
+    blob = json.dumps(model).encode()
+    path.write_bytes(blob)
+    listed = folder / "manifest.json"
+    if listed.exists():  # (an awsflock before the manifest has none)
+        manifest = json.loads(listed.read_text())
+        manifest["source"] = "1.0.0-000000000000"
+        manifest["files"][MODEL] = [len(blob), zlib.crc32(blob)]
+        listed.write_text(json.dumps(manifest))
+
+
+DAMAGES = [
+    _truncate,
+    _zeroes,
+    _invalid_json,
+    _missing_file,
+    _missing_rule_set,
+    _missing_model_folder,
+    _no_manifest,
+    _damaged_manifest,
+    _from_another_botocore,
+]
+
+
+@pytest.mark.parametrize("damage", DAMAGES, ids=lambda f: f.__name__.strip("_"))
+def test_a_damaged_copy_is_rebuilt_and_the_command_works(damage):
+    _client("eu-west-1")
+    folder = _copy_folder()
+    damage(folder)
+    assert _request(_client("eu-west-1")) == (
+        "https://dynamodb.eu-west-1.amazonaws.com/",
+        "eu-west-1/dynamodb/aws4_request",
+    )
+    assert _copy_folder() == folder  # rebuilt in place; nothing left beside it
+    assert botodata.intact(folder, folder.name.removeprefix("botocore-"))
+
+
+def test_a_copy_damaged_under_a_running_command_is_rebuilt_when_read(monkeypatch):
+    # The manifest was read, then a file changed (another process's repair, a disk fault).
+    from awsflock.stores.dynamodb import botosession
+
+    _client("eu-west-1")
+    session = botosession.Session()
+    _zeroes(_copy_folder())
+    client = session.create_client("dynamodb", region_name="eu-west-1")
+    assert _request(client)[0] == "https://dynamodb.eu-west-1.amazonaws.com/"
+    folder = _copy_folder()
+    assert botodata.intact(folder, folder.name.removeprefix("botocore-"))
+
+
+def test_a_damaged_copy_that_cannot_be_rebuilt_falls_back_to_botocores_loader(monkeypatch):
+    _client("eu-west-1")
+    _damaged_manifest(_copy_folder())
+
+    def refuse(*_: Any) -> Any:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(botodata, "build", refuse)
+    client = _client("eu-west-1")
+    assert type(client._loader).__name__ == "Loader"
+    assert _request(client)[0] == "https://dynamodb.eu-west-1.amazonaws.com/"
+
+
+def test_a_file_damaged_after_the_check_that_cannot_be_rebuilt_is_read_from_botocore(
+    monkeypatch,
+):
+    from awsflock.stores.dynamodb import botosession
+
+    _client("eu-west-1")
+    session = botosession.Session()
+    _zeroes(_copy_folder())
+    monkeypatch.setattr(botodata, "build", lambda *_: (_ for _ in ()).throw(OSError("full")))
+    client = session.create_client("dynamodb", region_name="eu-west-1")
+    assert type(client._loader).__name__ == "TrimmedLoader"
+    assert _request(client)[0] == "https://dynamodb.eu-west-1.amazonaws.com/"
+
+
+def test_processes_repairing_a_damaged_copy_at_once_all_get_a_whole_one(tmp_path):
+    import threading
+
+    from botocore.loaders import Loader
+
+    _client("eu-west-1")
+    folder = _copy_folder()
+    _no_manifest(folder)  # found when the copy is opened: every one of them rebuilds it
+    source, root = Path(Loader.BUILTIN_DATA_PATH), folder.parent
+    failures: list[BaseException] = []
+
+    def repair() -> None:
+        try:
+            botodata.Copy(source, root)
+        except BaseException as exc:  # reported by the assertion below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=repair) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert failures == []
+    assert _copy_folder() == folder
+    assert botodata.intact(folder, folder.name.removeprefix("botocore-"))
+
+
+def test_the_leftovers_of_a_build_killed_long_ago_are_removed(tmp_path):
+    _client("eu-west-1")
+    folder = _copy_folder()
+    recent, old = (folder.parent / f"{folder.name}.new-{n}" for n in ("recent", "old"))
+    for leftover in (recent, old):
+        leftover.mkdir()
+        (leftover / "endpoints.json").write_text("{")
+    os.utime(old, (0, 0))
+    _missing_file(folder)
+    _client("eu-west-1")
+    assert sorted(p.name for p in folder.parent.iterdir()) == sorted([folder.name, recent.name])

@@ -110,15 +110,19 @@ def test_loopback_never_asks_the_instance_metadata_service(
     no_credentials, monkeypatch, local_endpoint
 ):
     # A metadata service that accepts connections and never answers, as where 169.254.169.254
-    # is routed but silent: asking it would cost botocore two one-second timeouts.
+    # is routed but silent: asking it would cost botocore two one-second timeouts. It stands
+    # in for botocore's default address (naming an endpoint asks for the service: see
+    # tests/integration/test_credential_sources.py).
+    from botocore.utils import IMDSFetcher
+
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
     silent.settimeout(0)
     monkeypatch.delenv("AWS_EC2_METADATA_DISABLED", raising=False)
-    monkeypatch.setenv(
-        "AWS_EC2_METADATA_SERVICE_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}/"
-    )
+    monkeypatch.delenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", raising=False)
+    address = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+    monkeypatch.setattr(IMDSFetcher, "_select_base_url", lambda *_: address)
     try:
         start = time.monotonic()
         assert _key_used(local_endpoint) == LOCAL_ACCESS_KEY

@@ -38,14 +38,18 @@ def check_endpoint_url(endpoint_url: str | None) -> None:
 
 
 def _skip_instance_metadata(session: Session) -> None:
-    """Take the EC2 instance metadata service out of ``session``'s credential chain.
+    """Take the EC2 instance metadata service out of ``session``'s credential chain, unless
+    the user named its endpoint (``AWS_EC2_METADATA_SERVICE_ENDPOINT`` or
+    ``ec2_metadata_service_endpoint`` in the config): they asked for it then.
 
     Only for loopback endpoints, which do not check that a key is real. botocore asks that
     service last, when nothing else gave credentials: on a host where 169.254.169.254 does not
     answer (not EC2, packets dropped) that costs two one-second timeouts (token, then role) on
     every command. The container provider stays: it asks nothing unless its environment
-    variable (set by ECS, CodeBuild) is.
+    variable (set by ECS, CodeBuild, EKS Pod Identity) is.
     """
+    if session.get_config_variable("ec2_metadata_service_endpoint"):
+        return
     session.get_component("credential_provider").remove("iam-role")
 
 
@@ -103,13 +107,12 @@ def make_client(
     defaults for local servers."""
     # botocore directly: importing boto3 on top of it only adds start-up time.
     _import_urllib3()
-    import botocore.session
     from botocore.config import Config
 
-    from awsflock.stores.dynamodb import botodata
+    from awsflock.stores.dynamodb import botodata, botosession
 
-    session = botocore.session.Session(profile=profile)
-    botodata.use_trimmed(session)
+    # Over the trimmed copy of botocore's data; its credential chain's clients too.
+    session = botosession.Session(profile=profile)
     region = region or session.get_config_variable("region")
     kwargs: dict[str, Any] = {}
     if is_loopback(endpoint_url):
@@ -134,9 +137,8 @@ def make_client(
         connect_timeout=min(3.0, request_timeout),
         read_timeout=request_timeout,
     )
-    client: DynamoDBClient = session.create_client(  # type: ignore[assignment]
-        # botocore types every client as BaseClient; this one is DynamoDB's. Naming the
-        # API version spares botocore a scan of every service it knows at start-up.
+    client: DynamoDBClient = session.create_client(
+        # Naming the API version spares botocore a look for the latest at start-up.
         "dynamodb",
         region_name=region,
         endpoint_url=endpoint_url,
