@@ -80,11 +80,11 @@ class _Cli(click.Group):
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The footer of ``awsflock --help``: the version (read only when help is shown)."""
-        from importlib.metadata import version
+        import awsflock
 
         formatter.write_paragraph()
         formatter.write_text(
-            f"awsflock {version('awsflock')}; `awsflock --version` also says which stores "
+            f"awsflock {awsflock.__version__}; `awsflock --version` also says which stores "
             "this install can use. Documentation: `man awsflock`, and docs/ in the source."
         )
 
@@ -295,11 +295,10 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     """``--version``: click's first line, then which stores this install can use."""
     if not value or ctx.resilient_parsing:
         return
-    from importlib.metadata import version
-
+    import awsflock
     from awsflock.stores import kinds
 
-    click.echo(f"awsflock, version {version('awsflock')}")
+    click.echo(f"awsflock, version {awsflock.__version__}")
     for kind in kinds.KINDS:
         if kinds.installed(kind):
             state = f"installed ({kind.driver})"

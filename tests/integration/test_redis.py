@@ -820,3 +820,22 @@ def test_a_failover_to_a_replica_that_missed_a_grant_grants_it_again_unless_refu
     finally:
         replica.stop()
         primary.stop()
+
+
+def test_a_store_made_from_the_clis_url_holds_a_lock_through_the_library(
+    redis_server: RedisServer,
+):
+    from awsflock import LockTable
+    from awsflock import RedisStore as Exported
+
+    prefix = "lib-" + uuid.uuid4().hex[:8]
+    store = Exported(f"{redis_server.url}?prefix={prefix}&max_lease=1h&replicas=0")
+    try:
+        table = LockTable(store=store)
+        table.create()
+        with table.hold("deploy", lease=30) as held:
+            assert held.fencing_token is not None
+            assert [r.lock_id for r in table.locks()] == ["deploy"]
+        assert store.prefix == prefix and store.max_lease_s == 3600.0
+    finally:
+        store.close()

@@ -14,10 +14,12 @@ password comes from the URL or, where it has none, from ``AWSFLOCK_REDIS_PASSWOR
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from awsflock import errors
+from awsflock.stores import kinds
 from awsflock.stores.kinds import Named, Settings
 from awsflock.stores.redis import acl as acl_rules
 from awsflock.stores.redis import deployment, layout
@@ -31,6 +33,8 @@ PASSWORD_ENV = "AWSFLOCK_REDIS_PASSWORD"
 OWN = ("prefix", "replicas", "durability", "max_lease")
 PASSED = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 FORM = "redis://[USER:PASSWORD@]HOST:6379/0?prefix=NAME"
+#: The store class, as errors of its arguments name it.
+WHO = "RedisStore"
 
 
 def parse(url: str) -> Named:
@@ -113,18 +117,106 @@ def client_url(url: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(rest)))
 
 
+@dataclass(frozen=True)
+class Config:
+    """A ``RedisStore``'s settings: what redis-py is given (``url``, ``password``) and
+    awsflock's own."""
+
+    url: str
+    prefix: str
+    password: str | None
+    replicas: int
+    declared: str
+    max_lease_s: float
+
+
+def configure(
+    url: str,
+    prefix: str | None = None,
+    *,
+    password: str | None = None,
+    replicas: int | None = None,
+    declared: str | None = None,
+    max_lease_s: float | None = None,
+) -> Config:
+    """A ``RedisStore``'s settings from its URL (the CLI's form, with every parameter the CLI
+    takes) and the keywords given beside it (None: not given). A URL parameter and a keyword
+    that disagree are a UsageError, as is an argument of the wrong type."""
+    named = parse(kinds.check_url(url, "redis", WHO))
+    _check(prefix, password, replicas, declared, max_lease_s)
+    own = named.settings
+    in_url_replicas = int(own["replicas"]) if own.get("replicas") else None
+    in_url_lease = max_lease_seconds(own["max_lease"]) if own.get("max_lease") else None
+    max_lease = _one("max_lease", in_url_lease, None if max_lease_s is None else float(max_lease_s))
+    return Config(
+        url=client_url(named.url),
+        prefix=check_prefix(_one("prefix", named.table, prefix) or "awsflock"),
+        password=_password(named.url, password),
+        replicas=_one("replicas", in_url_replicas, replicas) or 0,
+        declared=_one("durability", own.get("durability") or None, declared or None) or "",
+        max_lease_s=deployment.DEFAULT_MAX_LEASE_S if max_lease is None else max_lease,
+    )
+
+
+def _check(
+    prefix: object, password: object, replicas: object, declared: object, max_lease_s: object
+) -> None:
+    """A UsageError for a keyword given beside the URL that is of the wrong type or value."""
+    for name, value, types, what in (
+        ("prefix", prefix, (str,), "a string"),
+        ("password", password, (str,), "a string"),
+        ("replicas", replicas, (int,), "a whole number"),
+        ("declared", declared, (str,), "a string"),
+        ("max_lease_s", max_lease_s, (int, float), "a number of seconds"),
+    ):
+        if value is not None:
+            kinds.check_type(WHO, name, value, types, what)
+    if declared is not None and declared not in deployment.DECLARATIONS:
+        raise errors.UsageError(
+            f"{WHO}: unknown declared={declared!r}",
+            hint=f"use {deployment.DECLARE_FSYNC!r} or {deployment.ACCEPT_BEST_EFFORT!r}, or "
+            "leave it out (checked)",
+        )
+    if isinstance(replicas, int) and replicas < 0:
+        raise errors.UsageError(f"{WHO}: replicas={replicas} is below 0", hint="pass 0 or more")
+    if isinstance(max_lease_s, (int, float)) and not max_lease_s >= 1:
+        raise errors.UsageError(
+            f"{WHO}: max_lease_s={max_lease_s} is less than a second", hint="pass 1 or more"
+        )
+
+
+_T = TypeVar("_T")
+
+
+def _one(name: str, in_url: _T | None, given: _T | None) -> _T | None:
+    """A setting given in the URL or beside it (None: not given); both: they must agree."""
+    if in_url is not None and given is not None and given != in_url:
+        raise errors.UsageError(
+            f"{WHO}: {name}={in_url} in the URL and {given!r} beside it disagree",
+            hint="give it in one place",
+        )
+    return given if in_url is None else in_url
+
+
+def _password(url: str, given: str | None) -> str | None:
+    """The password: given beside the URL, else the URL's or ``AWSFLOCK_REDIS_PASSWORD``'s."""
+    in_url = urlsplit(url).password
+    if given is None:
+        return password(url)
+    if in_url is not None and unquote(in_url) != given:
+        raise errors.UsageError(
+            f"{WHO}: the URL and password= give different passwords",
+            hint="give the password in one place",
+        )
+    return given
+
+
 def open(named: Named, settings: Settings) -> RedisStore:
     from awsflock.stores.redis.store import RedisStore
 
     return RedisStore(
-        client_url(named.url),
-        check_prefix(named.table or settings.table),
-        password=password(named.url),
-        replicas=int(named.settings.get("replicas") or 0),
-        declared=named.settings.get("durability", ""),
-        max_lease_s=max_lease_seconds(named.settings["max_lease"])
-        if named.settings.get("max_lease")
-        else deployment.DEFAULT_MAX_LEASE_S,
+        named.url,
+        named.table or settings.table,
         request_timeout=settings.request_timeout,
         clock=settings.clock,
         # Steps timed by the callers' clocks instead of the server's: simulations in virtual time.
