@@ -3,7 +3,9 @@ database or another store (``awsflock.stores.kinds``).
 
 Importing this package creates no client and imports no driver (botocore, psycopg, redis); the
 public names below are loaded on first use, so ``awsflock --help`` stays fast. ``__version__``
-is read from the installed package's metadata on first use. The layers: ``protocol``
+is read from the installed package's metadata on first use. The library never prints: its
+loggers (``awsflock.*``) have a ``NullHandler``, and what reaches stderr is the application's
+choice (the CLI's is ``awsflock.cli.logs``). The layers: ``protocol``
 and ``records`` (the store contract and the types), ``stores``, ``lock`` (the lock logic),
 ``supervise`` (``run`` and the keep-alive renewer), ``cli``.
 """
@@ -11,7 +13,12 @@ and ``records`` (the store contract and the types), ``stores``, ``lock`` (the lo
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
+
+# A library does not print: without the application's own handlers, its warnings go nowhere
+# rather than to logging's last resort (stderr).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     __version__: str

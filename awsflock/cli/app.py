@@ -377,12 +377,15 @@ def main(argv: list[str] | None = None) -> None:
     if argv is not None:
         cli.main(args=argv, prog_name="awsflock")
         return
-    from awsflock.cli import telemetry
+    from awsflock.cli import logs, telemetry
 
     telemetry.start()
     try:
         cli.main(prog_name="awsflock")
     except SystemExit as done:
+        # What is said at the end (the metrics' warnings) reaches stderr even from a command
+        # refused before it set up its logging: the library's loggers alone print nothing.
+        logs.setup_unless_done()
         _exit(done.code)
 
 

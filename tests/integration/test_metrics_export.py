@@ -238,6 +238,9 @@ def test_a_held_textfile_lock_holds_no_command_up_and_the_next_command_adds_its_
         started = time.monotonic()
         got = cli("acquire", lock_name, "--no-wait", timeout=30, **env)
         took = time.monotonic() - started
+        # A command refused before it set up its logging still says it (the library's loggers
+        # alone print nothing).
+        refused = cli("acquire", timeout=30, **env)
     finally:
         holder.communicate("", timeout=30)
     assert got.returncode == 0, got.stderr
@@ -246,6 +249,8 @@ def test_a_held_textfile_lock_holds_no_command_up_and_the_next_command_adds_its_
     assert took < 5.0, took
     (warning,) = got.stderr.splitlines()
     assert warning.startswith(f"awsflock: warning: metrics not written to {path}: its lock file")
+    assert refused.returncode == 2
+    assert refused.stderr.count("awsflock: warning: metrics not written") == 1, refused.stderr
     released = cli("release", lock_name, got.stdout.strip(), **env)
     assert released.returncode == 0 and released.stderr == ""
     families = {f.name: f for f in parser.text_string_to_metric_families(path.read_text())}
