@@ -35,7 +35,7 @@ from awsflock.protocol import (
 )
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, Pool, Waiter
 from awsflock.stores import kinds
-from awsflock.stores.redis import answers, kind, layout
+from awsflock.stores.redis import answers, layout, urls
 from awsflock.stores.redis.connection import Connected, _Connection
 from awsflock.stores.redis.wake import Wake
 
@@ -82,7 +82,7 @@ class RedisStore(Connected):
         clock: Clock | None = None,
         server_time: bool = True,
     ) -> None:
-        config = kind.configure(
+        config = urls.configure(
             url,
             prefix,
             password=password,
@@ -97,7 +97,7 @@ class RedisStore(Connected):
         self.replicas = config.replicas
         self.declared = config.declared
         self.max_lease_s = config.max_lease_s
-        self.request_timeout = kinds.check_timeout(kind.WHO, request_timeout)
+        self.request_timeout = kinds.check_timeout(urls.WHO, request_timeout)
         self.clock: Clock = clock or SystemClock()
         self.server_time = server_time
         self._conn: _Connection | None = None
