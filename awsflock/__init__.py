@@ -1,8 +1,11 @@
 """awsflock: flock(1) for machines that share nothing but an AWS account, a PostgreSQL
 database or another store (``awsflock.stores.kinds``).
 
-Importing this package creates no client and imports no driver (botocore, psycopg); the public
-names below are loaded on first use, so ``awsflock --help`` stays fast. The layers: ``protocol``
+Importing this package creates no client and imports no driver (botocore, psycopg, redis); the
+public names below are loaded on first use, so ``awsflock --help`` stays fast. ``__version__``
+is read from the installed package's metadata on first use. The library never prints: its
+loggers (``awsflock.*``) have a ``NullHandler``, and what reaches stderr is the application's
+choice (the CLI's is ``awsflock.cli.logs``). The layers: ``protocol``
 and ``records`` (the store contract and the types), ``stores``, ``lock`` (the lock logic),
 ``supervise`` (``run`` and the keep-alive renewer), ``cli``.
 """
@@ -10,9 +13,15 @@ and ``records`` (the store contract and the types), ``stores``, ``lock`` (the lo
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
+# A library does not print: without the application's own handlers, its warnings go nowhere
+# rather than to logging's last resort (stderr).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 if TYPE_CHECKING:
+    __version__: str
     from awsflock.clock import Clock, FakeClock, SystemClock
     from awsflock.errors import (
         AccessDenied,
@@ -37,6 +46,8 @@ if TYPE_CHECKING:
     from awsflock.stores.dynamodb import DynamoDBStore
     from awsflock.stores.dynamodb.fencing import StaleToken, fenced_update
     from awsflock.stores.memory import MemoryStore
+    from awsflock.stores.postgresql import PostgresStore
+    from awsflock.stores.redis import RedisStore
 
 _WHERE = {
     "AccessDenied": "errors",
@@ -62,6 +73,8 @@ _WHERE = {
     "NotHeld": "errors",
     "Outcome": "protocol",
     "Pool": "records",
+    "PostgresStore": "stores.postgresql",
+    "RedisStore": "stores.redis",
     "Waiter": "records",
     "StaleToken": "stores.dynamodb.fencing",
     "StoreError": "errors",
@@ -97,6 +110,8 @@ __all__ = [
     "NotHeld",
     "Outcome",
     "Pool",
+    "PostgresStore",
+    "RedisStore",
     "StaleToken",
     "StoreError",
     "SystemClock",
@@ -110,6 +125,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = _version()
+        return globals()[name]
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'awsflock' has no attribute {name!r}")
@@ -119,4 +137,14 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+    return sorted(set(globals()) | set(_WHERE) | {"__version__"})
+
+
+def _version() -> str:
+    """The installed package's version (what ``awsflock --version`` says)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(__name__)
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"

@@ -25,6 +25,9 @@ RESERVED_PREFIX = "#awsflock#"
 #: ``LockRecord.ended`` values: released by its holder, or force-released (then the action's id).
 ENDED_RELEASED = "released"
 ENDED_FORCED = "forced:"
+#: How a lease's keep-alive renewer names itself when it ends the lease (``forced_by``), the
+#: process it followed having exited.
+KEEPALIVE_ACTOR = "awsflock keep-alive"
 
 
 @dataclass(frozen=True)

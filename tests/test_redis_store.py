@@ -175,16 +175,16 @@ def test_bad_urls_are_usage_errors(url, says):
 
 
 def test_the_password_comes_from_the_url_or_the_environment_never_both(monkeypatch):
-    from awsflock.stores.redis import kind
+    from awsflock.stores.redis import urls
 
-    monkeypatch.delenv(kind.PASSWORD_ENV, raising=False)
-    assert kind.password("redis://:s%40cret@h") == "s@cret"
-    assert kind.password("redis://h") is None
-    monkeypatch.setenv(kind.PASSWORD_ENV, "env-secret")
-    assert kind.password("redis://h") == "env-secret"
-    assert kind.password("redis://:env-secret@h") == "env-secret"
+    monkeypatch.delenv(urls.PASSWORD_ENV, raising=False)
+    assert urls.password("redis://:s%40cret@h") == "s@cret"
+    assert urls.password("redis://h") is None
+    monkeypatch.setenv(urls.PASSWORD_ENV, "env-secret")
+    assert urls.password("redis://h") == "env-secret"
+    assert urls.password("redis://:env-secret@h") == "env-secret"
     with pytest.raises(errors.UsageError, match="different passwords"):
-        kind.password("redis://:other@h")
+        urls.password("redis://:other@h")
 
 
 def test_the_store_is_named_without_its_password_and_without_awsflocks_parameters():

@@ -83,11 +83,11 @@ class _Cli(click.Group):
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The footer of ``awsflock --help``: the version (read only when help is shown)."""
-        from importlib.metadata import version
+        import awsflock
 
         formatter.write_paragraph()
         formatter.write_text(
-            f"awsflock {version('awsflock')}; `awsflock --version` also says which stores "
+            f"awsflock {awsflock.__version__}; `awsflock --version` also says which stores "
             "this install can use. Documentation: `man awsflock`, and docs/ in the source."
         )
 
@@ -325,8 +325,7 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     """``--version``: click's first line, then which stores and extras this install has."""
     if not value or ctx.resilient_parsing:
         return
-    from importlib.metadata import version
-
+    import awsflock
     from awsflock import extras
     from awsflock.stores import kinds
 
@@ -337,7 +336,7 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
             "`awsflock --version` alone",
             ctx,
         )
-    click.echo(f"awsflock, version {version('awsflock')}")
+    click.echo(f"awsflock, version {awsflock.__version__}")
     for kind in kinds.KINDS:
         if kinds.installed(kind):
             state = f"installed ({kind.driver})"
@@ -419,12 +418,15 @@ def main(argv: list[str] | None = None) -> None:
     if argv is not None:
         cli.main(args=argv, prog_name="awsflock")
         return
-    from awsflock.cli import telemetry
+    from awsflock.cli import logs, telemetry
 
     telemetry.start()
     try:
         cli.main(prog_name="awsflock")
     except SystemExit as done:
+        # What is said at the end (the metrics' warnings) reaches stderr even from a command
+        # refused before it set up its logging: the library's loggers alone print nothing.
+        logs.setup_unless_done()
         _exit(done.code)
 
 

@@ -44,6 +44,8 @@ SECRET_FIELDS = ("lease_id",)
 FORMATS = ("text", "json")
 #: The format of every stderr line; set from the command line (``setup``), or before parsing.
 _format = "text"
+#: Whether ``setup`` has routed the loggers to stderr (else the library's NullHandler alone).
+_routed = False
 
 
 def set_format(fmt: str) -> None:
@@ -125,8 +127,16 @@ class TextFormatter(logging.Formatter):
         return prefix + record.getMessage()
 
 
+def setup_unless_done() -> None:
+    """The default routing, in the current format, if no command set up its own."""
+    if not _routed:
+        setup(fmt=_format)
+
+
 def setup(verbose: int = 0, quiet: bool = False, fmt: str = "text") -> None:
     """Route the ``awsflock`` loggers to stderr at the level -v/-q ask for."""
+    global _routed
+    _routed = True
     if quiet:
         level = logging.ERROR
     elif verbose >= 2:

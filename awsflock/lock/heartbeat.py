@@ -235,7 +235,7 @@ class Hold:
             except errors.NotHeld as exc:
                 # Ended behind our back (force-released, or expired and taken): the work done
                 # under it may be unprotected, which is a loss, not a failed release.
-                self._lose(exc.message, exc.reason)
+                self._lose(exc.message, exc.reason, exc.hint)
                 self.check()
             log.debug("held %r for %s", self.lock_id, format_seconds(held))
 
@@ -304,7 +304,7 @@ class Hold:
             with store.budget(end):
                 lease.renew(self.lease_s)
         except errors.NotHeld as exc:
-            self._lose(f"renewal refused: {exc.message}", exc.reason)
+            self._lose(f"renewal refused: {exc.message}", exc.reason, exc.hint)
             return
         except errors.AwsflockError as exc:
             with self._state:
@@ -332,15 +332,19 @@ class Hold:
             self._next_renew = now + self.interval
             self.renewals += 1
 
-    def _lose(self, why: str, reason: str) -> None:
+    def _lose(self, why: str, reason: str, advice: str = "") -> None:
+        """Declare the lease lost. ``advice``: what to do about it, where the reason calls for
+        more than checking the work and trying again (a force-release: ended on purpose)."""
         with self._state:
             if self.lost.is_set():
                 return
             metrics.record("awsflock.leases.lost", 1, self.lock_id, self.table.store, reason=reason)
             lease = self._lease
+            if reason != metrics.FORCE_RELEASED or not advice:
+                advice = "check it and retry"
             self._lost_error = errors.LeaseLost(
                 f"lease on {self.lock_id!r} was lost: {why}",
-                hint="the work done under it may be unprotected; check it and retry",
+                hint=f"the work done under it may be unprotected; {advice}",
             )
             self.lost.set()
         log.error(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from awsflock import errors
 from awsflock.names import slot_of
 from awsflock.protocol import Outcome
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, KEEPALIVE_ACTOR, LockRecord
 from awsflock.text import format_seconds
 
 
@@ -48,15 +48,8 @@ def of(
     if end == ENDED_RELEASED:
         return None if operation == "release" else refused("it was released")
     if end is not None and end.startswith(ENDED_FORCED):
-        # Once taken over, the record keeps only that it was forced: by an operator (audited)
-        # or by the keep-alive renewer when the process it followed exited (not audited).
-        detail = (
-            record.forced_text()
-            if current
-            else "force-released, by an operator (see `awsflock audit`) or by its keep-alive "
-            "renewer after the process it followed exited"
-        )
-        return refused(f"it was {detail}", reason="force_released")
+        why, advice = _forced(record if current else None, lock_id)
+        return refused(why, hint=advice, reason="force_released")
     if current and operation == "renew":
         size = record.slots
         if slot is not None and size is not None and slot >= size:
@@ -75,6 +68,30 @@ def of(
     if outcome.barred:  # the store found nothing under it at all
         return refused(f"the lock has no lease of that id (never granted, or long gone); {holder}")
     return refused(f"it was released, or expired and taken over; {holder}")
+
+
+def _forced(record: LockRecord | None, lock_id: str) -> tuple[str, str]:
+    """Why a force-released lease is not held, and what to do: not to take the lock again
+    blindly, for it was ended on purpose. ``record``: the lease's, if it still says who ended
+    it; once taken over, the record keeps only that it was forced: by an operator (audited) or
+    by the keep-alive renewer when the process it followed exited (not audited)."""
+    if record is None:
+        return (
+            "it was force-released, by an operator (see `awsflock audit`) or by its keep-alive "
+            "renewer after the process it followed exited",
+            f"it was ended on purpose: find out who and why (`awsflock audit {lock_id}`) before "
+            "acquiring the lock again",
+        )
+    actor = record.forced_by
+    if actor.startswith(KEEPALIVE_ACTOR):
+        advice = (
+            "its keep-alive renewer ended it because the process it followed had exited; "
+            "acquire the lock again only if that work is still to be done"
+        )
+    else:
+        who = f"ask {actor} why" if actor else f"find out why (`awsflock audit {lock_id}`)"
+        advice = f"it was ended on purpose: {who} before acquiring the lock again"
+    return f"it was {record.forced_text()}", advice
 
 
 def held_longer(record: LockRecord | None, lease_id: str, now_ms: int, lease_ms: int) -> bool:

@@ -186,6 +186,49 @@ def parse(url: str) -> Named:
     raise errors.UsageError(f"unknown store {shown}", hint=f"use {forms()}")
 
 
+def check_url(url: object, kind_name: str, who: str) -> str:
+    """``url`` as given to the store class ``who`` (its library callers' door): a UsageError
+    if it is not a string or names a store of another kind than ``kind_name``."""
+    kind = get(kind_name)
+    if not isinstance(url, str):
+        raise errors.UsageError(
+            f"{who} takes a store URL string, not {type(url).__name__}", hint=f"use {kind.form}"
+        )
+    try:
+        scheme = urlsplit(url.strip()).scheme.lower()
+    except ValueError:
+        return url  # the kind's parser names what is wrong with it
+    if scheme not in kind.schemes:
+        other = next((k for k in KINDS if scheme in k.schemes), None)
+        shown = f"{scheme}://" if scheme else "a URL without a scheme"
+        said = f", which names a {other.title}" if other else ""
+        raise errors.UsageError(
+            f"{who} takes a {kind.title}'s URL, not {shown}{said}", hint=f"use {kind.form}"
+        )
+    return url
+
+
+def check_type(who: str, name: str, value: Any, types: tuple[type, ...], what: str) -> None:
+    """A UsageError if the argument ``name`` of ``who`` is not of ``types`` (``what``: them
+    in words); a bool is no number."""
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise errors.UsageError(
+            f"{who}: {name} must be {what}, not {type(value).__name__}",
+            hint=f"pass {name} as {what}",
+        )
+
+
+def check_timeout(who: str, seconds: Any) -> float:
+    """A request timeout given to a store class: a positive number of seconds."""
+    check_type(who, "request_timeout", seconds, (int, float), "a number of seconds")
+    if not seconds > 0:
+        raise errors.UsageError(
+            f"{who}: request_timeout must be more than 0 seconds, not {seconds}",
+            hint="pass a number of seconds, e.g. request_timeout=5",
+        )
+    return float(seconds)
+
+
 def default() -> Named:
     """The default kind, named by the options alone."""
     return Named(DEFAULT.name)

@@ -36,6 +36,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
 from awsflock.names import slot_of
+from awsflock.records import KEEPALIVE_ACTOR
 from awsflock.supervise.processes import alive, start_time
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ def _end(table: LockTable, lock_id: str, lease_id: str, keeper: str, why: str) -
                 force_id=f"keepalive-{os.getpid()}",
                 now_ms=now_ms,
                 skew_ms=round(table.skew * 1000),
-                actor=f"awsflock keep-alive ({keeper})",
+                actor=f"{KEEPALIVE_ACTOR} ({keeper})",
                 reason=why,
                 slot=slot_of(lease_id),
             )

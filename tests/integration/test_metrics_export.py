@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -210,3 +211,49 @@ def test_without_the_variables_nothing_is_exported_and_no_sdk_is_loaded(cli: Cli
         [str(BIN.parent / "python"), "-c", code], env=cli.env(), capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_held_textfile_lock_holds_no_command_up_and_the_next_command_adds_its_counts(
+    cli: Cli, lock_name, tmp_path
+):
+    path = tmp_path / "awsflock.prom"
+    env = {"AWSFLOCK_METRICS_TEXTFILE": str(path)}
+    # Another writer, paused while it holds the lock file (or stuck on a hung mount).
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys\n"
+            f"f = open({str(path) + '.lock'!r}, 'a')\n"
+            "fcntl.flock(f, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        got = cli("acquire", lock_name, "--no-wait", timeout=30, **env)
+        took = time.monotonic() - started
+        # A command refused before it set up its logging still says it (the library's loggers
+        # alone print nothing).
+        refused = cli("acquire", timeout=30, **env)
+    finally:
+        holder.communicate("", timeout=30)
+    assert got.returncode == 0, got.stderr
+    assert len(got.stdout.split()) == 1  # the LEASE_ID alone
+    # One request, then at most the lock's 0.5 s wait (and the interpreter's start).
+    assert took < 5.0, took
+    (warning,) = got.stderr.splitlines()
+    assert warning.startswith(f"awsflock: warning: metrics not written to {path}: its lock file")
+    assert refused.returncode == 2
+    assert refused.stderr.count("awsflock: warning: metrics not written") == 1, refused.stderr
+    released = cli("release", lock_name, got.stdout.strip(), **env)
+    assert released.returncode == 0 and released.stderr == ""
+    families = {f.name: f for f in parser.text_string_to_metric_families(path.read_text())}
+    assert [s.value for s in families["awsflock_acquisitions"].samples] == [1.0]
+    assert [s.value for s in families["awsflock_releases"].samples] == [1.0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["awsflock.prom", "awsflock.prom.lock"]

@@ -844,3 +844,22 @@ def test_a_redis_port_given_as_a_dynamodb_endpoint_is_named_and_nothing_is_in_do
         f"--store redis://127.0.0.1:{redis_server.port}",
     )
     assert "may have been granted" not in done.stderr
+
+
+def test_a_store_made_from_the_clis_url_holds_a_lock_through_the_library(
+    redis_server: RedisServer,
+):
+    from awsflock import LockTable
+    from awsflock import RedisStore as Exported
+
+    prefix = "lib-" + uuid.uuid4().hex[:8]
+    store = Exported(f"{redis_server.url}?prefix={prefix}&max_lease=1h&replicas=0")
+    try:
+        table = LockTable(store=store)
+        table.create()
+        with table.hold("deploy", lease=30) as held:
+            assert held.fencing_token is not None
+            assert [r.lock_id for r in table.locks()] == ["deploy"]
+        assert store.prefix == prefix and store.max_lease_s == 3600.0
+    finally:
+        store.close()

@@ -40,19 +40,24 @@ from awsflock.records import (
     Pool,
     Waiter,
 )
+from awsflock.stores import kinds
 from awsflock.stores.postgresql import schema, urls
 from awsflock.stores.postgresql.connection import Connected, _Connection
 from awsflock.stores.postgresql.rows import _outcome
 
 _T = TypeVar("_T")
+#: The store class, as errors of its arguments name it.
+WHO = "PostgresStore"
 
 
 class PostgresStore(Connected):
     """Lock records in a PostgreSQL table (a ``LockStore``).
 
-    ``url``: a libpq URL (``postgresql://user@host:5432/db``; libpq's environment variables
-    and ``~/.pgpass`` fill in what it leaves out), optionally with ``?table=NAME``, which wins
-    over ``table_name``. ``server_time`` False: steps use the caller's ``now_ms`` and
+    ``url``: the CLI's form, a libpq URL (``postgresql://user@host:5432/db``; libpq's
+    environment variables and ``~/.pgpass`` fill in what it leaves out), optionally with
+    ``?table=NAME``; ``table_name`` says the same beside it (both given, they must agree;
+    default ``awsflock``). Nothing connects until the first request; a bad URL or argument is
+    a UsageError here. ``server_time`` False: steps use the caller's ``now_ms`` and
     ``skew_ms`` instead of the server's clock (for tests and simulations in virtual time).
     """
 
@@ -68,10 +73,17 @@ class PostgresStore(Connected):
         clock: Clock | None = None,
         server_time: bool = True,
     ) -> None:
-        self.conninfo, url_table = urls.split_url(url)
+        self.conninfo, url_table = urls.split_url(kinds.check_url(url, "postgresql", WHO))
+        if table_name is not None:
+            kinds.check_type(WHO, "table_name", table_name, (str,), "a string")
+            if url_table is not None and table_name != url_table:
+                raise errors.UsageError(
+                    f"{WHO}: table={url_table} in the URL and table_name {table_name!r} disagree",
+                    hint="name the table in one place",
+                )
         name = schema.check_name(url_table or table_name or "awsflock")
         self.table_name = name
-        self.request_timeout = request_timeout
+        self.request_timeout = kinds.check_timeout(WHO, request_timeout)
         self.clock: Clock = clock or SystemClock()
         self.server_time = server_time
         self._conn: _Connection | None = None

@@ -34,7 +34,8 @@ from awsflock.protocol import (
     Waker,
 )
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, Pool, Waiter
-from awsflock.stores.redis import answers, deployment, layout
+from awsflock.stores import kinds
+from awsflock.stores.redis import answers, layout, urls
 from awsflock.stores.redis.connection import Connected, _Connection
 from awsflock.stores.redis.wake import Wake
 
@@ -53,12 +54,16 @@ return 1
 class RedisStore(Connected):
     """Lock records in Redis (a ``LockStore``).
 
-    ``url``: ``redis://[user[:password]@]host:6379/0`` (``rediss://`` for TLS), without
-    awsflock's own parameters; ``prefix``: the keys' prefix; ``password``: used where the URL
-    has none; ``replicas``: how many replicas each step waits for; ``declared``: a
-    ``durability`` value (``deployment.DECLARATIONS``). ``server_time`` False: steps use the
-    caller's ``now_ms`` and ``skew_ms`` instead of the server's clock (for tests and
-    simulations in virtual time).
+    ``url``: the CLI's form, ``redis://[user[:password]@]host:6379/0?prefix=NAME``
+    (``rediss://`` for TLS), with every parameter ``--store`` takes (``prefix``, ``replicas``,
+    ``durability``, ``max_lease``, redis-py's ``ssl_*``). The keywords say the same beside it
+    (a URL parameter wins; both given, they must agree): ``prefix``: the keys' prefix
+    (default ``awsflock``); ``password``: used where the URL has none (else
+    ``AWSFLOCK_REDIS_PASSWORD``); ``replicas``: how many replicas each step waits for;
+    ``declared``: a ``durability`` value (``deployment.DECLARATIONS``); ``max_lease_s``:
+    ``max_lease`` in seconds. ``server_time`` False: steps use the caller's ``now_ms`` and
+    ``skew_ms`` instead of the server's clock (for tests and simulations in virtual time).
+    Nothing connects until the first request; a bad URL or argument is a UsageError here.
     """
 
     #: The ``store`` attribute of its metrics (awsflock.metrics).
@@ -67,23 +72,32 @@ class RedisStore(Connected):
     def __init__(
         self,
         url: str,
-        prefix: str = "awsflock",
+        prefix: str | None = None,
         *,
         password: str | None = None,
-        replicas: int = 0,
-        declared: str = "",
-        max_lease_s: float = deployment.DEFAULT_MAX_LEASE_S,
+        replicas: int | None = None,
+        declared: str | None = None,
+        max_lease_s: float | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         clock: Clock | None = None,
         server_time: bool = True,
     ) -> None:
-        self.url = url
-        self.password = password
-        self.prefix = self.table_name = prefix
-        self.replicas = replicas
-        self.declared = declared
-        self.max_lease_s = max_lease_s
-        self.request_timeout = request_timeout
+        config = urls.configure(
+            url,
+            prefix,
+            password=password,
+            replicas=replicas,
+            declared=declared,
+            max_lease_s=max_lease_s,
+        )
+        #: redis-py's URL: the one given without awsflock's own parameters.
+        self.url = config.url
+        self.password = config.password
+        self.prefix = self.table_name = config.prefix
+        self.replicas = config.replicas
+        self.declared = config.declared
+        self.max_lease_s = config.max_lease_s
+        self.request_timeout = kinds.check_timeout(urls.WHO, request_timeout)
         self.clock: Clock = clock or SystemClock()
         self.server_time = server_time
         self._conn: _Connection | None = None
