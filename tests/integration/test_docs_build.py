@@ -1,9 +1,11 @@
 """`scripts/docs build`, the docs check CI runs, on a copy of the docs: it fails on every
-warning (a planted broken anchor)."""
+warning (a planted broken anchor), ships no build hook, and wraps the long API signatures."""
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -50,3 +52,20 @@ def test_a_broken_anchor_fails_the_docs_build(docs_copy):
     said = done.stdout + done.stderr
     assert "'#no-such-section'" in said and "Aborted with 1 warnings" in said, said
 
+
+def test_the_built_site_wraps_api_signatures_and_ships_no_hook(docs_copy):
+    done = build(docs_copy)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "WARNING" not in done.stdout + done.stderr
+    site = docs_copy / "site"
+    assert (site / "index.html").is_file() and not (site / "hooks.py").exists()
+    page = (site / "reference" / "api" / "index.html").read_text()
+    signatures = [
+        html.unescape(re.sub(r"<[^>]+>", "", block))
+        for block in re.findall(r'<div class="doc-signature[^>]*>(.*?)</div>', page, re.S)
+    ]
+    assert len(signatures) > 20
+    lock_table = next(s for s in signatures if s.startswith("LockTable("))
+    assert '\n    table_name: str = "awsflock",\n' in lock_table  # one parameter a line
+    longest = max((line for s in signatures for line in s.splitlines()), key=len)
+    assert len(longest) <= 80, longest
