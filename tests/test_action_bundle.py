@@ -90,3 +90,18 @@ def test_the_documented_defaults_are_action_ymls():
         default = str(spec.get("default", ""))
         shown = row.group(1).strip()
         assert (shown == f"`{default}`") if default else shown in ("", "—", "required"), name
+
+
+def test_the_action_tag_the_docs_use_is_the_one_a_release_moves():
+    release = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
+    major = release["env"]["ACTION_MAJOR_TAG"]
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    refs = {
+        ref
+        for page in pages
+        for ref in re.findall(r"uses: OWNER/awsflock@(<[^>]+>|[\w.-]+)", page.read_text())
+    }
+    assert major in refs
+    # Else only a commit, as a full SHA or a placeholder for one ("<full commit SHA>").
+    others = {r for r in refs if r != major and not re.fullmatch(r"[0-9a-f]{40}", r)}
+    assert others and all(re.fullmatch(r"<.*\bSHA>", r) for r in others), others
