@@ -119,19 +119,50 @@ var require_awsflock = __commonJS({
       const found = /awsflock,? (?:version )?(\S+)/.exec(done.stdout || "");
       return found ? found[1] : "";
     }
+    function ownVersion(root = ROOT) {
+      const text = fs.readFileSync(path.join(root, "pyproject.toml"), "utf8");
+      const found = /^version\s*=\s*"([^"]+)"/m.exec(text);
+      if (!found) throw new Error(`no version = "..." in ${path.join(root, "pyproject.toml")}`);
+      return found[1];
+    }
+    function sourceFiles(dir) {
+      const found = [];
+      for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+        const full = path.join(dir, entry.name);
+        if (entry.isDirectory() && entry.name !== "__pycache__") found.push(...sourceFiles(full));
+        else if (entry.isFile() && !entry.name.endsWith(".pyc")) found.push(full);
+      }
+      return found.sort();
+    }
+    function installKey(version, store, root = ROOT) {
+      let key = version;
+      if (!version) {
+        const hash = crypto.createHash("sha256");
+        const files = [path.join(root, "pyproject.toml"), ...sourceFiles(path.join(root, "awsflock"))];
+        for (const file of files) {
+          hash.update(path.relative(root, file)).update("\0").update(fs.readFileSync(file)).update("\0");
+        }
+        key = `${ownVersion(root)}-src-${hash.digest("hex").slice(0, 16)}`;
+      }
+      return key + extraFor(store).replace(/\W/g, "");
+    }
     function ensure({ version, store }) {
       if (process.platform === "win32") {
         throw new runner2.UsageError(
           "awsflock's action runs on Linux and macOS runners: its keep-alive renewer and `run` need POSIX process groups and signals, which Windows runners lack (use a Linux job for the lock)"
         );
       }
+      const wanted = version || ownVersion();
       const found = onPath("awsflock");
-      if (found && (!version || versionOf(found) === version)) return found;
-      const pyproject = fs.readFileSync(path.join(ROOT, "pyproject.toml"), "utf8");
-      const source = crypto.createHash("sha256").update(pyproject).update(ROOT).digest("hex");
-      const key = version || `src-${source.slice(0, 12)}`;
+      if (found) {
+        const has = versionOf(found);
+        if (has === wanted) return found;
+        runner2.info(
+          `not using ${found}: it is awsflock ${has || "of an unknown version"}, and this action needs ${wanted}; using its own`
+        );
+      }
       const base = process.env.RUNNER_TOOL_CACHE || process.env.RUNNER_TEMP || os.tmpdir();
-      const dir = path.join(base, "awsflock", key + extraFor(store).replace(/\W/g, ""), process.arch);
+      const dir = path.join(base, "awsflock", installKey(version, store), process.arch);
       const bin = path.join(dir, "bin", "awsflock");
       if (!fs.existsSync(path.join(dir, ".complete"))) {
         install(dir, version ? `awsflock${extraFor(store)}==${version}` : ROOT + extraFor(store));
@@ -207,7 +238,7 @@ var require_awsflock = __commonJS({
         });
       });
     }
-    module2.exports = { ensure, run, storeEnv };
+    module2.exports = { ensure, installKey, ownVersion, run, storeEnv };
   }
 });
 

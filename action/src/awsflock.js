@@ -40,8 +40,45 @@ function versionOf(bin) {
   return found ? found[1] : "";
 }
 
-/** The awsflock to run: the one on PATH (if `version` is empty or matches), else one installed
- * into the runner's tool cache (kept there, so later jobs on a self-hosted runner reuse it). */
+/** The version of awsflock in the action's checkout (pyproject.toml): the one its main and post
+ * were written for. */
+function ownVersion(root = ROOT) {
+  const text = fs.readFileSync(path.join(root, "pyproject.toml"), "utf8");
+  const found = /^version\s*=\s*"([^"]+)"/m.exec(text);
+  if (!found) throw new Error(`no version = "..." in ${path.join(root, "pyproject.toml")}`);
+  return found[1];
+}
+
+/** The files of the package's source, sorted (no byte-code). */
+function sourceFiles(dir) {
+  const found = [];
+  for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory() && entry.name !== "__pycache__") found.push(...sourceFiles(full));
+    else if (entry.isFile() && !entry.name.endsWith(".pyc")) found.push(full);
+  }
+  return found.sort();
+}
+
+/** The tool cache's name for the awsflock an install would give: a PyPI release by its version;
+ * the checkout by its version and a hash of what it installs (pyproject.toml and awsflock/), so
+ * that a changed checkout (a moved v1 tag on a self-hosted runner) is installed anew. */
+function installKey(version, store, root = ROOT) {
+  let key = version;
+  if (!version) {
+    const hash = crypto.createHash("sha256");
+    const files = [path.join(root, "pyproject.toml"), ...sourceFiles(path.join(root, "awsflock"))];
+    for (const file of files) {
+      hash.update(path.relative(root, file)).update("\0").update(fs.readFileSync(file)).update("\0");
+    }
+    key = `${ownVersion(root)}-src-${hash.digest("hex").slice(0, 16)}`;
+  }
+  return key + extraFor(store).replace(/\W/g, "");
+}
+
+/** The awsflock to run: the one on PATH if it is the version wanted (`version`, else the
+ * checkout's own), else one installed into the runner's tool cache (kept there, so later jobs
+ * on a self-hosted runner reuse it). */
 function ensure({ version, store }) {
   if (process.platform === "win32") {
     throw new runner.UsageError(
@@ -49,13 +86,18 @@ function ensure({ version, store }) {
         "POSIX process groups and signals, which Windows runners lack (use a Linux job for the lock)",
     );
   }
+  const wanted = version || ownVersion();
   const found = onPath("awsflock");
-  if (found && (!version || versionOf(found) === version)) return found;
-  const pyproject = fs.readFileSync(path.join(ROOT, "pyproject.toml"), "utf8");
-  const source = crypto.createHash("sha256").update(pyproject).update(ROOT).digest("hex");
-  const key = version || `src-${source.slice(0, 12)}`;
+  if (found) {
+    const has = versionOf(found);
+    if (has === wanted) return found;
+    runner.info(
+      `not using ${found}: it is awsflock ${has || "of an unknown version"}, and this action ` +
+        `needs ${wanted}; using its own`,
+    );
+  }
   const base = process.env.RUNNER_TOOL_CACHE || process.env.RUNNER_TEMP || os.tmpdir();
-  const dir = path.join(base, "awsflock", key + extraFor(store).replace(/\W/g, ""), process.arch);
+  const dir = path.join(base, "awsflock", installKey(version, store), process.arch);
   const bin = path.join(dir, "bin", "awsflock");
   if (!fs.existsSync(path.join(dir, ".complete"))) {
     install(dir, version ? `awsflock${extraFor(store)}==${version}` : ROOT + extraFor(store));
@@ -137,4 +179,4 @@ function run(bin, args, env, { onEvent = () => {}, started = () => {} } = {}) {
   });
 }
 
-module.exports = { ensure, run, storeEnv };
+module.exports = { ensure, installKey, ownVersion, run, storeEnv };

@@ -288,14 +288,39 @@ def test_bad_inputs_fail_the_step_in_one_line(store: Store, jobs, lock_name):
         assert step.code == 1 and len(errors) == 1 and says in errors[0], step.text
 
 
+#: Stands in for awsflock 0.2.0 on a runner's PATH (`pipx install awsflock` before 0.3 was on
+#: PyPI): it knows no --json. Every call but --version is noted in a file beside it.
+OLD_AWSFLOCK = """#!/bin/sh
+if [ "$1" = --version ]; then echo "awsflock, version 0.2.0"; exit 0; fi
+echo "$*" >> "$0.used"
+echo "Error: no such option: --json" >&2
+exit 2
+"""
+
+
+def old_awsflock_first_on_path(store: Store, folder: Path) -> Path:
+    stub = folder / "old-bin" / "awsflock"
+    stub.parent.mkdir()
+    stub.write_text(OLD_AWSFLOCK)
+    stub.chmod(0o755)
+    store.env["PATH"] = f"{stub.parent}{os.pathsep}{store.env['PATH']}"
+    return stub
+
+
+def own_version() -> str:
+    return ROOT.joinpath("pyproject.toml").read_text().split('version = "', 1)[1].split('"')[0]
+
+
 @pytest.mark.parametrize("store", ["dev_server"], indirect=True)
-def test_without_awsflock_on_path_main_installs_it_from_the_actions_checkout(
-    store: Store, jobs, lock_name
+@pytest.mark.parametrize("on_path", ["nothing", "awsflock 0.2.0"])
+def test_without_its_awsflock_on_path_main_installs_it_from_the_actions_checkout(
+    store: Store, jobs, lock_name, tmp_path, on_path
 ):
     if os.environ.get("CI") != "true" and not os.environ.get("AWSFLOCK_TEST_INSTALL"):
         pytest.skip("installs awsflock from PyPI's packages: CI only (or AWSFLOCK_TEST_INSTALL=1)")
     bare = os.pathsep.join(p for p in store.env["PATH"].split(os.pathsep) if p != str(BIN.parent))
     store.env["PATH"] = bare
+    old = old_awsflock_first_on_path(store, tmp_path) if on_path != "nothing" else None
     a = jobs("alpha", name=lock_name)
     taken = a.run("main", timeout=600)
     assert taken.code == 0, a.logs()
@@ -305,9 +330,46 @@ def test_without_awsflock_on_path_main_installs_it_from_the_actions_checkout(
     # A later step finds it on PATH; a second job reuses the install.
     later = a.run("run", "command -v awsflock && awsflock --version")
     assert later.code == 0 and later.text.startswith(str(installed)), later.text
+    assert f"awsflock, version {own_version()}" in later.text
     assert a.run("post").code == 0
     again = jobs("beta", name=lock_name).run("main")
     assert again.code == 0 and "installing" not in again.text
+    assert old is None or not Path(f"{old}.used").exists()
+
+
+@pytest.mark.parametrize("store", ["dev_server"], indirect=True)
+def test_an_older_awsflock_on_path_is_not_used_and_the_log_says_so(
+    store: Store, jobs, lock_name, tmp_path
+):
+    old = old_awsflock_first_on_path(store, tmp_path)
+    a = jobs("alpha", name=lock_name)
+    # The action's own install of its checkout, as an earlier job left it in the tool cache
+    # (the test above installs it for real).
+    key = subprocess.run(
+        [
+            "node",
+            "-p",
+            f"require({str(ROOT / 'action/src/awsflock.js')!r}).installKey('', '')"
+            " + '/' + process.arch",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    own = Path(a.env["RUNNER_TOOL_CACHE"]) / "awsflock" / key
+    (own / "bin").mkdir(parents=True)
+    (own / "bin" / "awsflock").symlink_to(BIN)
+    (own / ".complete").write_text("test\n")
+    taken = a.run("main")
+    assert taken.code == 0, a.logs()
+    said = f"not using {old}: it is awsflock 0.2.0, and this action needs {own_version()}"
+    assert [line for line in taken.text.splitlines() if said in line] == [f"{said}; using its own"]
+    assert not Path(f"{old}.used").exists()
+    assert store.status(lock_name)["state"] == "held"
+    later = a.run("run", "command -v awsflock")
+    assert later.text.strip() == str(own / "bin" / "awsflock")
+    assert a.run("post").code == 0
+    assert store.status(lock_name)["state"] == "free"
 
 
 #: Stands in for awsflock on PATH: runs the real one, except that an acquire ends the way
