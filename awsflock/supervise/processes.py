@@ -1,7 +1,7 @@
-"""What the keep-alive renewer needs to know of other processes, from ``/proc``: whether one
-still runs (told apart from a later process with its pid by its start time), and which process
-a script's ``acquire --keep-alive`` should follow (its shell, past wrappers such as
-``timeout`` or ``sudo``)."""
+"""What awsflock needs to know of other processes, from ``/proc``: whether one still runs (told
+apart from a later process with its pid by its start time), which process a script's
+``acquire --keep-alive`` should follow (its shell, past wrappers such as ``timeout`` or
+``sudo``), and which processes are left in ``run``'s command's process group."""
 
 from __future__ import annotations
 
@@ -9,10 +9,6 @@ import contextlib
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
 
 
 def start_time(pid: int) -> str:
@@ -44,6 +40,43 @@ def alive(pid: int, started: str = "") -> bool:
     if stat[0] in ("Z", "X"):
         return False  # exited, not yet reaped by its parent
     return not started or stat[19] == started
+
+
+def group_members(pgid: int) -> list[tuple[int, str]] | None:
+    """The live processes of process group ``pgid`` (pid, name), zombies left out: a zombie has
+    exited, and in a container whose pid 1 does not reap it stays one for good. None where there
+    is no /proc to read (then ``group_alive`` asks the kernel)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    if "self" not in entries:
+        return None
+    found = []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        fields = _stat(int(name))
+        # fields: state, ppid, pgrp, ...
+        if fields is None or len(fields) < 3 or fields[2] != str(pgid) or fields[0] in ("Z", "X"):
+            continue
+        found.append((int(name), _name(int(name)) or "?"))
+    return sorted(found)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a live process: by /proc where there is one, else
+    by the kernel's answer to a null signal (which counts zombies too)."""
+    members = group_members(pgid)
+    if members is not None:
+        return bool(members)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # a member runs as another user (a setuid program): it still runs
+    return True
 
 
 #: Programs that run a command and end with it (``timeout 60 awsflock ...``, ``time``,
