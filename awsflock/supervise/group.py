@@ -7,7 +7,8 @@ stays protected after the script exits. ``run`` holds (and renews) the lock unti
 **and every live process of its process group** have exited. A daemon that calls ``setsid``
 leaves the group, and with it the lock's protection. Which processes are left is read from
 ``/proc`` (zombies left out: a container's pid 1 may never reap them); elsewhere the kernel is
-asked (``killpg(pgid, 0)``). The group is looked at every ``GROUP_POLL`` seconds.
+asked (``killpg(pgid, 0)``). The group is looked at every ``GROUP_POLL`` seconds (a null signal),
+and /proc read at most every ``ZOMBIE_SCAN`` seconds.
 
 When the work was interrupted (the command was ended by a signal, or exited 128+N for INT, TERM,
 HUP or QUIT as a shell does for a child killed that way, or awsflock itself was sent one of
@@ -43,6 +44,8 @@ log = logging.getLogger("awsflock.runner")
 POLL = 0.1
 #: How often the command's process group is looked at once the command itself has exited.
 GROUP_POLL = 0.2
+#: How often, at most, /proc is read to tell a group of zombies only from a live one.
+ZOMBIE_SCAN = 1.0
 #: Signals that ask for the work to stop: one of these (sent to awsflock and forwarded, or
 #: ending the command) has what is left of the command's group stopped too. USR1 and USR2 are
 #: only forwarded.
@@ -63,6 +66,7 @@ class Group:
     #: Once seen empty (and the command reaped), its pgid may belong to another process later:
     #: nothing is sent to it any more.
     gone: bool = False
+    _next_scan: float = 0.0
 
     def signal(self, sig: int) -> None:
         if self.gone:
@@ -76,8 +80,25 @@ class Group:
         self.signal(signal.SIGCONT)
 
     def alive(self) -> bool:
-        if not self.gone and not processes.group_alive(self.pgid):
+        """Whether a live process is left in the group. The kernel says whether there is any (a
+        null signal: cheap, but zombies count); /proc says whether one is not a zombie, read at
+        most every ``ZOMBIE_SCAN`` seconds, or 20 times as long as reading it took (a host with
+        thousands of processes), so that waiting costs little."""
+        if self.gone:
+            return False
+        try:
+            os.killpg(self.pgid, 0)
+        except ProcessLookupError:
             self.gone = True
+            return False
+        except PermissionError:
+            pass  # a member runs as another user (a setuid program): it still runs
+        began = time.monotonic()
+        if began < self._next_scan:
+            return True
+        live = processes.group_members(self.pgid, first=True)
+        self._next_scan = time.monotonic() + max(ZOMBIE_SCAN, 20 * (time.monotonic() - began))
+        self.gone = live == []  # None: no /proc, the kernel's word stands
         return not self.gone
 
     def describe(self) -> str:

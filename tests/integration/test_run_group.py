@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import termios
 import threading
 import time
@@ -87,7 +88,12 @@ class Running:
     def finish(self, timeout: float = 30) -> tuple[int, str, str]:
         """Its exit status, stdout and stderr."""
         assert self.proc.stdout is not None and self.proc.stderr is not None
-        code = self.proc.wait(timeout=timeout)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # what the test started is killed by the ``pids`` fixture
+            self.proc.wait(timeout)
+            raise
         self._reader.join(timeout)
         out = self.proc.stdout.read()
         self.proc.stdout.close()
@@ -160,6 +166,43 @@ def test_a_daemon_that_calls_setsid_is_not_waited_for(awsflock: Cli, lock_name, 
     (tmp_path / "bg.go").touch()
 
 
+#: A process that leaves a zombie behind in the command's group: it forks a child that exits at
+#: once, moves to a session of its own, and never reaps the child (as a container's pid 1 that
+#: reaps nothing leaves orphans).
+ZOMBIE_MAKER = """
+import os, sys, time
+devnull = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(devnull, fd)
+child = os.fork()
+if child == 0:
+    os._exit(0)
+os.setsid()
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.getpid()} {child}")
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+"""
+
+
+def test_a_zombie_left_in_the_group_does_not_keep_the_lock(
+    awsflock: Cli, lock_name, tmp_path, pids
+):
+    pidfile, go = tmp_path / "pids", tmp_path / "go"
+    script = f"{sys.executable} -c '{ZOMBIE_MAKER}' {pidfile} {go} &"
+    run = Running(awsflock.popen("run", lock_name, "-c", script))
+    parent, zombie = map(int, wait_for(pidfile).split())
+    pids.append(parent)
+    try:
+        code, _, err = run.finish(timeout=20)
+        state = Path(f"/proc/{zombie}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    finally:
+        go.touch()
+    assert code == 0, err
+    assert state == "Z", "the test's zombie was not one"
+    assert _state(awsflock, lock_name) == "free"
+
+
 def test_hold_until_command_releases_when_the_command_exits(
     awsflock: Cli, lock_name, tmp_path, pids
 ):
@@ -217,6 +260,7 @@ def test_ctrl_c_at_a_terminal_stops_the_background_child_and_releases(
     non-interactive shell starts with INT ignored) is stopped, and the prompt comes back."""
     script = f"bash -c '{_worker(tmp_path)}' & echo up > {tmp_path}/up; wait"
     master, slave = os.openpty()
+    proc = None
 
     def controlling_terminal() -> None:  # runs in the child after setsid
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
@@ -239,6 +283,9 @@ def test_ctrl_c_at_a_terminal_stops_the_background_child_and_releases(
         _, err = proc.communicate(timeout=30)
     finally:
         os.close(master)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
     assert proc.returncode == 130, err
     assert not _alive(child), "a process of the interrupted command was left running"
     assert "interrupted (status 130)" in err
