@@ -199,18 +199,7 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
             )
             _release_quietly(hold)
             return 128 + received[0]
-        env = dict(os.environ)
-        env.update(options.extra_env)
-        env.update(
-            {
-                "AWSFLOCK_HELD": "1",
-                "AWSFLOCK_LOCK_ID": lock_id,
-                "AWSFLOCK_OWNER": hold.lease.owner,
-                "AWSFLOCK_FENCING_TOKEN": str(hold.fencing_token),
-            }
-        )
-        if hold.slot is not None:
-            env["AWSFLOCK_SLOT"] = str(hold.slot)
+        env = _command_env(hold, options)
         foreground = _has_terminal()
         try:
             child = subprocess.Popen(
@@ -237,6 +226,23 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _command_env(hold: Hold, options: RunOptions) -> dict[str, str]:
+    """CMD's environment: ours, and what it needs to know of the lock (never the LEASE_ID)."""
+    env = dict(os.environ)
+    env.update(options.extra_env)
+    env.update(
+        {
+            "AWSFLOCK_HELD": "1",
+            "AWSFLOCK_LOCK_ID": hold.lock_id,
+            "AWSFLOCK_OWNER": hold.lease.owner,
+            "AWSFLOCK_FENCING_TOKEN": str(hold.fencing_token),
+        }
+    )
+    if hold.slot is not None:
+        env["AWSFLOCK_SLOT"] = str(hold.slot)
+    return env
 
 
 def _take_terminal_back() -> None:
