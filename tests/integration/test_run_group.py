@@ -40,10 +40,13 @@ def lock_name() -> str:
 
 
 @pytest.fixture
-def pids() -> Iterator[list[int]]:
-    """Pids of background children a test starts: killed at its end whatever happened."""
+def pids(tmp_path) -> Iterator[list[int]]:
+    """Pids of background children a test starts: at its end, whatever happened, every worker
+    is told to go (also one whose pid the test never read) and those named here are killed."""
     started: list[int] = []
     yield started
+    for pidfile in tmp_path.glob("*.pid"):
+        pidfile.with_suffix(".go").touch()
     for pid in started:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
