@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import awsflock
 from awsflock import errors
 from tests.docs import recipe
@@ -71,3 +73,22 @@ def test_a_force_released_lease_since_taken_over_names_both_ways_it_can_have_end
         assert "see `awsflock audit`" in str(exc) and "keep-alive renewer" in str(exc)
     else:
         raise AssertionError("a force-released lease was released")
+
+
+def test_a_lease_repr_names_the_lock_but_never_the_lease_id():
+    # Issue 38 (14): a repr (in a log line, a traceback, a debugger) showed the lease id, the
+    # secret that renews and releases the lock.
+    from awsflock import FakeClock, LockTable, MemoryStore
+    from awsflock.lock.admin import force_release
+
+    table = LockTable(store=MemoryStore(clock=FakeClock()))
+    lease = table.acquire("deploy", lease=30)
+    shown = repr(lease)
+    assert lease.lease_id not in shown and lease.lease_id not in str(lease)
+    assert "lock_id='deploy'" in shown and f"fencing_token={lease.fencing_token}" in shown
+    assert "expires_at=" in shown and "lease_id=<redacted>" in shown
+    # Nor does the error a refused renewal raises (run's lease-loss line is made of it).
+    force_release(table, "deploy", reason="test", lease_id=lease.lease_id)
+    with pytest.raises(errors.NotHeld, match="force-released") as refused:
+        lease.renew()
+    assert lease.lease_id not in refused.value.one_line(), refused.value.one_line()

@@ -10,6 +10,8 @@ import time
 import pytest
 
 from awsflock import errors
+from awsflock.lock.lease import LockTable
+from awsflock.stores.memory import MemoryStore
 from tests.helpers import CountingClient, FlakyClient
 
 
@@ -245,3 +247,58 @@ def test_stop_from_the_lost_callback_does_not_join_itself(make_table, moto, cloc
 def test_margin_that_leaves_no_time_to_renew_is_refused(make_table):
     with pytest.raises(errors.UsageError):
         make_table().hold("m", lease=60, margin=45)
+
+
+class _StuckRenewals(MemoryStore):
+    """A store whose renewals hang until the test lets them fail (an endpoint gone silent)."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(clock=clock)
+        self.renewing = threading.Event()
+        self.answer = threading.Event()
+
+    def renew(self, *args, **kwargs):
+        self.renewing.set()
+        assert self.answer.wait(5)
+        raise errors.EndpointUnreachable("the endpoint did not answer in time")
+
+
+class _Said(logging.Handler):
+    """Records what was logged, in order, and whether the hold counted as lost at each line."""
+
+    def __init__(self, hold_of) -> None:
+        super().__init__(logging.DEBUG)
+        self.hold_of = hold_of
+        self.lines: list[tuple[str, str, bool]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        lost = self.hold_of().lost.is_set()
+        self.lines.append((record.levelname, record.getMessage(), lost))
+
+
+def test_loss_lines_come_in_the_order_of_events(clock):
+    # Issue 38 (13): a renewal cut off by the safety deadline failed while the
+    # caller's own check declared the loss, and said "renewal failed ... retrying" after "lost".
+    store = _StuckRenewals(clock)
+    held = LockTable(store=store, clock=clock).hold("order", lease=60, margin=10)
+    said = _Said(lambda: held)
+    logger = logging.getLogger("awsflock.heartbeat")
+    logger.addHandler(said)
+    level, logger.level = logger.level, logging.DEBUG
+    try:
+        held.start()
+        clock.advance(20)
+        assert store.renewing.wait(5)  # a renewal is on its way, unanswered
+        clock.advance(31)  # past the safety deadline (60 - 10)
+        with pytest.raises(errors.LeaseLost):
+            held.check()
+        store.answer.set()
+        held.stop(release=False)
+    finally:
+        logger.removeHandler(said)
+        logger.level = level
+    shown = [(lvl, msg) for lvl, msg, _ in said.lines if lvl != "DEBUG"]
+    assert len(shown) == 1 and shown[0][1].startswith("lost the lock 'order'"), said.lines
+    # Said before the hold counted as lost: a caller that acts on the loss (run, stopping its
+    # command and saying so) writes its own lines after this one.
+    assert [lost for _, msg, lost in said.lines if msg.startswith("lost")] == [False]

@@ -20,6 +20,7 @@ from awsflock.cli.options import (
     wait_options,
 )
 from awsflock.lock import renewal
+from awsflock.supervise.group import HOLD_UNTIL
 
 
 @cli.command("run", cls=RunCommand, context_settings=CONTEXT)
@@ -40,6 +41,14 @@ from awsflock.lock import renewal
     "command dead before the lease ends (see above).",
 )
 @click.option(
+    "--hold-until",
+    type=click.Choice(HOLD_UNTIL),
+    default="group",
+    show_default=True,
+    help="Hold the lock until CMD and every process left in its process group have exited "
+    "(background jobs of a script), or until CMD itself exits ('command').",
+)
+@click.option(
     "-E",
     "--conflict-exit-code",
     type=click.IntRange(0, 255),
@@ -57,6 +66,7 @@ def run_command(
     owner: str | None,
     kill_after: float | None,
     conflict_exit_code: int,
+    hold_until: str,
     slots: int | None,
     fair: bool,
 ) -> None:
@@ -72,9 +82,18 @@ def run_command(
     (and AWSFLOCK_SLOT with --slots).
     Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
 
+    As flock(1) holds its lock while any process still has the lock file open,
+    run holds the lock until CMD and every process left in CMD's process group
+    (a script's `cmd &`) have exited; a daemon that calls setsid leaves the group
+    and is not waited for. If CMD was interrupted (ended by INT, TERM, HUP or
+    QUIT, or exited 128+N for one), or awsflock was sent one of those, what is
+    left in the group gets TERM, then KILL after --kill-after. --hold-until
+    command releases when CMD itself exits.
+
     If the lease is lost (a renewal refused, or none succeeded by kill-after + G
     before expiry, G = 1s or lease/10 if shorter), CMD's group gets TERM, then
-    KILL after --kill-after, so CMD is dead G before its lease ends. An explicit
+    KILL after --kill-after, so CMD is dead G before its lease ends; the lock is
+    released once the group is empty. An explicit
     --kill-after must satisfy kill-after + G < lease - lease/{per}, so renewal gets
     its chance first; the default (10s, or lease/5) always does.
 
@@ -104,6 +123,7 @@ def run_command(
         conflict_exit_code=conflict_exit_code,
         slots=slots,
         fair=fair,
+        hold_until=hold_until,
     )
     code = run(table, lock_id, argv, options)
     if_interrupted("")

@@ -307,11 +307,26 @@ class Hold:
             self._lose(f"renewal refused: {exc.message}", exc.reason, exc.hint)
             return
         except errors.AwsflockError as exc:
-            with self._state:
-                self._failures += 1
-                backoff = min(self.interval, 0.5 * 2 ** (self._failures - 1))
-                self._next_renew = now + backoff
-            left = lease.expires_mono - self.clock.monotonic()
+            self._renewal_failed(exc, now)
+            return
+        with self._state:
+            self._failures = 0
+            self._next_renew = now + self.interval
+            self.renewals += 1
+
+    def _renewal_failed(self, exc: errors.AwsflockError, now: float) -> None:
+        """A renewal failed and will be retried. Said under the state lock, as the loss is: the
+        lines come out in the order of the events (a renewal cut off at the safety deadline
+        fails as the caller's own check declares the loss, in another thread)."""
+        with self._state:
+            self._failures += 1
+            backoff = min(self.interval, 0.5 * 2 ** (self._failures - 1))
+            self._next_renew = now + backoff
+            left = self.lease.expires_mono - self.clock.monotonic()
+            if self.lost.is_set():
+                # Nothing will be retried: the loss, said already, is the news.
+                log.debug("renewal of %r failed after its loss: %s", self.lock_id, exc.message)
+                return
             log.warning(
                 "renewal of %r failed (%s); %s of the lease left, retrying in %s",
                 self.lock_id,
@@ -326,11 +341,6 @@ class Hold:
                     "expires_in_s": round(left, 3),
                 },
             )
-            return
-        with self._state:
-            self._failures = 0
-            self._next_renew = now + self.interval
-            self.renewals += 1
 
     def _lose(self, why: str, reason: str, advice: str = "") -> None:
         """Declare the lease lost. ``advice``: what to do about it, where the reason calls for
@@ -346,18 +356,20 @@ class Hold:
                 f"lease on {self.lock_id!r} was lost: {why}",
                 hint=f"the work done under it may be unprotected; {advice}",
             )
+            # Said before ``lost`` is set: a caller that sees it set (``run``, which then stops
+            # its command and says so) writes its lines after this one.
+            log.error(
+                "lost the lock %r: %s",
+                self.lock_id,
+                why,
+                extra={
+                    "event": "lost",
+                    "lock_id": self.lock_id,
+                    "fencing_token": lease.fencing_token if lease else None,
+                    "outcome": reason,
+                },
+            )
             self.lost.set()
-        log.error(
-            "lost the lock %r: %s",
-            self.lock_id,
-            why,
-            extra={
-                "event": "lost",
-                "lock_id": self.lock_id,
-                "fencing_token": lease.fencing_token if lease else None,
-                "outcome": reason,
-            },
-        )
         if self.on_lost is not None:
             try:
                 self.on_lost(self, self._lost_error)

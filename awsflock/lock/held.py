@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from awsflock import errors
 from awsflock.clock import Clock
 from awsflock.records import LockRecord
+from awsflock.text import iso_utc
 
 log = logging.getLogger("awsflock.lease")
 
@@ -24,9 +25,12 @@ class Table(Protocol):
     def release(self, held: Lease) -> None: ...
 
 
-@dataclass
+@dataclass(repr=False)
 class Lease:
-    """A lease we hold (or held) on one lock. ``fencing_token`` only ever goes up per lock."""
+    """A lease we hold (or held) on one lock. ``fencing_token`` only ever goes up per lock.
+
+    Its repr names the lock, token and expiry but not the lease id, which is the secret that
+    renews and releases it (a repr ends up in logs and tracebacks)."""
 
     table: Table
     lock_id: str
@@ -56,6 +60,15 @@ class Lease:
     def release(self) -> None:
         """End the lease. Raises NotHeld if it was lost in the meantime."""
         self.table.release(self)
+
+    def __repr__(self) -> str:
+        slot = "" if self.slot is None else f", slot={self.slot}"
+        state = ", released" if self.released else ""
+        return (
+            f"Lease(lock_id={self.lock_id!r}{slot}, fencing_token={self.fencing_token}, "
+            f"owner={self.owner!r}, expires_at={iso_utc(self.expires_at)}, "
+            f"lease_id=<redacted>{state})"
+        )
 
     def remaining(self) -> float:
         return self.expires_at - self.table.clock.time()

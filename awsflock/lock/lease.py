@@ -385,7 +385,7 @@ class LockTable:
                 # the record went by TTL or by another client's release. Which, nothing says:
                 # not "released" (its work may have run unprotected), but not held either way.
                 refusal = errors.NotHeld(
-                    f"lease {lease_id} does not hold {lock_id!r}: there is no such lock now, and "
+                    f"the lease does not hold {lock_id!r}: there is no such lock now, and "
                     "whether this release ended the lease before its record was deleted or the "
                     "lease ran out first cannot be told",
                     hint="check the work done under it",

@@ -21,7 +21,8 @@ def of(
     def refused(why: str, hint: str = again, reason: str = "") -> errors.NotHeld:
         if outcome.barred:
             why += "; an acquire attempt under it that lands later is refused"
-        err = errors.NotHeld(f"lease {lease_id} does not hold {lock_id!r}: {why}", hint=hint)
+        # Not the lease id: these lines go to CI logs, where a lease id is a secret (debug only).
+        err = errors.NotHeld(f"the lease does not hold {lock_id!r}: {why}", hint=hint)
         if reason:
             err.reason = reason
         return err

@@ -1,7 +1,7 @@
-"""What the keep-alive renewer needs to know of other processes, from ``/proc``: whether one
-still runs (told apart from a later process with its pid by its start time), and which process
-a script's ``acquire --keep-alive`` should follow (its shell, past wrappers such as
-``timeout`` or ``sudo``)."""
+"""What awsflock needs to know of other processes, from ``/proc``: whether one still runs (told
+apart from a later process with its pid by its start time), which process a script's
+``acquire --keep-alive`` should follow (its shell, past wrappers such as ``timeout`` or
+``sudo``), and which processes are left in ``run``'s command's process group."""
 
 from __future__ import annotations
 
@@ -9,10 +9,6 @@ import contextlib
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
 
 
 def start_time(pid: int) -> str:
@@ -44,6 +40,41 @@ def alive(pid: int, started: str = "") -> bool:
     if stat[0] in ("Z", "X"):
         return False  # exited, not yet reaped by its parent
     return not started or stat[19] == started
+
+
+def group_members(pgid: int, first: bool = False) -> list[tuple[int, str]] | None:
+    """The live processes of process group ``pgid`` (pid, name), zombies left out: a zombie has
+    exited, and in a container whose pid 1 does not reap it stays one for good. With ``first``,
+    only the first found. None where there is no /proc to read."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    if "self" not in entries:
+        return None
+    found = []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        fields = _group_and_state(name)
+        if fields is None or fields[1] != pgid or fields[0] in (b"Z", b"X"):
+            continue
+        found.append((int(name), _name(int(name)) or "?"))
+        if first:
+            break
+    return sorted(found)
+
+
+def _group_and_state(pid: str) -> tuple[bytes, int] | None:
+    """(state, pgrp) from /proc/PID/stat, read as bytes: this runs over every process, five
+    times a second while ``run`` waits for a group."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+        fields = text[text.rfind(b")") + 2 :].split(None, 3)  # state, ppid, pgrp, ...
+        return fields[0], int(fields[2])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 #: Programs that run a command and end with it (``timeout 60 awsflock ...``, ``time``,

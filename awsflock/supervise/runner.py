@@ -2,9 +2,11 @@
 
 The command runs directly (no shell unless ``-c``) in its own process group, with stdin, stdout
 and stderr passed through. Signals INT, TERM, HUP, QUIT, USR1 and USR2 are forwarded to its group.
-If the lease is lost, the group gets TERM and, after ``kill_after``, KILL — timed so that it is
-dead before the lease could be taken by another. On Linux the child is killed if awsflock itself
-dies (``PR_SET_PDEATHSIG``). ``run`` never exits while the command is still running.
+The lock is held until the command and every process left in its group have exited
+(``awsflock.supervise.group``). If the lease is lost, the group gets TERM and, after
+``kill_after``, KILL — timed so that it is dead before the lease could be taken by another. On
+Linux the child is killed if awsflock itself dies (``PR_SET_PDEATHSIG``). ``run`` never exits
+while the command is still running.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
 from awsflock.lock import renewal
-from awsflock.text import format_seconds
+from awsflock.supervise.group import EXIT_LOST, Group, Watch, supervise
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -41,11 +43,9 @@ FORWARDED = (
     signal.SIGUSR2,
 )
 EXIT_NOT_ACQUIRED = 75
-EXIT_LOST = 124
 EXIT_OWN_FAILURE = 125
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
-POLL = 0.1
 #: After a loss, the release is tried for at most this long (the endpoint is likely sick).
 RELEASE_AFTER_LOSS = 1.5
 
@@ -59,6 +59,9 @@ class RunOptions:
     slots: int | None = None
     fair: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: "group": hold until the command and every process left in its group have exited;
+    #: "command": release when the command itself exits (``--hold-until``).
+    hold_until: str = "group"
 
 
 def resolve(argv: list[str]) -> str:
@@ -145,15 +148,15 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
         return problem.code
 
     received: list[int] = []
-    child: subprocess.Popen[bytes] | None = None
+    group: Group | None = None
     # Set by any forwarded signal: ends the wait, and keeps CMD from starting once granted.
     cancel = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
         cancel.set()
-        if child is not None and child.poll() is None:
-            _signal_group(child, signum)
+        if group is not None:
+            group.signal(signum)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in FORWARDED}
     lost = threading.Event()
@@ -196,18 +199,7 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
             )
             _release_quietly(hold)
             return 128 + received[0]
-        env = dict(os.environ)
-        env.update(options.extra_env)
-        env.update(
-            {
-                "AWSFLOCK_HELD": "1",
-                "AWSFLOCK_LOCK_ID": lock_id,
-                "AWSFLOCK_OWNER": hold.lease.owner,
-                "AWSFLOCK_FENCING_TOKEN": str(hold.fencing_token),
-            }
-        )
-        if hold.slot is not None:
-            env["AWSFLOCK_SLOT"] = str(hold.slot)
+        env = _command_env(hold, options)
         foreground = _has_terminal()
         try:
             child = subprocess.Popen(
@@ -221,9 +213,12 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
         finally:
             # Signals held back since the grant arrive now and go to CMD's group.
             signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        group = Group(child.pid)
         hold.start_renewing()
-        status = _supervise(child, hold, lost, kill_after)
+        watch = Watch(child, group, hold, lost, kill_after, options.hold_until == "group", received)
+        status = supervise(watch)
         if foreground:
+            # Only now: a process left in the group may still read from the terminal.
             _take_terminal_back()
         if not _release_quietly(hold):
             return EXIT_LOST
@@ -233,43 +228,21 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
             signal.signal(sig, handler)
 
 
-def _supervise(
-    child: subprocess.Popen[bytes], hold: Hold, lost: threading.Event, kill_after: float
-) -> int:
-    """Wait for the child; on loss of the lease TERM its group, then KILL. Its exit status."""
-    while True:
-        try:
-            code = child.wait(timeout=POLL)
-        except subprocess.TimeoutExpired:
-            code = None
-        if code is not None:
-            return 128 - code if code < 0 else code
-        try:
-            hold.check()  # by the clock, so a stuck renewal cannot delay this
-        except errors.LeaseLost:
-            lost.set()
-        if lost.is_set():
-            _stop_child(child, kill_after)
-            return EXIT_LOST
-
-
-def _stop_child(child: subprocess.Popen[bytes], kill_after: float) -> None:
-    log.error(
-        "the lease was lost: sending TERM to the command, KILL after %s", format_seconds(kill_after)
+def _command_env(hold: Hold, options: RunOptions) -> dict[str, str]:
+    """CMD's environment: ours, and what it needs to know of the lock (never the LEASE_ID)."""
+    env = dict(os.environ)
+    env.update(options.extra_env)
+    env.update(
+        {
+            "AWSFLOCK_HELD": "1",
+            "AWSFLOCK_LOCK_ID": hold.lock_id,
+            "AWSFLOCK_OWNER": hold.lease.owner,
+            "AWSFLOCK_FENCING_TOKEN": str(hold.fencing_token),
+        }
     )
-    _signal_group(child, signal.SIGTERM)
-    try:
-        child.wait(timeout=kill_after)
-    except subprocess.TimeoutExpired:
-        _signal_group(child, signal.SIGKILL)
-        child.wait()
-    # Whatever else is left in its group goes too: it ran under the lost lease.
-    _signal_group(child, signal.SIGKILL)
-
-
-def _signal_group(child: subprocess.Popen[Any], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, sig)
+    if hold.slot is not None:
+        env["AWSFLOCK_SLOT"] = str(hold.slot)
+    return env
 
 
 def _take_terminal_back() -> None:

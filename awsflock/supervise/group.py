@@ -1,0 +1,248 @@
+"""What ``awsflock run`` waits for: its command, and (unless ``--hold-until command``) every
+process left in the command's process group.
+
+The rule is flock(1)'s, for processes instead of file descriptors: flock keeps its lock while
+any process still holds the lock file open, so a script's background job (`terraform ... &`)
+stays protected after the script exits. ``run`` holds (and renews) the lock until the command
+**and every live process of its process group** have exited. A daemon that calls ``setsid``
+leaves the group, and with it the lock's protection. Which processes are left is read from
+``/proc`` (zombies left out: a container's pid 1 may never reap them); elsewhere the kernel is
+asked (``killpg(pgid, 0)``). The group is looked at every ``GROUP_POLL`` seconds (a null signal),
+and /proc read at most every ``ZOMBIE_SCAN`` seconds.
+
+When the work was interrupted (the command was ended by a signal, or exited 128+N for INT, TERM,
+HUP or QUIT as a shell does for a child killed that way, or awsflock itself was sent one of
+those, as it is when a CI job is cancelled), what is left is stopped: TERM, then KILL after
+``--kill-after``. A user who presses Ctrl-C gets the prompt back with nothing left running. If
+the lease is lost, the whole group is stopped the same way, and the lock is released only once
+the group is empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from awsflock import errors
+from awsflock.lock.waiting import NOTICE
+from awsflock.supervise import processes
+from awsflock.text import format_seconds
+
+if TYPE_CHECKING:
+    from awsflock.lock.heartbeat import Hold
+
+log = logging.getLogger("awsflock.runner")
+
+#: How often the command is checked for its end, and the lease for its loss, while it runs.
+POLL = 0.1
+#: How often the command's process group is looked at once the command itself has exited.
+GROUP_POLL = 0.2
+#: How often, at most, /proc is read to tell a group of zombies only from a live one.
+ZOMBIE_SCAN = 1.0
+#: Signals that ask for the work to stop: one of these (sent to awsflock and forwarded, or
+#: ending the command) has what is left of the command's group stopped too. USR1 and USR2 are
+#: only forwarded.
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT})
+#: How many pids a message names before saying "and N more".
+NAMED = 5
+EXIT_LOST = 124
+
+#: ``--hold-until``: until the command's whole process group has exited, or the command alone.
+HOLD_UNTIL = ("group", "command")
+
+
+@dataclass
+class Group:
+    """The command's process group (its pgid is the command's pid)."""
+
+    pgid: int
+    #: Once seen empty (and the command reaped), its pgid may belong to another process later:
+    #: nothing is sent to it any more.
+    gone: bool = False
+    _next_scan: float = 0.0
+
+    def signal(self, sig: int) -> None:
+        if self.gone:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, sig)
+
+    def ask_to_stop(self) -> None:
+        """TERM, and CONT so that a stopped member (Ctrl-Z, SIGTTIN) gets it."""
+        self.signal(signal.SIGTERM)
+        self.signal(signal.SIGCONT)
+
+    def alive(self) -> bool:
+        """Whether a live process is left in the group. The kernel says whether there is any (a
+        null signal: cheap, but zombies count); /proc says whether one is not a zombie, read at
+        most every ``ZOMBIE_SCAN`` seconds, or 20 times as long as reading it took (a host with
+        thousands of processes), so that waiting costs little."""
+        if self.gone:
+            return False
+        try:
+            os.killpg(self.pgid, 0)
+        except ProcessLookupError:
+            self.gone = True
+            return False
+        except PermissionError:
+            pass  # a member runs as another user (a setuid program): it still runs
+        began = time.monotonic()
+        if began < self._next_scan:
+            return True
+        live = processes.group_members(self.pgid, first=True)
+        self._next_scan = time.monotonic() + max(ZOMBIE_SCAN, 20 * (time.monotonic() - began))
+        self.gone = live == []  # None: no /proc, the kernel's word stands
+        return not self.gone
+
+    def describe(self) -> str:
+        """'2 processes (PID NAME, PID NAME)' for a message."""
+        members = processes.group_members(self.pgid) or []
+        if not members:  # no /proc to say which
+            return f"processes (process group {self.pgid})"
+        named = ", ".join(f"{pid} {name}" for pid, name in members[:NAMED])
+        more = f" and {len(members) - NAMED} more" if len(members) > NAMED else ""
+        noun = "process" if len(members) == 1 else "processes"
+        return f"{len(members)} {noun} ({named}{more})"
+
+
+@dataclass
+class Watch:
+    """What ``supervise`` watches: the command, its group, the hold, and the signals awsflock
+    was sent (``received``, appended to by its signal handler)."""
+
+    child: subprocess.Popen[bytes]
+    group: Group
+    hold: Hold
+    lost: threading.Event
+    kill_after: float
+    until_group: bool = True
+    received: list[int] = field(default_factory=list)
+
+    def lease_lost(self) -> bool:
+        try:
+            self.hold.check()  # by the clock, so a stuck renewal cannot delay this
+        except errors.LeaseLost:
+            self.lost.set()
+        return self.lost.is_set()
+
+    def stop_asked(self) -> bool:
+        return any(sig in STOP_SIGNALS for sig in self.received)
+
+
+def supervise(watch: Watch) -> int:
+    """Wait for the command and, holding until the group, for what it left in its group; on
+    loss of the lease stop them all. The command's exit status, or ``EXIT_LOST``."""
+    try:
+        status = _wait_command(watch)
+        if status is None or not watch.until_group:
+            return EXIT_LOST if status is None else status
+        return _wait_group(watch, status)
+    finally:
+        # From here on a signal to awsflock is not forwarded (the pgid may be reused).
+        watch.group.gone = True
+
+
+def _wait_command(watch: Watch) -> int | None:
+    """The command's exit status, or None if the lease was lost (and the group stopped)."""
+    while True:
+        try:
+            code = watch.child.wait(timeout=POLL)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None:
+            return 128 - code if code < 0 else code
+        if watch.lease_lost():
+            _stop_after_loss(watch)
+            return None
+
+
+def _wait_group(watch: Watch, status: int) -> int:
+    """After the command exited with ``status``: hold until its group is empty."""
+    group = watch.group
+    if not group.alive():
+        return status
+    kill_at: float | None = None
+    if _interrupted(status, watch):
+        kill_at = _stop_leftovers(watch, status)
+    else:
+        log.log(
+            NOTICE,
+            "the command exited (status %d) but left %s in its process group: holding %r, "
+            "renewing it, until they exit (--hold-until command releases when the command "
+            "exits; TERM or INT to awsflock, pid %d, stops them)",
+            status,
+            group.describe(),
+            watch.hold.lock_id,
+            os.getpid(),
+            extra={"event": "waiting_for_group", "lock_id": watch.hold.lock_id},
+        )
+    while group.alive():
+        if watch.lease_lost():
+            _stop_after_loss(watch, kill_at)
+            return EXIT_LOST
+        if kill_at is None and watch.stop_asked():
+            kill_at = _stop_leftovers(watch, status)
+        if kill_at is not None and time.monotonic() >= kill_at:
+            group.signal(signal.SIGKILL)
+        time.sleep(GROUP_POLL)
+    log.info(
+        "the processes left in the command's group have exited; releasing %r",
+        watch.hold.lock_id,
+        extra={"event": "group_exited", "lock_id": watch.hold.lock_id},
+    )
+    return status
+
+
+def _interrupted(status: int, watch: Watch) -> bool:
+    """Whether the work was asked to stop: the command ended by INT, TERM, HUP or QUIT (or
+    exited 128+N for one, as a shell does), or awsflock itself was sent one."""
+    return status - 128 in STOP_SIGNALS or watch.stop_asked()
+
+
+def _stop_leftovers(watch: Watch, status: int) -> float:
+    """TERM what is left of the group; the monotonic time at which KILL follows."""
+    log.log(
+        NOTICE,
+        "the command was interrupted (status %d): sending TERM to what it left in its process "
+        "group, %s, KILL after %s",
+        status,
+        watch.group.describe(),
+        format_seconds(watch.kill_after),
+        extra={"event": "stopping_group", "lock_id": watch.hold.lock_id},
+    )
+    watch.group.ask_to_stop()
+    return time.monotonic() + watch.kill_after
+
+
+def _stop_after_loss(watch: Watch, kill_at: float | None = None) -> None:
+    """The lease was lost: TERM the whole group, KILL after ``kill_after`` (or sooner, if a stop
+    already under way set an earlier time), and wait until it is gone — or, holding until the
+    command only, until the command is (what else is left is KILLed all the same)."""
+    log.error(
+        "the lease was lost: sending TERM to the command's process group, KILL after %s",
+        format_seconds(watch.kill_after),
+    )
+    group, child = watch.group, watch.child
+    group.ask_to_stop()
+    deadline = time.monotonic() + watch.kill_after
+    if kill_at is not None:
+        deadline = min(deadline, kill_at)
+
+    def done() -> bool:
+        ended = child.poll() is not None
+        return ended and (not watch.until_group or not group.alive())
+
+    while not done() and time.monotonic() < deadline:
+        time.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
+    while not done():
+        group.signal(signal.SIGKILL)
+        time.sleep(POLL / 5)
+    # Whatever else is left in its group goes too: it ran under the lost lease.
+    group.signal(signal.SIGKILL)
