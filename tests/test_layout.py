@@ -171,7 +171,20 @@ def test_every_sub_package_is_shipped():
 #: The lock logic reaches stores only through the registry (``stores.kinds``), which it may
 #: use to open the default store.
 LAYERS = (
-    ("core", ("protocol", "records", "errors", "clock", "durations", "text", "names", "metrics")),
+    (
+        "core",
+        (
+            "protocol",
+            "records",
+            "errors",
+            "clock",
+            "durations",
+            "text",
+            "names",
+            "metrics",
+            "extras",
+        ),
+    ),
     ("stores", ("stores",)),
     ("lock", ("lock",)),
     ("supervise", ("supervise",)),

@@ -288,8 +288,7 @@ def test_grants_prints_the_acl_rules_for_a_redis_store_and_refuses_dynamodb():
     )
     assert redis.exit_code == 0, redis.output
     assert "ACL SETUSER app on resetkeys ~locks:*" in redis.output
-    # The same command still prints PostgreSQL's GRANTs without a store, as before.
-    postgres = runner.invoke(cli, ["grants", "--role", "app"])
+    postgres = runner.invoke(cli, ["grants", "--store", "postgresql://u@h/db", "--role", "app"])
     assert postgres.exit_code == 0 and 'GRANT SELECT, INSERT, UPDATE ON TABLE "awsflock"' in (
         postgres.output
     )
