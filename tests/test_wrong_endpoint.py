@@ -93,10 +93,17 @@ def read_then_close(conn: socket.socket) -> None:
         conn.recv(65536)
 
 
-def awsflock(*args: str) -> Any:
+#: The request timeout where the outcome comes with the first answer: long, so that a loaded
+#: machine's slow loopback server is never taken for a silent one.
+ANSWERED = "20"
+#: Where every try fails alike and the command ends only when its budget does.
+UNTIL_THE_BUDGET_ENDS = "3"
+
+
+def awsflock(*args: str, budget: str = ANSWERED) -> Any:
     names = ("AWSFLOCK_ENDPOINT_URL", "DYNAMO_ENDPOINT_URL", "AWS_ENDPOINT_URL")
     env: dict[str, str | None] = dict.fromkeys(names)
-    return CliRunner().invoke(cli, [*args, "--request-timeout", "1"], env=env)
+    return CliRunner().invoke(cli, [*args, "--request-timeout", budget], env=env)
 
 
 def one_line(text: str) -> str:
@@ -141,7 +148,14 @@ def test_https_to_a_plain_http_server_is_not_a_dynamodb_endpoint():
 
 def test_a_failed_tls_handshake_leaves_nothing_in_doubt():
     with tcp_server(lambda conn: None) as where:  # closed at once: the handshake meets EOF
-        result = awsflock("acquire", "x", "--no-wait", "--endpoint-url", f"https://{where}")
+        result = awsflock(
+            "acquire",
+            "x",
+            "--no-wait",
+            "--endpoint-url",
+            f"https://{where}",
+            budget=UNTIL_THE_BUDGET_ENDS,
+        )
     assert result.exit_code == 1
     assert "TLS handshake with DynamoDB" in one_line(result.stderr)
 
@@ -176,7 +190,12 @@ def like_redis(conn: socket.socket) -> None:
     ],
     ids=["ssh", "redis"],
 )
-def test_a_server_of_another_protocol_is_not_a_dynamodb_endpoint_and_grants_nothing(server, said):
+def test_a_server_of_another_protocol_is_not_a_dynamodb_endpoint_and_grants_nothing(
+    server, said, monkeypatch
+):
+    from awsflock.stores.dynamodb import strangers
+
+    monkeypatch.setattr(strangers, "PROBE_S", float(ANSWERED))  # however loaded the machine
     with tcp_server(server) as where:
         url = f"http://{where}"
         result = awsflock("acquire", "x", "--no-wait", "--endpoint-url", url)
@@ -206,7 +225,14 @@ def test_an_answer_that_may_follow_the_write_stays_in_doubt(endpoint):
     """A proxy's 5xx or a lost connection may come after DynamoDB applied the write: the
     attempt is named with the command that frees it, as before."""
     with endpoint() as where:
-        result = awsflock("acquire", "x", "--no-wait", "--endpoint-url", f"http://{where}")
+        result = awsflock(
+            "acquire",
+            "x",
+            "--no-wait",
+            "--endpoint-url",
+            f"http://{where}",
+            budget=UNTIL_THE_BUDGET_ENDS,
+        )
     assert (result.exit_code, result.stdout) == (1, "")
     assert MAYBE_GRANTED in result.stderr
     assert "not a DynamoDB endpoint" not in result.stderr

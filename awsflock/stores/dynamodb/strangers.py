@@ -41,9 +41,20 @@ def not_http(error: BaseException | None, endpoint_url: str | None) -> str | Non
     return None
 
 
+#: Endpoints probed by this process, and what was found: a command whose every try is closed
+#: without an answer probes once, not once a try (a probe of a silent server costs PROBE_S).
+_PROBED: dict[str, bool] = {}
+
+
 def _answers_redis(endpoint_url: str) -> bool:
     """Whether the endpoint answers a Redis PING in Redis's protocol (``+PONG``, or an error
     such as ``-NOAUTH``): something no HTTP server sends."""
+    if endpoint_url not in _PROBED:
+        _PROBED[endpoint_url] = _probe(endpoint_url)
+    return _PROBED[endpoint_url]
+
+
+def _probe(endpoint_url: str) -> bool:
     parts = urlsplit(endpoint_url)
     if parts.scheme != "http" or not parts.hostname:
         return False
