@@ -6,7 +6,6 @@ import json
 import re
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -124,14 +123,11 @@ def test_loopback_never_asks_the_instance_metadata_service(
     address = f"http://127.0.0.1:{silent.getsockname()[1]}/"
     monkeypatch.setattr(IMDSFetcher, "_select_base_url", lambda *_: address)
     try:
-        start = time.monotonic()
         assert _key_used(local_endpoint) == LOCAL_ACCESS_KEY
-        elapsed = time.monotonic() - start
         with pytest.raises(BlockingIOError):
-            silent.accept()  # nobody connected
+            silent.accept()  # nobody connected (the kernel would have queued one who did)
     finally:
         silent.close()
-    assert elapsed < 1.5, f"took {elapsed:.2f}s"  # asking it would take 2 s
 
 
 ENV_KEY = {"AWS_ACCESS_KEY_ID": "AKIDFROMENV", "AWS_SECRET_ACCESS_KEY": "s"}

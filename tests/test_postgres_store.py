@@ -4,6 +4,7 @@ a real server in tests/integration/test_postgres.py.)"""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -46,9 +47,10 @@ def test_a_try_given_up_while_still_connecting_never_sends_its_statement(monkeyp
     import psycopg
 
     executed: list[str] = []
+    given_up = threading.Event()
 
     def slow_connect(conninfo: str, **kwargs: Any) -> FakeConnection:
-        time.sleep(1.3)  # longer than the try's bound (0.5 s + grace), within connect_timeout
+        given_up.wait(60)  # connected only once the caller has given the try up
         return FakeConnection(executed)
 
     monkeypatch.setattr(psycopg, "connect", slow_connect)
@@ -56,7 +58,10 @@ def test_a_try_given_up_while_still_connecting_never_sends_its_statement(monkeyp
     attempt = Attempt("L1", Identity(owner="x"), now_ms=0, lease_ms=60_000, skew_ms=0)
     with pytest.raises(errors.EndpointUnreachable) as raised:
         store.take("lock", attempt)
-    time.sleep(2.0)  # the abandoned worker has connected by now
+    workers = [t for t in threading.enumerate() if t.name == "awsflock-request"]
+    given_up.set()
+    for worker in workers:
+        worker.join(60)  # the abandoned worker has connected, and done what it would
     # Either it never sent the statement, or the caller was told it may have been applied.
     assert executed == [] or raised.value.maybe_applied, executed
     assert executed == []
