@@ -338,7 +338,10 @@ def wait_options(func: F) -> F:
     """--wait-time and --no-wait, as in awsflock 0.2.0 (0 means wait forever), and as -w and
     -n, as in flock(1)."""
     func = click.option(
-        "-n", "--no-wait", is_flag=True, help="Try once; do not wait if the lock is held."
+        "-n",
+        "--no-wait",
+        is_flag=True,
+        help="Try once; do not wait if the lock is held (ends within one request timeout).",
     )(func)
     func = click.option(
         "-w",
@@ -346,7 +349,8 @@ def wait_options(func: F) -> F:
         type=DurationType(durations.wait_seconds),
         default="60",
         show_default=True,
-        help="How long to wait for the lock, in seconds or as a duration; 0 waits forever.",
+        help="How long to wait for the lock, in seconds or as a duration; 0 waits forever. "
+        "Ends within this plus one request timeout, whatever the store does.",
     )(func)
     return func
 

@@ -6,12 +6,13 @@ shared machine; what they must never be is what awsflock did before: a minute fo
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 
 import pytest
 
 from tests.faultproxy import FaultProxy
-from tests.integration.conftest import Cli
+from tests.integration.conftest import BIN, Cli
 
 UPDATE = "UpdateItem"
 SLACK = 2.5  # process start-up and a loaded 2-core machine
@@ -129,3 +130,33 @@ def test_request_timeout_is_an_option_and_a_variable(proxy: FaultProxy, awsflock
     assert result.returncode == 1 and time.monotonic() - start < 1 + SLACK
     bad = awsflock("acquire", lock_name, "--request-timeout", "0")
     assert bad.returncode == 2 and "request timeout" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        ["--endpoint-url", "http://127.0.0.1:1"],
+        ["--store", "redis://127.0.0.1:1/0"],
+        ["--store", "postgresql://nobody@127.0.0.1:1/db"],
+    ],
+    ids=["dynamodb", "redis", "postgresql"],
+)
+@pytest.mark.parametrize("timeout", [1, 5])
+def test_a_wait_on_an_unreachable_store_ends_within_the_wait_plus_one_request_timeout(
+    where, timeout
+):
+    # Nothing listens on port 1: every try is refused at once, until the wait ends; the last
+    # try, made as it ends, is given its whole timeout (the bound --wait-time's help states).
+    cli = Cli("", "awsflock")
+    env = {k: v for k, v in cli.env().items() if k != "AWSFLOCK_ENDPOINT_URL"}
+    start = time.monotonic()
+    result = subprocess.run(
+        [str(BIN), "acquire", "x", "--wait-time", "2s", "--request-timeout", str(timeout), *where],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    took = time.monotonic() - start
+    assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert 2 <= took < 2 + timeout + SLACK, f"--wait-time 2s took {took:.1f}s"
