@@ -6,7 +6,6 @@ the library, and prints. stdout carries results only (a LEASE_ID, JSON); all els
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
@@ -14,45 +13,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from awsflock import errors
-from awsflock.cli import logs
+from awsflock.cli import logs, streams
 from awsflock.cli.options import SHARED, STATE, before_command
+from awsflock.cli.streams import emit, print_lease, stdout_nowhere, stdout_unread
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 if TYPE_CHECKING:
-    from awsflock.lock.lease import Lease
-
-
-def emit(data: dict[str, Any]) -> None:
-    click.echo(json.dumps(data, sort_keys=True))
-
-
-def print_lease(lease: Lease, as_json: bool) -> None:
-    """stdout of acquire and renew: the LEASE_ID alone (0.2.0's contract), or JSON; flushed at
-    once. Raises OSError if it cannot be written (a pipe nobody reads, a closed stdout), after
-    which stdout writes nowhere (so the exit reports nothing more about it)."""
-    try:
-        if sys.stdout is None:
-            raise OSError("stdout is closed")
-        if as_json:
-            emit(lease.as_dict())
-        else:
-            click.echo(lease.lease_id)
-        sys.stdout.flush()
-    except OSError:
-        stdout_nowhere()
-        raise
-
-
-def stdout_nowhere() -> None:
-    """Point stdout at /dev/null, dropping what it holds unwritten."""
-    import os
-
-    null = open(os.devnull, "w")  # noqa: SIM115 (stdout until the process ends)
-    try:
-        os.dup2(null.fileno(), sys.stdout.fileno())
-    except (AttributeError, OSError, ValueError):
-        sys.stdout = null
+    pass
 
 
 #: The words the running command line was given (after the program's name).
@@ -307,20 +275,6 @@ def _internal_error(exc: Exception, fail: Any) -> int:
     return code
 
 
-def stdout_unread() -> bool:
-    """Whether stdout is a pipe (or socket) whose reader has gone: a write to it would fail
-    with EPIPE. A broken pipe from anywhere else (a connection) is not this."""
-    import select
-
-    try:
-        poller = select.poll()
-        poller.register(sys.__stdout__.fileno() if sys.__stdout__ else 1, select.POLLOUT)
-        events = poller.poll(0)
-    except (AttributeError, OSError, ValueError):  # no poll (Windows), no stdout
-        return False
-    return any(mask & select.POLLERR for _fd, mask in events)
-
-
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     """``--version``: click's first line, then which stores and extras this install has."""
     if not value or ctx.resilient_parsing:
@@ -414,7 +368,7 @@ class RunCommand(click.Command):
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. As a process's own (no ``argv``), it ends the process once the
-    command is done without tearing the interpreter down (see ``_exit``)."""
+    command is done without tearing the interpreter down (see ``streams.end``)."""
     if argv is not None:
         cli.main(args=argv, prog_name="awsflock")
         return
@@ -427,53 +381,7 @@ def main(argv: list[str] | None = None) -> None:
         # What is said at the end (the metrics' warnings) reaches stderr even from a command
         # refused before it set up its logging: the library's loggers alone print nothing.
         logs.setup_unless_done()
-        _exit(done.code)
-
-
-def _exit(code: object) -> None:
-    """End the process with ``code`` as ``sys.exit`` would, skipping only the interpreter's
-    teardown: freeing every module and object takes about 40 ms once botocore is loaded (a fifth
-    of a short command), and no state of awsflock's lives in it. What a normal exit does first
-    is done here too: the output is flushed, the ``atexit`` functions run (logging's flush among
-    them) and other threads are joined. Where the output cannot be flushed (a closed pipe), the
-    normal exit is taken, which reports it."""
-    import atexit
-    import os
-    import threading
-
-    if code is None:
-        status = 0
-    elif isinstance(code, int):
-        status = code
-    else:
-        print(code, file=sys.stderr)
-        status = 1
-    if not _flushed():
-        raise SystemExit(status)
-    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
-    join_threads = getattr(threading, "_shutdown", None)
-    if run_exitfuncs is None or join_threads is None:  # not CPython: exit as ever
-        raise SystemExit(status)
-    join_threads()
-    run_exitfuncs()
-    if not _flushed():
-        raise SystemExit(status)
-    os._exit(status & 0xFF)  # as the OS keeps a status: sys.exit(-1) is 255
-
-
-def _flushed() -> bool:
-    """Whether stdout and stderr were flushed (a closed one, None, has nothing to flush). What
-    stdout holds for a reader that has gone (``awsflock list | head -1``) is dropped: the
-    reader wanted no more, which is no failure."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            if stream is not sys.stdout or not stdout_unread():
-                return False
-            stdout_nowhere()
-    return True
+        streams.end(done.code)
 
 
 __all__ = ["CONTEXT", "RunCommand", "cli", "emit", "if_interrupted", "main", "print_lease"]

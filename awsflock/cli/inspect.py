@@ -8,12 +8,8 @@ import click
 
 from awsflock import errors
 from awsflock.cli.app import CONTEXT, cli, emit
-from awsflock.cli.options import (
-    Common,
-    common_options,
-    json_option,
-    slots_option,
-)
+from awsflock.cli.lock_options import json_option, slots_option
+from awsflock.cli.options import Common, common_options
 
 
 @cli.command("status", context_settings=CONTEXT)
@@ -61,7 +57,7 @@ def status(
     except BrokenPipeError:
         # `awsflock status L | head -0`: the reader wanted none of it; the status still
         # answers `if awsflock status L >/dev/null`-style checks by its exit code.
-        from awsflock.cli.app import stdout_nowhere
+        from awsflock.cli.streams import stdout_nowhere
 
         stdout_nowhere()
     raise click.exceptions.Exit(code)

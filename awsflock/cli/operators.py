@@ -10,11 +10,8 @@ import click
 from awsflock import errors
 from awsflock.cli import logs
 from awsflock.cli.app import CONTEXT, cli, emit
-from awsflock.cli.options import (
-    Common,
-    common_options,
-    json_option,
-)
+from awsflock.cli.lock_options import json_option
+from awsflock.cli.options import Common, common_options
 
 if TYPE_CHECKING:
     from awsflock.records import LockRecord

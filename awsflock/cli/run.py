@@ -7,11 +7,7 @@ import click
 
 from awsflock import durations, errors
 from awsflock.cli.app import CONTEXT, RunCommand, cli, if_interrupted
-from awsflock.cli.options import (
-    STATE,
-    Common,
-    DurationType,
-    common_options,
+from awsflock.cli.lock_options import (
     fair_option,
     lease_option,
     owner_option,
@@ -19,6 +15,7 @@ from awsflock.cli.options import (
     wait_of,
     wait_options,
 )
+from awsflock.cli.options import STATE, Common, DurationType, common_options
 from awsflock.lock import renewal
 from awsflock.supervise.group import HOLD_UNTIL
 

@@ -1,0 +1,132 @@
+"""``acquire --keep-alive``'s side of the CLI: starting the detached renewer for a lease just
+taken (giving the lease back if it cannot start), and the hidden ``keep-alive`` command that
+renewer runs (``awsflock.supervise.keepalive`` does the renewing)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+import click
+
+from awsflock import errors
+from awsflock.cli import logs
+from awsflock.cli.app import CONTEXT, cli
+from awsflock.cli.lock_options import lease_option
+from awsflock.cli.options import Common, common_options
+from awsflock.lock import renewal
+
+if TYPE_CHECKING:
+    from awsflock.lock.lease import Lease, LockTable
+
+
+#: The default lease of ``acquire --keep-alive``: short, since it is renewed.
+KEEP_ALIVE_LEASE = 60.0
+#: The shortest: renewed as the policy says, it must leave the heartbeat's margin.
+KEEP_ALIVE_MIN = renewal.POLICY.shortest_lease()
+
+
+def start_renewer(
+    common: Common,
+    table: LockTable,
+    lease: Lease,
+    follow: int,
+    follow_started: str,
+    cancel: threading.Event,
+) -> None:
+    """Start the renewer of a lease just taken. If the followed process is gone, the renewer
+    cannot start, or a signal comes first, the lease is given back, and named if that fails."""
+    from awsflock.supervise import keepalive, processes
+
+    try:
+        if not processes.alive(follow, follow_started):
+            raise errors.AwsflockError(
+                f"process {follow}, for which the lease was to be kept alive, exited while "
+                f"waiting for {lease.lock_id!r}; the lease was given back",
+                hint="give --while-pid a process that runs until the lock is released",
+            )
+        keepalive.spawn(
+            [*common.store_options(), "--log-format", common.log_format],
+            lease.lock_id,
+            lease.lease_id,
+            lease.lease_duration,
+            follow,
+            follow_started,
+            common.request_timeout,
+            env=common.store_env(),
+            cancel=cancel,
+        )
+    except (errors.AwsflockError, KeyboardInterrupt):
+        give_back(table, lease)
+        raise
+
+
+def give_back(table: LockTable, lease: Lease) -> None:
+    """Release a lease no LEASE_ID was printed for; if that fails, name it and what frees it
+    (one line), so that no lease is left held that nobody knows of."""
+    try:
+        table.release_lease(lease.lock_id, lease.lease_id)
+    except errors.NotHeld:
+        return
+    except errors.AwsflockError as exc:
+        logs.say(
+            f"could not give back the lease on {lease.lock_id!r} ({exc.one_line()}): it may be "
+            f"held until its lease ends, under LEASE_ID {lease.lease_id}: free it with "
+            f"`awsflock release {lease.lock_id} {lease.lease_id}`",
+            level="warning",
+            label="warning",
+            event="release_failed",
+            lock_id=lease.lock_id,
+            lease_id=lease.lease_id,
+            error=type(exc).__name__,
+        )
+
+
+@cli.command("keep-alive", context_settings=CONTEXT, hidden=True)
+@click.argument("lock_id", metavar="LOCK_ID")
+@common_options
+@lease_option("1 minute", f"Lease length; renewed {renewal.POLICY.said}.")
+@click.option("--while-pid", type=click.IntRange(1), required=True, metavar="PID")
+@click.option("--while-pid-start", default="-", metavar="TICKS")
+def keep_alive_command(
+    common: Common,
+    lock_id: str,
+    lease_duration: float,
+    while_pid: int,
+    while_pid_start: str,
+) -> None:
+    """The renewer that `acquire --keep-alive` leaves behind (not for direct use). Its
+    LEASE_ID comes in its environment, never on its command line."""
+    import os
+
+    from awsflock.names import check_lease_id
+    from awsflock.supervise.keepalive import LEASE_ENV, serve
+
+    lease_id = os.environ.pop(LEASE_ENV, "")
+    if not lease_id:
+        raise errors.UsageError(f"no LEASE_ID in {LEASE_ENV}", hint="use acquire --keep-alive")
+    started = "" if while_pid_start == "-" else while_pid_start
+
+    def render(message: str) -> str:
+        return logs.render(
+            message,
+            level="warning",
+            label="warning",
+            event="lost",
+            logger="awsflock.keepalive",
+            fmt=common.log_format,
+            lock_id=lock_id,
+        )
+
+    code = serve(
+        common.table(),
+        lock_id,
+        check_lease_id(lease_id),
+        lease_duration,
+        while_pid,
+        started,
+        sys.stdout,
+        render,
+    )
+    raise click.exceptions.Exit(code)
