@@ -1,21 +1,21 @@
-"""What ``awsflock run`` waits for: its command, and (unless ``--hold-until command``) every
-process left in the command's process group.
+"""What ``awsflock run`` waits for: its command and, unless ``--hold-until command``, the rest
+of its work.
 
 The rule is flock(1)'s, for processes instead of file descriptors: flock keeps its lock while
 any process still holds the lock file open, so a script's background job (`terraform ... &`)
 stays protected after the script exits. ``run`` holds (and renews) the lock until the command
-**and every live process of its process group** have exited. A daemon that calls ``setsid``
-leaves the group, and with it the lock's protection. Which processes are left is read from
-``/proc`` (zombies left out: a container's pid 1 may never reap them); elsewhere the kernel is
-asked (``killpg(pgid, 0)``). The group is looked at every ``GROUP_POLL`` seconds (a null signal),
-and /proc read at most every ``ZOMBIE_SCAN`` seconds.
+**and every live process it started that stays in its session** have exited, in whatever
+process group (on Linux, with awsflock as their subreaper: ``tree``); elsewhere, the processes
+left in the command's process group. A daemon that calls ``setsid`` leaves the session, and
+with it the lock's protection. Zombies do not count (a container's pid 1 may never reap them).
 
 When the work was interrupted (the command was ended by a signal, or exited 128+N for INT, TERM,
 HUP or QUIT as a shell does for a child killed that way, or awsflock itself was sent one of
 those, as it is when a CI job is cancelled), what is left is stopped: TERM, then KILL after
-``--kill-after``. A user who presses Ctrl-C gets the prompt back with nothing left running. If
-the lease is lost, the whole group is stopped the same way, and the lock is released only once
-the group is empty.
+``--kill-after``. Once the command has exited, awsflock takes the terminal back, so Ctrl-C
+reaches it and stops what is left. If the lease is lost, all of the work is stopped the same
+way, and the lock is released only once none is left. If awsflock itself is killed, its guard
+KILLs the work's process groups.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from awsflock import errors
 from awsflock.lock.waiting import NOTICE
 from awsflock.supervise import processes
+from awsflock.supervise.tree import Guard, Proc, Tree
 from awsflock.text import format_seconds
 
 if TYPE_CHECKING:
@@ -60,19 +61,36 @@ HOLD_UNTIL = ("group", "command")
 
 @dataclass
 class Group:
-    """The command's process group (its pgid is the command's pid)."""
+    """The command's work: its process group (its pgid is the command's pid) and, on Linux with
+    awsflock as their subreaper (``tree``), every process descended from it that stays in its
+    session, whatever its group; the guard is told their groups as they are seen."""
 
     pgid: int
+    tree: Tree | None = None
+    guard: Guard | None = None
     #: Once seen empty (and the command reaped), its pgid may belong to another process later:
     #: nothing is sent to it any more.
     gone: bool = False
     _next_scan: float = 0.0
+
+    def members(self) -> list[Proc]:
+        """The work's live processes now (the tree's; [] where there is no tree)."""
+        if self.gone or self.tree is None:
+            return []
+        found = self.tree.members()
+        if self.guard is not None:
+            self.guard.follow({proc.pgid for proc in found} | {self.pgid} if found else set())
+        return found
 
     def signal(self, sig: int) -> None:
         if self.gone:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
+        for proc in self.members():
+            if proc.pgid != self.pgid:  # moved to a group of its own (timeout, set -m)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(proc.pid, sig)
 
     def ask_to_stop(self) -> None:
         """TERM, and CONT so that a stopped member (Ctrl-Z, SIGTTIN) gets it."""
@@ -80,12 +98,15 @@ class Group:
         self.signal(signal.SIGCONT)
 
     def alive(self) -> bool:
-        """Whether a live process is left in the group. The kernel says whether there is any (a
-        null signal: cheap, but zombies count); /proc says whether one is not a zombie, read at
-        most every ``ZOMBIE_SCAN`` seconds, or 20 times as long as reading it took (a host with
-        thousands of processes), so that waiting costs little."""
+        """Whether a live process of the work is left. With the tree, its walk says (it reads
+        only the work's own /proc files); without it, the kernel says whether the group has any
+        process (a null signal: zombies count), and /proc, read at most every ``ZOMBIE_SCAN``
+        seconds, whether one is not a zombie."""
         if self.gone:
             return False
+        if self.tree is not None:
+            self.gone = not self.members()
+            return not self.gone
         try:
             os.killpg(self.pgid, 0)
         except ProcessLookupError:
@@ -103,13 +124,22 @@ class Group:
 
     def describe(self) -> str:
         """'2 processes (PID NAME, PID NAME)' for a message."""
-        members = processes.group_members(self.pgid) or []
-        if not members:  # no /proc to say which
-            return f"processes (process group {self.pgid})"
+        if self.tree is not None:
+            members = [(proc.pid, proc.name) for proc in self.members()]
+        else:
+            members = processes.group_members(self.pgid) or []
+        if not members:  # no /proc to say which, or they have just gone
+            return "processes"
         named = ", ".join(f"{pid} {name}" for pid, name in members[:NAMED])
         more = f" and {len(members) - NAMED} more" if len(members) > NAMED else ""
         noun = "process" if len(members) == 1 else "processes"
         return f"{len(members)} {noun} ({named}{more})"
+
+    def end(self) -> None:
+        """The work is over, or no longer awsflock's to stop: the guard stands down."""
+        self.gone = True
+        if self.guard is not None:
+            self.guard.done()
 
 
 @dataclass
@@ -124,6 +154,9 @@ class Watch:
     kill_after: float
     until_group: bool = True
     received: list[int] = field(default_factory=list)
+    #: Takes the terminal back for awsflock (when the command had it): once the command has
+    #: exited, Ctrl-C must reach awsflock, which stops what the command left.
+    take_terminal: Callable[[], None] | None = None
 
     def lease_lost(self) -> bool:
         try:
@@ -133,7 +166,11 @@ class Watch:
         return self.lost.is_set()
 
     def stop_asked(self) -> bool:
-        return any(sig in STOP_SIGNALS for sig in self.received)
+        return self.stop_signal() is not None
+
+    def stop_signal(self) -> int | None:
+        """The first signal awsflock was sent that asks the work to stop, if any."""
+        return next((sig for sig in self.received if sig in STOP_SIGNALS), None)
 
 
 def supervise(watch: Watch) -> int:
@@ -145,12 +182,14 @@ def supervise(watch: Watch) -> int:
             return EXIT_LOST if status is None else status
         return _wait_group(watch, status)
     finally:
-        # From here on a signal to awsflock is not forwarded (the pgid may be reused).
-        watch.group.gone = True
+        # From here on a signal to awsflock is not forwarded (the pgid may be reused), and the
+        # guard stands down: the work is over, or (--hold-until command) no longer ours.
+        watch.group.end()
 
 
 def _wait_command(watch: Watch) -> int | None:
     """The command's exit status, or None if the lease was lost (and the group stopped)."""
+    next_look = 0.0
     while True:
         try:
             code = watch.child.wait(timeout=POLL)
@@ -161,6 +200,9 @@ def _wait_command(watch: Watch) -> int | None:
         if watch.lease_lost():
             _stop_after_loss(watch)
             return None
+        if time.monotonic() >= next_look:  # reap what we were handed; tell the guard
+            watch.group.members()
+            next_look = time.monotonic() + GROUP_POLL
 
 
 def _wait_group(watch: Watch, status: int) -> int:
@@ -168,13 +210,15 @@ def _wait_group(watch: Watch, status: int) -> int:
     group = watch.group
     if not group.alive():
         return status
+    if watch.take_terminal is not None:
+        watch.take_terminal()
     kill_at: float | None = None
     if _interrupted(status, watch):
         kill_at = _stop_leftovers(watch, status)
     else:
         log.log(
             NOTICE,
-            "the command exited (status %d) but left %s in its process group: holding %r, "
+            "the command exited (status %d) but left %s running: holding %r, "
             "renewing it, until they exit (--hold-until command releases when the command "
             "exits; TERM or INT to awsflock, pid %d, stops them)",
             status,
@@ -197,6 +241,9 @@ def _wait_group(watch: Watch, status: int) -> int:
         watch.hold.lock_id,
         extra={"event": "group_exited", "lock_id": watch.hold.lock_id},
     )
+    stopped_by = watch.stop_signal()
+    if stopped_by is not None and status < 128:
+        return 128 + stopped_by  # its work was cut short: not the command's success
     return status
 
 
@@ -208,11 +255,16 @@ def _interrupted(status: int, watch: Watch) -> bool:
 
 def _stop_leftovers(watch: Watch, status: int) -> float:
     """TERM what is left of the group; the monotonic time at which KILL follows."""
+    sent = watch.stop_signal()
+    why = (
+        f"awsflock was sent signal {sent}"
+        if sent is not None
+        else f"the command was interrupted (status {status})"
+    )
     log.log(
         NOTICE,
-        "the command was interrupted (status %d): sending TERM to what it left in its process "
-        "group, %s, KILL after %s",
-        status,
+        "%s: sending TERM to what the command left, %s, KILL after %s",
+        why,
         watch.group.describe(),
         format_seconds(watch.kill_after),
         extra={"event": "stopping_group", "lock_id": watch.hold.lock_id},

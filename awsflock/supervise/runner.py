@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
 from awsflock.lock import renewal
-from awsflock.supervise.group import EXIT_LOST, Group, Watch, supervise
+from awsflock.supervise import tree
+from awsflock.supervise.group import EXIT_LOST, STOP_SIGNALS, Group, Watch, supervise
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -157,6 +158,8 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
         cancel.set()
         if group is not None:
             group.signal(signum)
+            if signum in STOP_SIGNALS:
+                group.signal(signal.SIGCONT)  # a stopped command (Ctrl-Z) must get it too
 
     previous = {sig: signal.signal(sig, on_signal) for sig in FORWARDED}
     lost = threading.Event()
@@ -201,6 +204,8 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
             return 128 + received[0]
         env = _command_env(hold, options)
         foreground = _has_terminal()
+        tracked = tree.become_subreaper(_prctl())
+        guard = tree.Guard()
         try:
             child = subprocess.Popen(
                 [executable, *argv[1:]], env=env, preexec_fn=_child_setup(foreground)
@@ -208,14 +213,16 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
         except OSError as exc:
             code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
             log.error("cannot run %s: %s", argv[0], exc.strerror or exc)
+            guard.done()
             _release_quietly(hold)
             return code
         finally:
             # Signals held back since the grant arrive now and go to CMD's group.
             signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-        group = Group(child.pid)
+        group = _work_of(child, guard, tracked)
         hold.start_renewing()
         watch = Watch(child, group, hold, lost, kill_after, options.hold_until == "group", received)
+        watch.take_terminal = _take_terminal_back if foreground else None
         status = supervise(watch)
         if foreground:
             # Only now: a process left in the group may still read from the terminal.
@@ -226,6 +233,15 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _work_of(child: subprocess.Popen[bytes], guard: tree.Guard, tracked: bool) -> Group:
+    """What ``run`` waits for and stops: the command's group, and (awsflock being their
+    subreaper) its descendants in other groups; the guard is told the command's group now."""
+    helpers = {guard.pid} if guard.pid is not None else set()
+    work = tree.Tree(child.pid, helpers) if tracked else None
+    guard.follow({child.pid})
+    return Group(child.pid, tree=work, guard=guard)
 
 
 def _command_env(hold: Hold, options: RunOptions) -> dict[str, str]:
