@@ -87,7 +87,9 @@ class Group:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
-        for proc in self.members():
+        # The tree's walk, not ``members``: this runs in signal handlers too, and must not
+        # write to the guard's pipe while the code it interrupted may be writing there.
+        for proc in self.tree.members() if self.tree is not None else []:
             if proc.pgid != self.pgid:  # moved to a group of its own (timeout, set -m)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(proc.pid, sig)
