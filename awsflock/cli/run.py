@@ -42,8 +42,8 @@ from awsflock.supervise.group import HOLD_UNTIL
     type=click.Choice(HOLD_UNTIL),
     default="group",
     show_default=True,
-    help="Hold the lock until CMD and every process it started have exited (background "
-    "jobs of a script), or until CMD itself exits ('command').",
+    help="Hold the lock until CMD and every process left in its process group have exited "
+    "(background jobs of a script), or until CMD itself exits ('command').",
 )
 @click.option(
     "-E",
@@ -80,17 +80,17 @@ def run_command(
     Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
 
     As flock(1) holds its lock while any process still has the lock file open,
-    run holds the lock until CMD and every process it started (a script's
-    `cmd &`, in any process group on Linux) have exited; a daemon that calls
-    setsid leaves the session and is not waited for. If CMD was interrupted
+    run holds the lock until CMD and every process left in CMD's process group
+    (a script's `cmd &`) have exited; what leaves the group (setsid, set -m,
+    timeout without --foreground) is not waited for. If CMD was interrupted
     (ended by INT, TERM, HUP or QUIT, or exited 128+N for one), or awsflock was
-    sent one of those, what is left gets TERM, then KILL after --kill-after.
-    --hold-until command releases when CMD itself exits.
+    sent one of those, what is left in the group gets TERM, then KILL after
+    --kill-after. --hold-until command releases when CMD itself exits.
 
     If the lease is lost (a renewal refused, or none succeeded by kill-after + G
-    before expiry, G = 1s or lease/10 if shorter), CMD and its work get TERM,
-    then KILL after --kill-after, so they are dead G before its lease ends; the
-    lock is released once none is left. An explicit
+    before expiry, G = 1s or lease/10 if shorter), CMD's group gets TERM, then
+    KILL after --kill-after, so CMD is dead G before its lease ends; the lock is
+    released once the group is empty. An explicit
     --kill-after must satisfy kill-after + G < lease - lease/{per}, so renewal gets
     its chance first; the default (10s, or lease/5) always does.
 

@@ -1,26 +1,26 @@
-"""What ``awsflock run`` waits for: its command and, unless ``--hold-until command``, the rest
-of its work.
+"""What ``awsflock run`` waits for: its command, and (unless ``--hold-until command``) every
+process left in the command's process group.
 
 The rule is flock(1)'s, for processes instead of file descriptors: flock keeps its lock while
 any process still holds the lock file open, so a script's background job (`terraform ... &`)
 stays protected after the script exits. ``run`` holds (and renews) the lock until the command
-**and every live process it started that stays in its session** have exited, in whatever
-process group (on Linux, with awsflock as their subreaper: ``tree``); elsewhere, the processes
-left in the command's process group. A daemon that calls ``setsid`` leaves the session, and
-with it the lock's protection. Zombies do not count (a container's pid 1 may never reap them).
+**and every live process of its process group** have exited. A process that leaves the group
+(``setsid``; ``setpgid``, as GNU ``timeout`` does without ``--foreground``) leaves the lock's
+protection with it. On Linux awsflock is the subreaper of the group's orphans and reaps them
+(``tree``), so the kernel's null signal to the group answers for live processes; zombies that
+another process never reaps are told apart through ``/proc``.
 
 When the work was interrupted (the command was ended by a signal, or exited 128+N for INT, TERM,
 HUP or QUIT as a shell does for a child killed that way, or awsflock itself was sent one of
 those, as it is when a CI job is cancelled), what is left is stopped: TERM, then KILL after
 ``--kill-after``. Once the command has exited, awsflock takes the terminal back, so Ctrl-C
-reaches it and stops what is left. If the lease is lost, all of the work is stopped the same
-way, and the lock is released only once none is left. If awsflock itself is killed, its guard
-KILLs the work's process groups.
+reaches it and stops what is left. If the lease is lost, the whole group is stopped the same
+way, and the lock is released only once the group is empty. If awsflock itself is killed, its
+guard KILLs the group.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable
 from awsflock import errors
 from awsflock.lock.waiting import NOTICE
 from awsflock.supervise import processes
-from awsflock.supervise.tree import Guard, Proc, Tree
+from awsflock.supervise.tree import Guard, reap_group
 from awsflock.text import format_seconds
 
 if TYPE_CHECKING:
@@ -61,75 +61,81 @@ HOLD_UNTIL = ("group", "command")
 
 @dataclass
 class Group:
-    """The command's work: its process group (its pgid is the command's pid) and, on Linux with
-    awsflock as their subreaper (``tree``), every process descended from it that stays in its
-    session, whatever its group; the guard is told their groups as they are seen."""
+    """The command's process group (its pgid is the command's pid). With ``reaper``, awsflock is
+    the subreaper of its orphans and reaps them; the guard KILLs it if awsflock dies."""
 
     pgid: int
-    tree: Tree | None = None
     guard: Guard | None = None
+    reaper: bool = False
     #: Once seen empty (and the command reaped), its pgid may belong to another process later:
-    #: nothing is sent to it any more.
+    #: nothing is sent to it any more, nor left to the guard.
     gone: bool = False
+    _zombies: list[int] | None = None
     _next_scan: float = 0.0
-
-    def members(self) -> list[Proc]:
-        """The work's live processes now (the tree's; [] where there is no tree)."""
-        if self.gone or self.tree is None:
-            return []
-        found = self.tree.members()
-        if self.guard is not None:
-            self.guard.follow({proc.pgid for proc in found} | {self.pgid} if found else set())
-        return found
+    _denied: bool = False
 
     def signal(self, sig: int) -> None:
         if self.gone:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.killpg(self.pgid, sig)
-        # The tree's walk, not ``members``: this runs in signal handlers too, and must not
-        # write to the guard's pipe while the code it interrupted may be writing there.
-        for proc in self.tree.members() if self.tree is not None else []:
-            if proc.pgid != self.pgid:  # moved to a group of its own (timeout, set -m)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            if not self._denied:
+                self._denied = True
+                log.warning(
+                    "cannot signal the processes left in the command's group (another user's): "
+                    "waiting for them to exit"
+                )
 
     def ask_to_stop(self) -> None:
         """TERM, and CONT so that a stopped member (Ctrl-Z, SIGTTIN) gets it."""
         self.signal(signal.SIGTERM)
         self.signal(signal.SIGCONT)
 
+    def reap(self) -> None:
+        if self.reaper and not self.gone:
+            reap_group(self.pgid, self.pgid)
+
     def alive(self) -> bool:
-        """Whether a live process of the work is left. With the tree, its walk says (it reads
-        only the work's own /proc files); without it, the kernel says whether the group has any
-        process (a null signal: zombies count), and /proc, read at most every ``ZOMBIE_SCAN``
-        seconds, whether one is not a zombie."""
+        """Whether a live process is left in the group. The kernel says at once whether any
+        process is (a null signal); as the subreaper awsflock has reaped the group's orphans,
+        so that is a live one unless a process outside the group never reaps its child. /proc,
+        read at most every ``ZOMBIE_SCAN`` seconds, tells such a group of zombies alone: the
+        same zombies and nothing live, two scans apart (a scan can miss a process forked while
+        it reads, never twice the same way)."""
         if self.gone:
             return False
-        if self.tree is not None:
-            self.gone = not self.members()
-            return not self.gone
+        self.reap()
         try:
             os.killpg(self.pgid, 0)
         except ProcessLookupError:
-            self.gone = True
-            return False
+            return self._empty()
         except PermissionError:
             pass  # a member runs as another user (a setuid program): it still runs
         began = time.monotonic()
         if began < self._next_scan:
             return True
-        live = processes.group_members(self.pgid, first=True)
+        scan = processes.group_scan(self.pgid, first=True)
         self._next_scan = time.monotonic() + max(ZOMBIE_SCAN, 20 * (time.monotonic() - began))
-        self.gone = live == []  # None: no /proc, the kernel's word stands
-        return not self.gone
+        if scan is None or scan[0] or not scan[1]:  # no /proc; a live one; or one just missed
+            self._zombies = None
+            return True
+        if scan[1] != self._zombies:
+            self._zombies = scan[1]
+            return True
+        return self._empty()
+
+    def _empty(self) -> bool:
+        self.gone = True
+        if self.guard is not None:
+            self.guard.follow(set())  # the pgid may be another's from now on
+        return False
 
     def describe(self) -> str:
         """'2 processes (PID NAME, PID NAME)' for a message."""
-        if self.tree is not None:
-            members = [(proc.pid, proc.name) for proc in self.members()]
-        else:
-            members = processes.group_members(self.pgid) or []
+        members = processes.group_members(self.pgid) or []
         if not members:  # no /proc to say which, or they have just gone
             return "processes"
         named = ", ".join(f"{pid} {name}" for pid, name in members[:NAMED])
@@ -202,8 +208,8 @@ def _wait_command(watch: Watch) -> int | None:
         if watch.lease_lost():
             _stop_after_loss(watch)
             return None
-        if time.monotonic() >= next_look:  # reap what we were handed; tell the guard
-            watch.group.members()
+        if time.monotonic() >= next_look:  # reap what the group's orphans left
+            watch.group.reap()
             next_look = time.monotonic() + GROUP_POLL
 
 
@@ -220,7 +226,7 @@ def _wait_group(watch: Watch, status: int) -> int:
     else:
         log.log(
             NOTICE,
-            "the command exited (status %d) but left %s running: holding %r, "
+            "the command exited (status %d) but left %s in its process group: holding %r, "
             "renewing it, until they exit (--hold-until command releases when the command "
             "exits; TERM or INT to awsflock, pid %d, stops them)",
             status,
@@ -297,6 +303,6 @@ def _stop_after_loss(watch: Watch, kill_at: float | None = None) -> None:
         time.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
     while not done():
         group.signal(signal.SIGKILL)
-        time.sleep(POLL / 5)
+        time.sleep(POLL)
     # Whatever else is left in its group goes too: it ran under the lost lease.
     group.signal(signal.SIGKILL)

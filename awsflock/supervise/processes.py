@@ -46,23 +46,34 @@ def group_members(pgid: int, first: bool = False) -> list[tuple[int, str]] | Non
     """The live processes of process group ``pgid`` (pid, name), zombies left out: a zombie has
     exited, and in a container whose pid 1 does not reap it stays one for good. With ``first``,
     only the first found. None where there is no /proc to read."""
+    found = group_scan(pgid, first)
+    return None if found is None else found[0]
+
+
+def group_scan(pgid: int, first: bool = False) -> tuple[list[tuple[int, str]], list[int]] | None:
+    """Process group ``pgid`` as one pass over /proc sees it: its live processes (pid, name),
+    and its zombies' pids. None where there is no /proc to read."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return None
     if "self" not in entries:
         return None
-    found = []
+    found: list[tuple[int, str]] = []
+    zombies: list[int] = []
     for name in entries:
         if not name.isdigit():
             continue
         fields = _group_and_state(name)
-        if fields is None or fields[1] != pgid or fields[0] in (b"Z", b"X"):
+        if fields is None or fields[1] != pgid:
+            continue
+        if fields[0] in (b"Z", b"X"):
+            zombies.append(int(name))
             continue
         found.append((int(name), _name(int(name)) or "?"))
         if first:
             break
-    return sorted(found)
+    return sorted(found), sorted(zombies)
 
 
 def _group_and_state(pid: str) -> tuple[bytes, int] | None:

@@ -235,13 +235,11 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
             signal.signal(sig, handler)
 
 
-def _work_of(child: subprocess.Popen[bytes], guard: tree.Guard, tracked: bool) -> Group:
-    """What ``run`` waits for and stops: the command's group, and (awsflock being their
-    subreaper) its descendants in other groups; the guard is told the command's group now."""
-    helpers = {guard.pid} if guard.pid is not None else set()
-    work = tree.Tree(child.pid, helpers) if tracked else None
+def _work_of(child: subprocess.Popen[bytes], guard: tree.Guard, reaper: bool) -> Group:
+    """What ``run`` waits for and stops: the command's process group, which the guard is told
+    of now; awsflock reaps the group's orphans if it could become their subreaper."""
     guard.follow({child.pid})
-    return Group(child.pid, tree=work, guard=guard)
+    return Group(child.pid, guard=guard, reaper=reaper)
 
 
 def _command_env(hold: Hold, options: RunOptions) -> dict[str, str]:

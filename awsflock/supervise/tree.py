@@ -1,18 +1,12 @@
-"""Which processes are a command's work, on Linux: every process descended from it that stays
-in its session, in whatever process group (``timeout`` and ``set -m`` jobs move to groups of
-their own), found through ``/proc``.
+"""What ``awsflock run`` does beside its command so that the command's work is followed to its
+end, on Linux: it makes itself a *child subreaper* (``PR_SET_CHILD_SUBREAPER``), so a process of
+the command's group whose parent exits is handed to awsflock, not to init (or a container's pid
+1 that may never reap it), and reaps it once it exits: the kernel's "is anyone left in the
+group?" (``kill(-PGID, 0)``) then answers for live processes alone, at once and atomically.
 
-awsflock makes itself a *child subreaper* (``PR_SET_CHILD_SUBREAPER``) before it starts the
-command: a process whose parent exits is then handed to awsflock, not to init, so every live
-descendant is always reachable from awsflock's own children, and none is lost when a script
-exits before its background job. awsflock reaps those it is handed once they exit. A process
-that calls ``setsid`` leaves the session (a daemon), and is not counted, nor what it starts.
-Processes in awsflock's own process group are its own helpers (a ``credential_process``, the
-guard), never the command's work.
-
-The guard: a shell process outside the command's groups that reads the groups awsflock reports
-on a pipe, and KILLs them if the pipe closes without ``done``: if awsflock itself is killed
-(SIGKILL, the OOM killer), the work it protected does not go on while its lease runs out.
+The guard: a shell process in awsflock's own group that reads, on a pipe, the process group to
+protect, and KILLs it if the pipe closes without ``done``: if awsflock itself is killed
+(SIGKILL, the OOM killer), the work it protected does not run on while its lease runs out.
 """
 
 from __future__ import annotations
@@ -20,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from dataclasses import dataclass, field
 
 PR_SET_CHILD_SUBREAPER = 36
 #: The guard: it ignores the signals a terminal or a job's end sends, collects pgids, and on
@@ -47,33 +40,6 @@ def become_subreaper(prctl: object) -> bool:
         return False
 
 
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    state: str
-    ppid: int
-    pgid: int
-    sid: int
-    name: str
-
-
-def read(pid: int) -> Proc | None:
-    """Process ``pid`` as /proc/PID/stat has it, None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    left, right = text.find("("), text.rfind(")")
-    fields = text[right + 2 :].split()
-    try:
-        return Proc(
-            pid, fields[0], int(fields[1]), int(fields[2]), int(fields[3]), text[left + 1 : right]
-        )
-    except (IndexError, ValueError):
-        return None
-
-
 def children(pid: int) -> list[int] | None:
     """The children of ``pid`` (of each of its threads), None where the kernel does not list
     them (no CONFIG_PROC_CHILDREN)."""
@@ -95,76 +61,23 @@ def children(pid: int) -> list[int] | None:
     return found
 
 
-def _children_by_scan(root: int) -> dict[int, list[int]]:
-    """Everyone's children, from one pass over /proc (where the kernel lists no children)."""
-    tree: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            proc = read(int(name))
-            if proc is not None:
-                tree.setdefault(proc.ppid, []).append(proc.pid)
-    return tree
-
-
-@dataclass
-class Tree:
-    """The work of a command started by this process (a subreaper): ``helpers`` are this
-    process's other children (the guard), never counted."""
-
-    command: int
-    helpers: set[int] = field(default_factory=set)
-    me: int = field(default_factory=os.getpid)
-
-    def __post_init__(self) -> None:
-        self.pgid = os.getpgid(0)
-        self.sid = os.getsid(0)
-
-    def members(self) -> list[Proc]:
-        """The live processes of the work now. A process missed because its parent exited while
-        it was being read has been handed to this process by then, so an empty answer is
-        checked once more against this process's own children."""
-        self.reap()
-        found = self._walk()
-        return found or self._walk()
-
-    def _walk(self) -> list[Proc]:
-        scanned: dict[int, list[int]] | None = None
-
-        def kids(pid: int) -> list[int]:
-            nonlocal scanned
-            listed = children(pid)
-            if listed is not None:
-                return listed
-            if scanned is None:
-                scanned = _children_by_scan(self.me)
-            return scanned.get(pid, [])
-
-        found: list[Proc] = []
-        todo = [pid for pid in kids(self.me) if pid not in self.helpers]
-        seen: set[int] = set()
-        while todo:
-            pid = todo.pop()
-            if pid in seen:
-                continue
-            seen.add(pid)
-            proc = read(pid)
-            if proc is None or proc.sid != self.sid or proc.pgid == self.pgid:
-                continue  # gone; left the session (a daemon); or one of our own helpers
-            if proc.state not in ("Z", "X"):
-                found.append(proc)
-            todo.extend(kids(pid))
-        return sorted(found, key=lambda p: p.pid)
-
-    def reap(self) -> None:
-        """Reap the exited processes handed to us (not the command, which ``Popen`` waits for,
-        nor a helper, nor one of our own group's, whose starter waits for it)."""
-        for pid in children(self.me) or []:
-            if pid == self.command or pid in self.helpers:
-                continue
-            proc = read(pid)
-            if proc is not None and proc.state == "Z" and proc.pgid != self.pgid:
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, os.WNOHANG)
+def reap_group(pgid: int, command: int) -> None:
+    """Reap the exited processes of process group ``pgid`` that were handed to us as their
+    subreaper (not ``command``, which ``Popen`` waits for). Others of our children (a
+    ``credential_process``) are left to whoever started them."""
+    for pid in children(os.getpid()) or []:
+        if pid == command:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                text = f.read()
+            fields = text[text.rfind(b")") + 2 :].split(None, 3)  # state, ppid, pgrp, ...
+            state, group = fields[0], int(fields[2])
+        except (OSError, ValueError, IndexError):
+            continue
+        if state == b"Z" and group == pgid:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 class Guard:

@@ -132,7 +132,7 @@ def test_run_keeps_the_lock_until_a_background_child_of_the_command_exits(
     run = Running(awsflock.popen("run", lock_name, "-c", script))
     child = _started(tmp_path, pids)
     # The command has exited: run says so, and that it holds the lock for what is left.
-    run.said("running: holding")
+    run.said("in its process group: holding")
     assert f"{child} sh" in run.lines[0], run.lines
     assert run.proc.poll() is None, "run exited while the command's background child ran"
     assert _state(awsflock, lock_name) == "held"
@@ -227,7 +227,7 @@ def test_a_lost_lease_kills_a_background_child_before_run_exits(
     proc = awsflock.popen("run", lock_name, "--lease-duration", "3s", "-c", f"sh -c '{worker}' &")
     run = Running(proc)
     child = _started(tmp_path, pids)
-    run.said("running: holding")  # the command itself has exited
+    run.said("in its process group: holding")  # the command itself has exited
     forced = awsflock("force-release", lock_name, "--reason", "test", "--yes")
     assert forced.returncode == 0, forced.stderr
     code, _, err = run.finish()
@@ -246,7 +246,7 @@ def test_a_signal_to_run_stops_what_the_command_left_behind(
     worker = _worker(tmp_path, trap='trap "" INT;')
     run = Running(awsflock.popen("run", lock_name, "-c", f"sh -c '{worker}' & echo up"))
     child = _started(tmp_path, pids)
-    run.said("running: holding")
+    run.said("in its process group: holding")
     run.proc.send_signal(signal.SIGTERM)
     code, _, err = run.finish()
     # The command had exited 0, but the work it left was cut short: not a success.
