@@ -389,7 +389,7 @@ async function lock(inputs, bin, env) {
       if (holder === null) holder = data;
       const waited = format.seconds((Date.now() - began) / 1e3);
       const line = Array.isArray(data.line) ? data.line : [];
-      const mine = line.find((w) => w.pid === child.pid);
+      const mine = line.find((w) => w.pid === process.ppid || w.pid === child.pid);
       const place = mine ? `, place ${mine.place} of ${line.length} in line` : "";
       runner.info(`waiting ${waited} for '${name}'${place}: ${format.holders(data)}`);
     } finally {
