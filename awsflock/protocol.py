@@ -47,7 +47,7 @@ its condition and its writes. The client's half, which the stores rely on as muc
   other attempts (``Acquisition.still_fresh``), by the monotonic clock as well as the wall
   clock;
 - no retry is sent once its budget is spent, and every call's doubt reaches the caller
-  (``stores.retrying``);
+  (``stores.remote.requests``);
 - a holder counts its lease as lost a safety margin before its end unless a renewal got
   through (``lock.renewal``, ``lock.heartbeat``), and ``run`` stops its command before then;
 - a refused renew or release is told apart by what the record shows (``lock.verdict``).

@@ -17,7 +17,7 @@ from awsflock.lock.lease import LockTable
 from awsflock.protocol import MIN_TRY
 from awsflock.records import Identity
 from awsflock.stores.memory import MemoryStore
-from awsflock.stores.retrying import RetryingStore
+from awsflock.stores.remote.requests import RetryingStore
 
 
 class SlowStore(MemoryStore):

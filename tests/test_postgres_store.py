@@ -103,7 +103,7 @@ def test_the_connection_options_keep_the_users_and_always_commit_synchronously(
     """The user's options (the URL's, else PGOPTIONS) come after the store's statement timeout
     (theirs wins: the last -c of a name does) and before synchronous_commit=on (the store's
     wins: a grant must be on disk before it is answered)."""
-    from awsflock.stores.postgresql.connection import _options
+    from awsflock.stores.postgresql.link import _options
 
     if env is None:
         monkeypatch.delenv("PGOPTIONS", raising=False)

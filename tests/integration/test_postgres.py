@@ -379,7 +379,7 @@ def test_a_grant_and_a_table_survive_a_server_crash_right_after_their_answer(
         assert second.returncode == 3, (second.stdout, second.stderr)
         # The step function makes its own commit synchronous: a session that kept it
         # asynchronous (a pooler that drops the connection's options) cannot lose a grant.
-        from awsflock.stores.postgresql import connection as pg_store
+        from awsflock.stores.postgresql import link as pg_store
 
         monkeypatch.setattr(pg_store, "_options", lambda *_: "-c synchronous_commit=off")
         pooled = LockTable(store=PostgresStore(server.url, pg.table))

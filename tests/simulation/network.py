@@ -2,7 +2,7 @@
 
 ``SimStore`` wraps a real ``LockStore`` (the in-memory one, the DynamoDB store on in-process
 moto, or PostgreSQL) and is what every simulated client's ``LockTable`` talks to. Its request
-layer is the production one (``awsflock.stores.retrying.RetryingStore``): each call is retried,
+layer is the production one (``awsflock.stores.remote.requests.RetryingStore``): each call is retried,
 with backoff, within the caller's budget (``budget``; else one request timeout); a call that
 fails says whether any try of it may have landed (``maybe_applied``), and an answered call whose
 earlier try may still land says so (``Outcome.in_doubt``). The faults are injected beneath it:
@@ -29,7 +29,7 @@ from typing import Any, Callable
 from awsflock import errors
 from awsflock.protocol import MIN_TRY, Attempt, LockStore, Outcome
 from awsflock.records import Waiter
-from awsflock.stores.retrying import RetryingStore
+from awsflock.stores.remote.requests import RetryingStore
 from tests.simulation.world import Killed, SimThread, World
 
 

@@ -47,7 +47,8 @@ from awsflock.stores.dynamodb.translate import (
     not_awsflock_table,
     translate_errors,
 )
-from awsflock.stores.retrying import RetryingStore
+from awsflock.stores.remote.requests import RetryingStore
+from awsflock.stores.remote.worker import Workers
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -55,8 +56,6 @@ if TYPE_CHECKING:
 _NAME = re.compile(r"#(\w+)")
 _VALUE = re.compile(r":(\w+)")
 
-#: A try whose answer has not fully arrived this long after its timeout is given up.
-TRY_GRACE = 0.25
 _T = TypeVar("_T")
 
 
@@ -133,6 +132,7 @@ class TableBase(RetryingStore):
         self.clock: Clock = clock or SystemClock()
         self._client = client
         self._local = threading.local()  # this thread's budget and per-try timeout
+        self._workers = Workers()
         # None until we learn whether a failed conditional write returns the old item.
         self._ccf_returns_item: bool | None = None
         #: The latest poll of each lock's line that an answer showed (see ``beat``).
@@ -234,30 +234,16 @@ class TableBase(RetryingStore):
         return may_have_applied(err.__cause__)
 
     def _try(self, call: Callable[[], _T], timeout: float) -> _T:
-        """One try, in a worker thread given ``timeout`` (plus a grace) of real time: botocore's
-        timeouts bound each socket operation, not an answer that trickles in byte by byte or a
-        connect that hangs. A try still running then is given up (it may yet land)."""
-        box: dict[str, Any] = {}
+        """One try, in a request thread given ``timeout`` (plus a grace) of real time
+        (``remote.worker``): botocore's timeouts bound each socket operation, not an answer
+        that trickles in byte by byte or a connect that hangs. A try still running then is
+        given up (it may yet land)."""
 
-        def work() -> None:
-            self._local.try_timeout = timeout
-            try:
-                box["value"] = call()
-            except BaseException as exc:  # handed to the caller's thread as is
-                box["error"] = exc
+        def work() -> _T:
+            self._local.try_timeout = timeout  # read by botocore's before-call hook
+            return call()
 
-        worker = threading.Thread(target=work, name="awsflock-request", daemon=True)
-        worker.start()
-        worker.join(timeout + TRY_GRACE)
-        if worker.is_alive():
-            raise errors.EndpointUnreachable(
-                f"DynamoDB at {self._where()} did not answer in time",
-                hint="check the network and retry",
-            )
-        if "error" in box:
-            raise box["error"]
-        value: _T = box["value"]
-        return value
+        return self._workers.run(work, timeout, self.where())
 
     # -- errors -------------------------------------------------------------------------------
 

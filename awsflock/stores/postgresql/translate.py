@@ -9,9 +9,9 @@ the server refused with an error (any SQLSTATE outside connection exceptions) wa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from awsflock import errors
+from awsflock.stores.remote.link import Translated
 
 #: The privilege each store call needs, for "permission denied" messages.
 PRIVILEGES = {
@@ -57,13 +57,6 @@ def not_logged(table: str, where: str) -> errors.ConfigurationError:
         "leases it granted",
         hint=f'make it logged: ALTER TABLE "{table}" SET LOGGED',
     )
-
-
-@dataclass
-class Translated:
-    error: errors.AwsflockError
-    #: The connection is no good any more: make a new one.
-    broken: bool
 
 
 def translate(

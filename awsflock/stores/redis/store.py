@@ -6,38 +6,28 @@ to grant while the server's clock reads earlier than the lock's last grant (a cl
 back). Answers are shifted into the caller's clock as the PostgreSQL store's are: a lease's
 times move by (the caller's clock when the try was sent) minus (the server's when it ran).
 
-The connection, the deployment check and the durability wait are ``connection``'s; the key
-layout and the script ``layout``'s; turning answers into the library's types ``answers``'.
+The lock steps are the shared facade's (``stores.remote.facade``); this store adds its link
+(``link``: the connection, the deployment check, the durability wait), its step program
+(``program``), the key layout and script (``layout``), and the calls that are not steps: the
+scan of ``locks``, the audit records and set-up.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
-from awsflock.names import slot_of
-from awsflock.protocol import (
-    AUDIT_PREFIX,
-    AUDIT_VOID,
-    DEFAULT_REQUEST_TIMEOUT,
-    MAX_DROPS,
-    RENEW_ORDER_MS,
-    Attempt,
-    Drops,
-    Outcome,
-    Sleeper,
-    Waker,
-)
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, Pool, Waiter
+from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, DEFAULT_REQUEST_TIMEOUT, Sleeper, Waker
+from awsflock.records import LockRecord, Pool
 from awsflock.stores import kinds
-from awsflock.stores.redis import answers, layout, urls
-from awsflock.stores.redis.connection import Connected, _Connection
+from awsflock.stores.redis import layout, urls
+from awsflock.stores.redis.link import RedisConn, RedisLink
+from awsflock.stores.redis.program import RedisProgram
 from awsflock.stores.redis.wake import Wake
+from awsflock.stores.remote.facade import StepStore
 
 #: Sets an audit record's status to void if it exists (and was written by ARGV[2], if given).
 VOID = """
@@ -51,7 +41,7 @@ return 1
 """
 
 
-class RedisStore(Connected):
+class RedisStore(StepStore[RedisConn]):
     """Lock records in Redis (a ``LockStore``).
 
     ``url``: the CLI's form, ``redis://[user[:password]@]host:6379/0?prefix=NAME``
@@ -68,6 +58,7 @@ class RedisStore(Connected):
 
     #: The ``store`` attribute of its metrics (awsflock.metrics).
     metrics_name = "redis"
+    link: RedisLink
 
     def __init__(
         self,
@@ -100,14 +91,9 @@ class RedisStore(Connected):
         self.request_timeout = kinds.check_timeout(urls.WHO, request_timeout)
         self.clock: Clock = clock or SystemClock()
         self.server_time = server_time
-        self._conn: _Connection | None = None
-        self._conn_lock = threading.Lock()
-        self._local = threading.local()
-
-    @property
-    def skew_free(self) -> bool:
-        """Leases are timed by one clock (the server's): no skew window is needed."""
-        return self.server_time
+        self.link = RedisLink(self)
+        self.program = RedisProgram(self.prefix, self.where)
+        self._connected_init()
 
     def waker(self, lock_id: str) -> Waker:
         """A waiter wakes as soon as the script publishes that the lock may have changed
@@ -117,146 +103,27 @@ class RedisStore(Connected):
         channel = layout.wake_channel(self.prefix, lock_id)
         return Wake(self._subscriber, channel, self.where())
 
-    # -- the lock steps ------------------------------------------------------------------------
+    def _subscriber(self, timeout: float) -> Any:
+        """A pub/sub client for one waiter, on a connection of its own (``wake``)."""
+        import redis
 
-    def _call(self, operation: str, op: str, lock_id: str, params: dict[str, Any]) -> Outcome:
-        """One call of the step script; its answer as an Outcome in the caller's clock."""
-        keys = [
-            layout.lock_key(self.prefix, lock_id),
-            layout.fence_key(self.prefix, lock_id),
-            layout.bars_key(self.prefix, lock_id),
-            layout.done_key(self.prefix, lock_id),
-            layout.forced_key(self.prefix, lock_id),
-        ]
+        return self.link.client(redis, timeout, timeout).pubsub()
 
-        def call(entry: _Connection) -> tuple[Any, int, float]:
-            # The caller's wall and monotonic clocks, read together when this try is sent.
-            wall_ms, mono = round(self.clock.time() * 1000), self.clock.monotonic()
-            if op in ("take", "renew"):
-                entry.check_grant(int(params["lease_ms"]), self.where())
-            found = entry.deployment
-            body = {**params, "touch": bool(found and found.waits)}
-            reply = self._script(entry, keys, [op, json.dumps(body)])
-            return reply, wall_ms, mono
-
-        reply, wall_ms, mono = self._send(operation, call)
-        code, now = int(reply[0]), int(reply[1])
-        if code < 0:
-            behind = int(reply[2]) - now
-            raise errors.Throttled(
-                f"{self.where()}: the server's clock reads {behind} ms earlier than the last "
-                f"grant on {lock_id!r} (it was stepped back); no grant until it catches up",
-                hint="check the server's time synchronisation (NTP); retry",
+    def ready(self, conn: RedisConn) -> None:
+        """Refuse a prefix where table-create never ran, or that holds another layout."""
+        if conn.layout == layout.LAYOUT:
+            return
+        if conn.layout is None:
+            raise errors.TableMissing(
+                f"no awsflock layout under prefix {self.prefix!r} in {self.where()}",
+                hint="run `awsflock table-create --store URL` once, or name the right prefix "
+                "with ?prefix= (or --tablename)",
             )
-        shift = wall_ms - now if self.server_time else 0
-        head = answers.fields(reply[2])
-        outcome = answers.outcome(
-            code == 1, lock_id, head, params.get("slot"), shift, self._in_doubt(), code == 2
+        raise errors.TableIncompatible(
+            f"prefix {self.prefix!r} in {self.where()} holds another layout "
+            f"({layout.layout_key(self.prefix)} is {conn.layout!r})",
+            hint="name another prefix with ?prefix= in --store (or --tablename)",
         )
-        if len(reply) > 3 and reply[3] is not None:
-            ended = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
-            outcome = outcome.remembering(str(params["lease"]), ended)
-        if not self.server_time:
-            return outcome
-        # A lease's end on the caller's monotonic clock: when the try was sent plus what the
-        # server had left of it, so no step of the caller's wall clock can stretch it.
-        return dataclasses.replace(outcome, to_mono=mono - wall_ms / 1000)
-
-    def _clock(self, now_ms: int, skew_ms: int) -> dict[str, Any]:
-        return {} if self.server_time else {"now": now_ms, "skew": skew_ms}
-
-    def take(self, lock_id: str, attempt: Attempt) -> Outcome:
-        _check_drops(attempt.drop)
-        params = {
-            **self._clock(attempt.now_ms, attempt.skew_ms),
-            "lease": attempt.lease_id,
-            "who": json.dumps(dataclasses.asdict(attempt.identity)),
-            "lease_ms": attempt.lease_ms,
-            "sent": attempt.now_ms,
-            "slot": attempt.slot,
-            "slots": attempt.slots,
-            "ticket": attempt.ticket,
-            "drop": [list(d) for d in attempt.drop],
-        }
-        return self._call("acquire", "take", lock_id, params)
-
-    def renew(
-        self,
-        lock_id: str,
-        lease_id: str,
-        *,
-        now_ms: int,
-        lease_ms: int,
-        skew_ms: int,
-        slot: int | None = None,
-        keeper: str | None = None,
-    ) -> Outcome:
-        params = {
-            **self._clock(now_ms, skew_ms),
-            "lease": lease_id,
-            "lease_ms": lease_ms,
-            "sent": now_ms,
-            "order": RENEW_ORDER_MS,
-            "slot": slot,
-            "keeper": keeper,
-        }
-        return self._call("renew", "renew", lock_id, params)
-
-    def release(
-        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
-    ) -> Outcome:
-        params = {**self._clock(now_ms, skew_ms), "lease": lease_id, "slot": slot}
-        return self._call("release", "end", lock_id, {**params, "ended": ENDED_RELEASED})
-
-    def force_release(
-        self,
-        lock_id: str,
-        lease_id: str,
-        *,
-        force_id: str,
-        now_ms: int,
-        skew_ms: int,
-        actor: str,
-        reason: str,
-        slot: int | None = None,
-    ) -> Outcome:
-        params = {
-            **self._clock(now_ms, skew_ms),
-            "lease": lease_id,
-            "slot": slot,
-            "ended": ENDED_FORCED + force_id,
-            "forced_by": actor,
-            "forced_reason": reason,
-        }
-        return self._call("force_release", "end", lock_id, params)
-
-    def join(self, lock_id: str, waiter: Waiter) -> Outcome:
-        params: dict[str, Any] = {
-            "ticket": waiter.ticket,
-            "who": json.dumps(dataclasses.asdict(waiter.identity)),
-        }
-        if not self.server_time:
-            params.update(now=waiter.seen_ms, since=waiter.since_ms)
-        return self._call("join", "join", lock_id, params)
-
-    def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
-        _check_drops(drop)
-        params = {**self._clock(now_ms, 0), "ticket": ticket, "drop": [list(d) for d in drop]}
-        return self._call("beat", "beat", lock_id, params)
-
-    def leave(self, lock_id: str, ticket: str) -> Outcome:
-        return self._call("leave", "leave", lock_id, {"ticket": ticket})
-
-    def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
-        if lease_id is None:
-            return self._call("get", "read", lock_id, {})
-        return self._call("get", "read", lock_id, {"lease": lease_id, "slot": slot_of(lease_id)})
-
-    def resize_pool(
-        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
-    ) -> bool:
-        params = {**self._clock(now_ms, skew_ms), "old": old, "new": new}
-        return self._call("resize", "resize", lock_id, params).applied
 
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
         """Every lock under the store's prefix whose name starts with ``prefix``: a SCAN, then
@@ -264,8 +131,8 @@ class RedisStore(Connected):
         pattern = f"{self.prefix}:{{*}}:lock"
 
         def scan(cursor: int) -> tuple[int, list[Any]]:
-            def call(entry: _Connection) -> tuple[int, list[Any]]:
-                self._ready(entry)
+            def call(entry: RedisConn) -> tuple[int, list[Any]]:
+                self.ready(entry)
                 found: tuple[int, list[Any]] = entry.client.scan(cursor, match=pattern, count=500)
                 return found
 
@@ -293,8 +160,8 @@ class RedisStore(Connected):
         text = json.dumps({k: v for k, v in entry.items() if v not in (None, "")})
         name = layout.audit_key(self.prefix, key)
 
-        def put(conn: _Connection) -> None:
-            self._ready(conn)
+        def put(conn: RedisConn) -> None:
+            self.ready(conn)
             conn.client.set(name, text, nx=not replace)
 
         self._send("audit", put)
@@ -302,8 +169,8 @@ class RedisStore(Connected):
     def void_audit(self, key: str, action_id: str | None) -> None:
         name = layout.audit_key(self.prefix, key)
 
-        def void(conn: _Connection) -> None:
-            self._ready(conn)
+        def void(conn: RedisConn) -> None:
+            self.ready(conn)
             conn.client.eval(VOID, 1, name, AUDIT_VOID, action_id or "")
 
         self._send("audit_void", void)
@@ -311,8 +178,8 @@ class RedisStore(Connected):
     def audit_entries(self) -> Iterator[dict[str, Any]]:
         pattern = layout.audit_key(self.prefix, AUDIT_PREFIX) + "*"
 
-        def everything(entry: _Connection) -> list[Any]:
-            self._ready(entry)
+        def everything(entry: RedisConn) -> list[Any]:
+            self.ready(entry)
             client = entry.client
             return [client.get(key) for key in client.scan_iter(match=pattern, count=500)]
 
@@ -338,7 +205,7 @@ class RedisStore(Connected):
         layout was recorded now. A prefix whose layout key holds anything else is refused."""
         key = layout.layout_key(self.prefix)
 
-        def work(entry: _Connection) -> tuple[bool, Any]:
+        def work(entry: RedisConn) -> tuple[bool, Any]:
             client = entry.client
             client.script_load(layout.script())
             created = bool(client.set(key, layout.LAYOUT, nx=True))
@@ -358,8 +225,3 @@ class RedisStore(Connected):
         verb = "recorded" if created else "found"
         progress(f"{verb} awsflock's layout under prefix {self.prefix!r} in {self.where()}")
         return created
-
-
-def _check_drops(drop: Drops) -> None:
-    if len(drop) > MAX_DROPS:
-        raise errors.UsageError(f"{len(drop)} places to drop at once; at most {MAX_DROPS}")

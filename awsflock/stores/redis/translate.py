@@ -8,17 +8,8 @@ every check before its first write, so even its errors change nothing).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from awsflock import errors
-
-
-@dataclass
-class Translated:
-    error: errors.AwsflockError
-    #: The connection is no good any more: make a new one.
-    broken: bool
-
+from awsflock.stores.remote.link import Translated
 
 #: Error replies that clear up by themselves: retried, never applied.
 _TRANSIENT = {

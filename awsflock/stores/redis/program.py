@@ -1,0 +1,132 @@
+"""The Redis store's step program: each lock step is one call of the step script
+(``layout.script()``) on the lock's five keys, with ``[op, params as JSON]``; and its reply,
+read into the shared form (``stores.remote.answers``).
+
+The script's reply: ``[code, now_ms, head, ended]``: ``code`` 1 applied, 0 refused, 2 refused
+as barred, -1 refused because the server's clock reads earlier than the lock's last grant
+(``head`` then holds that grant's time); ``head`` the lock's hash as a flat
+``[field, value, ...]`` list (``p``: the lease; ``s:N``: a pool's slot N; ``w:TICKET``: a
+place in line; ``slots``, ``next``, ``polled``); ``ended``: how the step's lease ended.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from awsflock import errors
+from awsflock.stores.redis import layout
+from awsflock.stores.remote.answers import Answer
+
+#: The steps that grant (or extend) a lease: the server's durability is checked with them.
+GRANTS = ("take", "renew")
+#: A lease's fields in the script's hash (short, as stored), by the shared form's names.
+FIELDS = {
+    "lease_id": "lease",
+    "expires_ms": "exp",
+    "acquired_ms": "acq",
+    "lease_ms": "ms",
+    "fence": "fence",
+    "ended": "ended",
+    "history": "hist",
+    "forced_by": "fby",
+    "forced_reason": "fwhy",
+    "forced_ms": "fms",
+    "keeper": "keeper",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One step: the script's keys, its op, and its parameters."""
+
+    keys: list[str]
+    op: str
+    params: dict[str, Any]
+
+    def args(self, touch: bool) -> list[str]:
+        """The script's ARGV. ``touch``: the step writes even where it changes nothing, so
+        that the durability wait after it has a write to wait for."""
+        return [self.op, json.dumps({**self.params, "touch": touch})]
+
+
+class RedisProgram:
+    """Steps under the key prefix ``prefix``; ``where()`` names the server for messages."""
+
+    def __init__(self, prefix: str, where: Callable[[], str]) -> None:
+        self.prefix = prefix
+        self.where = where
+
+    def request(self, op: str, lock_id: str, params: dict[str, Any]) -> Request:
+        keys = [
+            layout.lock_key(self.prefix, lock_id),
+            layout.fence_key(self.prefix, lock_id),
+            layout.bars_key(self.prefix, lock_id),
+            layout.done_key(self.prefix, lock_id),
+            layout.forced_key(self.prefix, lock_id),
+        ]
+        if "who" in params:  # the script keeps an identity as JSON text
+            params = {**params, "who": json.dumps(params["who"])}
+        return Request(keys, op, params)
+
+    def answer(self, reply: Any, lock_id: str) -> Answer:
+        code, now = int(reply[0]), int(reply[1])
+        if code < 0:
+            behind = int(reply[2]) - now
+            raise errors.Throttled(
+                f"{self.where()}: the server's clock reads {behind} ms earlier than the last "
+                f"grant on {lock_id!r} (it was stepped back); no grant until it catches up",
+                hint="check the server's time synchronisation (NTP); retry",
+            )
+        ended = None
+        if len(reply) > 3 and reply[3] is not None:
+            ended = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
+        return Answer(code == 1, now, head(fields(reply[2])), code == 2, ended)
+
+
+def fields(flat: list[Any]) -> dict[str, str]:
+    """A flat [field, value, ...] reply as a dict of text."""
+    text = [x.decode() if isinstance(x, bytes) else str(x) for x in flat]
+    return dict(zip(text[::2], text[1::2]))
+
+
+def lease(text: str | None) -> dict[str, Any] | None:
+    """A lease as the script keeps it (JSON text), in the shared form."""
+    if not text:
+        return None
+    kept: dict[str, Any] = json.loads(text)
+    found = {name: kept.get(short) for name, short in FIELDS.items()}
+    found["who"] = _who(kept.get("who"))
+    found["raw"] = kept
+    return found
+
+
+def head(hash_: dict[str, str]) -> dict[str, Any] | None:
+    """A lock's hash as the shared form's head (None: no lock)."""
+    if not hash_:
+        return None
+    places = {}
+    for name, value in hash_.items():
+        if name.startswith("w:"):
+            place = json.loads(value)
+            places[name[2:]] = {**place, "who": _who(place.get("who"))}
+    return {
+        "lease": lease(hash_.get("p")),
+        "slots": hash_.get("slots") or None,
+        "next_number": hash_.get("next"),
+        "polled_ms": hash_.get("polled") or None,
+        "line": places,
+        "slot_leases": {
+            int(name[2:]): lease(value) for name, value in hash_.items() if name.startswith("s:")
+        },
+    }
+
+
+def _who(text: Any) -> dict[str, Any]:
+    """An identity kept as JSON text, as a dict ({} where it is not one)."""
+    try:
+        who = json.loads(text or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return who if isinstance(who, dict) else {}

@@ -1,0 +1,116 @@
+"""A step's answer in the shared form, read into the library's records and outcomes, its times
+shifted into the caller's clock.
+
+The shared form (each step program turns its server's reply into it):
+
+- ``Answer``: ``applied``; ``now_ms``, the server's clock when the step ran; ``barred`` (the
+  lease id was barred); ``ended`` (how the step's lease ended, where the record no longer
+  remembers it); ``head``: the lock's record, or None where there is none.
+- a head: a dict with ``lease`` (the lock's lease, or None), ``slots`` (a pool's size, or
+  None), ``next_number`` and ``polled_ms`` (its line), ``line`` ({ticket: place}) and, for a
+  pool, ``slot_leases`` ({slot: lease}).
+- a lease: a dict with ``lease_id``, ``expires_ms``, ``acquired_ms``, ``lease_ms``, ``fence``,
+  ``ended``, ``history`` ([[lease_id, ended], ...]), ``forced_by``, ``forced_reason``,
+  ``forced_ms``, ``keeper``, ``who`` (a dict of ``records.Identity``'s fields) and ``raw`` (the
+  server's own form, kept as the record's ``extra``).
+- a place: a dict with ``n``, ``who``, ``since`` and ``seen`` (milliseconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from awsflock.protocol import Outcome
+from awsflock.records import Identity, Line, LockRecord, Pool, Waiter, holder_fields
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One step's answer, in the shared form (see the module's docstring)."""
+
+    applied: bool
+    now_ms: int
+    head: dict[str, Any] | None
+    barred: bool = False
+    ended: str | None = None
+
+
+def identity(who: Any) -> Identity:
+    """``who`` (a dict, or anything else) as an Identity; unknown fields are left out."""
+    if not isinstance(who, dict):
+        return Identity(owner="")
+    known = {f.name for f in dataclasses.fields(Identity)}
+    return Identity(**{"owner": "", **{k: v for k, v in who.items() if k in known}})
+
+
+def _seconds(ms: Any, shift: int) -> float | None:
+    return None if ms in (None, "") else (int(ms) + shift) / 1000
+
+
+def record(lock_id: str, lease: dict[str, Any] | None, slots: int | None, shift: int) -> LockRecord:
+    """A lease of the shared form as a LockRecord (an empty one where ``lease`` is None)."""
+    lease = lease or {}
+    lease_id = str(lease.get("lease_id") or "")
+    history = lease.get("history") or ()
+    return LockRecord(
+        lock_id=lock_id,
+        lease_id=lease_id,
+        # No awsflock 0.2.0 compares it here: it only tells one write of a lease from the next.
+        version=f"{lease_id}/{lease.get('expires_ms')}" if lease_id else "",
+        **holder_fields(identity(lease.get("who"))),
+        acquired_at=_seconds(lease.get("acquired_ms"), shift),
+        expires_at=_seconds(lease.get("expires_ms"), shift) or 0.0,
+        lease_duration=int(lease.get("lease_ms") or 0) / 1000,
+        fencing_token=None if lease.get("fence") in (None, "") else int(lease["fence"]),
+        ended=str(lease.get("ended") or ""),
+        history=tuple((str(h[0]), str(h[1])) for h in history if isinstance(h, list) and h),
+        slots=slots,
+        forced_by=str(lease.get("forced_by") or ""),
+        forced_reason=str(lease.get("forced_reason") or ""),
+        forced_at=_seconds(lease.get("forced_ms"), shift),
+        keeper=str(lease.get("keeper") or ""),
+        extra=lease.get("raw", lease),
+    )
+
+
+def line(head: dict[str, Any], shift: int) -> Line:
+    """The lock's line; its places' times are the server's, shown shifted by ``shift``."""
+    places = head.get("line") or {}
+    waiters = sorted(
+        (
+            Waiter(
+                ticket=ticket,
+                number=int(place["n"]),
+                identity=identity(place.get("who")),
+                since_ms=int(place["since"]),
+                seen_ms=int(place["seen"]),
+            )
+            for ticket, place in places.items()
+        ),
+        key=lambda w: w.number,
+    )
+    polled = head.get("polled_ms")
+    return Line(
+        int(head.get("next_number") or 0),
+        tuple(waiters),
+        int(polled) if waiters and polled not in (None, "") else None,
+        shift,
+    )
+
+
+def outcome(answer: Answer, lock_id: str, slot: int | None, shift: int, in_doubt: bool) -> Outcome:
+    """The Outcome of a step whose answer is ``answer``, times shifted by ``shift``."""
+    applied, head, barred = answer.applied, answer.head, answer.barred
+    if head is None:
+        return Outcome(applied, None, None, slot, in_doubt, barred=barred)
+    size = None if head.get("slots") in (None, "") else int(head["slots"])
+    waiting = line(head, shift)
+    lock = dataclasses.replace(record(lock_id, head.get("lease"), size, shift), line=waiting)
+    if size is None:
+        return Outcome(applied, lock, None, slot, in_doubt, waiting, barred=barred)
+    leases = head.get("slot_leases") or {}
+    slots = {int(n): record(lock_id, lease, size, shift) for n, lease in sorted(leases.items())}
+    pool = Pool(lock_id, size, slots, waiting)
+    return Outcome(applied, lock, pool, slot, in_doubt, waiting, barred=barred)

@@ -1,0 +1,165 @@
+"""One try on the wire: the store's one cached connection, used by one try at a time, in the
+caller's own thread; bounded by a deadline (``deadline``); behind the gate.
+
+The gate: a try is sent only if its deadline has not passed when it is about to go, after it
+waited for the connection (another thread's try may hold it) and made it if there was none. A
+try refused at the gate was never sent (certainly not applied); one past the gate may have been
+(``maybe_applied`` when it fails). A try still on the wire at its deadline is interrupted (its
+socket shut down) and fails as unanswered; its connection is never used again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Generic, TypeVar
+
+from awsflock import errors
+from awsflock.stores.remote.deadline import watched
+from awsflock.stores.remote.link import C, Link
+from awsflock.stores.remote.requests import RetryingStore
+from awsflock.stores.remote.worker import request_thread
+
+_T = TypeVar("_T")
+#: Real time a try is given beyond its timeout before it is interrupted.
+TRY_GRACE = 0.5
+
+
+def gate_open(deadline: float, now: float) -> bool:
+    """Whether a try whose real-time deadline is ``deadline`` may still be sent at ``now``."""
+    return now < deadline
+
+
+class Connected(RetryingStore, Generic[C]):
+    """A store that reaches its server through a ``Link``: where it is, its one connection,
+    its tries. A subclass sets ``link`` and calls ``_connected_init``."""
+
+    link: Link[C]
+
+    def _connected_init(self) -> None:
+        self._conn: C | None = None
+        #: Held by the try using the connection (one at a time, whatever the threads).
+        self._conn_lock = threading.Lock()
+        self._local = threading.local()
+
+    def where(self) -> str:
+        return self.link.where()
+
+    def actor(self) -> str | None:
+        """None: a database or Redis user names an application more often than a person, so
+        the audit names the person as on a DynamoDB endpoint without IAM: user@host
+        (``awsflock.lock.admin.default_actor``)."""
+        return None
+
+    def close(self) -> None:
+        """Close the connection (a later call makes a new one). A try using it keeps it until
+        it ends, and closes it then."""
+        if self._conn_lock.acquire(timeout=self.request_timeout + TRY_GRACE):
+            try:
+                self._drop()
+            finally:
+                self._conn_lock.release()
+
+    def _drop(self) -> None:
+        """Close the connection (the caller holds ``_conn_lock``)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self.link.close(conn)
+
+    def _try_may_have_applied(self, err: errors.StoreError) -> bool:
+        return err.maybe_applied
+
+    def _attempt(self, operation: str, call: Callable[[C], _T], timeout: float) -> _T:
+        deadline = time.monotonic() + timeout + TRY_GRACE
+        if not self._conn_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise errors.EndpointUnreachable(
+                f"{self.where()} did not answer in time (another try held the connection)",
+                hint="check that the server is up and reachable, and retry",
+            )
+        try:
+            return self._on_wire(operation, call, timeout, deadline)
+        finally:
+            self._conn_lock.release()
+
+    def _on_wire(self, operation: str, call: Callable[[C], _T], timeout: float, end: float) -> _T:
+        """The try, holding the connection: made if need be, then the gate, then sent."""
+        sent = False
+        watch = watched(end, lambda: None)
+        try:
+            conn = self._conn
+            if conn is None:
+                conn = self._conn = self._connect(timeout, end)
+            if not gate_open(end, time.monotonic()):
+                raise errors.EndpointUnreachable(
+                    f"{self.where()}: the try was given up before it was sent", hint="retry"
+                )
+            sent = True
+            self._local.try_timeout = timeout  # for a link's own waits (Redis's WAIT)
+            watch = watched(end, lambda: self.link.interrupt(conn))
+            with watch:
+                value = call(conn)
+        except errors.AwsflockError as err:
+            if err.maybe_applied or watch.fired:
+                self._drop()
+            raise
+        except Exception as exc:
+            if watch.fired:
+                self._drop()
+                late = errors.EndpointUnreachable(
+                    f"{self.where()} did not answer in time",
+                    hint="check that the server is up and reachable, and retry",
+                )
+                late.maybe_applied = True
+                raise late from exc
+            mapped = self.link.translate(exc, operation=operation, sent=sent)
+            if mapped.broken:
+                self._drop()
+            raise mapped.error from exc
+        except BaseException:
+            self._drop()  # interrupted by a signal or a kill: the connection is mid-reply
+            raise
+        if watch.fired:  # answered as it was interrupted: the answer stands, the socket not
+            self._drop()
+        return value
+
+    def _connect(self, timeout: float, end: float) -> C:
+        """A new connection, made in a request thread and waited for until ``end``: a connect
+        that hangs (a server that accepts and never answers) cannot hold the caller past its
+        budget. One that ends after the caller gave up is closed unused."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        lock = threading.Lock()
+
+        def work() -> None:
+            try:
+                conn = self.link.connect(timeout)
+            except BaseException as exc:  # handed to the caller's thread as is
+                box["error"] = exc
+                done.set()
+                return
+            with lock:
+                if box.get("abandoned"):
+                    self.link.close(conn)
+                    return
+                box["conn"] = conn
+            done.set()
+
+        request_thread(work)
+        if not done.wait(max(0.0, end - time.monotonic())):
+            with lock:
+                box["abandoned"] = True
+                if "conn" in box:  # made just now
+                    made: C = box["conn"]
+                    return made
+            raise errors.EndpointUnreachable(
+                f"{self.where()} did not answer in time (connecting)",
+                hint="check that the server is up and reachable, and retry",
+            )
+        if "error" in box:
+            raise box["error"]
+        conn: C = box["conn"]
+        return conn
+
+    def _connection_now(self) -> Any:
+        """The cached connection, if any (for tests and set-up that read its facts)."""
+        return self._conn

@@ -1,0 +1,116 @@
+"""Deadlines for tries on the wire: one watchdog thread per process interrupts a try that is
+still on the wire when its deadline passes (``Link.interrupt``: its socket shut down), so a
+hung server, or an answer that trickles in byte by byte, cannot hold a caller past its budget.
+
+A try costs a lock and a dict entry here: no thread is started or woken for it while the
+watchdog ticks (every ``TICK``, only while tries come; asleep when none has come for ``IDLE``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+import time
+from typing import Callable
+
+#: How often the watchdog looks, while tries come: a deadline is kept to within this.
+TICK = 0.05
+#: How long the watchdog keeps ticking after the last try, before it sleeps.
+IDLE = 5.0
+
+
+class Watch:
+    """One try's deadline; ``fired``: the watchdog interrupted it."""
+
+    __slots__ = ("deadline", "fired", "interrupt")
+
+    def __init__(self, deadline: float, interrupt: Callable[[], None]) -> None:
+        self.deadline = deadline
+        self.interrupt = interrupt
+        self.fired = False
+
+
+class _Watchdog:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.woken = threading.Condition(self.lock)
+        self.watches: dict[int, Watch] = {}
+        self.ids = itertools.count()
+        self.thread: threading.Thread | None = None
+        self.asleep = False
+        self.last = 0.0
+
+    def watch(self, deadline: float, interrupt: Callable[[], None]) -> tuple[int, Watch]:
+        entry = Watch(deadline, interrupt)
+        with self.lock:
+            key = next(self.ids)
+            self.watches[key] = entry
+            self.last = time.monotonic()
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name="awsflock-deadline", daemon=True
+                )
+                self.thread.start()
+            elif self.asleep:
+                self.woken.notify()
+        return key, entry
+
+    def unwatch(self, key: int) -> None:
+        with self.lock:
+            self.watches.pop(key, None)
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                if not self.watches and time.monotonic() - self.last > IDLE:
+                    self.asleep = True
+                    self.woken.wait()
+                    self.asleep = False
+                else:
+                    self.woken.wait(TICK)
+                now = time.monotonic()
+                for entry in self.watches.values():
+                    if entry.fired or entry.deadline > now:
+                        continue
+                    # Under the lock: the try cannot end (and its connection be closed, and its
+                    # socket's number reused) while it is interrupted.
+                    entry.fired = True
+                    # One that fails leaves the try to the driver's own timeouts.
+                    with contextlib.suppress(Exception):
+                        entry.interrupt()
+
+
+_DOG = _Watchdog()
+
+
+def _after_fork() -> None:
+    """A child has no watchdog thread: it starts its own on its first try."""
+    global _DOG
+    _DOG = _Watchdog()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+class watched:
+    """Inside: the try is interrupted (``interrupt()``, from the watchdog's thread) if it has
+    not left by ``deadline`` (``time.monotonic()``). ``fired`` afterwards: it was."""
+
+    def __init__(self, deadline: float, interrupt: Callable[[], None]) -> None:
+        self._deadline = deadline
+        self._interrupt = interrupt
+        self._key = -1
+        self._watch: Watch | None = None
+
+    @property
+    def fired(self) -> bool:
+        return self._watch is not None and self._watch.fired
+
+    def __enter__(self) -> watched:
+        self._key, self._watch = _DOG.watch(self._deadline, self._interrupt)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _DOG.unwatch(self._key)

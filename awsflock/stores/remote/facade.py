@@ -1,0 +1,180 @@
+"""The ``LockStore`` of a store whose every lock step is one server-side call (PostgreSQL's
+step function, Redis's script): the steps' parameters, one call each through the request
+layer, and the answer read in the shared form (``answers``).
+
+A backend gives a ``link`` whose ``step(conn, request)`` sends one step, and a ``program``
+(``StepProgram``): the request a step sends and its reply in the shared form. Both are plain
+data in, data out, so an asynchronous transport sends the same requests and reads the same
+replies. The calls that are not lock steps (scans, audit, set-up) are the backend's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Generic, Protocol
+
+from awsflock import errors
+from awsflock.names import slot_of
+from awsflock.protocol import MAX_DROPS, RENEW_ORDER_MS, Attempt, Drops, Outcome
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Waiter
+from awsflock.stores.remote import answers
+from awsflock.stores.remote.connected import Connected
+from awsflock.stores.remote.link import C
+
+
+class StepProgram(Protocol):
+    """What a backend's steps send, and how their replies read."""
+
+    def request(self, op: str, lock_id: str, params: dict[str, Any]) -> Any:
+        """The request of step ``op`` (take, renew, end, join, beat, leave, read, resize) on
+        ``lock_id`` with ``params`` (JSON-able; the ``LockStore`` method's arguments)."""
+        ...
+
+    def answer(self, reply: Any, lock_id: str) -> answers.Answer:
+        """The server's ``reply`` to a step on ``lock_id``, in the shared form."""
+        ...
+
+
+class StepLink(Protocol):
+    """The one method a ``Link`` adds for a step store."""
+
+    def step(self, conn: Any, request: Any, timeout: float) -> Any:
+        """Send one step's ``request`` on ``conn`` within ``timeout``; the server's reply."""
+        ...
+
+
+class StepStore(Connected[C], Generic[C]):
+    """A ``LockStore`` whose every lock step is one call of ``program`` sent by ``link``.
+    ``server_time`` False: steps carry the caller's ``now_ms`` and ``skew_ms`` instead of the
+    server's clock (for tests and simulations in virtual time)."""
+
+    program: StepProgram
+    server_time: bool
+
+    @property
+    def skew_free(self) -> bool:
+        """Leases are timed by one clock (the server's): no skew window is needed."""
+        return self.server_time
+
+    def _call(self, operation: str, op: str, lock_id: str, params: dict[str, Any]) -> Outcome:
+        """One step; its answer as an Outcome in the caller's clock."""
+        request = self.program.request(op, lock_id, params)
+        link: Any = self.link
+
+        def call(conn: C) -> tuple[Any, int, float]:
+            # The caller's wall and monotonic clocks, read together when this try is sent.
+            wall_ms, mono = round(self.clock.time() * 1000), self.clock.monotonic()
+            return link.step(conn, request, self._local.try_timeout), wall_ms, mono
+
+        reply, wall_ms, mono = self._send(operation, call)
+        answer = self.program.answer(reply, lock_id)
+        shift = wall_ms - answer.now_ms if self.server_time else 0
+        outcome = answers.outcome(answer, lock_id, params.get("slot"), shift, self._in_doubt())
+        if answer.ended is not None:
+            outcome = outcome.remembering(str(params["lease"]), answer.ended)
+        if not self.server_time:
+            return outcome
+        # A lease's end on the caller's monotonic clock: when the try was sent plus what the
+        # server had left of it, so no step of the caller's wall clock can stretch it.
+        return dataclasses.replace(outcome, to_mono=mono - wall_ms / 1000)
+
+    def _clock(self, now_ms: int, skew_ms: int) -> dict[str, Any]:
+        return {} if self.server_time else {"now": now_ms, "skew": skew_ms}
+
+    def take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        _check_drops(attempt.drop)
+        params = {
+            **self._clock(attempt.now_ms, attempt.skew_ms),
+            "lease": attempt.lease_id,
+            "who": dataclasses.asdict(attempt.identity),
+            "lease_ms": attempt.lease_ms,
+            "sent": attempt.now_ms,
+            "slot": attempt.slot,
+            "slots": attempt.slots,
+            "ticket": attempt.ticket,
+            "drop": [list(d) for d in attempt.drop],
+        }
+        return self._call("acquire", "take", lock_id, params)
+
+    def renew(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        slot: int | None = None,
+        keeper: str | None = None,
+    ) -> Outcome:
+        params = {
+            **self._clock(now_ms, skew_ms),
+            "lease": lease_id,
+            "lease_ms": lease_ms,
+            "sent": now_ms,
+            "order": RENEW_ORDER_MS,
+            "slot": slot,
+            "keeper": keeper,
+        }
+        return self._call("renew", "renew", lock_id, params)
+
+    def release(
+        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
+    ) -> Outcome:
+        params = {**self._clock(now_ms, skew_ms), "lease": lease_id, "slot": slot}
+        return self._call("release", "end", lock_id, {**params, "ended": ENDED_RELEASED})
+
+    def force_release(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        force_id: str,
+        now_ms: int,
+        skew_ms: int,
+        actor: str,
+        reason: str,
+        slot: int | None = None,
+    ) -> Outcome:
+        params = {
+            **self._clock(now_ms, skew_ms),
+            "lease": lease_id,
+            "slot": slot,
+            "ended": ENDED_FORCED + force_id,
+            "forced_by": actor,
+            "forced_reason": reason,
+        }
+        return self._call("force_release", "end", lock_id, params)
+
+    def join(self, lock_id: str, waiter: Waiter) -> Outcome:
+        params: dict[str, Any] = {
+            "ticket": waiter.ticket,
+            "who": dataclasses.asdict(waiter.identity),
+        }
+        if not self.server_time:
+            params.update(now=waiter.seen_ms, since=waiter.since_ms)
+        return self._call("join", "join", lock_id, params)
+
+    def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
+        _check_drops(drop)
+        params = {**self._clock(now_ms, 0), "ticket": ticket, "drop": [list(d) for d in drop]}
+        return self._call("beat", "beat", lock_id, params)
+
+    def leave(self, lock_id: str, ticket: str) -> Outcome:
+        return self._call("leave", "leave", lock_id, {"ticket": ticket})
+
+    def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
+        if lease_id is None:
+            return self._call("get", "read", lock_id, {})
+        return self._call("get", "read", lock_id, {"lease": lease_id, "slot": slot_of(lease_id)})
+
+    def resize_pool(
+        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+    ) -> bool:
+        params = {**self._clock(now_ms, skew_ms), "old": old, "new": new}
+        return self._call("resize", "resize", lock_id, params).applied
+
+
+def _check_drops(drop: Drops) -> None:
+    if len(drop) > MAX_DROPS:
+        raise errors.UsageError(f"{len(drop)} places to drop at once; at most {MAX_DROPS}")
