@@ -15,6 +15,7 @@ DynamoDB requests by operation through the HTTP proxy (scripts/bench_floors_dyna
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import time
 import uuid
@@ -243,9 +244,10 @@ STORES = {
 def floors(quick: bool, results: dict[str, Any]) -> list[str]:
     """Measure every store's pairs; put the numbers in ``results`` (``floors``, and the raw
     samples in ``floors_samples``) and return the table's lines."""
-    repeats, warmup = (60, 10) if quick else (200, 30)
+    repeats, warmup = (60, 10) if quick else (500, 50)
     began = time.perf_counter()
     out: dict[str, Any] = {"repeats": repeats, "warm-up rounds": warmup}
+    out["load average before"] = os.getloadavg()
     raw: dict[str, Any] = {}
     import bench_floors_dynamodb
 
@@ -258,6 +260,7 @@ def floors(quick: bool, results: dict[str, Any]) -> list[str]:
         ratios = {name: lib / t["median_ms"] for name, t in timing.items() if name != "library"}
         out[key] = {"title": title, "timing": timing, "ratio": ratios, **got}
     out["seconds"] = time.perf_counter() - began
+    out["load average after"] = os.getloadavg()
     results["floors"], results["floors_samples"] = out, raw
     return table(out)
 
@@ -286,5 +289,9 @@ def table(out: dict[str, Any]) -> list[str]:
         for name, sent in got["sent"].items():
             spelled = ", ".join(f"{k} {v:g}" for k, v in sent.items())
             lines.append(f"  per cycle on {got['title']}: {name}: {spelled}")
-    lines.append(f"  this section took {out['seconds']:.0f}s")
+    loads = [out["load average before"][0], out["load average after"][0]]
+    lines.append(
+        f"  this section took {out['seconds']:.0f}s on {os.cpu_count()} cores; load average"
+        f" (1 min) {loads[0]:.2f} before, {loads[1]:.2f} after (other work slows both sides)"
+    )
     return lines
