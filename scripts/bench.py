@@ -9,6 +9,11 @@ DynamoDB Local, interleaved in the same run, and prints a table with PG/DDB and 
 (requests per command, latency per operation from the CLI and in-process, acquire+release
 cycle, hand-off, contention throughput). ``--only-stores`` runs just that part (and needs no
 awsflock 0.2.0).
+
+Last, scripts/bench_floors.py times the library's acquire+release (this checkout, in this
+process) beside its floor on each store: redis-py's Lock, a plain PostgreSQL row lease, and on
+DynamoDB Local the same requests sent raw with botocore and a plain PutItem + DeleteItem.
+``--floors`` runs just that part (and needs no awsflock 0.2.0).
 """
 
 from __future__ import annotations
@@ -683,6 +688,12 @@ def main() -> int:
         " needs no --old",
     )
     parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="only the library's acquire+release beside its floor on each store (redis-py's"
+        " Lock, a plain PostgreSQL row lease, raw DynamoDB requests); needs no --old",
+    )
+    parser.add_argument(
         "--otel",
         type=Path,
         default=None,
@@ -697,8 +708,10 @@ def main() -> int:
         " and moto's server",
     )
     args = parser.parse_args()
-    if args.old is None and not args.only_stores and args.otel is None:
-        parser.error("--old (awsflock 0.2.0's executable) is needed, except with --only-stores")
+    if args.old is None and not (args.only_stores or args.floors) and args.otel is None:
+        parser.error(
+            "--old (awsflock 0.2.0's executable) is needed, except with --only-stores or --floors"
+        )
     new_bin: Path = args.new
     repeats = 3 if args.quick else 10
     waits = [1.0, 10.0] if args.quick else [1.0, 10.0, 35.0]
@@ -715,6 +728,11 @@ def main() -> int:
     line_rows: list[Row] = []
     if args.only_stores:
         report(results, rows, line_rows, stores(new_bin, args.quick, results))
+        return 0
+    if args.floors:
+        import bench_floors
+
+        report(results, [], [], [], bench_floors.floors(args.quick, results))
         return 0
     if args.startup:
         report(results, startup(args.old, new_bin, repeats, results), [], [])
@@ -895,7 +913,12 @@ def main() -> int:
             dyn.stop()
 
     store_rows: list[StoreRow] = [] if args.only_line else stores(new_bin, args.quick, results)
-    report(results, rows, line_rows, store_rows)
+    floor_lines: list[str] = []
+    if not args.only_line:
+        import bench_floors
+
+        floor_lines = bench_floors.floors(args.quick, results)
+    report(results, rows, line_rows, store_rows, floor_lines)
     return 0
 
 
@@ -923,9 +946,14 @@ def startup(old: Path, new: Path, repeats: int, results: dict[str, Any]) -> list
 
 
 def report(
-    results: dict[str, Any], rows: list[Row], line_rows: list[Row], store_rows: list[StoreRow]
+    results: dict[str, Any],
+    rows: list[Row],
+    line_rows: list[Row],
+    store_rows: list[StoreRow],
+    floor_lines: tuple[str, ...] | list[str] = (),
 ) -> None:
-    """Print the tables and write the numbers to bench-results/."""
+    """Print the tables (``floor_lines``: scripts/bench_floors.py's, as they are) and write the
+    numbers to bench-results/."""
     print(f"awsflock benchmark, {results['date']}, {results['machine']}")
     if rows:
         print(f"\n{'measure':<58} {'new':>10} {'0.2.0':>10} {'new/old':>8}  unit")
@@ -960,6 +988,8 @@ def report(
         )
     for note in results.get("stores_notes", []) if store_rows else []:
         print(f"  note: {note}")
+    for text in floor_lines:
+        print(text)
     out = ROOT / "bench-results"
     out.mkdir(exist_ok=True)
     path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
