@@ -101,6 +101,7 @@ class SimStore(RetryingStore):
         self.world = network.world
         self.proc_name = proc_name
         self.table_name = inner.table_name
+        self.kind = inner.kind
         self.skew_free: bool = inner.skew_free
         self.request_timeout = request_timeout
         self.clock: Any = None  # set to the process's clock by the caller

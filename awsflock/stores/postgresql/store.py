@@ -61,8 +61,7 @@ class PostgresStore(Connected):
     ``skew_ms`` instead of the server's clock (for tests and simulations in virtual time).
     """
 
-    #: The ``store`` attribute of its metrics (awsflock.metrics).
-    metrics_name = "postgresql"
+    kind = "postgresql"
 
     def __init__(
         self,
@@ -94,8 +93,9 @@ class PostgresStore(Connected):
 
     @property
     def skew_free(self) -> bool:
-        """Leases are timed by one clock (the server's): no skew window is needed."""
-        return self.server_time
+        """As its kind's (``kinds.Kind.skew_free``: the server's clock times the leases), unless
+        the store is in its callers' time (``server_time`` False)."""
+        return self.server_time and kinds.get(self.kind).skew_free
 
     # -- the lock steps ------------------------------------------------------------------------
 

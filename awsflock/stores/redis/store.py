@@ -66,8 +66,7 @@ class RedisStore(Connected):
     Nothing connects until the first request; a bad URL or argument is a UsageError here.
     """
 
-    #: The ``store`` attribute of its metrics (awsflock.metrics).
-    metrics_name = "redis"
+    kind = "redis"
 
     def __init__(
         self,
@@ -106,8 +105,9 @@ class RedisStore(Connected):
 
     @property
     def skew_free(self) -> bool:
-        """Leases are timed by one clock (the server's): no skew window is needed."""
-        return self.server_time
+        """As its kind's (``kinds.Kind.skew_free``: the server's clock times the leases), unless
+        the store is in its callers' time (``server_time`` False)."""
+        return self.server_time and kinds.get(self.kind).skew_free
 
     def waker(self, lock_id: str) -> Waker:
         """A waiter wakes as soon as the script publishes that the lock may have changed
