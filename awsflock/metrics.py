@@ -124,8 +124,8 @@ def _histogram(meter: Any, name: str, unit: str, description: str) -> Any:
 
 
 def store_name(store: Any) -> str:
-    """The ``store`` attribute of ``store``: its class's ``metrics_name``."""
-    return str(getattr(store, "metrics_name", type(store).__name__))
+    """The ``store`` attribute of ``store``: its kind's name (``LockStore.kind``)."""
+    return str(store.kind)
 
 
 def lock_attribute(lock_id: str) -> str | None:

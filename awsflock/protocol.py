@@ -5,7 +5,7 @@ library's types: ``Attempt`` in, ``Outcome`` (``LockRecord``, ``Pool``) out. A s
 nothing: each method checks its condition and writes, atomically, or changes nothing; what a
 refusal means is decided by the caller from the state it returns.
 
-Whose clock times the leases is the store's to declare (``LockStore.skew_free``). On a store
+Whose clock times the leases is its kind's to declare (``LockStore.skew_free``). On a store
 timed by its callers (DynamoDB, the in-memory store) times are the caller's wall clock in epoch
 milliseconds (``now_ms``), and ``skew_ms`` is the window the clocks of all holders are assumed
 to agree within (the NTP assumption, see docs/how-it-works/clocks.md): a lease is *live* until its
@@ -239,6 +239,9 @@ class Sleeper:
 class LockStore(Protocol):
     """Where the lock records live. Each lock method is one atomic conditional step."""
 
+    #: The name of its kind in the store registry (``awsflock.stores.kinds``), where what the
+    #: kind can do is declared (``kinds.of(store)``); the ``store`` attribute of its metrics.
+    kind: str
     #: What the store is called in messages (a table name).
     table_name: str
     #: How long one call may take, its own retries included, unless a ``budget`` says otherwise.
@@ -251,8 +254,9 @@ class LockStore(Protocol):
         """Whose clock times the leases: False, the callers' (each step carries the caller's
         ``now_ms``, and an expired lease is taken only a skew window after its end); True,
         one clock of the store's own (a database server's), so no skew window applies, the
-        steps ignore ``skew_ms``, and answers come back in the caller's clock. Declared by
-        the store's kind as well (``kinds.Kind.no_skew``)."""
+        steps ignore ``skew_ms``, and answers come back in the caller's clock. Its kind's
+        (``kinds.Kind.skew_free``), unless the store was made to take its times from its
+        callers (``server_time=False``, for simulations in virtual time)."""
         ...
 
     def where(self) -> str:

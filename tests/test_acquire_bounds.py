@@ -107,6 +107,8 @@ class _PausedInBackoff(RetryingStore):
     """The request layer alone: its first try is throttled; its clock's sleeps last ``pause``
     longer than asked (SIGSTOP, a frozen VM in the backoff)."""
 
+    kind = "dynamodb"  # a network store's request layer (its metrics' ``store`` attribute)
+
     def __init__(self, pause: float) -> None:
         self.clock = FakeClock()
         self.request_timeout = 5.0

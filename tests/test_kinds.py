@@ -3,33 +3,78 @@ right one, and what a kind declares agrees with its stores."""
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
+
 import pytest
 
 from awsflock import errors
+from awsflock.protocol import LockStore
 from awsflock.stores import kinds
 
 
-@pytest.mark.parametrize("kind", kinds.KINDS, ids=lambda k: k.name)
+@pytest.mark.parametrize("kind", kinds.ALL, ids=lambda k: k.name)
 def test_every_kind_can_parse_open_and_run_its_commands(kind):
     hooks = kind.hooks()
     assert callable(hooks.parse) and callable(hooks.open)
+    assert set(hooks.COMMANDS) == set(kind.commands)
     for command in kind.commands:
         assert callable(kind.command(command)), command
     assert set(kind.location) <= set(kinds.LOCATION_OPTIONS)
-    assert kind.parse(f"{kind.schemes[0]}://x").kind == kind.name
+    for scheme in kind.schemes:
+        assert kind.parse(f"{scheme}://x").kind == kind.name
 
 
-@pytest.mark.parametrize("kind", kinds.KINDS, ids=lambda k: k.name)
-def test_what_a_kind_declares_agrees_with_its_store(kind):
+#: A URL of each kind (none for the in-memory store), whose store opens without connecting.
+URLS = {
+    "dynamodb": "dynamodb://t?region=eu-west-1",
+    "postgresql": "postgresql://h/db",
+    "redis": "redis://h:6379/0",
+    "memory": "",
+}
+
+
+def _open(kind: kinds.Kind, **extra: object) -> LockStore:
+    named = kinds.parse(URLS[kind.name]) if kind.schemes else kinds.Named(kind.name)
+    return kind.open(named, kinds.Settings("t", 5.0, extra=extra))
+
+
+@pytest.mark.parametrize("kind", kinds.ALL, ids=lambda k: k.name)
+def test_a_store_is_of_the_kind_that_opened_it_and_has_its_capabilities(kind):
     # Opening makes no connection: a store connects on its first request.
-    url = {
-        "dynamodb": "dynamodb://t?region=eu-west-1",
-        "postgresql": "postgresql://h/db",
-        "redis": "redis://h:6379/0",
-    }
-    store = kind.open(kinds.parse(url[kind.name]), kinds.Settings("t", 5.0))
-    assert store.skew_free == bool(kind.no_skew)
+    store = _open(kind)
+    assert kinds.of(store) is kind
+    assert store.skew_free == kind.skew_free == bool(kind.no_skew)
+    assert kinds.transactions(store)  # until an endpoint answers that it has none
     assert store.table_name == "t"
+
+
+@pytest.mark.parametrize("name", ["postgresql", "redis"])
+def test_a_server_timed_store_in_its_callers_time_has_a_skew_window(name):
+    store = _open(kinds.get(name), server_time=False)
+    assert kinds.get(name).skew_free and not store.skew_free
+
+
+def test_where_transactions_vary_the_store_says_whether_it_has_them():
+    assert not kinds.transactions(_open(kinds.MEMORY, transactions=False))
+    store = _open(kinds.get("dynamodb"))
+    store._transactions = False  # as after dynalite answered that it has none
+    assert not kinds.transactions(store)
+    with pytest.raises(TypeError, match="must say whether it has transactions"):
+        kinds.transactions(SimpleNamespace(kind="memory"))  # type: ignore[arg-type]
+
+
+def test_a_kind_whose_module_is_no_kind_module_is_refused():
+    kind = dataclasses.replace(kinds.MEMORY, module="awsflock.text")
+    with pytest.raises(TypeError, match=r"awsflock\.text is not a KindModule"):
+        kind.hooks()
+
+
+def test_no_url_names_the_in_memory_store():
+    assert kinds.MEMORY in kinds.ALL and kinds.MEMORY not in kinds.KINDS
+    assert "MemoryStore" not in kinds.forms()
+    with pytest.raises(errors.UsageError, match="unknown store memory://"):
+        kinds.parse("memory://t")
 
 
 def test_urls_name_their_kind_and_table():

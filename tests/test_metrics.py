@@ -140,6 +140,19 @@ def test_store_calls_are_timed_per_step_with_their_retries(reader, moto, clock):
     assert sum(v for _, v in points(reader)["awsflock.store.retries"]) == 2
 
 
+def test_every_kind_s_store_is_counted_under_its_kind_s_name(reader):
+    from awsflock.stores import kinds
+
+    urls = {"dynamodb": "dynamodb://t?region=eu-west-1", "postgresql": "postgresql://h/db"}
+    urls["redis"] = "redis://h:6379/0"
+    for kind in kinds.ALL:  # opening connects to nothing
+        named = kinds.parse(urls[kind.name]) if kind.schemes else kinds.Named(kind.name)
+        store = kind.open(named, kinds.Settings("t", 5.0))
+        metrics.record("awsflock.force_releases", 1, None, store)
+    for kind in kinds.ALL:
+        assert value(reader, "awsflock.force_releases", store=kind.name) == 1
+
+
 def test_the_lock_attribute_keeps_as_much_of_the_name_as_asked(monkeypatch):
     assert metrics.lock_attribute("deploy-prod-eu") == "deploy-prod-eu"
     monkeypatch.setenv(metrics.LOCK_ENV, "1")

@@ -77,7 +77,7 @@ class Common:
         """These options as command-line arguments (for ``acquire --keep-alive``'s renewer):
         those that apply to the store's kind."""
         argv = ["--tablename", self.tablename, "--request-timeout", f"{self.request_timeout}s"]
-        if not self.kind.no_skew:
+        if not self.kind.skew_free:
             argv += ["--skew", f"{self.skew}s"]
         for name, value in self.location().items():
             if value and name in self.kind.location:

@@ -1,17 +1,24 @@
 """The store kinds: the one front door through which the CLI, ``LockTable``, the keep-alive
-renewer and the tests choose and open a store.
+renewer and the tests choose and open a store, and the one place each kind's capabilities are
+declared.
 
 A store is named by a URL (``--store``, ``AWSFLOCK_STORE``) or, with none, is the default kind
 (DynamoDB) named by the command-line options. Each backend is one ``Kind`` in ``KINDS``: its URL
 schemes, the ``pip`` extra it needs, which of the shared command-line options apply to it (and
-why the others do not), and the module of its sub-package that parses its URLs, opens its
-store and runs its own commands (``iam-policy``, ``dev-server``, ``grants``). That module is
-imported only when a store of that kind is used, so the CLI never imports a backend package
-and no command pays for a backend it does not use.
+why the others do not), what it can do (``Kind``'s capability fields, read by the lock logic,
+the CLI, the metrics and the tests alike), and the module of its sub-package (a ``KindModule``)
+that parses its URLs, opens its store and runs its own commands (``iam-policy``,
+``dev-server``, ``grants``). That module is imported only when a store of that kind is used,
+so the CLI never imports a backend package and no command pays for a backend it does not use.
+The in-memory store is a kind too (``MEMORY``, in ``ALL``), that no URL names.
 
-Adding a backend: its sub-package with a ``kind`` module (``parse``, ``open``), one ``Kind``
-line below, its extra in ``pyproject.toml``, a conformance subclass and a server fixture (see
-docs/contributing/architecture.md, "Writing a store").
+A store says which kind it is (``LockStore.kind``, the kind's name); where a capability
+depends on what the store meets at run time (DynamoDB's transactions: dynalite has none), its
+kind says so and the store answers for itself (``transactions(store)``).
+
+Adding a backend: its sub-package with a ``kind`` module (``parse``, ``open``, ``COMMANDS``),
+one ``Kind`` line below, its extra in ``pyproject.toml``, a conformance subclass and a server
+fixture (see docs/contributing/architecture.md, "Writing a store").
 """
 
 from __future__ import annotations
@@ -19,8 +26,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from awsflock import errors
@@ -58,18 +64,48 @@ class Settings:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+@runtime_checkable
+class KindModule(Protocol):
+    """The module a kind names (each backend's ``kind.py``): how its URLs are read, how its
+    store is opened, and its own commands by name (``Kind.commands`` lists their names without
+    importing it). mypy holds each to this (tests/conformance/kind_modules.py)."""
+
+    #: Each of its own commands: command name -> the function behind it.
+    COMMANDS: Mapping[str, Callable[..., Any]]
+
+    def parse(self, url: str) -> Named:
+        """``url`` as a store of this kind; a UsageError naming what is wrong with it."""
+        ...
+
+    def open(self, named: Named, settings: Settings) -> LockStore:
+        """The store ``named`` and ``settings`` describe; nothing connects yet."""
+        ...
+
+
+@runtime_checkable
+class Transacting(Protocol):
+    """A store whose kind's ``transactions`` is "varies": it says whether it has them."""
+
+    @property
+    def transactions(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Kind:
-    """One backend."""
+    """One backend: where it is, how it is opened, and what it can do (its capabilities,
+    declared here once and read from here by the library, the CLI, the metrics and the tests).
+    """
 
-    #: Its name (a ``Named.kind``), and what messages call a place of it.
+    #: Its name (a ``Named.kind``, its stores' ``LockStore.kind`` and the ``store`` attribute
+    #: of their metrics), and what messages call a place of it.
     name: str
     title: str
-    #: The URL schemes that name it, and the URL form shown in help and errors.
+    #: The URL schemes that name it (none: no URL does), and the URL form shown in help and
+    #: errors.
     schemes: tuple[str, ...]
     form: str
-    #: The module (in its sub-package) with ``parse(url) -> Named``, ``open(named, settings)
-    #: -> LockStore`` and its commands; the ``pip`` extra it needs (None: always there).
+    #: Its ``KindModule`` (in its sub-package), imported only when the kind is used; the
+    #: ``pip`` extra it needs (None: always there).
     module: str
     extra: str | None
     #: What its ``--tablename`` names, in messages ("table", "key prefix").
@@ -79,30 +115,44 @@ class Kind:
     #: Which ``LOCATION_OPTIONS`` apply to it.
     location: tuple[str, ...] = ()
     #: Why ``--skew`` does not apply ("": it does; the store's leases are timed by its callers'
-    #: clocks). Must agree with its stores' ``skew_free``.
+    #: clocks). Its stores' ``skew_free`` follows from it (``skew_free`` below).
     no_skew: str = ""
+    #: Whether its steps keep what they need beyond a lock's own record (fence records, the
+    #: leases they ended) in the same atomic step: "always"; or "varies": as its store's
+    #: ``transactions`` says at run time (DynamoDB: an endpoint without transactions, such as
+    #: dynalite, has none; the in-memory store can be made as one). See ``transactions()``.
+    transactions: Literal["always", "varies"] = "always"
+    #: The wire protocol its servers speak ("": none, in-process): tests with a tool of that
+    #: protocol (a fault proxy, a raw client) run on every kind that speaks it.
+    api: str = ""
     #: ``table-create`` options beyond the table's name that apply to it.
     create_options: tuple[str, ...] = ()
-    #: Its own commands: command name -> function name in ``module``.
-    commands: Mapping[str, str] = field(default_factory=dict)
+    #: The names of its own commands (``KindModule.COMMANDS`` has the functions).
+    commands: tuple[str, ...] = ()
 
-    def hooks(self) -> ModuleType:
-        return importlib.import_module(self.module)
+    @property
+    def skew_free(self) -> bool:
+        """Whether its leases are timed by one clock of the store's own, so no skew window
+        applies (see ``LockStore.skew_free``)."""
+        return bool(self.no_skew)
+
+    def hooks(self) -> KindModule:
+        module = importlib.import_module(self.module)
+        if not isinstance(module, KindModule):
+            raise TypeError(f"{self.module} is not a KindModule (parse, open, COMMANDS)")
+        return module
 
     def parse(self, url: str) -> Named:
-        named: Named = self.hooks().parse(url)
-        return named
+        return self.hooks().parse(url)
 
     def open(self, named: Named, settings: Settings) -> LockStore:
         """The store ``named`` and ``settings`` describe (the URL's parts win; the caller has
         refused contradictions before)."""
-        store: LockStore = self.hooks().open(named, settings)
-        return store
+        return self.hooks().open(named, settings)
 
     def command(self, name: str) -> Callable[..., Any]:
         """The function behind one of the kind's own commands."""
-        function: Callable[..., Any] = getattr(self.hooks(), self.commands[name])
-        return function
+        return self.hooks().COMMANDS[name]
 
 
 KINDS: tuple[Kind, ...] = (
@@ -116,7 +166,9 @@ KINDS: tuple[Kind, ...] = (
         driver="botocore",
         location=LOCATION_OPTIONS,
         create_options=("billing_mode", "capacity"),
-        commands={"iam-policy": "iam_policy", "dev-server": "dev_server"},
+        transactions="varies",
+        api="dynamodb",
+        commands=("iam-policy", "dev-server"),
     ),
     Kind(
         name="postgresql",
@@ -128,7 +180,8 @@ KINDS: tuple[Kind, ...] = (
         driver="psycopg",
         no_skew="its leases are timed by the database server's clock alone, so no clock-skew "
         "window is needed",
-        commands={"grants": "grants"},
+        api="postgresql",
+        commands=("grants",),
     ),
     Kind(
         name="redis",
@@ -141,12 +194,29 @@ KINDS: tuple[Kind, ...] = (
         driver="redis",
         no_skew="its leases are timed by the Redis server's clock alone, so no clock-skew "
         "window is needed",
-        commands={"grants": "acl"},
+        api="redis",
+        commands=("grants",),
     ),
 )
 
 #: The kind used when no URL names one.
 DEFAULT = KINDS[0]
+
+#: The in-memory store (``awsflock.stores.memory``): in one process, for tests and the
+#: simulator; no URL names it. As the DynamoDB store it is timed by its callers' clocks, and it
+#: can be made as one without transactions (``MemoryStore(transactions=False)``).
+MEMORY = Kind(
+    name="memory",
+    title="in-memory store",
+    schemes=(),
+    form="MemoryStore()",
+    module="awsflock.stores.memory_kind",
+    extra=None,
+    transactions="varies",
+)
+
+#: Every kind: those a URL names, and the in-memory store.
+ALL: tuple[Kind, ...] = (*KINDS, MEMORY)
 
 
 def installed(kind: Kind) -> bool:
@@ -157,10 +227,26 @@ def installed(kind: Kind) -> bool:
 
 
 def get(name: str) -> Kind:
-    for kind in KINDS:
+    for kind in ALL:
         if kind.name == name:
             return kind
     raise KeyError(name)
+
+
+def of(store: LockStore) -> Kind:
+    """The kind of ``store`` (its ``LockStore.kind``)."""
+    return get(store.kind)
+
+
+def transactions(store: LockStore) -> bool:
+    """Whether ``store``'s steps keep fence records and the leases they ended apart from a
+    lock's own record: its kind's ``transactions``, or where that varies, the store's own
+    answer (``Transacting``)."""
+    if of(store).transactions == "always":
+        return True
+    if not isinstance(store, Transacting):
+        raise TypeError(f"a {store.kind} store must say whether it has transactions")
+    return store.transactions
 
 
 def with_command(command: str) -> Kind:

@@ -46,6 +46,7 @@ from awsflock.records import (
     Pool,
     Waiter,
 )
+from awsflock.stores import kinds
 from awsflock.stores.memory_records import ForSimulations, _Lease, _Record, _seconds, _version
 
 
@@ -56,11 +57,8 @@ class MemoryStore(ForSimulations):
     times from the caller, as every store's do.
     """
 
-    #: The ``store`` attribute of its metrics (awsflock.metrics).
-    metrics_name = "memory"
-
-    #: Leases are timed by the callers' clocks (see ``LockStore.skew_free``).
-    skew_free = False
+    kind = kinds.MEMORY.name
+    skew_free = kinds.MEMORY.skew_free
 
     def __init__(
         self,

@@ -21,6 +21,7 @@ import pytest
 
 from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, LINE_LAPSE_MS, Attempt, LockStore, Outcome
 from awsflock.records import Identity, LockRecord, Pool, Waiter
+from awsflock.stores import kinds
 
 MINUTE = 60_000
 SKEW = 5_000
@@ -38,7 +39,7 @@ def _keeps_done(store: LockStore) -> bool:
     """Whether the store keeps the leases it handed on apart from their record: every store but
     the DynamoDB store on an endpoint without transactions (dynalite), and the in-memory store
     as that (known once a take has been sent)."""
-    return bool(getattr(store, "transactions", getattr(store, "_transactions", True)))
+    return kinds.transactions(store)
 
 
 def _token(record: LockRecord) -> int:

@@ -33,11 +33,11 @@ BIN = Path(sys.executable).parent / "awsflock"
 #: then runs on the servers of the kinds that have it, and on every server otherwise.
 CAPABILITIES: dict[str, Callable[[kinds.Kind], bool]] = {
     # Leases timed by the callers' clocks, reclaimed a skew window after their end.
-    "skew_window": lambda kind: not kind.no_skew,
+    "skew_window": lambda kind: not kind.skew_free,
     # An endpoint URL (--endpoint-url) that names where the store is.
     "endpoint": lambda kind: "endpoint_url" in kind.location,
     # The server speaks DynamoDB's API: its HTTP fault proxy, a raw client, awsflock 0.2.0.
-    "dynamodb_api": lambda kind: kind.name == "dynamodb",
+    "dynamodb_api": lambda kind: kind.api == "dynamodb",
 }
 #: Fixtures that need a capability: a test that asks for one runs where it is.
 FIXTURE_NEEDS = {
@@ -220,7 +220,7 @@ class UrlCli(Cli):
         super().__init__("", table)
         self.server = server
         self.url = url or server.store_url or server.url
-        self.skew_free = bool(kinds.get(kinds.parse(self.url).kind).no_skew)
+        self.skew_free = kinds.get(kinds.parse(self.url).kind).skew_free
 
     def env(self, **extra: str) -> dict[str, str]:
         env = cli_env("", self.table, AWSFLOCK_STORE=self.url)

@@ -59,8 +59,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from awsflock.protocol import LINE_LAPSE_MS, Attempt, Outcome
+from awsflock.protocol import LINE_LAPSE_MS, Attempt, LockStore, Outcome
 from awsflock.records import Line, LockRecord, Waiter
+from awsflock.stores import kinds
 from tests.simulation.world import EPOCH, Proc, World
 
 Key = tuple[str, "int | None"]  # (lock name, slot)
@@ -478,10 +479,10 @@ class Checker:
                     )
 
 
-def _keeps_done(store: Any) -> bool:
+def _keeps_done(store: LockStore) -> bool:
     """Whether the store keeps the leases it ended apart from their record (every store but
     one without transactions: the in-memory or DynamoDB store as on dynalite)."""
-    return bool(getattr(store, "transactions", getattr(store, "_transactions", True)))
+    return kinds.transactions(store)
 
 
 def _free(record: LockRecord, cutoff_ms: int) -> bool:

@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 from awsflock.lock import acquisition, admin, line, renewal, verdict
 from awsflock.stores import memory_records
-from awsflock.stores.remote import requests as retrying
 from awsflock.stores.memory import MemoryStore
 from awsflock.stores.memory_records import _Lease, _Record
+from awsflock.stores.remote import requests as retrying
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
 

@@ -2,7 +2,7 @@
 
 ``SimStore`` wraps a real ``LockStore`` (the in-memory one, the DynamoDB store on in-process
 moto, or PostgreSQL) and is what every simulated client's ``LockTable`` talks to. Its request
-layer is the production one (``awsflock.stores.remote.requests.RetryingStore``): each call is retried,
+layer is the production one (``stores.remote.requests.RetryingStore``): each call is retried,
 with backoff, within the caller's budget (``budget``; else one request timeout); a call that
 fails says whether any try of it may have landed (``maybe_applied``), and an answered call whose
 earlier try may still land says so (``Outcome.in_doubt``). The faults are injected beneath it:
@@ -101,6 +101,7 @@ class SimStore(RetryingStore):
         self.world = network.world
         self.proc_name = proc_name
         self.table_name = inner.table_name
+        self.kind = inner.kind
         self.skew_free: bool = inner.skew_free
         self.request_timeout = request_timeout
         self.clock: Any = None  # set to the process's clock by the caller

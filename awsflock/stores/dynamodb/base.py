@@ -107,9 +107,6 @@ class TableBase(RetryingStore):
     """A lock table in DynamoDB: what every step needs. Builds its botocore client on first
     use."""
 
-    #: Leases are timed by the callers' clocks (see ``LockStore.skew_free``).
-    skew_free = False
-
     def __init__(
         self,
         table_name: str,

@@ -4,7 +4,8 @@ opened, and its own commands (``iam-policy``, ``dev-server``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import parse_qsl, urlsplit
 
 from awsflock import errors
@@ -57,3 +58,6 @@ def dev_server(port: int, ready: Callable[[str], None]) -> None:
     from awsflock.stores.dynamodb.devserver import serve
 
     serve(port, ready)
+
+
+COMMANDS: Mapping[str, Callable[..., Any]] = {"iam-policy": iam_policy, "dev-server": dev_server}

@@ -15,6 +15,7 @@ cannot outlast the budget (``base``).
 from __future__ import annotations
 
 from awsflock.protocol import Attempt, Outcome
+from awsflock.stores import kinds
 from awsflock.stores.dynamodb.base import TableBase, expiration_seconds, new_version
 from awsflock.stores.dynamodb.steps import Steps
 from awsflock.stores.dynamodb.takes import Takes
@@ -26,8 +27,15 @@ class DynamoDBStore(Takes, Steps):
     """A lock table in DynamoDB (a ``LockStore``). Builds its botocore client on first use.
     The layers: ``base`` (client, requests, errors, reads), ``takes`` and ``steps``."""
 
-    #: The ``store`` attribute of its metrics (awsflock.metrics).
-    metrics_name = "dynamodb"
+    kind = "dynamodb"
+    skew_free = kinds.get("dynamodb").skew_free
+
+    @property
+    def transactions(self) -> bool:
+        """Whether the endpoint runs transactions, as far as the store knows: True until one
+        answers that it does not (dynalite). Without them a plain lock's record is kept for good
+        as its fence, and no lease it ended is kept apart (the kind's transactions "varies")."""
+        return self._transactions
 
     def take(self, lock_id: str, attempt: Attempt) -> Outcome:
         """Take the lock (or the attempt's slot of its pool) if it is free (see ``LockStore``).

@@ -5,7 +5,8 @@ opened, and its own command (``grants``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock.stores.kinds import Named, Settings
 from awsflock.stores.postgresql import schema, urls
@@ -33,3 +34,6 @@ def open(named: Named, settings: Settings) -> PostgresStore:
 
 def grants(table: str, role: str, *, read_only: bool) -> str:
     return schema.grants(schema.check_name(table), role, read_only=read_only)
+
+
+COMMANDS: Mapping[str, Callable[..., Any]] = {"grants": grants}

@@ -44,8 +44,7 @@ class PostgresStore(StepStore[Any]):
     ``skew_ms`` instead of the server's clock (for tests and simulations in virtual time).
     """
 
-    #: The ``store`` attribute of its metrics (awsflock.metrics).
-    metrics_name = "postgresql"
+    kind = "postgresql"
     link: PgLink
 
     def __init__(

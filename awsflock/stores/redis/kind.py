@@ -4,7 +4,8 @@ it is opened, and its own command (``acl``, the rules a Redis user needs)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock.stores.kinds import Named, Settings
 from awsflock.stores.redis import acl as acl_rules
@@ -34,3 +35,6 @@ def open(named: Named, settings: Settings) -> RedisStore:
 
 def acl(prefix: str, user: str, *, read_only: bool) -> str:
     return acl_rules.acl(urls.check_prefix(prefix), user, read_only=read_only)
+
+
+COMMANDS: Mapping[str, Callable[..., Any]] = {"grants": acl}

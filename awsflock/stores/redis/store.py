@@ -56,8 +56,7 @@ class RedisStore(StepStore[RedisConn]):
     Nothing connects until the first request; a bad URL or argument is a UsageError here.
     """
 
-    #: The ``store`` attribute of its metrics (awsflock.metrics).
-    metrics_name = "redis"
+    kind = "redis"
     link: RedisLink
 
     def __init__(

@@ -17,6 +17,7 @@ from awsflock import errors
 from awsflock.names import slot_of
 from awsflock.protocol import MAX_DROPS, RENEW_ORDER_MS, Attempt, Drops, Outcome
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Waiter
+from awsflock.stores import kinds
 from awsflock.stores.remote import answers
 from awsflock.stores.remote.connected import Connected
 from awsflock.stores.remote.link import C
@@ -50,11 +51,14 @@ class StepStore(Connected[C], Generic[C]):
 
     program: StepProgram
     server_time: bool
+    #: The store's kind (``stores.kinds``), which declares its capabilities.
+    kind: str
 
     @property
     def skew_free(self) -> bool:
-        """Leases are timed by one clock (the server's): no skew window is needed."""
-        return self.server_time
+        """As its kind's (``kinds.Kind.skew_free``: the server's clock times the leases), unless
+        the store is in its callers' time (``server_time`` False)."""
+        return self.server_time and kinds.get(self.kind).skew_free
 
     def _call(self, operation: str, op: str, lock_id: str, params: dict[str, Any]) -> Outcome:
         """One step; its answer as an Outcome in the caller's clock."""
