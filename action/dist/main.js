@@ -9,6 +9,78 @@ var __commonJS = (cb, mod) => function __require() {
   }
 };
 
+// src/output.js
+var require_output = __commonJS({
+  "src/output.js"(exports2, module2) {
+    "use strict";
+    var EVERY_EVENT = ["event", "level", "message"];
+    var EVENTS = {
+      /** The wait began (the lock is held): said, then the progress lines start. */
+      contended: [],
+      /** Gave up on a held lock: its message ends the action's error line. */
+      busy: [],
+      /** The grant: its hand-off bound goes into the job summary. */
+      acquired: ["handoff_s"]
+    };
+    var LEVELS = ["warning", "error"];
+    var LEASE = ["lease_id", "fencing_token", "slot"];
+    var STATUS = [
+      "state",
+      "owner",
+      "host",
+      "ci_url",
+      "acquired_at",
+      "held_for_s",
+      "expires_at",
+      "expires_in_s",
+      "reclaimable_in_s",
+      "fencing_token",
+      "line"
+    ];
+    var POOL = ["slots", "slot_states"];
+    var SLOT = ["slot"];
+    var WAITER = ["pid", "place"];
+    var HOLDER_KEEPS = ["owner", "host", "ci_url", "acquired_at", "held_for_s", "expires_at", "fencing_token"];
+    function parseEvent(text) {
+      if (!text.trim()) return null;
+      try {
+        const event = JSON.parse(text);
+        return event && typeof event === "object" && !Array.isArray(event) ? event : null;
+      } catch {
+        return null;
+      }
+    }
+    function leaseIn(stdout) {
+      try {
+        const lease = JSON.parse(stdout);
+        return lease && typeof lease.lease_id === "string" && lease.lease_id ? lease : null;
+      } catch {
+        return null;
+      }
+    }
+    function lastError(done) {
+      const failed = done.events.filter((e) => e.level === "error" || e.level === "warning");
+      const last = failed[failed.length - 1];
+      if (last) return last.message;
+      return done.errors.join(" ").trim() || `awsflock exited ${done.code}`;
+    }
+    module2.exports = {
+      EVENTS,
+      EVERY_EVENT,
+      HOLDER_KEEPS,
+      LEASE,
+      LEVELS,
+      POOL,
+      SLOT,
+      STATUS,
+      WAITER,
+      lastError,
+      leaseIn,
+      parseEvent
+    };
+  }
+});
+
 // src/runner.js
 var require_runner = __commonJS({
   "src/runner.js"(exports2, module2) {
@@ -32,7 +104,8 @@ var require_runner = __commonJS({
       const file = process.env[variable];
       const text = String(value);
       if (!file) {
-        const command2 = { GITHUB_OUTPUT: "set-output", GITHUB_STATE: "save-state" }[variable];
+        const commands = { GITHUB_OUTPUT: "set-output", GITHUB_STATE: "save-state" };
+        const command2 = commands[variable];
         if (command2) process.stdout.write(`::${command2} name=${name}::${escape(text)}${os.EOL}`);
         return;
       }
@@ -94,6 +167,7 @@ var require_awsflock = __commonJS({
     var fs = require("node:fs");
     var os = require("node:os");
     var path = require("node:path");
+    var output = require_output();
     var runner2 = require_runner();
     var ROOT = path.resolve(__dirname, "..", "..");
     function onPath(name) {
@@ -212,15 +286,14 @@ var require_awsflock = __commonJS({
         started(child);
         let stdout = "";
         let pending = "";
-        const events = [];
+        const said = [];
         const other = [];
         const line = (text) => {
-          if (!text.trim()) return;
-          try {
-            const event = JSON.parse(text);
-            events.push(event);
+          const event = output.parseEvent(text);
+          if (event) {
+            said.push(event);
             onEvent(event);
-          } catch {
+          } else if (text.trim()) {
             other.push(text);
           }
         };
@@ -228,17 +301,30 @@ var require_awsflock = __commonJS({
         child.stderr.on("data", (chunk) => {
           pending += chunk;
           const lines = pending.split("\n");
-          pending = lines.pop();
+          pending = lines.pop() || "";
           lines.forEach(line);
         });
-        child.on("error", (err) => resolve({ code: 127, stdout, events, errors: [String(err)] }));
+        child.on("error", (err) => resolve({ code: 127, stdout, events: said, errors: [String(err)] }));
         child.on("close", (code, signal) => {
           line(pending);
-          resolve({ code: code === null ? 128 + (os.constants.signals[signal] || 0) : code, stdout, events, errors: other });
+          resolve({ code: exitCode(code, signal), stdout, events: said, errors: other });
         });
       });
     }
-    module2.exports = { ensure, installKey, ownVersion, run, storeEnv };
+    function exitCode(code, signal) {
+      if (code !== null) return code;
+      return 128 + (signal && os.constants.signals[signal] || 0);
+    }
+    async function status(bin, name, env) {
+      const done = await run(bin, ["status", "--json", "--", name], env);
+      if (done.code !== 0 && done.code !== 3) return { error: output.lastError(done), code: done.code };
+      try {
+        return { data: JSON.parse(done.stdout), code: done.code };
+      } catch {
+        return { error: `awsflock status printed no JSON (exit ${done.code})`, code: done.code };
+      }
+    }
+    module2.exports = { ensure, exitCode, installKey, ownVersion, run, status, storeEnv };
   }
 });
 
@@ -246,6 +332,7 @@ var require_awsflock = __commonJS({
 var require_format = __commonJS({
   "src/format.js"(exports2, module2) {
     "use strict";
+    var output = require_output();
     function seconds(value) {
       if (value === null || value === void 0 || Number.isNaN(Number(value))) return "?";
       let s = Number(value);
@@ -256,29 +343,29 @@ var require_format = __commonJS({
       const rest = s % 60;
       return (h ? `${h}h` : "") + (m || h ? `${m}m` : "") + (rest ? `${rest}s` : "");
     }
-    function holder(status2) {
-      if (!status2 || status2.state === "free") return "nobody";
-      const who = status2.owner || "unknown owner";
-      const where = status2.ci_url ? ` (${status2.ci_url})` : status2.host ? ` (host ${status2.host})` : "";
-      const since = status2.held_for_s === null || status2.held_for_s === void 0 ? "" : `, held for ${seconds(status2.held_for_s)}`;
-      const left = status2.state === "expired" ? `, lease expired (free in ${seconds(status2.reclaimable_in_s)})` : `, lease expires in ${seconds(status2.expires_in_s)}`;
+    function holder(status) {
+      if (!status || status.state === "free") return "nobody";
+      const who = status.owner || "unknown owner";
+      const where = status.ci_url ? ` (${status.ci_url})` : status.host ? ` (host ${status.host})` : "";
+      const since = status.held_for_s === null || status.held_for_s === void 0 ? "" : `, held for ${seconds(status.held_for_s)}`;
+      const left = status.state === "expired" ? `, lease expired (free in ${seconds(status.reclaimable_in_s)})` : `, lease expires in ${seconds(status.expires_in_s)}`;
       return who + where + since + left;
     }
-    function holders(status2) {
-      if (!status2 || !Array.isArray(status2.slot_states)) return holder(status2);
-      const held = status2.slot_states.filter((s) => s.state === "held");
+    function holders(status) {
+      if (!status || !Array.isArray(status.slot_states)) return holder(status);
+      const held = status.slot_states.filter((s) => s.state === "held");
       if (!held.length) return "no slot held";
       const each = held.map((s) => `slot ${s.slot}: ${holder(s)}`).join("; ");
-      return `${held.length} of ${status2.slots} slots held (${each})`;
+      return `${held.length} of ${status.slots} slots held (${each})`;
     }
-    function holderJson(status2) {
-      if (!status2 || status2.state === "free") return "";
-      const keep = ["owner", "host", "ci_url", "acquired_at", "held_for_s", "expires_at", "fencing_token"];
-      if (Array.isArray(status2.slot_states)) {
-        const held = status2.slot_states.filter((s) => s.state === "held");
+    function holderJson(status) {
+      if (!status || status.state === "free") return "";
+      const keep = output.HOLDER_KEEPS;
+      if (Array.isArray(status.slot_states)) {
+        const held = status.slot_states.filter((s) => s.state === "held");
         return JSON.stringify({ slots: held.map((s) => pick(s, ["slot", ...keep])) });
       }
-      return JSON.stringify(pick(status2, keep));
+      return JSON.stringify(pick(status, keep));
     }
     function pick(object, keys) {
       const out = {};
@@ -289,202 +376,275 @@ var require_format = __commonJS({
   }
 });
 
-// src/main.js
-var awsflock = require_awsflock();
-var format = require_format();
-var runner = require_runner();
-var PROGRESS_MS = 5e3;
-function readInputs() {
-  const inputs = {
-    name: runner.input("name"),
-    mode: runner.input("mode") || "lock",
-    failIfHeld: runner.input("fail-if-held") === "" ? true : runner.flag("fail-if-held"),
-    store: runner.input("store"),
-    table: runner.input("table"),
-    region: runner.input("region"),
-    lease: runner.input("lease") || "60s",
-    wait: runner.input("wait") || "30m",
-    fair: runner.input("fair") === "" ? true : runner.flag("fair"),
-    slots: runner.input("slots"),
-    owner: runner.input("owner"),
-    version: runner.input("version")
-  };
-  if (!inputs.name) throw new runner.UsageError("input name is required: the lock's name");
-  if (!["lock", "check"].includes(inputs.mode)) {
-    throw new runner.UsageError(`input mode must be lock or check, not "${inputs.mode}"`);
-  }
-  if (inputs.slots && !/^[1-9][0-9]*$/.test(inputs.slots)) {
-    throw new runner.UsageError(`input slots must be a whole number of slots, not "${inputs.slots}"`);
-  }
-  return inputs;
-}
-function defaultOwner() {
-  const e = process.env;
-  const where = [e.GITHUB_REPOSITORY, e.GITHUB_WORKFLOW].filter(Boolean).join(": ");
-  const job = e.GITHUB_JOB ? ` / ${e.GITHUB_JOB}` : "";
-  const who = [e.GITHUB_ACTOR, e.GITHUB_REF_NAME].filter(Boolean).join(", ");
-  const owner = (where || "github-actions") + job + (who ? ` (${who})` : "");
-  return owner.slice(0, 200);
-}
-async function status(bin, name, env) {
-  const done = await awsflock.run(bin, ["status", "--json", "--", name], env);
-  if (done.code !== 0 && done.code !== 3) return { error: lastError(done), code: done.code };
-  try {
-    return { data: JSON.parse(done.stdout), code: done.code };
-  } catch {
-    return { error: `awsflock status printed no JSON (exit ${done.code})`, code: done.code };
-  }
-}
-function lastError(done) {
-  const failed = done.events.filter((e) => e.level === "error" || e.level === "warning");
-  const last = failed[failed.length - 1];
-  if (last) return last.message;
-  return done.errors.join(" ").trim() || `awsflock exited ${done.code}`;
-}
-async function check(inputs, bin, env) {
-  const { data, error, code } = await status(bin, inputs.name, env);
-  if (error) throw new Error(`could not tell whether ${inputs.name} is held: ${error}`);
-  const held = code === 0;
-  runner.setOutput("acquired", "false");
-  runner.setOutput("held", String(held));
-  runner.setOutput("holder", format.holderJson(data));
-  const said = held ? `held: ${format.holders(data).replace(/[\r\n]+/g, " ")}` : "free";
-  runner.summary(`### awsflock: \`${inputs.name}\` is ${held ? "held" : "free"}
+// src/report.js
+var require_report = __commonJS({
+  "src/report.js"(exports2, module2) {
+    "use strict";
+    var format = require_format();
+    var output = require_output();
+    var oneLine = (text) => String(text).replace(/[\r\n]+/g, " ");
+    function checked(name, data, held) {
+      const said = held ? `held: ${oneLine(format.holders(data))}` : "free";
+      const summary = `### awsflock: \`${name}\` is ${held ? "held" : "free"}
 
 ${said}
-`);
-  if (held && inputs.failIfHeld) {
-    runner.error(`lock '${inputs.name}' is ${said} (mode: check fails while it is held)`);
-    return 1;
-  }
-  runner.info(`lock '${inputs.name}' is ${said}`);
-  return 0;
-}
-async function lock(inputs, bin, env) {
-  const name = inputs.name;
-  const args = ["acquire", "--json", "--while-pid", String(process.ppid)];
-  args.push("--lease-duration", inputs.lease, "--wait-time", inputs.wait);
-  args.push("--owner", inputs.owner || defaultOwner());
-  if (inputs.fair) args.push("--fair");
-  if (inputs.slots) args.push("--slots", inputs.slots);
-  args.push("--", name);
-  let child = null;
-  let cancelled = "";
-  const cancel = (signal) => {
-    cancelled = cancelled || signal;
-    if (child && child.exitCode === null) child.kill("SIGINT");
-  };
-  process.on("SIGINT", () => cancel("SIGINT"));
-  process.on("SIGTERM", () => cancel("SIGTERM"));
-  const began = Date.now();
-  let holder = null;
-  let polling = false;
-  let ticker = null;
-  const progress = async () => {
-    if (polling || !child || child.exitCode !== null) return;
-    polling = true;
-    try {
-      const { data } = await status(bin, name, env);
-      if (!data || child.exitCode !== null) return;
-      if (holder === null) holder = data;
-      const waited = format.seconds((Date.now() - began) / 1e3);
+`;
+      return { said, summary };
+    }
+    function place(data, pids) {
       const line = Array.isArray(data.line) ? data.line : [];
-      const mine = line.find((w) => w.pid === process.ppid || w.pid === child.pid);
-      const place = mine ? `, place ${mine.place} of ${line.length} in line` : "";
-      runner.info(`waiting ${waited} for '${name}'${place}: ${format.holders(data)}`);
-    } finally {
-      polling = false;
+      const mine = line.find((w) => w.pid !== null && w.pid !== void 0 && pids.includes(w.pid));
+      return mine ? `, place ${mine.place} of ${line.length} in line` : "";
     }
-  };
-  const onEvent = (event) => {
-    if (event.event === "contended" && ticker === null) {
-      runner.info(event.message);
-      progress();
-      ticker = setInterval(progress, PROGRESS_MS);
-    } else if (event.level === "warning" && event.event !== "busy") {
-      warnings.push(event);
+    function waiting(name, data, waitedS, pids) {
+      const waited = format.seconds(waitedS);
+      return `waiting ${waited} for '${name}'${place(data, pids)}: ${format.holders(data)}`;
     }
-  };
-  const warnings = [];
-  const done = await awsflock.run(bin, args, env, { onEvent, started: (c) => child = c });
-  if (ticker !== null) clearInterval(ticker);
-  const waitedS = (Date.now() - began) / 1e3;
-  runner.setOutput("waited-seconds", waitedS.toFixed(1));
-  runner.setOutput("holder", format.holderJson(holder));
-  const lease = leaseIn(done.stdout);
-  if (lease) {
-    runner.saveState("lease-id", lease.lease_id);
-    runner.saveState("acquired-at", String(Date.now()));
-    runner.mask(lease.lease_id);
-  }
-  for (const event of warnings) {
-    (cancelled ? runner.info : runner.warning)(event.message);
-  }
-  if (lease && (cancelled || done.code !== 0)) {
-    runner.setOutput("acquired", "false");
-    if (cancelled) {
-      runner.info(`cancelled just as '${name}' was granted: the post step gives it back`);
-    } else {
-      runner.error(`'${name}' was granted, then awsflock failed: ${lastError(done)} (the post step gives it back)`);
+    function failure(name, { lease, cancelled, done, waitedS }) {
+      if (lease && cancelled) {
+        return { level: "info", text: `cancelled just as '${name}' was granted: the post step gives it back` };
+      }
+      if (lease && done.code !== 0) {
+        const why = output.lastError(done);
+        return { level: "error", text: `'${name}' was granted, then awsflock failed: ${why} (the post step gives it back)` };
+      }
+      if (lease) return null;
+      if (cancelled || done.code === 130) {
+        return { level: "info", text: `cancelled while waiting for '${name}': the lock was not taken` };
+      }
+      if (done.code === 3) {
+        const busy = done.events.find((e) => e.event === "busy");
+        const now = busy ? busy.message : `lock '${name}' stayed held`;
+        return { level: "error", text: `gave up waiting for '${name}' after ${format.seconds(waitedS)}: ${now}` };
+      }
+      return { level: "error", text: `could not take '${name}': ${output.lastError(done)}` };
     }
-    return 1;
-  }
-  if (!lease) {
-    runner.setOutput("acquired", "false");
-    if (cancelled || done.code === 130) {
-      runner.info(`cancelled while waiting for '${name}': the lock was not taken`);
-    } else if (done.code === 3) {
-      const busy = done.events.find((e) => e.event === "busy");
-      const now = busy ? busy.message : `lock '${name}' stayed held`;
-      runner.error(`gave up waiting for '${name}' after ${format.seconds(waitedS)}: ${now}`);
-    } else {
-      runner.error(`could not take '${name}': ${lastError(done)}`);
+    function slotOf(lease) {
+      return lease.slot === void 0 || lease.slot === null ? "" : `, slot ${lease.slot}`;
     }
-    return 1;
-  }
-  const granted = done.events.find((e) => e.event === "acquired") || {};
-  const token = String(lease.fencing_token);
-  runner.setOutput("acquired", "true");
-  runner.setOutput("fencing-token", token);
-  runner.exportVariable("AWSFLOCK_LOCK_ID", name);
-  runner.exportVariable("AWSFLOCK_FENCING_TOKEN", token);
-  if (lease.slot !== void 0 && lease.slot !== null) {
-    runner.setOutput("slot", String(lease.slot));
-    runner.exportVariable("AWSFLOCK_SLOT", String(lease.slot));
-  }
-  const slot = lease.slot === void 0 || lease.slot === null ? "" : `, slot ${lease.slot}`;
-  runner.info(
-    `acquired '${name}'${slot} (fencing token ${token}) after ${format.seconds(waitedS)}; held for the rest of the job (renewed every third of ${inputs.lease})`
-  );
-  summarise(inputs, { token, slot, waitedS, holder, granted });
-  return 0;
-}
-function leaseIn(stdout) {
-  try {
-    const lease = JSON.parse(stdout);
-    return lease && typeof lease.lease_id === "string" && lease.lease_id ? lease : null;
-  } catch {
-    return null;
-  }
-}
-function summarise(inputs, { token, slot, waitedS, holder, granted }) {
-  const cell = (text) => String(text).replace(/[\r\n]+/g, " ").replace(/\|/g, "\\|");
-  const rows = [
-    ["Fencing token", `\`${token}\`${slot}`],
-    ["Waited", format.seconds(waitedS)]
-  ];
-  if (granted.handoff_s !== void 0 && granted.handoff_s !== null) {
-    rows.push(["Hand-off", `at most ${format.seconds(granted.handoff_s)} after the lock was last seen held`]);
-  }
-  rows.push(["Held when this job began waiting", holder ? format.holders(holder) : "free"]);
-  const table = rows.map(([k, v]) => `| ${k} | ${cell(v)} |`).join("\n");
-  runner.summary(`### awsflock: \`${inputs.name}\` held by this job
+    function acquired(name, lease, waitedS, leaseInput) {
+      return `acquired '${name}'${slotOf(lease)} (fencing token ${lease.fencing_token}) after ${format.seconds(waitedS)}; held for the rest of the job (renewed every third of ${leaseInput})`;
+    }
+    function heldSummary(name, { lease, waitedS, holder, granted }) {
+      const cell = (text) => oneLine(text).replace(/\|/g, "\\|");
+      const rows = [
+        ["Fencing token", `\`${lease.fencing_token}\`${slotOf(lease)}`],
+        ["Waited", format.seconds(waitedS)]
+      ];
+      const handoff = granted ? granted.handoff_s : void 0;
+      if (handoff !== void 0 && handoff !== null) {
+        rows.push(["Hand-off", `at most ${format.seconds(handoff)} after the lock was last seen held`]);
+      }
+      rows.push(["Held when this job began waiting", holder ? format.holders(holder) : "free"]);
+      const table = rows.map(([k, v]) => `| ${k} | ${cell(v)} |`).join("\n");
+      return `### awsflock: \`${name}\` held by this job
 
 | | |
 |---|---|
 ${table}
-`);
-}
+`;
+    }
+    module2.exports = { acquired, checked, failure, heldSummary, place, slotOf, waiting };
+  }
+});
+
+// src/check.js
+var require_check = __commonJS({
+  "src/check.js"(exports2, module2) {
+    "use strict";
+    var awsflock2 = require_awsflock();
+    var format = require_format();
+    var report = require_report();
+    var runner2 = require_runner();
+    async function check2(inputs, bin, env) {
+      const { data, error, code } = await awsflock2.status(bin, inputs.name, env);
+      if (error) throw new Error(`could not tell whether ${inputs.name} is held: ${error}`);
+      const held = code === 0;
+      runner2.setOutput("acquired", "false");
+      runner2.setOutput("held", String(held));
+      runner2.setOutput("holder", format.holderJson(data));
+      const { said, summary } = report.checked(inputs.name, data, held);
+      runner2.summary(summary);
+      if (held && inputs.failIfHeld) {
+        runner2.error(`lock '${inputs.name}' is ${said} (mode: check fails while it is held)`);
+        return 1;
+      }
+      runner2.info(`lock '${inputs.name}' is ${said}`);
+      return 0;
+    }
+    module2.exports = { check: check2 };
+  }
+});
+
+// src/inputs.js
+var require_inputs = __commonJS({
+  "src/inputs.js"(exports2, module2) {
+    "use strict";
+    var runner2 = require_runner();
+    function readInputs2() {
+      const inputs = {
+        name: runner2.input("name"),
+        mode: runner2.input("mode") || "lock",
+        failIfHeld: runner2.input("fail-if-held") === "" ? true : runner2.flag("fail-if-held"),
+        store: runner2.input("store"),
+        table: runner2.input("table"),
+        region: runner2.input("region"),
+        lease: runner2.input("lease") || "60s",
+        wait: runner2.input("wait") || "30m",
+        fair: runner2.input("fair") === "" ? true : runner2.flag("fair"),
+        slots: runner2.input("slots"),
+        owner: runner2.input("owner"),
+        version: runner2.input("version")
+      };
+      if (!inputs.name) throw new runner2.UsageError("input name is required: the lock's name");
+      if (!["lock", "check"].includes(inputs.mode)) {
+        throw new runner2.UsageError(`input mode must be lock or check, not "${inputs.mode}"`);
+      }
+      if (inputs.slots && !/^[1-9][0-9]*$/.test(inputs.slots)) {
+        throw new runner2.UsageError(`input slots must be a whole number of slots, not "${inputs.slots}"`);
+      }
+      return inputs;
+    }
+    function defaultOwner(e = process.env) {
+      const where = [e.GITHUB_REPOSITORY, e.GITHUB_WORKFLOW].filter(Boolean).join(": ");
+      const job = e.GITHUB_JOB ? ` / ${e.GITHUB_JOB}` : "";
+      const who = [e.GITHUB_ACTOR, e.GITHUB_REF_NAME].filter(Boolean).join(", ");
+      const owner = (where || "github-actions") + job + (who ? ` (${who})` : "");
+      return owner.slice(0, 200);
+    }
+    function acquireArgs(inputs, whilePid, env = process.env) {
+      const args = ["acquire", "--json", "--while-pid", String(whilePid)];
+      args.push("--lease-duration", inputs.lease, "--wait-time", inputs.wait);
+      args.push("--owner", inputs.owner || defaultOwner(env));
+      if (inputs.fair) args.push("--fair");
+      if (inputs.slots) args.push("--slots", inputs.slots);
+      args.push("--", inputs.name);
+      return args;
+    }
+    module2.exports = { acquireArgs, defaultOwner, readInputs: readInputs2 };
+  }
+});
+
+// src/lock.js
+var require_lock = __commonJS({
+  "src/lock.js"(exports2, module2) {
+    "use strict";
+    var awsflock2 = require_awsflock();
+    var format = require_format();
+    var { acquireArgs } = require_inputs();
+    var output = require_output();
+    var report = require_report();
+    var runner2 = require_runner();
+    var PROGRESS_MS = 5e3;
+    var Cancel = class {
+      constructor() {
+        this.signal = "";
+        this.child = null;
+        process.on("SIGINT", () => this.receive("SIGINT"));
+        process.on("SIGTERM", () => this.receive("SIGTERM"));
+      }
+      /** @param {string} signal */
+      receive(signal) {
+        this.signal = this.signal || signal;
+        if (this.child && this.child.exitCode === null) this.child.kill("SIGINT");
+      }
+    };
+    var Watch = class {
+      /** @param {string} name @param {string} bin @param {Record<string, string>} env */
+      constructor(name, bin, env) {
+        this.name = name;
+        this.bin = bin;
+        this.env = env;
+        this.began = Date.now();
+        this.child = null;
+        this.holder = null;
+        this.warnings = [];
+        this.polling = false;
+        this.ticker = null;
+      }
+      /** @param {AwsflockEvent} event */
+      onEvent(event) {
+        if (event.event === "contended" && this.ticker === null) {
+          runner2.info(event.message);
+          this.progress();
+          this.ticker = setInterval(() => this.progress(), PROGRESS_MS);
+        } else if (event.level === "warning" && event.event !== "busy") {
+          this.warnings.push(event);
+        }
+      }
+      /** One `status` read, said as a line (none once awsflock has ended, or while one is out). */
+      async progress() {
+        const child = this.child;
+        if (this.polling || !child || child.exitCode !== null) return;
+        this.polling = true;
+        try {
+          const { data } = await awsflock2.status(this.bin, this.name, this.env);
+          if (!data || child.exitCode !== null) return;
+          if (this.holder === null) this.holder = data;
+          const pids = [process.ppid, child.pid].filter((pid) => pid !== void 0);
+          runner2.info(report.waiting(this.name, data, (Date.now() - this.began) / 1e3, pids));
+        } finally {
+          this.polling = false;
+        }
+      }
+      stop() {
+        if (this.ticker !== null) clearInterval(this.ticker);
+      }
+    };
+    async function lock2(inputs, bin, env) {
+      const cancel = new Cancel();
+      const watch = new Watch(inputs.name, bin, env);
+      const done = await awsflock2.run(bin, acquireArgs(inputs, process.ppid), env, {
+        onEvent: (event) => watch.onEvent(event),
+        started: (child) => cancel.child = watch.child = child
+      });
+      watch.stop();
+      const waitedS = (Date.now() - watch.began) / 1e3;
+      runner2.setOutput("waited-seconds", waitedS.toFixed(1));
+      runner2.setOutput("holder", format.holderJson(watch.holder));
+      const lease = output.leaseIn(done.stdout);
+      if (lease) keep(lease);
+      for (const event of watch.warnings) {
+        (cancel.signal ? runner2.info : runner2.warning)(event.message);
+      }
+      const failed = report.failure(inputs.name, { lease, cancelled: cancel.signal, done, waitedS });
+      if (failed || !lease) {
+        runner2.setOutput("acquired", "false");
+        if (failed) (failed.level === "info" ? runner2.info : runner2.error)(failed.text);
+        return 1;
+      }
+      held(inputs, lease, done, { waitedS, holder: watch.holder });
+      return 0;
+    }
+    function keep(lease) {
+      runner2.saveState("lease-id", lease.lease_id);
+      runner2.saveState("acquired-at", String(Date.now()));
+      runner2.mask(lease.lease_id);
+    }
+    function held(inputs, lease, done, { waitedS, holder }) {
+      const token = String(lease.fencing_token);
+      runner2.setOutput("acquired", "true");
+      runner2.setOutput("fencing-token", token);
+      runner2.exportVariable("AWSFLOCK_LOCK_ID", inputs.name);
+      runner2.exportVariable("AWSFLOCK_FENCING_TOKEN", token);
+      if (lease.slot !== void 0 && lease.slot !== null) {
+        runner2.setOutput("slot", String(lease.slot));
+        runner2.exportVariable("AWSFLOCK_SLOT", String(lease.slot));
+      }
+      runner2.info(report.acquired(inputs.name, lease, waitedS, inputs.lease));
+      const granted = done.events.find((e) => e.event === "acquired");
+      runner2.summary(report.heldSummary(inputs.name, { lease, waitedS, holder, granted }));
+    }
+    module2.exports = { lock: lock2 };
+  }
+});
+
+// src/main.js
+var awsflock = require_awsflock();
+var { check } = require_check();
+var { readInputs } = require_inputs();
+var { lock } = require_lock();
+var runner = require_runner();
 async function main() {
   const inputs = readInputs();
   const bin = awsflock.ensure(inputs);

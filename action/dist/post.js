@@ -9,6 +9,78 @@ var __commonJS = (cb, mod) => function __require() {
   }
 };
 
+// src/output.js
+var require_output = __commonJS({
+  "src/output.js"(exports2, module2) {
+    "use strict";
+    var EVERY_EVENT = ["event", "level", "message"];
+    var EVENTS = {
+      /** The wait began (the lock is held): said, then the progress lines start. */
+      contended: [],
+      /** Gave up on a held lock: its message ends the action's error line. */
+      busy: [],
+      /** The grant: its hand-off bound goes into the job summary. */
+      acquired: ["handoff_s"]
+    };
+    var LEVELS = ["warning", "error"];
+    var LEASE = ["lease_id", "fencing_token", "slot"];
+    var STATUS = [
+      "state",
+      "owner",
+      "host",
+      "ci_url",
+      "acquired_at",
+      "held_for_s",
+      "expires_at",
+      "expires_in_s",
+      "reclaimable_in_s",
+      "fencing_token",
+      "line"
+    ];
+    var POOL = ["slots", "slot_states"];
+    var SLOT = ["slot"];
+    var WAITER = ["pid", "place"];
+    var HOLDER_KEEPS = ["owner", "host", "ci_url", "acquired_at", "held_for_s", "expires_at", "fencing_token"];
+    function parseEvent(text) {
+      if (!text.trim()) return null;
+      try {
+        const event = JSON.parse(text);
+        return event && typeof event === "object" && !Array.isArray(event) ? event : null;
+      } catch {
+        return null;
+      }
+    }
+    function leaseIn(stdout) {
+      try {
+        const lease = JSON.parse(stdout);
+        return lease && typeof lease.lease_id === "string" && lease.lease_id ? lease : null;
+      } catch {
+        return null;
+      }
+    }
+    function lastError(done) {
+      const failed = done.events.filter((e) => e.level === "error" || e.level === "warning");
+      const last = failed[failed.length - 1];
+      if (last) return last.message;
+      return done.errors.join(" ").trim() || `awsflock exited ${done.code}`;
+    }
+    module2.exports = {
+      EVENTS,
+      EVERY_EVENT,
+      HOLDER_KEEPS,
+      LEASE,
+      LEVELS,
+      POOL,
+      SLOT,
+      STATUS,
+      WAITER,
+      lastError,
+      leaseIn,
+      parseEvent
+    };
+  }
+});
+
 // src/runner.js
 var require_runner = __commonJS({
   "src/runner.js"(exports2, module2) {
@@ -32,7 +104,8 @@ var require_runner = __commonJS({
       const file = process.env[variable];
       const text = String(value);
       if (!file) {
-        const command2 = { GITHUB_OUTPUT: "set-output", GITHUB_STATE: "save-state" }[variable];
+        const commands = { GITHUB_OUTPUT: "set-output", GITHUB_STATE: "save-state" };
+        const command2 = commands[variable];
         if (command2) process.stdout.write(`::${command2} name=${name}::${escape(text)}${os.EOL}`);
         return;
       }
@@ -94,6 +167,7 @@ var require_awsflock = __commonJS({
     var fs = require("node:fs");
     var os = require("node:os");
     var path = require("node:path");
+    var output = require_output();
     var runner2 = require_runner();
     var ROOT = path.resolve(__dirname, "..", "..");
     function onPath(name) {
@@ -212,15 +286,14 @@ var require_awsflock = __commonJS({
         started(child);
         let stdout = "";
         let pending = "";
-        const events = [];
+        const said = [];
         const other = [];
         const line = (text) => {
-          if (!text.trim()) return;
-          try {
-            const event = JSON.parse(text);
-            events.push(event);
+          const event = output.parseEvent(text);
+          if (event) {
+            said.push(event);
             onEvent(event);
-          } catch {
+          } else if (text.trim()) {
             other.push(text);
           }
         };
@@ -228,17 +301,30 @@ var require_awsflock = __commonJS({
         child.stderr.on("data", (chunk) => {
           pending += chunk;
           const lines = pending.split("\n");
-          pending = lines.pop();
+          pending = lines.pop() || "";
           lines.forEach(line);
         });
-        child.on("error", (err) => resolve({ code: 127, stdout, events, errors: [String(err)] }));
+        child.on("error", (err) => resolve({ code: 127, stdout, events: said, errors: [String(err)] }));
         child.on("close", (code, signal) => {
           line(pending);
-          resolve({ code: code === null ? 128 + (os.constants.signals[signal] || 0) : code, stdout, events, errors: other });
+          resolve({ code: exitCode(code, signal), stdout, events: said, errors: other });
         });
       });
     }
-    module2.exports = { ensure, installKey, ownVersion, run, storeEnv };
+    function exitCode(code, signal) {
+      if (code !== null) return code;
+      return 128 + (signal && os.constants.signals[signal] || 0);
+    }
+    async function status(bin, name, env) {
+      const done = await run(bin, ["status", "--json", "--", name], env);
+      if (done.code !== 0 && done.code !== 3) return { error: output.lastError(done), code: done.code };
+      try {
+        return { data: JSON.parse(done.stdout), code: done.code };
+      } catch {
+        return { error: `awsflock status printed no JSON (exit ${done.code})`, code: done.code };
+      }
+    }
+    module2.exports = { ensure, exitCode, installKey, ownVersion, run, status, storeEnv };
   }
 });
 

@@ -1,3 +1,4 @@
+// @ts-check
 // Finding (or installing) the awsflock command and running it with the store the inputs name.
 "use strict";
 
@@ -6,11 +7,17 @@ const crypto = require("node:crypto");
 const fs = require("node:fs");
 const os = require("node:os");
 const path = require("node:path");
+const output = require("./output");
 const runner = require("./runner");
+
+/** @typedef {import("./output").AwsflockEvent} AwsflockEvent */
+/** @typedef {import("./output").Done} Done */
+/** @typedef {import("./output").Status} Status */
 
 /** The action's own checkout: action.yml and awsflock's sources (dist/ is two levels down). */
 const ROOT = path.resolve(__dirname, "..", "..");
 
+/** @param {string} name */
 function onPath(name) {
   for (const dir of (process.env.PATH || "").split(path.delimiter)) {
     if (!dir) continue;
@@ -25,14 +32,16 @@ function onPath(name) {
   return "";
 }
 
-/** The extra a store URL needs (psycopg, redis-py), for an install. */
+/** The extra a store URL needs (psycopg, redis-py), for an install.
+ * @param {string} store */
 function extraFor(store) {
   if (/^postgres(ql)?:/.test(store)) return "[postgres]";
   if (/^rediss?:/.test(store)) return "[redis]";
   return "";
 }
 
-/** The version `awsflock --version` prints (its first line: "awsflock X.Y.Z ..."). */
+/** The version `awsflock --version` prints (its first line: "awsflock X.Y.Z ...").
+ * @param {string} bin */
 function versionOf(bin) {
   const done = spawnSync(bin, ["--version"], { encoding: "utf8", timeout: 60000 });
   if (done.status !== 0) return "";
@@ -49,8 +58,11 @@ function ownVersion(root = ROOT) {
   return found[1];
 }
 
-/** The files of the package's source, sorted (no byte-code). */
+/** The files of the package's source, sorted (no byte-code).
+ * @param {string} dir
+ * @returns {string[]} */
 function sourceFiles(dir) {
+  /** @type {string[]} */
   const found = [];
   for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
     const full = path.join(dir, entry.name);
@@ -62,7 +74,10 @@ function sourceFiles(dir) {
 
 /** The tool cache's name for the awsflock an install would give: a PyPI release by its version;
  * the checkout by its version and a hash of what it installs (pyproject.toml and awsflock/), so
- * that a changed checkout (a moved v1 tag on a self-hosted runner) is installed anew. */
+ * that a changed checkout (a moved v1 tag on a self-hosted runner) is installed anew.
+ * @param {string} version
+ * @param {string} store
+ * @param {string} [root] */
 function installKey(version, store, root = ROOT) {
   let key = version;
   if (!version) {
@@ -78,7 +93,8 @@ function installKey(version, store, root = ROOT) {
 
 /** The awsflock to run: the one on PATH if it is the version wanted (`version`, else the
  * checkout's own), else one installed into the runner's tool cache (kept there, so later jobs
- * on a self-hosted runner reuse it). */
+ * on a self-hosted runner reuse it).
+ * @param {{version: string, store: string}} inputs */
 function ensure({ version, store }) {
   if (process.platform === "win32") {
     throw new runner.UsageError(
@@ -106,6 +122,7 @@ function ensure({ version, store }) {
   return bin;
 }
 
+/** @param {string} dir @param {string} spec */
 function install(dir, spec) {
   const python = onPath("python3") || onPath("python");
   if (!python) {
@@ -115,6 +132,7 @@ function install(dir, spec) {
   }
   runner.info(`installing ${spec} into ${dir}`);
   fs.rmSync(dir, { recursive: true, force: true });
+  /** @type {[string, string[]][]} */
   const steps = [
     [python, ["-m", "venv", dir]],
     [
@@ -131,8 +149,11 @@ function install(dir, spec) {
   fs.writeFileSync(path.join(dir, ".complete"), spec + os.EOL);
 }
 
-/** The environment that points awsflock at the inputs' store (saved for `post`). */
+/** The environment that points awsflock at the inputs' store (saved for `post`).
+ * @param {{store: string, table: string, region: string}} inputs
+ * @returns {Record<string, string>} */
 function storeEnv({ store, table, region }) {
+  /** @type {Record<string, string>} */
   const env = { AWSFLOCK_LOG_FORMAT: "json" };
   if (store) env.AWSFLOCK_STORE = store;
   else if (table) env.AWSFLOCK_TABLE = table;
@@ -141,7 +162,13 @@ function storeEnv({ store, table, region }) {
 }
 
 /** Run awsflock to its end: {code, stdout, events (its JSON log lines), errors (other lines)}.
- * `onEvent` sees each event as it comes; `started` gets the child (to signal it). */
+ * `onEvent` sees each event as it comes; `started` gets the child (to signal it).
+ * @param {string} bin
+ * @param {string[]} args
+ * @param {Record<string, string>} env
+ * @param {{onEvent?: (event: AwsflockEvent) => void,
+ *          started?: (child: import("node:child_process").ChildProcess) => void}} [hooks]
+ * @returns {Promise<Done>} */
 function run(bin, args, env, { onEvent = () => {}, started = () => {} } = {}) {
   return new Promise((resolve) => {
     const child = spawn(bin, args, {
@@ -151,15 +178,17 @@ function run(bin, args, env, { onEvent = () => {}, started = () => {} } = {}) {
     started(child);
     let stdout = "";
     let pending = "";
-    const events = [];
+    /** @type {AwsflockEvent[]} */
+    const said = [];
+    /** @type {string[]} */
     const other = [];
+    /** @param {string} text */
     const line = (text) => {
-      if (!text.trim()) return;
-      try {
-        const event = JSON.parse(text);
-        events.push(event);
+      const event = output.parseEvent(text);
+      if (event) {
+        said.push(event);
         onEvent(event);
-      } catch {
+      } else if (text.trim()) {
         other.push(text);
       }
     };
@@ -167,16 +196,39 @@ function run(bin, args, env, { onEvent = () => {}, started = () => {} } = {}) {
     child.stderr.on("data", (chunk) => {
       pending += chunk;
       const lines = pending.split("\n");
-      pending = lines.pop();
+      pending = lines.pop() || "";
       lines.forEach(line);
     });
-    child.on("error", (err) => resolve({ code: 127, stdout, events, errors: [String(err)] }));
+    child.on("error", (err) => resolve({ code: 127, stdout, events: said, errors: [String(err)] }));
     // "close": the pipes are drained (awsflock's renewer holds neither of them).
     child.on("close", (code, signal) => {
       line(pending);
-      resolve({ code: code === null ? 128 + (os.constants.signals[signal] || 0) : code, stdout, events, errors: other });
+      resolve({ code: exitCode(code, signal), stdout, events: said, errors: other });
     });
   });
 }
 
-module.exports = { ensure, installKey, ownVersion, run, storeEnv };
+/** A child's exit status as a shell gives it: 128 + the signal's number if a signal ended it.
+ * @param {number | null} code
+ * @param {NodeJS.Signals | null} signal */
+function exitCode(code, signal) {
+  if (code !== null) return code;
+  return 128 + ((signal && os.constants.signals[signal]) || 0);
+}
+
+/** `status --json` of a lock: its data and exit status (0: held, 3: not held), or an error.
+ * @param {string} bin
+ * @param {string} name
+ * @param {Record<string, string>} env
+ * @returns {Promise<{data?: Status, error?: string, code: number}>} */
+async function status(bin, name, env) {
+  const done = await run(bin, ["status", "--json", "--", name], env);
+  if (done.code !== 0 && done.code !== 3) return { error: output.lastError(done), code: done.code };
+  try {
+    return { data: JSON.parse(done.stdout), code: done.code };
+  } catch {
+    return { error: `awsflock status printed no JSON (exit ${done.code})`, code: done.code };
+  }
+}
+
+module.exports = { ensure, exitCode, installKey, ownVersion, run, status, storeEnv };

@@ -1,7 +1,13 @@
+// @ts-check
 // Durations and holders as the action's log lines and job summary say them.
 "use strict";
 
-/** 75.2 -> "1m15s"; 4.25 -> "4.3s". */
+const output = require("./output");
+
+/** @typedef {import("./output").Status} Status */
+
+/** 75.2 -> "1m15s"; 4.25 -> "4.3s"; "?" for no number.
+ * @param {number | string | null | undefined} value */
 function seconds(value) {
   if (value === null || value === undefined || Number.isNaN(Number(value))) return "?";
   let s = Number(value);
@@ -14,7 +20,8 @@ function seconds(value) {
 }
 
 /** Who holds a plain lock, from `status --json`: "owner (run URL), held for 3m, lease expires
- * in 50s". */
+ * in 50s".
+ * @param {Status | null | undefined} status */
 function holder(status) {
   if (!status || status.state === "free") return "nobody";
   const who = status.owner || "unknown owner";
@@ -28,7 +35,8 @@ function holder(status) {
 }
 
 /** Who holds a plain lock or a pool's slots, from `status --json` (a pool's has
- * `slot_states`, one entry per slot). */
+ * `slot_states`, one entry per slot).
+ * @param {Status | null | undefined} status */
 function holders(status) {
   if (!status || !Array.isArray(status.slot_states)) return holder(status);
   const held = status.slot_states.filter((s) => s.state === "held");
@@ -37,10 +45,11 @@ function holders(status) {
   return `${held.length} of ${status.slots} slots held (${each})`;
 }
 
-/** The holder output: what a later step may want of who held the lock (JSON). */
+/** The holder output: what a later step may want of who held the lock (JSON).
+ * @param {Status | null | undefined} status */
 function holderJson(status) {
   if (!status || status.state === "free") return "";
-  const keep = ["owner", "host", "ci_url", "acquired_at", "held_for_s", "expires_at", "fencing_token"];
+  const keep = output.HOLDER_KEEPS;
   if (Array.isArray(status.slot_states)) {
     const held = status.slot_states.filter((s) => s.state === "held");
     return JSON.stringify({ slots: held.map((s) => pick(s, ["slot", ...keep])) });
@@ -48,7 +57,11 @@ function holderJson(status) {
   return JSON.stringify(pick(status, keep));
 }
 
+/** The fields of `object` named in `keys` that have a value.
+ * @param {Status} object
+ * @param {(keyof Status)[]} keys */
 function pick(object, keys) {
+  /** @type {Record<string, unknown>} */
   const out = {};
   for (const key of keys) if (object[key] !== undefined && object[key] !== null) out[key] = object[key];
   return out;

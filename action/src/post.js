@@ -1,3 +1,4 @@
+// @ts-check
 // The action's post step (always run, also on failure and cancellation): give back the lease
 // `main` saved, by its LEASE_ID, which also stops the keep-alive renewer. A job that never got
 // the lock saved none and releases nothing; a second run releases nothing more.
@@ -6,6 +7,7 @@
 const awsflock = require("./awsflock");
 const runner = require("./runner");
 
+/** Gives the lease back; the step's exit status. */
 async function post() {
   const name = runner.state("name");
   const lease = runner.state("lease-id");

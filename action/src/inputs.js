@@ -1,0 +1,76 @@
+// @ts-check
+// The action's inputs (action.yml), checked, and the `awsflock acquire` command they make.
+"use strict";
+
+const runner = require("./runner");
+
+/**
+ * The inputs, with action.yml's defaults.
+ * @typedef {object} Inputs
+ * @property {string} name
+ * @property {string} mode
+ * @property {boolean} failIfHeld
+ * @property {string} store
+ * @property {string} table
+ * @property {string} region
+ * @property {string} lease
+ * @property {string} wait
+ * @property {boolean} fair
+ * @property {string} slots
+ * @property {string} owner
+ * @property {string} version
+ */
+
+/** The inputs the runner passed; a UsageError names the first one that is wrong.
+ * @returns {Inputs} */
+function readInputs() {
+  const inputs = {
+    name: runner.input("name"),
+    mode: runner.input("mode") || "lock",
+    failIfHeld: runner.input("fail-if-held") === "" ? true : runner.flag("fail-if-held"),
+    store: runner.input("store"),
+    table: runner.input("table"),
+    region: runner.input("region"),
+    lease: runner.input("lease") || "60s",
+    wait: runner.input("wait") || "30m",
+    fair: runner.input("fair") === "" ? true : runner.flag("fair"),
+    slots: runner.input("slots"),
+    owner: runner.input("owner"),
+    version: runner.input("version"),
+  };
+  if (!inputs.name) throw new runner.UsageError("input name is required: the lock's name");
+  if (!["lock", "check"].includes(inputs.mode)) {
+    throw new runner.UsageError(`input mode must be lock or check, not "${inputs.mode}"`);
+  }
+  if (inputs.slots && !/^[1-9][0-9]*$/.test(inputs.slots)) {
+    throw new runner.UsageError(`input slots must be a whole number of slots, not "${inputs.slots}"`);
+  }
+  return inputs;
+}
+
+/** Who holds the lock, as waiting jobs see it: the run's URL is added by awsflock itself.
+ * @param {NodeJS.ProcessEnv} [e] the runner's environment */
+function defaultOwner(e = process.env) {
+  const where = [e.GITHUB_REPOSITORY, e.GITHUB_WORKFLOW].filter(Boolean).join(": ");
+  const job = e.GITHUB_JOB ? ` / ${e.GITHUB_JOB}` : "";
+  const who = [e.GITHUB_ACTOR, e.GITHUB_REF_NAME].filter(Boolean).join(", ");
+  const owner = (where || "github-actions") + job + (who ? ` (${who})` : "");
+  return owner.slice(0, 200);
+}
+
+/** The arguments of `awsflock acquire` for the inputs: its keep-alive renewer follows the
+ * process `whilePid` (the runner's worker, which lives as long as the job).
+ * @param {Inputs} inputs
+ * @param {number} whilePid
+ * @param {NodeJS.ProcessEnv} [env] the runner's environment, for the default owner */
+function acquireArgs(inputs, whilePid, env = process.env) {
+  const args = ["acquire", "--json", "--while-pid", String(whilePid)];
+  args.push("--lease-duration", inputs.lease, "--wait-time", inputs.wait);
+  args.push("--owner", inputs.owner || defaultOwner(env));
+  if (inputs.fair) args.push("--fair");
+  if (inputs.slots) args.push("--slots", inputs.slots);
+  args.push("--", inputs.name); // a name may start with "-"
+  return args;
+}
+
+module.exports = { acquireArgs, defaultOwner, readInputs };
