@@ -16,7 +16,7 @@ DYNAMODB = "awsflock.stores.dynamodb"
 #: ``fenced_update``). Everything else opens stores through the registry (``stores.kinds``).
 DYNAMODB_USERS = {"awsflock"}
 #: The modules of ``awsflock.stores`` that are not a backend.
-NOT_BACKENDS = {"awsflock.stores", "awsflock.stores.kinds", "awsflock.stores.retrying"}
+NOT_BACKENDS = {"awsflock.stores", "awsflock.stores.kinds"}
 
 
 def _modules() -> dict[str, Path]:
@@ -116,7 +116,11 @@ def _backends_reached(graph: dict[str, set[str]], under: str) -> dict[str, set[s
     for name, imported in graph.items():
         if name == under or name.startswith(under + "."):
             backends = {
-                m for m in imported if m.startswith("awsflock.stores.") and m not in NOT_BACKENDS
+                m
+                for m in imported
+                if m.startswith("awsflock.stores.")
+                and m not in NOT_BACKENDS
+                and not m.startswith(SHARED)
             }
             if backends:
                 found[name] = backends
@@ -147,6 +151,80 @@ def test_the_lease_logic_speaks_only_to_the_store_interface():
         "awsflock.names",
     ):
         assert not {m for m in GRAPH[name] if m.startswith("awsflock.stores")}, name
+
+
+#: The stores' packages: each a backend but ``remote``, the layer they share.
+SHARED = "awsflock.stores.remote"
+BACKENDS = ("memory", "dynamodb", "postgresql", "redis")
+#: Threads a backend may start that are not request threads: a waiter's pub/sub reader, and
+#: the dev server's (each named for what it is).
+OTHER_THREADS = {"awsflock.stores.redis.wake", "awsflock.stores.dynamodb.devserver"}
+
+
+def _backend_of(name: str) -> str | None:
+    parts = name.split(".")
+    if len(parts) < 3 or parts[1] != "stores":
+        return None
+    top = parts[2].split("_")[0]  # memory_records, memory_kind: the memory store's
+    return top if top in BACKENDS else None
+
+
+def _cross_backend(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The backend modules that import another backend's, and what they import."""
+    found = {}
+    for name, imported in graph.items():
+        mine = _backend_of(name)
+        if mine is None:
+            continue
+        others = {m for m in imported if _backend_of(m) not in (None, mine)}
+        if others:
+            found[name] = others
+    return found
+
+
+def test_no_backend_imports_another():
+    assert _cross_backend(GRAPH) == {}
+
+
+def test_the_backend_rule_finds_a_planted_violation(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('"""Planted."""\n\nfrom awsflock.stores.postgresql import translate\n')
+    name = "awsflock.stores.redis.planted"
+    graph = {**GRAPH, name: _imports(name, planted)}
+    assert _cross_backend(graph) == {name: {"awsflock.stores.postgresql.translate"}}
+
+
+def _thread_starters(sources: dict[str, str]) -> set[str]:
+    """The modules under ``awsflock.stores`` outside the shared layer that start a thread or
+    name one a request thread."""
+    found = set()
+    for name, text in sources.items():
+        if not name.startswith("awsflock.stores.") or name.startswith(SHARED):
+            continue
+        if "awsflock-request" in text:
+            found.add(name)
+        if name in OTHER_THREADS:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Attribute) and node.attr in ("Thread", "start_new_thread"):
+                found.add(name)
+    return found
+
+
+def test_only_the_shared_layer_starts_request_threads():
+    sources = {n: p.read_text() for n, p in MODULES.items()}
+    assert _thread_starters(sources) == set()
+    places = [n for n, text in sources.items() if 'name="awsflock-request"' in text]
+    assert places == ["awsflock.stores.remote.worker"]
+
+
+def test_the_thread_rule_finds_a_planted_violation():
+    planted = (
+        '"""Planted."""\n\nimport threading\n\n'
+        "def f():\n    threading.Thread(target=print, daemon=True).start()\n"
+    )
+    sources = {"awsflock.stores.postgresql.planted": planted}
+    assert _thread_starters(sources) == {"awsflock.stores.postgresql.planted"}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
