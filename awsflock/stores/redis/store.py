@@ -1,5 +1,5 @@
 """Locks in Redis: the ``LockStore`` whose every step is one call of one server-side script
-(``layout.SCRIPT``): one round trip, atomic, timed by the server's clock (``TIME``).
+(``steps.lua``): one round trip, atomic, timed by the server's clock (``TIME``).
 
 Time is the server's, so the skew window is 0 and no client clock is trusted; the script refuses
 to grant while the server's clock reads earlier than the lock's last grant (a clock stepped
@@ -34,21 +34,13 @@ from awsflock.protocol import (
     Waker,
 )
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, Pool, Waiter
-from awsflock.stores import kinds
+from awsflock.stores import kinds, programs
 from awsflock.stores.redis import answers, layout, urls
 from awsflock.stores.redis.connection import Connected, _Connection
 from awsflock.stores.redis.wake import Wake
 
-#: Sets an audit record's status to void if it exists (and was written by ARGV[2], if given).
-VOID = """
-local text = redis.call('GET', KEYS[1])
-if not text then return 0 end
-local entry = cjson.decode(text)
-if ARGV[2] ~= '' and entry.action_id ~= ARGV[2] then return 0 end
-entry.status = ARGV[1]
-redis.call('SET', KEYS[1], cjson.encode(entry))
-return 1
-"""
+#: Sets an audit record's status to void if it exists (``void.lua`` says how).
+VOID = programs.load("awsflock.stores.redis", "void.lua")
 
 
 class RedisStore(Connected):
