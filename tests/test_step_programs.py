@@ -8,10 +8,12 @@ by ``table-create`` (PostgreSQL parses it) and each branch runs (a misspelt colu
 
 The steps run in the caller's time (``server_time=False``: every clock reading is given, so
 nothing depends on timing) but for one test per store on the server's clock. The servers start
-once for this file (redis-server in milliseconds, PostgreSQL's ``initdb`` in a few seconds),
-on one xdist worker (``xdist_group``). Where a server is missing its tests are skipped with a
-reason that ``tests/conftest.py`` repeats at the end of the run, however quiet: a program not
-run is a program not checked. The Lua is parsed as Lua 5.1 in-process (lupa) either way.
+once for this file in each xdist worker that runs some of it (redis-server in milliseconds,
+PostgreSQL's ``initdb`` in a few seconds; ``--dist loadgroup`` would keep them on one worker,
+but pytest-xdist 3.8 under pytest 9 does not group). Where a server is missing its tests are
+skipped with a reason that ``tests/conftest.py`` repeats at the end of the run, however quiet:
+a program not run is a program not checked. The Lua is parsed as Lua 5.1 in-process (lupa)
+either way.
 """
 
 from __future__ import annotations
@@ -27,8 +29,6 @@ from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, Attempt, LockStore
 from awsflock.records import ENDED_RELEASED, Identity, Waiter
 from tests.helpers import STEP_PROGRAM_NOT_RUN
 from tests.servers import PG_BIN, REDIS_SERVER, PostgresServer, RedisServer
-
-pytestmark = pytest.mark.xdist_group("step-programs")
 
 #: Starts the reason of every skip of this file: tests/conftest.py lists those at the end.
 NOT_RUN = STEP_PROGRAM_NOT_RUN
