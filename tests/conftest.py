@@ -101,3 +101,22 @@ def make_any_table(request, clock):
 
     make.kind = request.param  # type: ignore[attr-defined]
     return make
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say at the end of every run, even with -q, which step programs were not executed (their
+    server is missing on this machine): a typo in them would have passed."""
+    from tests.helpers import STEP_PROGRAM_NOT_RUN
+
+    reasons = set()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else ""
+        if STEP_PROGRAM_NOT_RUN in reason:
+            reasons.add(reason.split(STEP_PROGRAM_NOT_RUN + ": ", 1)[-1])
+    if reasons:
+        terminalreporter.write_sep(
+            "!", "STEP PROGRAMS NOT CHECKED ON A SERVER", red=True, bold=True
+        )
+        for reason in sorted(reasons):
+            terminalreporter.write_line(f"not run on a server: {reason}", red=True, bold=True)

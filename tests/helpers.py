@@ -9,6 +9,10 @@ from typing import Any, Callable
 
 from awsflock.clock import FakeClock
 
+#: Starts the reason of a skip that leaves a step program unexecuted (tests/test_step_programs.py):
+#: tests/conftest.py lists those at the end of every run.
+STEP_PROGRAM_NOT_RUN = "step program not executed"
+
 
 class ScheduledClock(FakeClock):
     """A fake clock that runs scheduled actions when a sleep carries it past their time."""

@@ -16,7 +16,7 @@ DYNAMODB = "awsflock.stores.dynamodb"
 #: ``fenced_update``). Everything else opens stores through the registry (``stores.kinds``).
 DYNAMODB_USERS = {"awsflock"}
 #: The modules of ``awsflock.stores`` that are not a backend.
-NOT_BACKENDS = {"awsflock.stores", "awsflock.stores.kinds"}
+NOT_BACKENDS = {"awsflock.stores", "awsflock.stores.kinds", "awsflock.stores.programs"}
 
 
 def _modules() -> dict[str, Path]:
@@ -243,6 +243,37 @@ def test_every_sub_package_is_shipped():
     shipped = set(find_packages(str(PACKAGE.parent), include=find["include"]))
     packages = {n for n, p in MODULES.items() if p.name == "__init__.py"}
     assert packages <= shipped
+
+
+def _unshipped_data(package: Path, patterns: list[str]) -> set[str]:
+    """The files in ``package`` that are not Python (the step programs, py.typed) and that no
+    package-data pattern of the top package ships (setuptools globs them the same way)."""
+    files = {
+        str(p.relative_to(package))
+        for p in package.rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    }
+    shipped = {str(p.relative_to(package)) for pattern in patterns for p in package.glob(pattern)}
+    return files - shipped
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
+def test_every_data_file_is_shipped():
+    # The Lua and SQL programs are read at run time: one left out of the wheel would fail
+    # every step of its store in an installed awsflock, and nothing else would notice.
+    import tomllib
+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["awsflock"]
+    assert (PACKAGE / "stores" / "redis" / "steps.lua").is_file()
+    assert _unshipped_data(PACKAGE, patterns) == set()
+
+
+def test_the_data_file_rule_finds_a_planted_violation(tmp_path):
+    (tmp_path / "stores").mkdir()
+    (tmp_path / "stores" / "steps.lua").write_text("return 1\n")
+    (tmp_path / "stores" / "steps.tcl").write_text("return 1\n")
+    assert _unshipped_data(tmp_path, ["**/*.lua"]) == {"stores/steps.tcl"}
 
 
 #: The layers, lowest first: a module may import its own layer and those below, never above.

@@ -1,5 +1,5 @@
 """A lock table in PostgreSQL: the ``LockStore`` whose every step is one call of the table's
-step function (``schema.STEP``): one statement, one round trip, one transaction.
+step function (``steps.sql``): one statement, one round trip, one transaction.
 
 Time is the database server's: each step reads ``clock_timestamp()`` and judges expiry by it,
 so the skew window is 0 and no client clock is trusted. Answers are shifted into the caller's

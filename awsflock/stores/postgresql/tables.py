@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from awsflock import errors
-from awsflock.protocol import LINE_LAPSE_MS
 from awsflock.stores.postgresql import schema
 from awsflock.stores.postgresql.translate import no_fsync, not_logged
 
@@ -22,7 +21,7 @@ def create_table(
     nothing half made. A table of that name that is not an awsflock table of this layout is
     refused."""
     table = schema.quote(name)
-    function = schema.render(schema.STEP, name, LINE_LAPSE_MS)
+    function = schema.step_function(name)
 
     def work(conn: Any) -> tuple[bool, bool]:
         if conn.execute("SELECT current_setting('fsync')").fetchone()[0] == "off":
@@ -52,9 +51,9 @@ def create_table(
                     "or drop that one",
                 )
             if not exists:
-                conn.execute(schema.render(schema.TABLE, name, LINE_LAPSE_MS))
+                conn.execute(schema.table_statement(name))
                 conn.execute(f"COMMENT ON TABLE {table} IS '{schema.LAYOUT}'")
-            for statement in schema.render(schema.DONE, name, LINE_LAPSE_MS).split(";"):
+            for statement in schema.done_statements(name):
                 conn.execute(statement)
             for column, kind in schema.ADDED_COLUMNS:
                 # A table of this layout made before the column existed gets it (its owner

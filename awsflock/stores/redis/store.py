@@ -1,5 +1,5 @@
 """Locks in Redis: the ``LockStore`` whose every step is one call of one server-side script
-(``layout.SCRIPT``): one round trip, atomic, timed by the server's clock (``TIME``).
+(``steps.lua``): one round trip, atomic, timed by the server's clock (``TIME``).
 
 Time is the server's, so the skew window is 0 and no client clock is trusted; the script refuses
 to grant while the server's clock reads earlier than the lock's last grant (a clock stepped
@@ -22,23 +22,15 @@ from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, DEFAULT_REQUEST_TIMEOUT, Sleeper, Waker
 from awsflock.records import LockRecord, Pool
-from awsflock.stores import kinds
+from awsflock.stores import kinds, programs
 from awsflock.stores.redis import layout, urls
 from awsflock.stores.redis.link import RedisConn, RedisLink
 from awsflock.stores.redis.program import RedisProgram
 from awsflock.stores.redis.wake import Wake
 from awsflock.stores.remote.facade import StepStore
 
-#: Sets an audit record's status to void if it exists (and was written by ARGV[2], if given).
-VOID = """
-local text = redis.call('GET', KEYS[1])
-if not text then return 0 end
-local entry = cjson.decode(text)
-if ARGV[2] ~= '' and entry.action_id ~= ARGV[2] then return 0 end
-entry.status = ARGV[1]
-redis.call('SET', KEYS[1], cjson.encode(entry))
-return 1
-"""
+#: Sets an audit record's status to void if it exists (``void.lua`` says how).
+VOID = programs.load("awsflock.stores.redis", "void.lua")
 
 
 class RedisStore(StepStore[RedisConn]):

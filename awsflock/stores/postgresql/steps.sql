@@ -1,0 +1,292 @@
+-- awsflock's PostgreSQL step function, <table>_step(p_op, p_lock, p): every lock step is one
+-- call of it, one statement, one round trip, one transaction. Loaded by
+-- awsflock/stores/postgresql/schema.py (step_function()), which fills in the placeholders
+-- (names in double braces, awsflock/stores/programs.py): T the lock table, D its table of
+-- leases handed on, F this function (quoted identifiers); LAPSE, RETAIN, DONE_MS (integers,
+-- ms: protocol.LINE_LAPSE_MS, schema.BAR_RETAIN_MS, protocol.DONE_MS). table-create installs
+-- it (tables.py).
+-- Checked: tests/test_step_programs.py installs it on a real PostgreSQL and runs every step;
+-- the pre-commit hook "step-programs" runs that file.
+--
+-- Every step locks the lock's own row first (FOR UPDATE), so steps on one lock run one at a
+-- time; a row that does not exist yet is inserted by a take, an end or a resize (ON CONFLICT
+-- DO NOTHING, then locked: two first takes cannot both see no row). Time is the server's
+-- (clock_timestamp(), epoch ms) unless p holds "now".
+--
+-- p_op: the step: take, renew, end, join, beat, leave, resize or read. p_lock: the lock's name.
+-- p: its parameters (jsonb). Every step may have:
+--   now, skew  the caller's clock and skew window (ms); absent: the server's clock, skew 0
+-- and each step its own, listed above its branch below.
+--
+-- Answer, every step: {"applied": bool, "barred": bool (an end step not applied that barred its
+-- lease id), "ended": how the step's lease ended if it was handed on ("released",
+-- "forced:ACTION", "" ran out; for a refused renew or end, or a read naming a lease; else
+-- null), "now": the step's time (ms), "rows": the lock's rows after the step, by slot, without
+-- "audit" and "barred"}. Errors: SQLSTATE 55000 (fsync off, or the table not logged: a grant a
+-- crash could undo), 22023 (an unknown step).
+CREATE OR REPLACE FUNCTION {{F}}(p_op text, p_lock text, p jsonb) RETURNS jsonb
+LANGUAGE plpgsql AS $body$
+DECLARE
+    v_now bigint := COALESCE(
+        (p->>'now')::bigint, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+    v_cut bigint;
+    v_slot integer := COALESCE((p->>'slot')::integer, -1);
+    v_ticket text := p->>'ticket';
+    v_drop jsonb := COALESCE(p->'drop', '[]');
+    v_gone text[];
+    h {{T}}%ROWTYPE;
+    r {{T}}%ROWTYPE;
+    v_has boolean;
+    v_has_r boolean := false;
+    v_ok boolean := false;
+    v_barred boolean := false;
+    v_ended text;
+    v_line jsonb;
+BEGIN
+    IF p_op <> 'read' THEN
+        -- Durable before it answers: a grant a crash can undo is a second holder.
+        IF current_setting('fsync') = 'off' THEN
+            RAISE EXCEPTION 'awsflock: fsync is off on this server' USING ERRCODE = '55000';
+        END IF;
+        IF (SELECT relpersistence FROM pg_class WHERE oid = '{{T}}'::regclass) <> 'p' THEN
+            RAISE EXCEPTION 'awsflock: the lock table is not logged' USING ERRCODE = '55000';
+        END IF;
+        PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
+    v_cut := v_now - CASE WHEN p ? 'now' THEN COALESCE((p->>'skew')::bigint, 0) ELSE 0 END;
+    IF p_op = 'read' THEN
+        SELECT * INTO h FROM {{T}} WHERE lock_id = p_lock AND slot = -1;
+    ELSE
+        SELECT * INTO h FROM {{T}} WHERE lock_id = p_lock AND slot = -1 FOR UPDATE;
+    END IF;
+    v_has := FOUND;
+    IF NOT v_has AND ((p_op = 'resize' AND p->>'old' IS NULL)
+                      OR (p_op = 'take' AND v_ticket IS NULL) OR p_op = 'end') THEN
+        INSERT INTO {{T}} (lock_id, slot) VALUES (p_lock, -1) ON CONFLICT DO NOTHING;
+        SELECT * INTO h FROM {{T}} WHERE lock_id = p_lock AND slot = -1 FOR UPDATE;
+        v_has := true;
+    END IF;
+    IF v_has AND v_slot >= 0 AND p_op IN ('take', 'renew', 'end') THEN
+        SELECT * INTO r FROM {{T}} WHERE lock_id = p_lock AND slot = v_slot FOR UPDATE;
+        v_has_r := FOUND;
+    ELSIF v_has THEN
+        r := h;
+        v_has_r := true;
+    END IF;
+    -- Places in line to remove, each only if its last poll is still the one the caller saw.
+    v_gone := ARRAY(SELECT e->>0 FROM jsonb_array_elements(v_drop) e);
+    v_line := h.line;
+
+    -- take: grant the lease (acquire).
+    --   lease, who (jsonb), lease_ms, sent (the caller's clock when sent: orders renews),
+    --   slot, slots (a pool's slot and size; absent: the plain lock), ticket, drop (a fair
+    --   waiter's place and the lapsed places it removes: [[ticket, seen_ms], ...]).
+    --   Applied when the lease (or the pool slot) is free, the id was never granted, barred or
+    --   handed on here, and the line lets this caller in (no line, or its lapse, or the ticket
+    --   with every place to drop as the caller saw it). Writes the lease and its fencing token;
+    --   the lease taken over goes to the table of leases handed on and the row's history.
+    IF p_op = 'take' THEN
+        v_ok := v_has AND (
+            -- Never under a LEASE_ID barred or already handed on (a take landing late).
+            NOT h.barred ? (p->>'lease')
+            AND NOT EXISTS (
+                SELECT 1 FROM {{D}} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
+            AND CASE WHEN v_slot < 0 THEN
+                h.slots IS NULL
+                AND (h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)
+                AND h.lease_id IS DISTINCT FROM p->>'lease'
+                AND NOT h.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))
+            ELSE
+                (h.slots = (p->>'slots')::integer OR (h.slots IS NULL AND (
+                    h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)))
+                AND (NOT v_has_r OR (
+                    (r.lease_id IS NULL OR r.ended <> '' OR r.expires_ms < v_cut)
+                    AND r.lease_id IS DISTINCT FROM p->>'lease'
+                    AND NOT r.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))))
+            END);
+        IF v_ticket IS NULL THEN
+            v_ok := v_ok AND (h.line = '{}' OR h.polled_ms < v_cut - {{LAPSE}});
+        ELSE
+            v_ok := v_ok AND h.line ? v_ticket AND NOT EXISTS (
+                SELECT 1 FROM jsonb_array_elements(v_drop) e
+                WHERE (h.line->(e->>0)->>'seen')::bigint IS DISTINCT FROM (e->>1)::bigint);
+            v_line := h.line - v_ticket - v_gone;
+        END IF;
+        IF v_ok THEN
+            IF v_slot >= 0 AND NOT v_has_r THEN
+                INSERT INTO {{T}} (lock_id, slot) VALUES (p_lock, v_slot);
+                SELECT * INTO r FROM {{T}} WHERE lock_id = p_lock AND slot = v_slot;
+            END IF;
+            IF r.lease_id IS NOT NULL THEN
+                DELETE FROM {{D}} WHERE lock_id = p_lock AND at_ms < v_now - {{DONE_MS}};
+                INSERT INTO {{D}} (lock_id, lease_id, ended, at_ms)
+                    VALUES (p_lock, r.lease_id, r.ended, v_now) ON CONFLICT DO NOTHING;
+            END IF;
+            UPDATE {{T}} SET
+                lease_id = p->>'lease',
+                who = p->'who',
+                lease_ms = (p->>'lease_ms')::bigint,
+                expires_ms = v_now + (p->>'lease_ms')::bigint,
+                acquired_ms = v_now,
+                renewed_ms = (p->>'sent')::bigint,
+                -- A new slot starts above its plain lock's tokens (rows are never deleted).
+                fence = COALESCE(r.fence, GREATEST(v_now * 1000, COALESCE(h.fence, 0))) + 1,
+                ended = '',
+                history = jsonb_path_query_array(
+                    CASE WHEN r.lease_id IS NULL THEN '[]'::jsonb
+                    ELSE jsonb_build_array(jsonb_build_array(r.lease_id, r.ended)) END
+                    || r.history, '$[0 to 2]'),
+                forced_by = NULL,
+                forced_reason = NULL,
+                forced_ms = NULL,
+                keeper = ''
+            WHERE lock_id = p_lock AND slot = v_slot;
+            UPDATE {{T}} SET
+                line = v_line,
+                slots = CASE WHEN v_slot >= 0 THEN (p->>'slots')::integer ELSE slots END
+            WHERE lock_id = p_lock AND slot = -1;
+        END IF;
+
+    -- renew: extend a held lease.
+    --   lease, lease_ms, sent, order (how far apart two callers' readings must be to order
+    --   them), slot, keeper (who keeps it alive, or absent).
+    --   Applied when the lease is still held, not run out, in a pool still that large, and the
+    --   new end is not earlier than the one a later renew set.
+    ELSIF p_op = 'renew' THEN
+        v_ok := v_has_r AND r.lease_id = p->>'lease' AND r.ended = '' AND r.expires_ms > v_now
+            AND CASE WHEN v_slot < 0 THEN h.slots IS NULL ELSE h.slots > v_slot END;
+        -- A renew made before the lease's grant or latest renew (its end less its length) counts
+        -- from that one's time.
+        IF v_ok AND r.expires_ms - r.lease_ms > v_now THEN
+            v_now := r.expires_ms - r.lease_ms;
+        END IF;
+        -- Only a renew sent after the one that set the end may move it back: one that lands
+        -- late, after a later renew extended the lease further, must not shorten what that
+        -- one's caller was told (its own caller learns the lease is held at least as long as it
+        -- asked). The callers' clock readings order them (renewed_ms) only a whole window
+        -- ('order') apart: within it, a clock ahead could make the renew sent first look later.
+        IF v_ok AND v_now + (p->>'lease_ms')::bigint < r.expires_ms THEN
+            v_ok := COALESCE(
+                (p->>'sent')::bigint >= r.renewed_ms + COALESCE((p->>'order')::bigint, 0), false);
+        END IF;
+        IF v_ok THEN
+            UPDATE {{T}} SET
+                expires_ms = v_now + (p->>'lease_ms')::bigint,
+                lease_ms = (p->>'lease_ms')::bigint,
+                renewed_ms = GREATEST((p->>'sent')::bigint, renewed_ms),
+                keeper = COALESCE(p->>'keeper', keeper)
+            WHERE lock_id = p_lock AND slot = v_slot;
+        END IF;
+
+    -- end: release or force-release a lease.
+    --   lease, slot, ended ("released" or "forced:ACTION"), forced_by, forced_reason.
+    --   Applied when the lease is still held (not yet ended, run out or not). A lease id never
+    --   seen here is barred instead ("barred"); one handed on answers with how it ended.
+    ELSIF p_op = 'end' THEN
+        v_ok := v_has_r AND r.lease_id = p->>'lease' AND r.ended = ''
+            AND (v_slot >= 0 OR h.slots IS NULL);
+        IF v_ok THEN
+            UPDATE {{T}} SET
+                ended = p->>'ended',
+                expires_ms = v_now,
+                forced_by = COALESCE(p->>'forced_by', forced_by),
+                forced_reason = COALESCE(p->>'forced_reason', forced_reason),
+                forced_ms = CASE WHEN p ? 'forced_by' THEN v_now ELSE forced_ms END
+            WHERE lock_id = p_lock AND slot = v_slot;
+        ELSIF NOT h.barred ? (p->>'lease') AND NOT (v_has_r AND (
+                r.lease_id IS NOT DISTINCT FROM p->>'lease'
+                OR r.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))))
+              AND NOT EXISTS (
+                SELECT 1 FROM {{D}} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease') THEN
+            -- Nothing was ever granted here under this id, but a take of it may still be on
+            -- its way (an acquire that gave up with its answer lost): bar the id on the lock's
+            -- row, so that take is refused whenever it lands (within a day, however many
+            -- are barred), and the lock is never held by nobody.
+            UPDATE {{T}} SET barred = COALESCE((
+                SELECT jsonb_object_agg(b.key, b.value) FROM jsonb_each(barred) b
+                WHERE (b.value #>> '{}')::bigint >= v_now - {{RETAIN}}), '{}')
+                || jsonb_build_object(p->>'lease', v_now)
+            WHERE lock_id = p_lock AND slot = -1;
+            v_barred := true;
+        END IF;
+
+    -- join: take a place in the lock's line of fair waiters.
+    --   ticket, who (jsonb), since (when the caller began waiting; absent: now).
+    --   Applied when the lock's row exists and the ticket has no place yet.
+    ELSIF p_op = 'join' THEN
+        v_ok := v_has AND NOT h.line ? v_ticket;
+        IF v_ok THEN
+            UPDATE {{T}} SET
+                line = line || jsonb_build_object(v_ticket, jsonb_build_object(
+                    'n', next_number, 'who', p->'who',
+                    'since', COALESCE((p->>'since')::bigint, v_now), 'seen', v_now)),
+                next_number = next_number + 1,
+                polled_ms = GREATEST(polled_ms, v_now)
+            WHERE lock_id = p_lock AND slot = -1;
+        END IF;
+
+    -- beat: a waiter says it still waits, and removes lapsed places ahead of it.
+    --   ticket, drop ([[ticket, seen_ms], ...]).
+    --   Applied when the place exists, its last beat is older than now, and each place to drop
+    --   is as the caller saw it.
+    ELSIF p_op = 'beat' THEN
+        v_ok := v_has AND h.line ? v_ticket
+            AND (h.line->v_ticket->>'seen')::bigint < v_now
+            AND NOT EXISTS (
+                SELECT 1 FROM jsonb_array_elements(v_drop) e
+                WHERE (h.line->(e->>0)->>'seen')::bigint IS DISTINCT FROM (e->>1)::bigint);
+        IF v_ok THEN
+            UPDATE {{T}} SET
+                line = jsonb_set(line, ARRAY[v_ticket, 'seen'], to_jsonb(v_now)) - v_gone,
+                polled_ms = GREATEST(polled_ms, v_now)
+            WHERE lock_id = p_lock AND slot = -1;
+        END IF;
+
+    -- leave: give up a place in line.
+    --   ticket. Applied when the place exists.
+    ELSIF p_op = 'leave' THEN
+        v_ok := v_has AND h.line ? v_ticket;
+        IF v_ok THEN
+            UPDATE {{T}} SET line = line - v_ticket WHERE lock_id = p_lock AND slot = -1;
+        END IF;
+
+    -- resize: make the lock a pool of "new" slots, or change a pool's size.
+    --   old (the size the caller saw; absent: a plain lock), new.
+    --   Applied when the size is still "old", a plain lock's lease is free, and no slot that
+    --   would be cut off is held.
+    ELSIF p_op = 'resize' THEN
+        v_ok := h.slots IS NOT DISTINCT FROM (p->>'old')::integer
+            AND (h.slots IS NOT NULL
+                 OR h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)
+            AND NOT EXISTS (
+                SELECT 1 FROM {{T}} s WHERE s.lock_id = p_lock
+                AND s.slot >= (p->>'new')::integer AND s.slot < COALESCE(h.slots, 0)
+                AND NOT (s.lease_id IS NULL OR s.ended <> '' OR s.expires_ms < v_cut));
+        IF v_ok THEN
+            UPDATE {{T}} SET slots = (p->>'new')::integer WHERE lock_id = p_lock AND slot = -1;
+        END IF;
+
+    -- read: no branch of its own: nothing is written (no row locked), the answer is all
+    --   (lease: the answer says how that lease ended, if it was handed on). Any other step is
+    --   an error.
+    ELSIF p_op <> 'read' THEN
+        RAISE EXCEPTION 'awsflock: unknown step %', p_op USING ERRCODE = '22023';
+    END IF;
+
+    -- How a refused renew's or end's lease ended, or a read's named one, if it was handed on
+    -- (only then is the table of those read: a role with the read-only grants has no right
+    -- to it, and status names no lease).
+    IF NOT COALESCE(v_ok, false) AND p_op IN ('renew', 'end', 'read') AND p ? 'lease' THEN
+        SELECT d.ended INTO v_ended FROM {{D}} d
+        WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease';
+    END IF;
+    RETURN jsonb_build_object(
+        'applied', COALESCE(v_ok, false),
+        'barred', v_barred,
+        'ended', v_ended,
+        'now', v_now,
+        'rows', (SELECT COALESCE(
+                    jsonb_agg(to_jsonb(t) - 'audit' - 'barred' ORDER BY t.slot), '[]')
+                 FROM {{T}} t WHERE t.lock_id = p_lock));
+END
+$body$

@@ -1,0 +1,251 @@
+"""The step programs, run: every step of the Redis script (``redis/steps.lua``, ``void.lua``)
+and of the PostgreSQL function (``postgresql/steps.sql``, ``table.sql``, ``done.sql``) at least
+once, through the real stores on a real redis-server and PostgreSQL, with their answers checked.
+
+So a typo in a program fails the fast tier, not only the integration suite: the Lua is loaded
+by Redis (a syntax error) and each step's branch runs (a misspelt name); the PL/pgSQL is made
+by ``table-create`` (PostgreSQL parses it) and each branch runs (a misspelt column).
+
+The steps run in the caller's time (``server_time=False``: every clock reading is given, so
+nothing depends on timing) but for one test per store on the server's clock. The servers start
+once for this file in each xdist worker that runs some of it (redis-server in milliseconds,
+PostgreSQL's ``initdb`` in a few seconds; ``--dist loadgroup`` would keep them on one worker,
+but pytest-xdist 3.8 under pytest 9 does not group). Where a server is missing its tests are
+skipped with a reason that ``tests/conftest.py`` repeats at the end of the run, however quiet:
+a program not run is a program not checked. The Lua is parsed as Lua 5.1 in-process (lupa)
+either way.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, Attempt, LockStore
+from awsflock.records import ENDED_RELEASED, Identity, Waiter
+from tests.helpers import STEP_PROGRAM_NOT_RUN
+from tests.servers import PG_BIN, REDIS_SERVER, PostgresServer, RedisServer
+
+#: Starts the reason of every skip of this file: tests/conftest.py lists those at the end.
+NOT_RUN = STEP_PROGRAM_NOT_RUN
+#: The caller's clock in these tests (ms): any fixed value will do.
+T0 = 1_700_000_000_000
+LEASE_MS = 60_000
+STORES = ("redis", "postgresql")
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    if shutil.which(REDIS_SERVER) is None:
+        pytest.skip(
+            f"{NOT_RUN}: redis/steps.lua, void.lua (no {REDIS_SERVER}: apt-get install "
+            "redis-server, or set AWSFLOCK_REDIS_SERVER); the Lua was only parsed"
+        )
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def postgres_server() -> Iterator[PostgresServer]:
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip(
+            f"{NOT_RUN}: postgresql/steps.sql, table.sql, done.sql (no PostgreSQL at {PG_BIN}: "
+            "apt-get install postgresql-15, or set AWSFLOCK_PG_BIN)"
+        )
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _open(request: pytest.FixtureRequest, kind: str, *, server_time: bool) -> LockStore:
+    """A store of ``kind`` on this file's server, its table made (which loads the programs)."""
+    store: Any
+    if kind == "redis":
+        from awsflock.stores.redis import RedisStore
+
+        server: Any = request.getfixturevalue("redis_server")
+        store = RedisStore(server.url, "steps", server_time=server_time)
+    else:
+        from awsflock.stores.postgresql import PostgresStore
+
+        server = request.getfixturevalue("postgres_server")
+        store = PostgresStore(server.url, "steps", server_time=server_time)
+    store.create()
+    request.addfinalizer(store.close)
+    return store  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> LockStore:
+    """Each store on its server, in the caller's time."""
+    return _open(request, request.param, server_time=False)
+
+
+def _lock() -> str:
+    return "lock-" + uuid.uuid4().hex[:8]
+
+
+def _lease(slot: int | None = None) -> str:
+    return str(uuid.uuid4()) + ("" if slot is None else f".{slot}")
+
+
+WHO = Identity(owner="tester", host="h", pid=1)
+
+
+def _take(store: LockStore, lock: str, lease: str, now: int = T0, **more: Any) -> Any:
+    return store.take(lock, Attempt(lease, WHO, now_ms=now, lease_ms=LEASE_MS, skew_ms=0, **more))
+
+
+def test_take_grants_a_free_lock_and_refuses_a_second_holder(store):
+    lock, first, second = _lock(), _lease(), _lease()
+    taken = _take(store, lock, first)
+    assert taken.applied
+    assert taken.record.lease_id == first
+    assert taken.record.fencing_token
+    assert taken.record.expires_at == (T0 + LEASE_MS) / 1000
+    refused = _take(store, lock, second, T0 + 1)
+    assert not refused.applied
+    assert refused.record.lease_id == first
+
+
+def test_renew_extends_the_holders_lease_and_no_one_elses(store):
+    lock, lease = _lock(), _lease()
+    _take(store, lock, lease)
+    renewed = store.renew(lock, lease, now_ms=T0 + 1000, lease_ms=2 * LEASE_MS, skew_ms=0)
+    assert renewed.applied
+    assert renewed.record.expires_at == (T0 + 1000 + 2 * LEASE_MS) / 1000
+    stranger = store.renew(lock, _lease(), now_ms=T0 + 2000, lease_ms=LEASE_MS, skew_ms=0)
+    assert not stranger.applied
+
+
+def test_release_ends_a_lease_and_a_late_retry_learns_it_was_released(store):
+    lock, first, second = _lock(), _lease(), _lease()
+    _take(store, lock, first)
+    released = store.release(lock, first, now_ms=T0 + 10, skew_ms=0)
+    assert released.applied
+    assert released.record.ended == ENDED_RELEASED
+    assert _take(store, lock, second, T0 + 20).applied  # takes the first lease over
+    retried = store.release(lock, first, now_ms=T0 + 30, skew_ms=0)
+    assert not retried.applied
+    assert (first, ENDED_RELEASED) in retried.record.history
+
+
+def test_force_release_ends_a_lease_and_says_who_forced_it(store):
+    lock, lease = _lock(), _lease()
+    _take(store, lock, lease)
+    forced = store.force_release(
+        lock, lease, force_id="F1", now_ms=T0 + 10, skew_ms=0, actor="admin", reason="stuck"
+    )
+    assert forced.applied
+    assert forced.record.ended == "forced:F1"
+    assert (forced.record.forced_by, forced.record.forced_reason) == ("admin", "stuck")
+
+
+def test_an_end_of_a_lease_never_granted_bars_its_late_take(store):
+    lock, lost = _lock(), _lease()
+    ended = store.release(lock, lost, now_ms=T0, skew_ms=0)
+    assert not ended.applied
+    assert ended.barred
+    assert not _take(store, lock, lost, T0 + 10).applied
+
+
+def test_a_waiter_joins_beats_and_takes_the_lock_from_the_head_of_the_line(store):
+    lock, holder, mine = _lock(), _lease(), _lease()
+    _take(store, lock, holder)
+    waiter = Waiter(ticket="t1", number=0, identity=WHO, since_ms=T0 + 1, seen_ms=T0 + 1)
+    joined = store.join(lock, waiter)
+    assert joined.applied
+    assert joined.line.find("t1") is not None
+    assert not store.join(lock, waiter).applied  # a ticket has one place
+    assert store.beat(lock, "t1", now_ms=T0 + 2).applied
+    assert not _take(store, lock, _lease(), T0 + 3).applied  # the line goes first
+    store.release(lock, holder, now_ms=T0 + 4, skew_ms=0)
+    taken = _take(store, lock, mine, T0 + 5, ticket="t1")
+    assert taken.applied
+    assert taken.record.lease_id == mine
+    assert taken.line.find("t1") is None
+
+
+def test_leave_gives_up_a_place_in_line_once(store):
+    lock = _lock()
+    _take(store, lock, _lease())
+    store.join(lock, Waiter(ticket="t2", number=0, identity=WHO, since_ms=T0, seen_ms=T0))
+    left = store.leave(lock, "t2")
+    assert left.applied
+    assert left.line.find("t2") is None
+    assert not store.leave(lock, "t2").applied
+
+
+def test_read_shows_the_lock_as_it_is(store):
+    lock, lease = _lock(), _lease()
+    assert store.read(lock).lock is None
+    _take(store, lock, lease)
+    read = store.read(lock)
+    assert not read.applied
+    assert read.lock is not None
+    assert read.lock.lease_id == lease
+    assert store.read(lock, lease).record.lease_id == lease
+
+
+def test_resize_makes_a_pool_and_keeps_a_held_slot(store):
+    lock = _lock()
+    assert store.resize_pool(lock, None, 3, now_ms=T0, skew_ms=0)
+    slot = _lease(2)
+    taken = _take(store, lock, slot, T0 + 1, slot=2, slots=3)
+    assert taken.applied
+    assert taken.pool is not None
+    assert taken.pool.size == 3
+    assert taken.record.lease_id == slot
+    assert not store.resize_pool(lock, 3, 2, now_ms=T0 + 2, skew_ms=0)  # would cut slot 2 off
+    assert store.resize_pool(lock, 3, 4, now_ms=T0 + 3, skew_ms=0)
+    assert store.renew(lock, slot, now_ms=T0 + 4, lease_ms=LEASE_MS, skew_ms=0, slot=2).applied
+    assert store.release(lock, slot, now_ms=T0 + 5, skew_ms=0, slot=2).applied
+    assert store.read(lock).pool.size == 4
+
+
+def test_voiding_an_audit_record_marks_only_its_own_actions(store):
+    key = AUDIT_PREFIX + uuid.uuid4().hex
+    store.put_audit(key, {"key": key, "action_id": "A1", "status": "done"})
+    store.void_audit(key, "someone-else")
+    store.void_audit(key, "A1")
+    store.void_audit(AUDIT_PREFIX + "missing", None)
+    statuses = [e.get("status") for e in store.audit_entries() if e.get("key") == key]
+    assert statuses == [AUDIT_VOID]
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_every_step_runs_on_the_servers_own_clock(request, kind):
+    # The other tests pass the caller's clock; this runs the branches that read the server's
+    # (Redis's TIME and the expiry of a lock's keys, PostgreSQL's clock_timestamp()).
+    store = _open(request, kind, server_time=True)
+    lock, lease = _lock(), _lease()
+    assert store.take(lock, Attempt(lease, WHO, now_ms=0, lease_ms=LEASE_MS, skew_ms=0)).applied
+    assert store.renew(lock, lease, now_ms=0, lease_ms=LEASE_MS, skew_ms=0).applied
+    waiter = Waiter(ticket="t", number=0, identity=WHO, since_ms=0, seen_ms=0)
+    assert store.join(lock, waiter).applied
+    assert store.leave(lock, "t").applied
+    assert store.release(lock, lease, now_ms=0, skew_ms=0).applied
+    assert store.read(lock).lock.ended == ENDED_RELEASED
+
+
+def test_the_lua_programs_parse_as_lua_5_1():
+    # Redis runs Lua 5.1: the rendered programs, as sent, parsed in-process (no server needed).
+    lua51 = pytest.importorskip(
+        "lupa.lua51", reason=f"{NOT_RUN}: no lupa to parse the Lua without a server"
+    )
+    from awsflock.stores.redis import layout, store
+
+    check = lua51.LuaRuntime().eval(
+        "function(text, name) local f, e = loadstring(text, name) return e end"
+    )
+    for name, text in (("steps.lua", layout.script()), ("void.lua", store.VOID)):
+        assert check(text, name) is None, check(text, name)
