@@ -38,15 +38,14 @@ from awsflock.stores.dynamodb.items import (
     record_from_item,
     to_attr,
 )
-from awsflock.stores.dynamodb.translate import (
+from awsflock.stores.dynamodb.strangers import check_answer
+from awsflock.stores.dynamodb.tables import (
     KEY_REFUSAL,
     TABLE_HINT,
-    check_answer,
     key_problem,
-    may_have_applied,
     not_awsflock_table,
-    translate_errors,
 )
+from awsflock.stores.dynamodb.translate import may_have_applied, translate_errors
 from awsflock.stores.remote.requests import RetryingStore
 from awsflock.stores.remote.worker import Workers
 

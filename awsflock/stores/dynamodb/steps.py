@@ -51,7 +51,7 @@ from awsflock.stores.dynamodb.items import (
     slot_prefix,
     to_attr,
 )
-from awsflock.stores.dynamodb.translate import TABLE_HINT
+from awsflock.stores.dynamodb.tables import TABLE_HINT
 
 
 class Steps(TableBase):

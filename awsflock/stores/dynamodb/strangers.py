@@ -1,9 +1,12 @@
-"""What answered an ``--endpoint-url`` that closed the connection without an HTTP answer: when
-it is shown to speak another protocol, no request of ours can have been applied by DynamoDB
-there, and the caller is told "not a DynamoDB endpoint" instead of "may have been granted".
+"""What answers in DynamoDB's place, told apart from DynamoDB so that the caller hears "not a
+DynamoDB endpoint" (nothing applied) instead of "may have been granted".
 
-Two signs, both positive proof (silence proves nothing: a DynamoDB endpoint whose connection
-dropped after the request arrived may have applied it):
+An HTTP answer that cannot be DynamoDB's (``check_answer``, a botocore hook: no request id and
+no JSON object, or empty) is raised as ``ForeignAnswer`` before botocore reads it as one.
+
+An ``--endpoint-url`` that closed the connection without an HTTP answer (``not_http``) is shown
+to speak another protocol by two signs, both positive proof (silence proves nothing: a DynamoDB
+endpoint whose connection dropped after the request arrived may have applied it):
 
 - the answer's first line is not an HTTP status line (an SSH banner, a Redis error): every
   HTTP server and proxy, and so anything that could have passed our request on to DynamoDB,
@@ -14,7 +17,9 @@ dropped after the request arrived may have applied it):
 
 from __future__ import annotations
 
+import json
 import socket
+from typing import Any
 from urllib.parse import urlsplit
 
 #: The longest the Redis probe may take (connect, send, first answer), in seconds.
@@ -71,3 +76,41 @@ def _probe(endpoint_url: str) -> bool:
 def _shown(line: str) -> str:
     text = line if len(line) <= 40 else line[:39] + "…"
     return repr(text)
+
+
+class ForeignAnswer(Exception):
+    """An HTTP answer that is not DynamoDB's (``check_answer``): ``status``, and whether it
+    came back empty (which DynamoDB's never do: an answer cut short, in doubt)."""
+
+    def __init__(self, status: int, *, empty: bool = False) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.empty = empty
+
+
+#: 5xx answers that say the request was not taken up (not implemented, HTTP version not
+#: supported, network sign-in needed). Any other 5xx may come from a proxy or load balancer that
+#: forwarded the request to DynamoDB first: in doubt, whoever answered.
+_NOT_TAKEN_UP = (501, 505, 511)
+
+
+def check_answer(response_dict: dict[str, Any], **_: Any) -> None:
+    """A botocore ``before-parse`` handler: raise ForeignAnswer for an answer that cannot be
+    DynamoDB's, before botocore reads it as one (an empty 200 would pass for a granted
+    transaction). DynamoDB's answers, and those of the servers that stand in for it, carry a
+    request id, or at least a JSON object; a 5xx that may come after a forward is left alone."""
+    headers = response_dict.get("headers") or {}
+    if "x-amzn-requestid" in headers:
+        return
+    status = int(response_dict.get("status_code") or 0)
+    if status >= 500 and status not in _NOT_TAKEN_UP:
+        return
+    body = response_dict.get("body") or b""
+    if not body:
+        raise ForeignAnswer(status, empty=True)
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ForeignAnswer(status)

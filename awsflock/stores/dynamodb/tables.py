@@ -1,22 +1,58 @@
 """Table administration for ``awsflock table-create``: create the lock table (or accept a
 compatible one), wait until it is ACTIVE, enable TTL. Kept apart from the lock steps; it speaks
-DynamoDB through the store's client and error translation (``DynamoDBStore.create``).
+DynamoDB through the store's client and error translation (``DynamoDBStore.create``). And what
+makes a table awsflock's (its key), which the store checks before a scan and after a refusal.
 """
 
 from __future__ import annotations
 
+import re
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
 from awsflock.stores.dynamodb.items import A_EXPIRATION_TIME, A_LOCK_ID
-from awsflock.stores.dynamodb.translate import key_problem, not_awsflock_table
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
 #: Turns botocore's errors inside into awsflock's, for the operation named.
 Translate = Callable[[str], AbstractContextManager[None]]
+
+#: How DynamoDB and local servers refuse a request whose key does not fit the table's.
+KEY_REFUSAL = re.compile(
+    r"required keys was not given|key element does not match the schema|Missing the key"
+    r"|Type mismatch for key",
+    re.IGNORECASE,
+)
+
+_KEY_TYPES = {"S": "a string", "N": "a number", "B": "binary"}
+TABLE_HINT = (
+    "name the lock table with --tablename (or AWSFLOCK_TABLE), or create one with "
+    "`awsflock table-create --tablename NEW`"
+)
+
+
+def key_problem(table: dict[str, Any]) -> str | None:
+    """How a DescribeTable answer's key differs from awsflock's (``lock_id``, a string, no sort
+    key), e.g. "'pk', a string"; None if it is awsflock's."""
+    types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
+    keys = [(k["AttributeName"], k["KeyType"]) for k in table.get("KeySchema", [])]
+    if keys == [(A_LOCK_ID, "HASH")] and types.get(A_LOCK_ID) == "S":
+        return None
+    parts = []
+    for name, kind in keys:
+        what = f"{name!r}, {_KEY_TYPES.get(types.get(name, ''), 'of unknown type')}"
+        parts.append(what if kind == "HASH" else f"sort key {what}")
+    return " with ".join(parts) or "unknown"
+
+
+def not_awsflock_table(table_name: str, key: str) -> errors.TableIncompatible:
+    return errors.TableIncompatible(
+        f"table {table_name!r} is not an awsflock table: its key is {key} "
+        f"(want {A_LOCK_ID}, a string)",
+        hint=TABLE_HINT,
+    )
 
 
 def create_table(
