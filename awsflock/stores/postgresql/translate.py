@@ -8,6 +8,7 @@ the server refused with an error (any SQLSTATE outside connection exceptions) wa
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from awsflock import errors
@@ -67,9 +68,38 @@ def translate(
 
     if not isinstance(exc, psycopg.Error):
         return Translated(errors.StoreError(f"{where}: {type(exc).__name__}: {exc}"), broken=True)
-    state = exc.sqlstate or ""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    low = str(exc).lower()
+    failed = _Failed(
+        state=exc.sqlstate or "",
+        text=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+        low=str(exc).lower(),
+        where=where,
+    )
+    return (
+        _refused(failed, operation, table)
+        or _login(failed)
+        or _connection(exc, failed, sent)
+        or Translated(
+            errors.StoreError(f"{where}: {operation} failed: {failed.text}"),
+            broken=bool(not failed.state),
+        )
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Failed:
+    """What a psycopg error says: its SQLSTATE ("" where libpq gives none), its first line,
+    its whole message in lower case; and ``where``, the server, for messages."""
+
+    state: str
+    text: str
+    low: str
+    where: str
+
+
+def _refused(failed: _Failed, operation: str, table: str) -> Translated | None:
+    """A statement the server refused (rolled back, the connection still good but for a
+    server going away or out of connections); None for any other error."""
+    state, text, where = failed.state, failed.text, failed.where
     create = f"awsflock table-create --store URL (table {table!r})"
     err: errors.AwsflockError
     if state in ("42P01", "42883", "3F000"):
@@ -92,15 +122,23 @@ def translate(
             hint="point --store at the primary, read-write server",
         )
         return Translated(err, broken=False)
-    if state == "55000" and "fsync is off" in low:
+    if state == "55000" and "fsync is off" in failed.low:
         return Translated(no_fsync(where), broken=False)
-    if state == "55000" and "table is not logged" in low:
+    if state == "55000" and "table is not logged" in failed.low:
         return Translated(not_logged(table, where), broken=False)
     if state in _TRANSIENT:
         err = errors.Throttled(
             f"{where} refused {operation}: {_TRANSIENT[state]} ({text})", hint="retry"
         )
         return Translated(err, broken=state.startswith("57P") or state.startswith("53"))
+    return None
+
+
+def _login(failed: _Failed) -> Translated | None:
+    """A login the server refused: the password, the role, the host, the database; None for
+    any other error."""
+    state, text, low, where = failed.state, failed.text, failed.low, failed.where
+    err: errors.AwsflockError
     if (
         "password authentication failed" in low
         or "no password supplied" in low
@@ -130,6 +168,16 @@ def translate(
             hint="create the database (createdb NAME), or name another one in the URL",
         )
         return Translated(err, broken=True)
+    return None
+
+
+def _connection(exc: BaseException, failed: _Failed, sent: bool) -> Translated | None:
+    """A connection that broke or could not be made, or a URL libpq refused; None for any
+    other error."""
+    import psycopg
+
+    state, text, low, where = failed.state, failed.text, failed.low, failed.where
+    err: errors.AwsflockError
     if not sent and not state and "connection is bad: invalid" in low:
         # libpq refused the URL's own values (sslmode=bogus, a port out of range): no retry
         # can help.
@@ -153,6 +201,4 @@ def translate(
     if isinstance(exc, psycopg.ProgrammingError) and "invalid" in low and not state:
         err = errors.UsageError(f"bad PostgreSQL URL: {text}", hint="see `awsflock --help`")
         return Translated(err, broken=True)
-    return Translated(
-        errors.StoreError(f"{where}: {operation} failed: {text}"), broken=bool(not state)
-    )
+    return None

@@ -44,13 +44,54 @@ def translate(
 
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     code = text.split(" ", 1)[0]
+    refused = _refused(exc, code, text, operation=operation, where=where, prefix=prefix)
+    if refused is not None:
+        return refused
+    if clears_up(exc):
+        reason = _TRANSIENT.get(code, _TRANSIENT["LOADING"])
+        throttled = errors.Throttled(
+            f"{where} refused {operation}: {reason} ({text})", hint="retry"
+        )
+        return Translated(throttled, broken=isinstance(exc, rx.ConnectionError))
+    if isinstance(exc, rx.OutOfMemoryError) or code == "OOM":
+        err = errors.StoreError(
+            f"{where} is out of memory: {text}",
+            hint="raise maxmemory, or free memory (awsflock's keys must never be evicted: "
+            "keep maxmemory-policy noeviction)",
+        )
+        return Translated(err, broken=False)
+    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
+        unreachable = errors.EndpointUnreachable(
+            f"{where} could not be reached: {text}",
+            hint="check that the server is up, and the URL's host and port",
+        )
+        # Sent and unanswered: the step may have run, with only its answer lost.
+        unreachable.maybe_applied = sent
+        return Translated(unreachable, broken=True)
+    if isinstance(exc, rx.ResponseError):
+        failed = errors.StoreError(f"{where}: {operation} failed: {text}")
+        # A script that failed on its way may have written before it did.
+        failed.maybe_applied = sent and "script" in text
+        return Translated(failed, broken=False)
+    if isinstance(exc, rx.DataError):
+        return Translated(errors.UsageError(f"bad Redis URL or value: {text}"), broken=True)
+    failed = errors.StoreError(f"{where}: {operation} failed: {type(exc).__name__}: {text}")
+    failed.maybe_applied = sent
+    return Translated(failed, broken=True)
+
+
+def _refused(
+    exc: BaseException, code: str, text: str, *, operation: str, where: str, prefix: str
+) -> Translated | None:
+    """A command the server refused for who sends it or where: the login, the ACL, a replica,
+    a key of another type, a cluster node that does not own the keys. None for any other
+    error."""
+    import redis.exceptions as rx
+
     err: errors.AwsflockError
     if isinstance(
         exc, (rx.AuthenticationError, rx.AuthenticationWrongNumberOfArgsError)
-    ) or code in (
-        "WRONGPASS",
-        "NOAUTH",
-    ):
+    ) or code in ("WRONGPASS", "NOAUTH"):
         err = errors.CredentialsError(
             f"{where} refused the login: {text}",
             hint="check the user and password (in the URL, or AWSFLOCK_REDIS_PASSWORD)",
@@ -83,34 +124,4 @@ def translate(
             hint="awsflock speaks to one node: point --store at the shard that owns the lock",
         )
         return Translated(err, broken=False)
-    if clears_up(exc):
-        reason = _TRANSIENT.get(code, _TRANSIENT["LOADING"])
-        throttled = errors.Throttled(
-            f"{where} refused {operation}: {reason} ({text})", hint="retry"
-        )
-        return Translated(throttled, broken=isinstance(exc, rx.ConnectionError))
-    if isinstance(exc, rx.OutOfMemoryError) or code == "OOM":
-        err = errors.StoreError(
-            f"{where} is out of memory: {text}",
-            hint="raise maxmemory, or free memory (awsflock's keys must never be evicted: "
-            "keep maxmemory-policy noeviction)",
-        )
-        return Translated(err, broken=False)
-    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
-        unreachable = errors.EndpointUnreachable(
-            f"{where} could not be reached: {text}",
-            hint="check that the server is up, and the URL's host and port",
-        )
-        # Sent and unanswered: the step may have run, with only its answer lost.
-        unreachable.maybe_applied = sent
-        return Translated(unreachable, broken=True)
-    if isinstance(exc, rx.ResponseError):
-        failed = errors.StoreError(f"{where}: {operation} failed: {text}")
-        # A script that failed on its way may have written before it did.
-        failed.maybe_applied = sent and "script" in text
-        return Translated(failed, broken=False)
-    if isinstance(exc, rx.DataError):
-        return Translated(errors.UsageError(f"bad Redis URL or value: {text}"), broken=True)
-    failed = errors.StoreError(f"{where}: {operation} failed: {type(exc).__name__}: {text}")
-    failed.maybe_applied = sent
-    return Translated(failed, broken=True)
+    return None
