@@ -43,8 +43,6 @@ CEILINGS: dict[str, int] = {
     "awsflock.stores.dynamodb.takes.Takes._take_slot": 69,
     "awsflock.stores.dynamodb.takes.Takes._take_plain": 78,
     "awsflock.stores.memory.MemoryStore.take": 89,
-    "awsflock.stores.postgresql.tables.create_table": 73,
-    "awsflock.stores.redis.deployment.classify": 104,
     "awsflock.supervise.keepalive.spawn": 68,
     "awsflock.supervise.keepalive.serve": 79,
     "awsflock.supervise.runner.run": 98,

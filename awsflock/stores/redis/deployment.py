@@ -133,60 +133,12 @@ def classify(
     """The deployment ``server`` is, with ``replicas`` asked for and ``declared`` (a
     ``durability`` value); a ConfigurationError naming why and the fix where it cannot be
     used."""
-    if server.role not in ("master", "primary"):
-        raise errors.ConfigurationError(
-            f"{where} is a replica (role {server.role}): it cannot take writes, and what it "
-            "shows may lag its primary",
-            hint="point --store at the primary (its host and port are in INFO replication)",
-        )
-    if replicas > server.replicas:
-        raise errors.ConfigurationError(
-            f"{where} has {server.replicas} connected replica(s), and the URL asks every step "
-            f"to wait for {replicas}",
-            hint=f"start the replicas, or lower replicas= to {server.replicas}",
-        )
-    if server.evicts:
-        # Unlike a crash, eviction needs no failure: a held lock's record can vanish any time
-        # the server is full, and the lock be granted again. No declaration accepts that.
-        raise errors.ConfigurationError(
-            f"{where} may evict keys when full (maxmemory {server.maxmemory}, "
-            f"maxmemory-policy {server.eviction}): a held lock's record could be evicted and "
-            "the lock granted twice",
-            hint="set maxmemory-policy noeviction on the server (CONFIG SET, and in redis.conf)",
-        )
-    notes: list[str] = []
+    _check_usable(server, replicas, where)
+    local, how, checked, notes = _persistence(server, declared, where)
     known = server.appendonly is not None and server.appendfsync is not None
-    aof = server.appendonly == "yes"
-    always = aof and server.appendfsync == "always" and server.no_fsync_on_rewrite != "yes"
-    settings = f"appendonly {server.appendonly}, appendfsync {server.appendfsync}"
-    if server.no_fsync_on_rewrite == "yes":
-        settings += ", no-appendfsync-on-rewrite yes"
-    if known and declared == DECLARE_FSYNC and not always:
-        raise errors.ConfigurationError(
-            f"the URL declares durability={DECLARE_FSYNC}, and {where} runs with {settings}",
-            hint="set appendonly yes and appendfsync always (no-appendfsync-on-rewrite no) on "
-            "the server, or drop the declaration",
-        )
     # WAITAOF follows each write step where the server has it (it fails where the AOF is off,
     # and it waits out an AOF just turned on).
-    waitaof = server.has_waitaof and (aof or not known)
-    if known:
-        local, how, checked = always, settings, True
-    elif declared == DECLARE_FSYNC:
-        local, how, checked = True, f"durability={DECLARE_FSYNC} (declared)", False
-        notes.append(
-            f"could not check the persistence settings of {where} ({server.config_error}); "
-            f"going by the URL's durability={DECLARE_FSYNC}"
-        )
-    elif declared == ACCEPT_BEST_EFFORT:
-        local, how, checked = False, "not known (CONFIG GET refused)", False
-    else:
-        raise errors.ConfigurationError(
-            f"could not check whether {where} writes every grant to disk before answering "
-            f"(CONFIG GET: {server.config_error})",
-            hint=f"if it runs with appendonly yes and appendfsync always, add "
-            f"durability={DECLARE_FSYNC} to the URL (or allow the user CONFIG GET)",
-        )
+    waitaof = server.has_waitaof and (server.appendonly == "yes" or not known)
     if not local:
         if declared != ACCEPT_BEST_EFFORT:
             raise errors.ConfigurationError(
@@ -210,19 +162,84 @@ def classify(
             "7.2+ and Valkey (WAITAOF) need no wait",
         )
     if replicas == 0 and server.replicas > 0:
-        # A failover (Sentinel, an operator's REPLICAOF NO ONE) promotes a replica that may
-        # lack the newest grants: as a crash without fsync, refused unless the URL accepts it.
-        if declared != ACCEPT_BEST_EFFORT:
-            raise errors.ConfigurationError(
-                f"{where} has {server.replicas} replica(s) and the URL waits for none "
-                "(replicas=0): a failover to one of them can lose grants, and the lock then "
-                "be granted twice",
-                hint=f"add replicas={server.replicas} to the URL, or accept the risk with "
-                f"durability={ACCEPT_BEST_EFFORT}",
-            )
-        notes.append(
-            f"{where} has {server.replicas} replica(s) and replicas=0: a failover to one of "
-            f"them may lose grants; add replicas={server.replicas} to the URL to wait for them"
-        )
+        notes.append(_failover_risk(server, declared, where))
     kind = DURABLE if replicas > 0 else CRASH_SAFE
     return Deployment(kind, waitaof, replicas, checked, how, tuple(notes))
+
+
+def _check_usable(server: Server, replicas: int, where: str) -> None:
+    """Refuse a server no URL can make usable: a replica, fewer connected replicas than the URL
+    waits for, or one that may evict keys."""
+    if server.role not in ("master", "primary"):
+        raise errors.ConfigurationError(
+            f"{where} is a replica (role {server.role}): it cannot take writes, and what it "
+            "shows may lag its primary",
+            hint="point --store at the primary (its host and port are in INFO replication)",
+        )
+    if replicas > server.replicas:
+        raise errors.ConfigurationError(
+            f"{where} has {server.replicas} connected replica(s), and the URL asks every step "
+            f"to wait for {replicas}",
+            hint=f"start the replicas, or lower replicas= to {server.replicas}",
+        )
+    if server.evicts:
+        # Unlike a crash, eviction needs no failure: a held lock's record can vanish any time
+        # the server is full, and the lock be granted again. No declaration accepts that.
+        raise errors.ConfigurationError(
+            f"{where} may evict keys when full (maxmemory {server.maxmemory}, "
+            f"maxmemory-policy {server.eviction}): a held lock's record could be evicted and "
+            "the lock granted twice",
+            hint="set maxmemory-policy noeviction on the server (CONFIG SET, and in redis.conf)",
+        )
+
+
+def _persistence(server: Server, declared: str, where: str) -> tuple[bool, str, bool, list[str]]:
+    """Whether every write is on disk before its answer, as read from the server or declared
+    by the URL: (that, how it is known, whether it was read, notes for the user). A
+    ConfigurationError where the declaration contradicts the server, or nothing tells."""
+    known = server.appendonly is not None and server.appendfsync is not None
+    aof = server.appendonly == "yes"
+    always = aof and server.appendfsync == "always" and server.no_fsync_on_rewrite != "yes"
+    settings = f"appendonly {server.appendonly}, appendfsync {server.appendfsync}"
+    if server.no_fsync_on_rewrite == "yes":
+        settings += ", no-appendfsync-on-rewrite yes"
+    if known and declared == DECLARE_FSYNC and not always:
+        raise errors.ConfigurationError(
+            f"the URL declares durability={DECLARE_FSYNC}, and {where} runs with {settings}",
+            hint="set appendonly yes and appendfsync always (no-appendfsync-on-rewrite no) on "
+            "the server, or drop the declaration",
+        )
+    if known:
+        return always, settings, True, []
+    if declared == DECLARE_FSYNC:
+        note = (
+            f"could not check the persistence settings of {where} ({server.config_error}); "
+            f"going by the URL's durability={DECLARE_FSYNC}"
+        )
+        return True, f"durability={DECLARE_FSYNC} (declared)", False, [note]
+    if declared == ACCEPT_BEST_EFFORT:
+        return False, "not known (CONFIG GET refused)", False, []
+    raise errors.ConfigurationError(
+        f"could not check whether {where} writes every grant to disk before answering "
+        f"(CONFIG GET: {server.config_error})",
+        hint=f"if it runs with appendonly yes and appendfsync always, add "
+        f"durability={DECLARE_FSYNC} to the URL (or allow the user CONFIG GET)",
+    )
+
+
+def _failover_risk(server: Server, declared: str, where: str) -> str:
+    """The note for a server with replicas that no step waits for; refused unless the URL
+    accepts the risk. A failover (Sentinel, an operator's REPLICAOF NO ONE) promotes a replica
+    that may lack the newest grants: as a crash without fsync."""
+    if declared != ACCEPT_BEST_EFFORT:
+        raise errors.ConfigurationError(
+            f"{where} has {server.replicas} replica(s) and the URL waits for none "
+            "(replicas=0): a failover to one of them can lose grants, and the lock then "
+            "be granted twice",
+            hint=f"add replicas={server.replicas} to the URL, or accept the risk with "
+            f"durability={ACCEPT_BEST_EFFORT}",
+        )
+    return (
+        f"{where} has {server.replicas} replica(s) and replicas=0: a failover to one of "
+        f"them may lose grants; add replicas={server.replicas} to the URL to wait for them"
+    )
