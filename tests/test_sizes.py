@@ -31,8 +31,6 @@ CEILINGS: dict[str, int] = {
     "awsflock.stores.dynamodb.base": 487,
     "awsflock.stores.dynamodb.steps": 566,
     "awsflock.stores.memory": 466,
-    "awsflock.stores.postgresql.schema": 401,
-    "awsflock.stores.redis.layout": 448,
     # functions and methods (limit 60)
     "awsflock.cli.app._call": 77,
     "awsflock.cli.locks.acquire": 120,
@@ -49,7 +47,6 @@ CEILINGS: dict[str, int] = {
     "awsflock.stores.postgresql.tables.create_table": 73,
     "awsflock.stores.postgresql.translate.translate": 97,
     "awsflock.stores.redis.deployment.classify": 104,
-    "awsflock.stores.redis.translate.translate": 78,
     "awsflock.supervise.keepalive.spawn": 68,
     "awsflock.supervise.keepalive.serve": 79,
     "awsflock.supervise.runner.run": 98,

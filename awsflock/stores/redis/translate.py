@@ -9,7 +9,7 @@ every check before its first write, so even its errors change nothing).
 from __future__ import annotations
 
 from awsflock import errors
-from awsflock.stores.remote.link import Translated
+from awsflock.stores.remote.link import Translated, unreachable
 
 #: Error replies that clear up by themselves: retried, never applied.
 _TRANSIENT = {
@@ -19,6 +19,39 @@ _TRANSIENT = {
     "TRYAGAIN": "in the middle of moving keys between shards",
     "CLUSTERDOWN": "a cluster that is down",
 }
+
+
+#: Error replies that refuse a command outright (nothing applied): code -> the error, its
+#: message (with ``where``, ``prefix`` and the reply's ``text``), its hint, and whether the
+#: connection is dropped (a replica's: the next try connects anew, maybe to the new primary).
+_REFUSALS: dict[str, tuple[type[errors.AwsflockError], str, str, bool]] = {
+    "READONLY": (
+        errors.StoreError,
+        "{where} is a read-only replica: {text}",
+        "point --store at the primary (after a failover, at the new one)",
+        True,
+    ),
+    "WRONGTYPE": (
+        errors.TableIncompatible,
+        "a key under prefix {prefix!r} in {where} is not awsflock's (another type): {text}",
+        "give awsflock a prefix of its own with ?prefix= in the URL (or --tablename)",
+        False,
+    ),
+    "OOM": (
+        errors.StoreError,
+        "{where} is out of memory: {text}",
+        "raise maxmemory, or free memory (awsflock's keys must never be evicted: keep "
+        "maxmemory-policy noeviction)",
+        False,
+    ),
+}
+for _code in ("MOVED", "ASK", "CROSSSLOT"):
+    _REFUSALS[_code] = (
+        errors.StoreError,
+        "{where} is a cluster node that does not own this lock's keys ({text})",
+        "awsflock speaks to one node: point --store at the shard that owns the lock",
+        False,
+    )
 
 
 def clears_up(exc: BaseException) -> bool:
@@ -65,45 +98,24 @@ def translate(
     ):
         err = errors.AccessDenied(f"{where} denied {operation}: {text}", hint=acl_hint(prefix))
         return Translated(err, broken=False)
-    if isinstance(exc, rx.ReadOnlyError) or code == "READONLY":
-        err = errors.StoreError(
-            f"{where} is a read-only replica: {text}",
-            hint="point --store at the primary (after a failover, at the new one)",
-        )
-        return Translated(err, broken=True)
-    if code == "WRONGTYPE":
-        err = errors.TableIncompatible(
-            f"a key under prefix {prefix!r} in {where} is not awsflock's (another type): {text}",
-            hint="give awsflock a prefix of its own with ?prefix= in the URL (or --tablename)",
-        )
-        return Translated(err, broken=False)
-    if code in ("MOVED", "ASK", "CROSSSLOT"):
-        err = errors.StoreError(
-            f"{where} is a cluster node that does not own this lock's keys ({text})",
-            hint="awsflock speaks to one node: point --store at the shard that owns the lock",
-        )
-        return Translated(err, broken=False)
+    if isinstance(exc, rx.ReadOnlyError):
+        code = "READONLY"
+    if isinstance(exc, rx.OutOfMemoryError):
+        code = "OOM"
+    refusal = _REFUSALS.get(code)
+    if refusal is not None:
+        kind, says, hint, broken = refusal
+        message = says.format(where=where, prefix=prefix, text=text)
+        return Translated(kind(message, hint=hint), broken)
     if clears_up(exc):
         reason = _TRANSIENT.get(code, _TRANSIENT["LOADING"])
         throttled = errors.Throttled(
             f"{where} refused {operation}: {reason} ({text})", hint="retry"
         )
         return Translated(throttled, broken=isinstance(exc, rx.ConnectionError))
-    if isinstance(exc, rx.OutOfMemoryError) or code == "OOM":
-        err = errors.StoreError(
-            f"{where} is out of memory: {text}",
-            hint="raise maxmemory, or free memory (awsflock's keys must never be evicted: "
-            "keep maxmemory-policy noeviction)",
-        )
-        return Translated(err, broken=False)
     if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
-        unreachable = errors.EndpointUnreachable(
-            f"{where} could not be reached: {text}",
-            hint="check that the server is up, and the URL's host and port",
-        )
         # Sent and unanswered: the step may have run, with only its answer lost.
-        unreachable.maybe_applied = sent
-        return Translated(unreachable, broken=True)
+        return unreachable(where, text, sent=sent)
     if isinstance(exc, rx.ResponseError):
         failed = errors.StoreError(f"{where}: {operation} failed: {text}")
         # A script that failed on its way may have written before it did.
