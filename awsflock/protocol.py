@@ -52,10 +52,9 @@ its condition and its writes. The client's half, which the stores rely on as muc
   through (``lock.renewal``, ``lock.heartbeat``), and ``run`` stops its command before then;
 - a refused renew or release is told apart by what the record shows (``lock.verdict``).
 
-Adding a backend: implement ``LockStore`` in ``awsflock/stores/<name>/``, register its kind
-(``awsflock.stores.kinds``) and make it pass the conformance suite (``tests/conformance/``);
-``awsflock.stores.memory`` is the smallest example ("Writing a store" in
-docs/contributing/architecture.md).
+Adding a backend: a network store is a link and a step program on the shared layer
+(``awsflock.stores.remote``), registered as a kind (``awsflock.stores.kinds``), passing the
+conformance suite (``tests/conformance/``); see docs/contributing/writing-a-store.md.
 """
 
 from __future__ import annotations

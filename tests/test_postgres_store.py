@@ -54,11 +54,13 @@ def test_a_try_given_up_while_still_connecting_never_sends_its_statement(monkeyp
         return FakeConnection(executed)
 
     monkeypatch.setattr(psycopg, "connect", slow_connect)
+    before = set(threading.enumerate())  # other tests' idle request threads are not this try's
     store = PostgresStore("postgresql://u@h/db", request_timeout=0.5)
     attempt = Attempt("L1", Identity(owner="x"), now_ms=0, lease_ms=60_000, skew_ms=0)
     with pytest.raises(errors.EndpointUnreachable) as raised:
         store.take("lock", attempt)
-    workers = [t for t in threading.enumerate() if t.name == "awsflock-request"]
+    workers = [t for t in threading.enumerate() if t.name == "awsflock-request" and t not in before]
+    assert workers  # the connect was made in a request thread, and abandoned there
     given_up.set()
     for worker in workers:
         worker.join(60)  # the abandoned worker has connected, and done what it would

@@ -34,7 +34,7 @@ def test_the_default_kill_timing_leaves_time_to_renew(lease):
 
 
 def test_the_keep_alive_shortest_lease_leaves_the_margin_time_to_renew():
-    from awsflock.cli.kept import KEEP_ALIVE_MIN
+    from awsflock.supervise.keepalive_plan import KEEP_ALIVE_MIN
 
     policy = renewal.POLICY
     assert KEEP_ALIVE_MIN == policy.shortest_lease() == 3.0

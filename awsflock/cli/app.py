@@ -1,4 +1,5 @@
-"""The ``awsflock`` group: every failure becomes one stderr line and an exit code, here.
+"""The ``awsflock`` group: every failure becomes one stderr line and an exit code, here
+(as ``awsflock.cli.failures`` says it).
 
 The commands live in the modules beside this one, one per group of commands; each parses, calls
 the library, and prints. stdout carries results only (a LEASE_ID, JSON); all else is stderr.
@@ -6,22 +7,16 @@ the library, and prints. stdout carries results only (a LEASE_ID, JSON); all els
 
 from __future__ import annotations
 
-import signal
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from awsflock import errors
-from awsflock.cli import logs, streams
+from awsflock.cli import failures, logs, streams
 from awsflock.cli.options import SHARED, STATE, before_command
-from awsflock.cli.streams import emit, print_lease, stdout_nowhere, stdout_unread
+from awsflock.cli.streams import emit, print_lease
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-if TYPE_CHECKING:
-    pass
-
 
 #: The words the running command line was given (after the program's name).
 ARGV: list[str] = []
@@ -35,15 +30,6 @@ def if_interrupted(what: str) -> None:
     """Say ``what`` (e.g. " while waiting for 'x'; nothing is held") if Ctrl-C ends the
     command from now on ("" from when nothing more can be said)."""
     click.get_current_context().meta[INTERRUPTED] = what
-
-
-class _Interrupted(Exception):
-    """A KeyboardInterrupt carried past click, which would turn it into "Aborted!" after an
-    empty line (not one line, and not JSON under --log-format json)."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(what)
-        self.what = what
 
 
 class _Cli(click.Group):
@@ -63,13 +49,13 @@ class _Cli(click.Group):
         try:
             return super().make_context(*args, **kwargs)
         except KeyboardInterrupt:
-            raise _Interrupted("") from None
+            raise failures.Interrupted("") from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
-            raise _Interrupted(ctx.meta.get(INTERRUPTED, "")) from None
+            raise failures.Interrupted(ctx.meta.get(INTERRUPTED, "")) from None
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
@@ -85,7 +71,7 @@ class _Cli(click.Group):
         logs.set_format(self._early_log_format(argv))
         # `run` keeps 1, 2 and 3 for the command's own statuses: its own failures are 125.
         own = 125 if isinstance(self._command_of(argv)[1], RunCommand) else None
-        sys.exit(_call(lambda: super(_Cli, self).main(*args, **kwargs), own))
+        sys.exit(failures.call(lambda: super(_Cli, self).main(*args, **kwargs), own))
 
     def _command_of(self, argv: list[str]) -> tuple[list[str], click.Command | None, list[str]]:
         """(the words before the command: shared options; the command; the words after it)."""
@@ -175,104 +161,6 @@ def _log_format_in(words: list[str], takes_value: set[str]) -> str:
             i += _value_words(word, takes_value)  # its value is not an option
         i += 1
     return found
-
-
-def _call(call: Any, own_failure: int | None = None) -> int:
-    """Run the CLI; map every exception to an exit code and one stderr line."""
-
-    def fail(code: int, message: str, error: str, label: str = "error", **extra: Any) -> int:
-        if own_failure is not None and code in (1, 2, 3) and not STATE.get("ran"):
-            code = own_failure
-        fields = {"level": "error", "event": "error", **extra}
-        logs.say(message, label=label, exit_code=code, error=error, **fields)
-        return code
-
-    def interrupted(what: str) -> int:
-        # As a signal that ends a wait is said (see the acquire and run commands): SIGINT is 2.
-        return fail(
-            128 + signal.SIGINT,
-            f"interrupted by signal {int(signal.SIGINT)}{what}",
-            "KeyboardInterrupt",
-            label="warning",
-            level="warning",
-            event="interrupted",
-        )
-
-    try:
-        result = call()
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except _Interrupted as exc:
-        return interrupted(exc.what)
-    except click.exceptions.Abort:
-        return fail(130, "aborted", "Abort", label="")
-    except click.UsageError as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: bare `awsflock`
-            if logs.current_format() == "text":
-                click.echo(exc.format_message(), err=True)
-                return exc.exit_code
-            return fail(exc.exit_code, "no command given (see 'awsflock --help')", "UsageError")
-        # One line, naming the problem and where the fix is documented.
-        where = exc.ctx.command_path if exc.ctx is not None else "awsflock"
-        message = " ".join(exc.format_message().split())
-        return fail(
-            exc.exit_code,
-            f"{message} (see '{where} --help')",
-            type(exc).__name__,
-            label="usage error",
-        )
-    except click.ClickException as exc:
-        return fail(exc.exit_code, exc.format_message(), type(exc).__name__)
-    except errors.AwsflockError as exc:
-        trace = None
-        if STATE["debug"]:
-            import traceback
-
-            if logs.current_format() == "text":
-                traceback.print_exc()
-            else:
-                trace = traceback.format_exc()
-        label = {2: "usage error", 3: "not held" if isinstance(exc, errors.NotHeld) else "busy"}
-        return fail(
-            exc.exit_code,
-            exc.one_line(),
-            type(exc).__name__,
-            label=label.get(exc.exit_code, "error"),
-            traceback=trace,
-        )
-    except KeyboardInterrupt:
-        return interrupted("")
-    except BrokenPipeError:
-        return own_failure if own_failure is not None and not STATE.get("ran") else 1
-    except SystemExit as exc:
-        # click ends with exit(1) when a write to stdout finds its reader gone. With
-        # `awsflock list | head -1` the reader has what it wanted: that is no failure.
-        if exc.code == 1 and own_failure is None and stdout_unread():
-            stdout_nowhere()
-            return 0
-        raise
-    except Exception as exc:
-        return _internal_error(exc, fail)
-    return result if isinstance(result, int) else 0
-
-
-def _internal_error(exc: Exception, fail: Any) -> int:
-    """An exception awsflock did not expect: one line, or a traceback under --debug."""
-    trace = None
-    if STATE["debug"]:
-        if logs.current_format() == "text":
-            raise exc
-        import traceback
-
-        trace = traceback.format_exc()
-    code: int = fail(
-        1,
-        f"{type(exc).__name__}: {exc} (run again with --debug for details, and please report it)",
-        type(exc).__name__,
-        label="internal error",
-        traceback=trace,
-    )
-    return code
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

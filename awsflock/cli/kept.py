@@ -21,12 +21,6 @@ if TYPE_CHECKING:
     from awsflock.lock.lease import Lease, LockTable
 
 
-#: The default lease of ``acquire --keep-alive``: short, since it is renewed.
-KEEP_ALIVE_LEASE = 60.0
-#: The shortest: renewed as the policy says, it must leave the heartbeat's margin.
-KEEP_ALIVE_MIN = renewal.POLICY.shortest_lease()
-
-
 def start_renewer(
     common: Common,
     table: LockTable,

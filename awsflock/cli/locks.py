@@ -29,7 +29,8 @@ from awsflock.lock import renewal
 PID_MAX = 4_194_304
 
 if TYPE_CHECKING:
-    from awsflock.lock.lease import LockTable
+    from awsflock.lock.lease import Lease, LockTable
+    from awsflock.supervise.keepalive_plan import KeepAlive
 
 
 @cli.command("acquire", context_settings=CONTEXT)
@@ -91,39 +92,12 @@ def acquire(
     """
     # Until the wait's own signal handling takes over, Ctrl-C can only come before it.
     if_interrupted(f" while waiting for {lock_id!r}; nothing is held")
-    keep_alive = keep_alive or while_pid is not None
-    follow, follow_started = 0, ""
-    if keep_alive:
-        from awsflock.supervise import keepalive, processes
-
-        follow = while_pid or processes.default_follow()
-        # Read now, before the wait: a pid that is recycled meanwhile is not the one followed.
-        follow_started = processes.start_time(follow)
-        if not processes.alive(follow):
-            raise errors.UsageError(
-                f"there is no process {follow} to keep the lease alive for",
-                hint="give --while-pid the pid of a running process (e.g. $$)",
-            )
-        source = click.get_current_context().get_parameter_source("lease_duration")
-        if source == click.core.ParameterSource.DEFAULT:
-            lease_duration = kept.KEEP_ALIVE_LEASE
-        if lease_duration < kept.KEEP_ALIVE_MIN:
-            raise errors.UsageError(
-                f"a kept-alive lease of {lease_duration:g}s is too short to be renewed in time",
-                hint=f"use --lease-duration {kept.KEEP_ALIVE_MIN:g}s or longer with --keep-alive",
-            )
-        if follow == 1:
-            logs.say(
-                "following pid 1 (init), which does not exit: the lock is kept until "
-                "`awsflock release`; give --while-pid the process to follow",
-                level="warning",
-                label="warning",
-                event="keep_alive_init",
-                lock_id=lock_id,
-            )
-        keepalive.sweep()
+    plan = None
+    if keep_alive or while_pid is not None:
+        plan = _plan_keep_alive(lock_id, while_pid, lease_duration)
+        lease_duration = plan.lease_s
     table = common.table(owner)
-    _name_the_script(table, follow)
+    _name_the_script(table, plan.follow if plan is not None else 0)
     wait = wait_of(no_wait, wait_time, old_command=True, quiet=common.quiet)
     # From the wait until the LEASE_ID is printed, TERM, INT and HUP are recorded: a signal
     # ends the wait cleanly, and one that comes with the grant gives the lease back (or, once
@@ -141,50 +115,94 @@ def acquire(
                 + (" and the place in line was given up" if fair else ""),
             )
         except errors.LockBusy as exc:
-            # As run: a held lock that is not a failure (-E 0) is said only when asked (-v).
-            if not common.quiet and (conflict_exit_code != 0 or common.verbose):
-                logs.say(
-                    exc.one_line(),
-                    level="warning",
-                    event="busy",
-                    lock_id=lock_id,
-                    owner=exc.holder.owner if exc.holder is not None else None,
-                    exit_code=conflict_exit_code,
-                    error=type(exc).__name__,
-                    outcome=metrics.BUSY if wait == 0 else metrics.TIMED_OUT,
-                )
+            _say_busy(common, exc, lock_id, wait, conflict_exit_code)
             raise click.exceptions.Exit(conflict_exit_code) from None
-        if received:
-            kept.give_back(table, lease)
-            _interrupted(received, lock_id, f"just after {lock_id!r} was granted; gave it back")
-        if keep_alive:
-            try:
-                kept.start_renewer(common, table, lease, follow, follow_started, cancel)
-            except errors.Cancelled:
-                _interrupted(
-                    received,
-                    lock_id,
-                    f"while the keep-alive renewer of {lock_id!r} started; gave the lease back",
-                )
+        _hand_over(common, table, lease, lock_id, plan, as_json, cancel, received)
+
+
+def _plan_keep_alive(lock_id: str, while_pid: int | None, lease_s: float) -> KeepAlive:
+    """Plan --keep-alive (``awsflock.supervise.keepalive_plan``) and say its warning."""
+    from awsflock.supervise import keepalive_plan
+
+    source = click.get_current_context().get_parameter_source("lease_duration")
+    plan = keepalive_plan.plan(while_pid, lease_s, source != click.core.ParameterSource.DEFAULT)
+    if plan.warning:
+        logs.say(
+            plan.warning,
+            level="warning",
+            label="warning",
+            event="keep_alive_init",
+            lock_id=lock_id,
+        )
+    return plan
+
+
+def _say_busy(
+    common: Common, exc: errors.LockBusy, lock_id: str, wait: float | None, conflict_exit_code: int
+) -> None:
+    """Say that the lock stays held by another. As run: a held lock that is not a failure
+    (-E 0) is said only when asked (-v)."""
+    if common.quiet or (conflict_exit_code == 0 and not common.verbose):
+        return
+    logs.say(
+        exc.one_line(),
+        level="warning",
+        event="busy",
+        lock_id=lock_id,
+        owner=exc.holder.owner if exc.holder is not None else None,
+        exit_code=conflict_exit_code,
+        error=type(exc).__name__,
+        outcome=metrics.BUSY if wait == 0 else metrics.TIMED_OUT,
+    )
+
+
+def _hand_over(
+    common: Common,
+    table: LockTable,
+    lease: Lease,
+    lock_id: str,
+    plan: KeepAlive | None,
+    as_json: bool,
+    cancel: threading.Event,
+    received: list[int],
+) -> None:
+    """Hand a lease just granted to the script: start its renewer (``plan``), then print its
+    LEASE_ID. A signal that came with the grant gives it back, as does a failure to print."""
+    if received:
+        kept.give_back(table, lease)
+        _interrupted(received, lock_id, f"just after {lock_id!r} was granted; gave it back")
+    if plan is not None:
         try:
-            print_lease(lease, as_json)
-        except OSError as exc:
-            # Nobody will ever know the LEASE_ID: the lease is given back (and a keep-alive
-            # renewer then finds it ended and stops).
-            kept.give_back(table, lease)
-            raise errors.AwsflockError(
-                f"could not write the LEASE_ID to stdout ({exc.strerror or exc}): gave the "
-                f"lease on {lock_id!r} back",
-                hint="read acquire's output, e.g. ID=$(awsflock acquire ...)",
-            ) from None
-        if_interrupted("")  # the LEASE_ID is out: the script has the lease
-        if received and keep_alive:  # after the LEASE_ID is out: kept alive for the script
+            kept.start_renewer(common, table, lease, plan.follow, plan.started, cancel)
+        except errors.Cancelled:
             _interrupted(
                 received,
                 lock_id,
-                f"after {lock_id!r} was granted and its LEASE_ID printed; it is kept alive for "
-                f"pid {follow}: free it with `awsflock release {lock_id} {lease.lease_id}`",
+                f"while the keep-alive renewer of {lock_id!r} started; gave the lease back",
             )
+    _print_or_give_back(table, lease, lock_id, as_json)
+    if_interrupted("")  # the LEASE_ID is out: the script has the lease
+    if received and plan is not None:  # after the LEASE_ID is out: kept alive for the script
+        _interrupted(
+            received,
+            lock_id,
+            f"after {lock_id!r} was granted and its LEASE_ID printed; it is kept alive for "
+            f"pid {plan.follow}: free it with `awsflock release {lock_id} {lease.lease_id}`",
+        )
+
+
+def _print_or_give_back(table: LockTable, lease: Lease, lock_id: str, as_json: bool) -> None:
+    """Print the LEASE_ID; if it cannot be written, nobody will ever know it: the lease is
+    given back (and a keep-alive renewer then finds it ended and stops)."""
+    try:
+        print_lease(lease, as_json)
+    except OSError as exc:
+        kept.give_back(table, lease)
+        raise errors.AwsflockError(
+            f"could not write the LEASE_ID to stdout ({exc.strerror or exc}): gave the "
+            f"lease on {lock_id!r} back",
+            hint="read acquire's output, e.g. ID=$(awsflock acquire ...)",
+        ) from None
 
 
 def _name_the_script(table: LockTable, follow: int) -> None:

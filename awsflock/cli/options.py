@@ -115,13 +115,20 @@ def _shared(before: bool) -> list[Callable[[F], F]]:
     """The options every command shares, in --help's order. After the command they are its own,
     with their variables and defaults; before it (``before``) the same names are the group's,
     hidden, with neither: the command's own fill in what neither place says."""
+    return [*_where_options(before), *_how_options(before)]
 
-    def option(*names: str, **kw: Any) -> Any:
-        if before:
-            drop = ("envvar", "default", "help", "show_default")
-            return click.option(*names, hidden=True, **{k: kw[k] for k in kw if k not in drop})
-        return click.option(*names, **kw)
 
+def _option(before: bool, *names: str, **kw: Any) -> Any:
+    """One shared option, after the command or (``before``) before it: see ``_shared``."""
+    if before:
+        drop = ("envvar", "default", "help", "show_default")
+        return click.option(*names, hidden=True, **{k: kw[k] for k in kw if k not in drop})
+    return click.option(*names, **kw)
+
+
+def _where_options(before: bool) -> list[Callable[[F], F]]:
+    """The shared options that say where the locks live: the store and its table."""
+    option = functools.partial(_option, before)
     return [
         option(
             "--store",
@@ -145,6 +152,13 @@ def _shared(before: bool) -> list[Callable[[F], F]]:
             help="DynamoDB endpoint, e.g. a local server "
             "[env AWSFLOCK_ENDPOINT_URL, DYNAMO_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB].",
         ),
+    ]
+
+
+def _how_options(before: bool) -> list[Callable[[F], F]]:
+    """The shared options that say how: the skew window, the requests' time, and stderr."""
+    option = functools.partial(_option, before)
+    return [
         option(
             "--skew",
             type=DurationType(durations.skew_seconds),

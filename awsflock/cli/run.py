@@ -19,8 +19,46 @@ from awsflock.cli.options import STATE, Common, DurationType, common_options
 from awsflock.lock import renewal
 from awsflock.supervise.group import HOLD_UNTIL
 
+#: run's --help and man page. It states the renewal policy's numbers (awsflock.lock.renewal),
+#: not copies of them.
+HELP = """Hold LOCK_ID while CMD runs; exit with CMD's status.
 
-@cli.command("run", cls=RunCommand, context_settings=CONTEXT)
+\b
+  awsflock run deploy-prod -- terraform apply -auto-approve
+  awsflock run --no-wait -E 0 nightly-report -- ./report.sh
+  awsflock run backup -c 'pg_dump db | gzip > /backups/db.gz'
+
+The lease (default 1 minute) is renewed {said}. CMD gets
+AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN
+(and AWSFLOCK_SLOT with --slots).
+Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
+
+As flock(1) holds its lock while any process still has the lock file open,
+run holds the lock until CMD and every process left in CMD's process group
+(a script's `cmd &`) have exited; what leaves the group (setsid, set -m,
+timeout without --foreground) is not waited for. If CMD was interrupted
+(ended by INT, TERM, HUP or QUIT, or exited 128+N for one), or awsflock was
+sent one of those, what is left in the group gets TERM, then KILL after
+--kill-after. --hold-until command releases when CMD itself exits.
+
+If the lease is lost (a renewal refused, or none succeeded by kill-after + G
+before expiry, G = 1s or lease/10 if shorter), CMD's group gets TERM, then
+KILL after --kill-after, so CMD is dead G before its lease ends; the lock is
+released once the group is empty. An explicit
+--kill-after must satisfy kill-after + G < lease - lease/{per}, so renewal gets
+its chance first; the default (10s, or lease/5) always does.
+
+\b
+Exit: CMD's status; 75 lock not acquired (-E overrides); 124 lease lost and
+CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
+128+N CMD killed by signal N.
+""".format(
+    said=f"{renewal.POLICY.said.replace(' of it', ' of its length')}",
+    per=renewal.POLICY.per_lease,
+)
+
+
+@cli.command("run", cls=RunCommand, context_settings=CONTEXT, help=HELP)
 @click.argument("lock_id", metavar="LOCK_ID")
 @click.option("-c", "shell", metavar="STRING", help="Run STRING with /bin/sh -c instead of CMD.")
 @common_options
@@ -67,38 +105,7 @@ def run_command(
     slots: int | None,
     fair: bool,
 ) -> None:
-    """Hold LOCK_ID while CMD runs; exit with CMD's status.
-
-    \b
-      awsflock run deploy-prod -- terraform apply -auto-approve
-      awsflock run --no-wait -E 0 nightly-report -- ./report.sh
-      awsflock run backup -c 'pg_dump db | gzip > /backups/db.gz'
-
-    The lease (default 1 minute) is renewed {said}. CMD gets
-    AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN
-    (and AWSFLOCK_SLOT with --slots).
-    Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
-
-    As flock(1) holds its lock while any process still has the lock file open,
-    run holds the lock until CMD and every process left in CMD's process group
-    (a script's `cmd &`) have exited; what leaves the group (setsid, set -m,
-    timeout without --foreground) is not waited for. If CMD was interrupted
-    (ended by INT, TERM, HUP or QUIT, or exited 128+N for one), or awsflock was
-    sent one of those, what is left in the group gets TERM, then KILL after
-    --kill-after. --hold-until command releases when CMD itself exits.
-
-    If the lease is lost (a renewal refused, or none succeeded by kill-after + G
-    before expiry, G = 1s or lease/10 if shorter), CMD's group gets TERM, then
-    KILL after --kill-after, so CMD is dead G before its lease ends; the lock is
-    released once the group is empty. An explicit
-    --kill-after must satisfy kill-after + G < lease - lease/{per}, so renewal gets
-    its chance first; the default (10s, or lease/5) always does.
-
-    \b
-    Exit: CMD's status; 75 lock not acquired (-E overrides); 124 lease lost and
-    CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
-    128+N CMD killed by signal N.
-    """
+    """``run`` (its help is ``HELP``): the lock held while CMD runs, by the runner."""
     # Until the runner's signal handling takes over, Ctrl-C can only come before the wait.
     if_interrupted(" while waiting; the command was not started")
     from awsflock.supervise.runner import RunOptions, run
@@ -126,10 +133,3 @@ def run_command(
     if_interrupted("")
     STATE["ran"] = True
     raise click.exceptions.Exit(code)
-
-
-# The help states the renewal policy's numbers (awsflock.lock.renewal), not copies of them.
-run_command.help = (run_command.help or "").format(
-    said=f"{renewal.POLICY.said.replace(' of it', ' of its length')}",
-    per=renewal.POLICY.per_lease,
-)

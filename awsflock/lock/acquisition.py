@@ -129,30 +129,11 @@ class Acquisition:
     def step(self) -> Grant | None:
         """Send one attempt. The grant if we hold the lock now; else None (``holder`` and
         ``error`` say why)."""
-        self.attempts += 1
         slot = self.slot
-        lease_id = new_lease_id() + ("" if slot is None else f".{slot}")
-        log.debug(
-            "acquire attempt %d on %r%s",
-            self.attempts,
-            self.lock_id,
-            "" if slot is None else f" slot {slot}",
-            extra={
-                "event": "acquire_attempt",
-                "lock_id": self.lock_id,
-                "attempts": self.attempts,
-                "slot": slot,
-            },
-        )
-        self.sent.add(lease_id)
-        self.unsettled[lease_id] = slot
+        lease_id = self._new_attempt(slot)
         store = self.store
-        end = self.clock.monotonic() + store.request_timeout
-        if self.hard_end is not None:
-            # Leave time to release an attempt that may have landed unanswered.
-            end = min(end, self.hard_end - min(1.0, store.request_timeout / 4))
         try:
-            with store.budget(end):
+            with store.budget(self._attempt_end()):
                 mono, now_ms = self.clock.monotonic(), self._now_ms()
                 self.to_mono[lease_id] = mono - now_ms / 1000
                 attempt = Attempt(
@@ -189,6 +170,35 @@ class Acquisition:
             # land later; then the id stays unsettled.
             self.unsettled.pop(lease_id, None)
         return self.look(outcome)
+
+    def _new_attempt(self, slot: int | None) -> str:
+        """A new attempt's lease id (on ``slot``), said at debug level and counted as sent and
+        unsettled before it is: it may land whatever its answer."""
+        self.attempts += 1
+        lease_id = new_lease_id() + ("" if slot is None else f".{slot}")
+        log.debug(
+            "acquire attempt %d on %r%s",
+            self.attempts,
+            self.lock_id,
+            "" if slot is None else f" slot {slot}",
+            extra={
+                "event": "acquire_attempt",
+                "lock_id": self.lock_id,
+                "attempts": self.attempts,
+                "slot": slot,
+            },
+        )
+        self.sent.add(lease_id)
+        self.unsettled[lease_id] = slot
+        return lease_id
+
+    def _attempt_end(self) -> float:
+        """When an attempt's requests must be over: one request timeout from now, and early
+        enough before the hard end to release an attempt that may have landed unanswered."""
+        end = self.clock.monotonic() + self.store.request_timeout
+        if self.hard_end is not None:
+            end = min(end, self.hard_end - min(1.0, self.store.request_timeout / 4))
+        return end
 
     def _now_ms(self) -> int:
         return round(self.clock.time() * 1000)

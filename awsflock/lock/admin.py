@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from awsflock import errors, metrics
 from awsflock.lock.verdict import ended_how
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
-from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID
+from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, Outcome
 from awsflock.records import ENDED_FORCED, LockRecord
 from awsflock.text import iso_utc
 
@@ -51,92 +51,23 @@ def force_release(
     write is conditional on exactly that lease, so a new holder that acquired in between is
     never affected. Returns the audit record written.
     """
-    check_lock_id(lock_id)
-    if lease_id is not None:
-        lease_id = check_lease_id(lease_id)
-        slot = slot_of(lease_id) if slot is None else slot
-    if not reason or not reason.strip():
-        raise errors.UsageError("--reason is required", hint="say why, e.g. --reason 'runner died'")
-    if lease_id is None and confirm is None:
-        raise errors.UsageError(
-            "force-release needs the lease named",
-            hint="pass --lease-id ID, or --yes, or run it at a terminal to confirm",
-        )
+    lease_id, slot = _checked(lock_id, reason, lease_id, confirm, slot)
     # With the lease named, the store also says how it ended if it is no longer current (a
     # re-run after a lost answer: was it this force, another, or its holder's release?).
     current = table.store.read(lock_id, lease_id)
-    if slot is None:
-        record = current.lock if current.pool is None else None
-        what = f"lock {lock_id!r}"
-    else:
-        record = current.pool.slots.get(slot) if current.pool else None
-        what = f"slot {slot} of pool {lock_id!r}"
     now = table.clock.time()
-    if record is not None and record.forced and (lease_id is None or record.lease_id == lease_id):
-        # Force-released already, perhaps by an earlier run of this command whose answer was
-        # lost: its audit record was written before it (written now if it is missing).
-        _ensure_audit(table, lock_id, slot, record)
-        raise errors.NotHeld(
-            f"{what} is not held: it was {record.forced_text()} (audited)",
-            hint="nothing more to do",
-        )
-    if lease_id is not None and record is not None:
-        _settle_audit(table, lease_id, record)
-    if record is None or record.released:
-        raise errors.NotHeld(f"{what} is not held", hint="nothing to force-release")
-    if lease_id is not None and record.lease_id != lease_id:
-        raise errors.NotHeld(
-            f"lease {lease_id} no longer holds {lock_id!r} (now {record.describe(now)})",
-            hint="check `awsflock status` and name the current lease",
-        )
+    record = _held(table, current, lock_id, lease_id, slot, now)
     if confirm is not None and not confirm(record):
         raise errors.UsageError("force-release not confirmed", hint="nothing was changed")
     who = actor or default_actor(table)
     action_id = uuid.uuid4().hex[:16]
-    at_ms = round(now * 1000)
-    entry = _entry(lock_id, slot, record, who, reason, at_ms, action_id)
+    entry = _entry(lock_id, slot, record, who, reason, round(now * 1000), action_id)
     # On record before it can take effect: one record per lease, keyed by it, so a run whose
     # answer was lost, its retries and its re-runs all come down to exactly one record.
     table.store.put_audit(audit_key(record.lease_id), entry)
-    try:
-        outcome = table.store.force_release(
-            lock_id,
-            record.lease_id,
-            force_id=action_id,
-            now_ms=at_ms,
-            skew_ms=round(table.skew * 1000),
-            actor=who,
-            reason=reason,
-            slot=slot,
-        )
-    except errors.StoreError as exc:
-        if exc.maybe_applied:
-            exc.hint = (
-                "it may have been applied: when the store answers, run `awsflock force-release "
-                f"{lock_id} --lease-id {record.lease_id} --reason ...` (it then says whether "
-                "it was; the audit record is written either way)"
-            )
-        raise
+    outcome = _force(table, entry)
     if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
-        after = outcome.record
-        earlier = _forced_mark(after, record.lease_id)
-        if earlier is not None:
-            # An earlier run's force-release, whose request landed after that run gave up,
-            # ended the lease: the one audit record of the lease is that force's, not voided.
-            if after is not None and after.lease_id == record.lease_id:
-                _ensure_audit(table, lock_id, slot, after, replace=True)
-            else:
-                table.store.put_audit(audit_key(record.lease_id), {**entry, "action_id": earlier})
-            raise errors.NotHeld(
-                f"{what} is not held: an earlier force-release of it took effect (audited)",
-                hint="nothing more to do",
-            )
-        table.store.void_audit(audit_key(record.lease_id), action_id)
-        raise errors.NotHeld(
-            f"lock {lock_id!r} changed hands before the force-release "
-            + (f"(now {after.describe(now)})" if after and not after.released else ""),
-            hint="nothing was changed; check `awsflock status` again",
-        )
+        _not_forced(table, entry, record, outcome.record, now)
     metrics.record("awsflock.force_releases", 1, lock_id, table.store)
     log.info(
         "force-released %r (held by %s) for %s: %s",
@@ -154,6 +85,124 @@ def force_release(
         },
     )
     return audit_view(entry)
+
+
+def _checked(
+    lock_id: str,
+    reason: str,
+    lease_id: str | None,
+    confirm: Callable[[LockRecord], bool] | None,
+    slot: int | None,
+) -> tuple[str | None, int | None]:
+    """A force-release's request, checked: (the lease id, the slot: a named pool lease's own)."""
+    check_lock_id(lock_id)
+    if lease_id is not None:
+        lease_id = check_lease_id(lease_id)
+        slot = slot_of(lease_id) if slot is None else slot
+    if not reason or not reason.strip():
+        raise errors.UsageError("--reason is required", hint="say why, e.g. --reason 'runner died'")
+    if lease_id is None and confirm is None:
+        raise errors.UsageError(
+            "force-release needs the lease named",
+            hint="pass --lease-id ID, or --yes, or run it at a terminal to confirm",
+        )
+    return lease_id, slot
+
+
+def _what(lock_id: str, slot: int | None) -> str:
+    return f"lock {lock_id!r}" if slot is None else f"slot {slot} of pool {lock_id!r}"
+
+
+def _held(
+    table: LockTable,
+    current: Outcome,
+    lock_id: str,
+    lease_id: str | None,
+    slot: int | None,
+    now: float,
+) -> LockRecord:
+    """The lease to end, as the store shows it (``current``): held, and the one named. Raises
+    ``NotHeld`` if it is not (audited, if a force-release ended it)."""
+    if slot is None:
+        record = current.lock if current.pool is None else None
+    else:
+        record = current.pool.slots.get(slot) if current.pool else None
+    what = _what(lock_id, slot)
+    if record is not None and record.forced and (lease_id is None or record.lease_id == lease_id):
+        # Force-released already, perhaps by an earlier run of this command whose answer was
+        # lost: its audit record was written before it (written now if it is missing).
+        _ensure_audit(table, lock_id, slot, record)
+        raise errors.NotHeld(
+            f"{what} is not held: it was {record.forced_text()} (audited)",
+            hint="nothing more to do",
+        )
+    if lease_id is not None and record is not None:
+        _settle_audit(table, lease_id, record)
+    if record is None or record.released:
+        raise errors.NotHeld(f"{what} is not held", hint="nothing to force-release")
+    if lease_id is not None and record.lease_id != lease_id:
+        raise errors.NotHeld(
+            f"lease {lease_id} no longer holds {lock_id!r} (now {record.describe(now)})",
+            hint="check `awsflock status` and name the current lease",
+        )
+    return record
+
+
+def _force(table: LockTable, entry: dict[str, Any]) -> Outcome:
+    """The conditional write of the force-release that ``entry`` (its audit record) records;
+    a failure that may have applied says how to learn whether it did."""
+    lock_id, lease_id = entry["target"], entry["lease_id"]
+    try:
+        return table.store.force_release(
+            lock_id,
+            lease_id,
+            force_id=entry["action_id"],
+            now_ms=entry["at_ms"],
+            skew_ms=round(table.skew * 1000),
+            actor=entry["actor"],
+            reason=entry["reason"],
+            slot=entry["slot"],
+        )
+    except errors.StoreError as exc:
+        if exc.maybe_applied:
+            exc.hint = (
+                "it may have been applied: when the store answers, run `awsflock force-release "
+                f"{lock_id} --lease-id {lease_id} --reason ...` (it then says whether "
+                "it was; the audit record is written either way)"
+            )
+        raise
+
+
+def _not_forced(
+    table: LockTable,
+    entry: dict[str, Any],
+    record: LockRecord,
+    after: LockRecord | None,
+    now: float,
+) -> NoReturn:
+    """A force-release of ``record``'s lease refused (the lock is now ``after``): an earlier
+    run's force took effect (its audit record stands), or the lock changed hands (the record
+    ``entry`` is voided). Raises ``NotHeld`` saying which."""
+    lock_id, slot = entry["target"], entry["slot"]
+    earlier = _forced_mark(after, record.lease_id)
+    if earlier is not None:
+        # An earlier run's force-release, whose request landed after that run gave up,
+        # ended the lease: the one audit record of the lease is that force's, not voided.
+        if after is not None and after.lease_id == record.lease_id:
+            _ensure_audit(table, lock_id, slot, after, replace=True)
+        else:
+            table.store.put_audit(audit_key(record.lease_id), {**entry, "action_id": earlier})
+        raise errors.NotHeld(
+            f"{_what(lock_id, slot)} is not held: an earlier force-release of it took effect "
+            "(audited)",
+            hint="nothing more to do",
+        )
+    table.store.void_audit(audit_key(record.lease_id), entry["action_id"])
+    raise errors.NotHeld(
+        f"lock {lock_id!r} changed hands before the force-release "
+        + (f"(now {after.describe(now)})" if after and not after.released else ""),
+        hint="nothing was changed; check `awsflock status` again",
+    )
 
 
 def _entry(

@@ -50,8 +50,53 @@ class Lease:
     #: restored VM) cannot stretch its lease (0: not known).
     expires_mono: float = 0.0
     #: What turned the record's times into monotonic time for ``expires_mono`` (see
-    #: ``LockTable._lease_from``).
+    #: ``of_record``).
     to_mono: float = 0.0
+
+    @classmethod
+    def of_record(
+        cls,
+        table: Table,
+        record: LockRecord,
+        lock_id: str,
+        lease_id: str,
+        to_mono: float | None,
+        **extra: Any,
+    ) -> Lease:
+        """A Lease as the record (just written) describes it. ``to_mono`` turns the record's
+        times into the table clock's monotonic time: the pair of clock readings the lease's
+        times were written from (the caller's ``now_ms``, or the store's when it sent), so that
+        a step of the wall clock while the request was on its way cannot stretch the lease."""
+        mono, wall = table.clock.monotonic(), table.clock.time()
+        if to_mono is None:
+            to_mono = mono - wall
+        return cls(
+            table=table,
+            lock_id=lock_id,
+            lease_id=lease_id,
+            fencing_token=record.fencing_token,
+            expires_at=record.expires_at,
+            lease_duration=record.lease_duration,
+            owner=record.owner,
+            acquired_at=record.acquired_at or wall,
+            expires_mono=record.expires_at + to_mono,
+            to_mono=to_mono,
+            **extra,
+        )
+
+    def renewed_by(self, fresh: Lease, *, wall_clock_ends: bool) -> None:
+        """Take on the end and length of ``fresh``, this lease as a renewal just wrote it.
+        ``wall_clock_ends``: the store writes ends from this host's wall clock."""
+        to_mono = fresh.to_mono
+        if wall_clock_ends and self.to_mono:
+            # A step of the wall clock back since the lease began makes others see the renewed
+            # end earlier by the step: never count on the end as this host's stepped clock
+            # wrote it (found by an adversarial review).
+            to_mono = min(to_mono, self.to_mono)
+        self.to_mono = to_mono
+        self.expires_at = fresh.expires_at
+        self.expires_mono = fresh.expires_at + to_mono
+        self.lease_duration = fresh.lease_duration
 
     def renew(self, lease: float | str | None = None) -> Lease:
         """Extend the lease by ``lease`` (default: its current duration) from now."""

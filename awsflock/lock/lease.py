@@ -172,9 +172,8 @@ class LockTable:
                 cancel=cancel,
             )
         except BaseException as exc:
-            metrics.record(
-                "awsflock.acquisitions", 1, lock_id, self.store, outcome=_failed(exc, wait_s)
-            )
+            failed = waiting.outcome(exc, wait_s)
+            metrics.record("awsflock.acquisitions", 1, lock_id, self.store, outcome=failed)
             raise
         metrics.record("awsflock.acquisitions", 1, lock_id, self.store, outcome=metrics.GRANTED)
         metrics.record("awsflock.acquire.wait", grant.waited, lock_id, self.store)
@@ -184,7 +183,8 @@ class LockTable:
         record = grant.record
         # The lease it replaced ran out and was taken over (not released, not forced).
         reclaimed = record if record.history and not record.history[0][1] else None
-        lease = self._lease_from(
+        lease = Lease.of_record(
+            self,
             record,
             lock_id,
             grant.lease_id,
@@ -261,16 +261,7 @@ class LockTable:
             held.lock_id, held.lease_id, lease=held.lease_duration if lease is None else lease
         )
         metrics.record("awsflock.renew.margin", max(0.0, left), held.lock_id, self.store)
-        to_mono = fresh.to_mono
-        if not self.store.skew_free and held.to_mono:
-            # On a store that writes ends from our wall clock, a step of it back since the
-            # lease began makes others see the renewed end earlier by the step: never count
-            # on the end as this host's stepped clock wrote it (found by an adversarial review).
-            to_mono = min(to_mono, held.to_mono)
-        held.to_mono = to_mono
-        held.expires_at = fresh.expires_at
-        held.expires_mono = fresh.expires_at + to_mono
-        held.lease_duration = fresh.lease_duration
+        held.renewed_by(fresh, wall_clock_ends=not self.store.skew_free)
         return held
 
     def release(self, held: Lease) -> None:
@@ -293,7 +284,7 @@ class LockTable:
         lease_id = check_lease_id(lease_id)
         lease_s = lease_seconds(lease)
         slot = slot_of(lease_id)
-        mono, now_ms = self.clock.monotonic(), self.now_ms()  # read together: see _lease_from
+        mono, now_ms = self.clock.monotonic(), self.now_ms()  # read together: see Lease.of_record
         try:
             outcome = self.store.renew(
                 lock_id,
@@ -328,36 +319,7 @@ class LockTable:
             },
         )
         to_mono = outcome.to_mono if outcome.to_mono is not None else mono - now_ms / 1000
-        return self._lease_from(record, lock_id, lease_id, to_mono, slot=slot)
-
-    def _lease_from(
-        self,
-        record: LockRecord,
-        lock_id: str,
-        lease_id: str,
-        to_mono: float | None,
-        **extra: Any,
-    ) -> Lease:
-        """A Lease as the record (just written) describes it. ``to_mono`` turns the record's
-        times into this table clock's monotonic time: the pair of clock readings the lease's
-        times were written from (the caller's ``now_ms``, or the store's when it sent), so that
-        a step of the wall clock while the request was on its way cannot stretch the lease."""
-        mono, wall = self.clock.monotonic(), self.clock.time()
-        if to_mono is None:
-            to_mono = mono - wall
-        return Lease(
-            table=self,
-            lock_id=lock_id,
-            lease_id=lease_id,
-            fencing_token=record.fencing_token,
-            expires_at=record.expires_at,
-            lease_duration=record.lease_duration,
-            owner=record.owner,
-            acquired_at=record.acquired_at or wall,
-            expires_mono=record.expires_at + to_mono,
-            to_mono=to_mono,
-            **extra,
-        )
+        return Lease.of_record(self, record, lock_id, lease_id, to_mono, slot=slot)
 
     def release_lease(self, lock_id: str, lease_id: str, *, _held: Lease | None = None) -> None:
         """End the lease ``lease_id`` on ``lock_id``. Raises NotHeld if it is not ours; a release
@@ -378,18 +340,7 @@ class LockTable:
             raise
         record = outcome.record
         if not outcome.applied:
-            refusal = verdict.of(outcome, lock_id, lease_id, "release", self.clock.time())
-            if outcome.lock is None and outcome.in_doubt:
-                # No record, and an earlier try may have landed unanswered: this release may
-                # have ended the lease before the record was deleted, or the lease ran out and
-                # the record went by TTL or by another client's release. Which, nothing says:
-                # not "released" (its work may have run unprotected), but not held either way.
-                refusal = errors.NotHeld(
-                    f"the lease does not hold {lock_id!r}: there is no such lock now, and "
-                    "whether this release ended the lease before its record was deleted or the "
-                    "lease ran out first cannot be told",
-                    hint="check the work done under it",
-                )
+            refusal = verdict.of_release(outcome, lock_id, lease_id, self.clock.time())
             if refusal is not None:
                 unknown = outcome.lock is None and outcome.in_doubt
                 said = metrics.IN_DOUBT if unknown else metrics.NOT_HELD
@@ -435,12 +386,3 @@ class LockTable:
                 hint="drop those options for this store",
             )
         return self.store.create(progress=progress or (lambda _message: None), **options)
-
-
-def _failed(exc: BaseException, wait_s: float | None) -> str:
-    """The acquisitions metric's outcome of an acquire that ended in ``exc``."""
-    if isinstance(exc, errors.LockBusy):
-        return metrics.BUSY if wait_s == 0 else metrics.TIMED_OUT
-    if isinstance(exc, (errors.Cancelled, KeyboardInterrupt)):
-        return metrics.CANCELLED
-    return metrics.ERROR

@@ -71,6 +71,23 @@ def of(
     return refused(f"it was released, or expired and taken over; {holder}")
 
 
+def of_release(outcome: Outcome, lock_id: str, lease_id: str, now: float) -> errors.NotHeld | None:
+    """Why a release of ``lease_id`` was refused, or None if it had in fact happened (see
+    ``of``); with no record and a try that may have landed unanswered, that it cannot be told."""
+    if outcome.lock is None and outcome.in_doubt:
+        # No record, and an earlier try may have landed unanswered: this release may have
+        # ended the lease before the record was deleted, or the lease ran out and the record
+        # went by TTL or by another client's release. Which, nothing says: not "released"
+        # (its work may have run unprotected), but not held either way.
+        return errors.NotHeld(
+            f"the lease does not hold {lock_id!r}: there is no such lock now, and whether this "
+            "release ended the lease before its record was deleted or the lease ran out first "
+            "cannot be told",
+            hint="check the work done under it",
+        )
+    return of(outcome, lock_id, lease_id, "release", now)
+
+
 def _forced(record: LockRecord | None, lock_id: str) -> tuple[str, str]:
     """Why a force-released lease is not held, and what to do: not to take the lock again
     blindly, for it was ended on purpose. ``record``: the lease's, if it still says who ended

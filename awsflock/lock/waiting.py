@@ -117,30 +117,19 @@ def wait(
             polled = clock.monotonic()
             got = policy.poll(run)
             if got is not None:
-                answered = clock.monotonic()
-                # Tidying up may take a request timeout: before the grant is judged fresh.
-                got = settle(run, got, cancel, tidy=lambda: policy.tidy(run))
+                got = _settled(run, policy, got, cancel, clock, refused, progress.said)
                 if got is not None:
-                    # Nothing may follow the grant's last check (saying it is the caller's).
-                    handoff = None if refused is None else answered - refused
-                    return dataclasses.replace(got, contended=progress.said, handoff=handoff)
+                    return got  # nothing may follow the grant's last check
             if run.error is None:
                 refused = clock.monotonic()
                 metrics.record("awsflock.acquire.polls", 1, run.lock_id, run.store)
             if policy.again_now(run):
                 continue
             if run.error is None:
-                if not run.told:
-                    run.told = True
-                    progress.begin()
-                else:
-                    progress.tell()
-                policy.tell(run)
-            pause = next_pause(policy.wake_for(run), deadline, clock=clock, rng=rng, skew=skew)
+                progress.refused()
+            pause = _pause(run, policy, polled, deadline, clock=clock, rng=rng, skew=skew)
             if pause is None:
                 break
-            if policy.spaced:
-                pause = max(0.0, pause - (clock.monotonic() - polled))
             if run.error is not None:
                 log_retry(run)
             if waker is None:
@@ -158,6 +147,55 @@ def wait(
     finally:
         if waker is not None:
             waker.close()
+
+
+def _settled(
+    run: Acquisition,
+    policy: Policy,
+    got: Grant,
+    cancel: threading.Event | None,
+    clock: Clock,
+    refused: float | None,
+    contended: bool,
+) -> Grant | None:
+    """A poll's grant once settled (``settle``, the policy tidying up), with whether the wait
+    said it waited (``contended``) and how long after the last refusal (``refused``) its
+    answer came; None if it was too stale (the wait goes on). Saying it is the caller's."""
+    answered = clock.monotonic()
+    # Tidying up may take a request timeout: before the grant is judged fresh.
+    settled = settle(run, got, cancel, tidy=lambda: policy.tidy(run))
+    if settled is None:
+        return None
+    handoff = None if refused is None else answered - refused
+    return dataclasses.replace(settled, contended=contended, handoff=handoff)
+
+
+def _pause(
+    run: Acquisition,
+    policy: Policy,
+    polled: float,
+    deadline: float | None,
+    *,
+    clock: Clock,
+    rng: random.Random,
+    skew: float,
+) -> float | None:
+    """The pause before the next poll (None: give up now), as ``next_pause`` says for the
+    policy's holder; a policy's polls that are spaced from their starts (``polled``) take
+    off the time the last one took."""
+    pause = next_pause(policy.wake_for(run), deadline, clock=clock, rng=rng, skew=skew)
+    if pause is not None and policy.spaced:
+        pause = max(0.0, pause - (clock.monotonic() - polled))
+    return pause
+
+
+def outcome(exc: BaseException, wait_s: float | None) -> str:
+    """The acquisitions metric's outcome of a wait (``wait_s``) that ended in ``exc``."""
+    if isinstance(exc, errors.LockBusy):
+        return metrics.BUSY if wait_s == 0 else metrics.TIMED_OUT
+    if isinstance(exc, (errors.Cancelled, KeyboardInterrupt)):
+        return metrics.CANCELLED
+    return metrics.ERROR
 
 
 def settle(
@@ -279,6 +317,16 @@ class Progress:
         self.at = 0.0  # the last line's time (monotonic), and the wait at which one is due
         self.due = PROGRESS_FIRST
         self.holder = ""
+
+    def refused(self) -> None:
+        """An answered poll that did not grant: the first begins what the wait says, later ones
+        tell how it stands; then the policy says its part."""
+        if not self.run.told:
+            self.run.told = True
+            self.begin()
+        else:
+            self.tell()
+        self.policy.tell(self.run)
 
     def begin(self) -> None:
         """The first answer that did not grant: who holds it, since when, until when, and how

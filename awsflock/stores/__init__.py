@@ -3,7 +3,10 @@
 - ``kinds``: the registry, the one front door: which store a URL (``--store``,
   ``AWSFLOCK_STORE``) names, how each kind is opened, and what each can do (its capabilities,
   declared once there). Nothing else chooses a store.
-- ``retrying``: the request layer the network stores share (retries within a budget).
+- ``remote``: what every network store shares: the request layer (budgets, retries, doubt),
+  the link seam, the try on the wire (its deadline and gate), the facade of a store whose
+  every step is one server-side call, and the shared form of a step's answer.
+- ``programs``: reads the server-side step programs (Lua, PL/pgSQL) shipped as package data.
 - ``memory``: in one process's memory, thread-safe; for tests and the simulator (no URL
   names it; ``memory_kind`` is its registry entry).
 - ``dynamodb``: one DynamoDB table (the default; its sub-package owns the item layout, the
@@ -12,8 +15,8 @@
 - ``redis``: keys under one prefix on a Redis server, and their step script (the ``redis``
   extra).
 
-A new backend is a sub-package here with a ``kind`` module, one line in ``kinds.KINDS``, and a
-store that passes the conformance suite (``tests/conformance/``); see "Writing a store" in
-docs/contributing/architecture.md. Nothing outside a backend's sub-package knows how it keeps
+A new backend is a sub-package here: a link, a step program, a ``kind`` module and one line in
+``kinds.KINDS``, and a store that passes the conformance suite (``tests/conformance/``); see
+docs/contributing/writing-a-store.md. Nothing outside a backend's sub-package knows how it keeps
 records. ``tests/test_overviews.py`` checks that this list names every kind.
 """

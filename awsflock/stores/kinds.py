@@ -18,7 +18,7 @@ kind says so and the store answers for itself (``transactions(store)``).
 
 Adding a backend: its sub-package with a ``kind`` module (``parse``, ``open``, ``COMMANDS``),
 one ``Kind`` line below, its extra in ``pyproject.toml``, a conformance subclass and a server
-fixture (see docs/contributing/architecture.md, "Writing a store").
+fixture (see docs/contributing/writing-a-store.md).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from awsflock.records import KEEPALIVE_ACTOR
 from awsflock.supervise.processes import alive, start_time
 
 if TYPE_CHECKING:
+    from awsflock.lock.heartbeat import Hold
     from awsflock.lock.lease import LockTable
 
 #: How often the renewer looks at the process it follows.
@@ -120,8 +121,21 @@ def spawn(
     # The renewer outlives us: nobody waits for it (without this, the Popen object would warn
     # that it is still running when it is collected).
     child.returncode = 0
-    assert child.stdout is not None
     limit = START_UP + request_timeout
+    said, answered = _handshake(child, limit, cancel)
+    if said == "ok":
+        return child.pid
+    _kill(child.pid)
+    raise _not_started(said, answered, limit)
+
+
+def _handshake(
+    child: subprocess.Popen[bytes], limit: float, cancel: threading.Event | None
+) -> tuple[str, bool]:
+    """The renewer's first line ("ok", or "error CODE MESSAGE"), and whether it said anything
+    (or closed the pipe) within ``limit`` seconds. ``cancel`` set kills it and raises
+    ``Cancelled``."""
+    assert child.stdout is not None
     with child.stdout:
         end = time.monotonic() + limit
         ready: list[Any] = []
@@ -130,18 +144,22 @@ def spawn(
                 _kill(child.pid)
                 raise errors.Cancelled("interrupted while the keep-alive renewer started")
             ready, _, _ = select.select([child.stdout], [], [], min(0.1, end - time.monotonic()))
-        said = child.stdout.readline().decode(errors="replace").strip() if ready else ""
-    if said == "ok":
-        return child.pid
-    _kill(child.pid)
+        return child.stdout.readline().decode(errors="replace").strip() if ready else "", bool(
+            ready
+        )
+
+
+def _not_started(said: str, answered: bool, limit: float) -> errors.AwsflockError:
+    """The error of a renewer that did not start: its own (with its exit status), or what it
+    said instead, or that it said nothing."""
     if said.startswith("error "):
         code, _, message = said[6:].partition(" ")
         error = errors.AwsflockError(f"the keep-alive renewer could not start: {message}")
         error.exit_code = int(code) if code.isdigit() else 1
-        raise error
-    raise errors.AwsflockError(
+        return error
+    return errors.AwsflockError(
         "the keep-alive renewer did not start"
-        + (f": {said}" if said else " (it exited at once)" if ready else f" within {limit:g}s"),
+        + (f": {said}" if said else " (it exited at once)" if answered else f" within {limit:g}s"),
         hint="run `awsflock keep-alive --help`, or acquire without --keep-alive",
     )
 
@@ -185,31 +203,10 @@ def serve(
 ) -> int:
     """The renewer (see the module docstring). Returns its exit status. ``render``: the line
     a loss is told by, in the caller's log format."""
-    stopping = threading.Event()
-    renew_now = threading.Event()
-    signalled: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if signum == signal.SIGUSR2:
-            renew_now.set()  # the script renewed with a length of its own: renew with ours
-            return
-        signalled.append(signum)
-        stopping.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, on_signal)
+    signals = _Signals()
     keeper = f"host {socket.gethostname()}, pid {os.getpid()}, following pid {follow}"
     try:
-        if not alive(follow, follow_started):
-            raise errors.AwsflockError(
-                f"process {follow}, for which the lease was to be kept alive, has exited",
-                hint="give --while-pid a process that runs until the lock is released",
-            )
-        hold = table.hold(lock_id, lease=lease_s)  # checks the lease can be renewed in time
-        lease = table.renew_lease(lock_id, lease_id, lease=lease_s, keeper=keeper)
-        hold.adopt(lease)
-        path = pid_file(lease_id)
-        path.write_text(f"{os.getpid()} {start_time(os.getpid())} {lock_id}")
+        hold = _take_over(table, lock_id, lease_id, lease_s, follow, follow_started, keeper)
     except Exception as err:  # whatever it is, the caller says it and gives the lease back
         code = err.exit_code if isinstance(err, errors.AwsflockError) else 1
         text = err.one_line() if isinstance(err, errors.AwsflockError) else repr(err)
@@ -221,23 +218,9 @@ def serve(
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 1)  # nothing of the caller's stays open
         hold.start_renewing()
-        cut_back = False
-        while not stopping.wait(FOLLOW_EVERY):
-            if hold.lost.is_set() or not alive(follow, follow_started):
-                break
-            if renew_now.is_set():
-                renew_now.clear()
-                cut_back = True
-            if cut_back:
-                # The script renewed with a length of its own: renew with ours. A longer one of
-                # the script's is cut back only once its reading is a skew window old (renews
-                # closer than that cannot be told apart, and a shorter one is then refused as
-                # held longer): tried again until the lease ends within our length.
-                with contextlib.suppress(errors.AwsflockError):
-                    renewed = hold.lease.renew(lease_s)
-                    cut_back = renewed.remaining() > lease_s + 1.0
+        _keep(hold, signals, lease_s, follow, follow_started)
         hold.stop(release=False)
-        if signalled == [signal.SIGUSR1]:
+        if signals.received == [signal.SIGUSR1]:
             return 0  # `awsflock release` released it
         if hold.lost.is_set():
             try:
@@ -245,13 +228,77 @@ def serve(
             except errors.LeaseLost as lost:
                 _tell_lost(lost, follow, lock_id, render or _plain)
                 why = f"its renewal failed ({lost.message})"
-        elif signalled:
-            why = f"its keep-alive renewer was stopped by signal {signalled[0]}"
+        elif signals.received:
+            why = f"its keep-alive renewer was stopped by signal {signals.received[0]}"
         else:
             why = f"pid {follow}, for which it was kept alive, exited"
         return _end(table, lock_id, lease_id, keeper, why)
     finally:
         pid_file(lease_id).unlink(missing_ok=True)
+
+
+class _Signals:
+    """The renewer's signals, handled from now: USR2 asks for a renewal at once
+    (``renew_now``); TERM, INT, HUP and USR1 (``release``'s) stop it (``stopping``), each
+    recorded in ``received``."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.renew_now = threading.Event()
+        self.received: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if signum == signal.SIGUSR2:
+            self.renew_now.set()  # the script renewed with a length of its own: renew with ours
+            return
+        self.received.append(signum)
+        self.stopping.set()
+
+
+def _take_over(
+    table: LockTable,
+    lock_id: str,
+    lease_id: str,
+    lease_s: float,
+    follow: int,
+    follow_started: str,
+    keeper: str,
+) -> Hold:
+    """Take the lease over from the caller: renewed at once with our length and recorded as
+    kept by ``keeper``, in a ``Hold`` not yet renewing; our pid file written."""
+    if not alive(follow, follow_started):
+        raise errors.AwsflockError(
+            f"process {follow}, for which the lease was to be kept alive, has exited",
+            hint="give --while-pid a process that runs until the lock is released",
+        )
+    hold = table.hold(lock_id, lease=lease_s)  # checks the lease can be renewed in time
+    lease = table.renew_lease(lock_id, lease_id, lease=lease_s, keeper=keeper)
+    hold.adopt(lease)
+    path = pid_file(lease_id)
+    path.write_text(f"{os.getpid()} {start_time(os.getpid())} {lock_id}")
+    return hold
+
+
+def _keep(hold: Hold, signals: _Signals, lease_s: float, follow: int, follow_started: str) -> None:
+    """Keep the lease while the followed process lives, until a signal stops us or the lease
+    is lost; after a renew of the script's own, renew with our length."""
+    cut_back = False
+    while not signals.stopping.wait(FOLLOW_EVERY):
+        if hold.lost.is_set() or not alive(follow, follow_started):
+            break
+        if signals.renew_now.is_set():
+            signals.renew_now.clear()
+            cut_back = True
+        if cut_back:
+            # The script renewed with a length of its own: renew with ours. A longer one of
+            # the script's is cut back only once its reading is a skew window old (renews
+            # closer than that cannot be told apart, and a shorter one is then refused as
+            # held longer): tried again until the lease ends within our length.
+            with contextlib.suppress(errors.AwsflockError):
+                renewed = hold.lease.renew(lease_s)
+                cut_back = renewed.remaining() > lease_s + 1.0
 
 
 def _end(table: LockTable, lock_id: str, lease_id: str, keeper: str, why: str) -> int:

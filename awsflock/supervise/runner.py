@@ -148,20 +148,8 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
         log.error("%s", problem.message)
         return problem.code
 
-    received: list[int] = []
-    group: Group | None = None
-    # Set by any forwarded signal: ends the wait, and keeps CMD from starting once granted.
-    cancel = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-        cancel.set()
-        if group is not None:
-            group.signal(signum)
-            if signum in STOP_SIGNALS:
-                group.signal(signal.SIGCONT)  # a stopped command (Ctrl-Z) must get it too
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in FORWARDED}
+    signals = _Forwarder()
+    previous = {sig: signal.signal(sig, signals) for sig in FORWARDED}
     lost = threading.Event()
     hold = table.hold(
         lock_id,
@@ -170,58 +158,21 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
         margin=margin,
         on_lost=lambda _hold, _err: lost.set(),
         slots=options.slots,
-        cancel=cancel,
+        cancel=signals.cancel,
         fair=options.fair,
     )
     try:
-        try:
-            hold.acquire()
-        except errors.Cancelled:
-            signum = received[0] if received else signal.SIGTERM
-            log.warning(
-                "interrupted by signal %d while waiting; the command was not started", signum
-            )
-            return 128 + signum
-        except errors.LockBusy as busy:
-            log.log(
-                logging.INFO if options.conflict_exit_code == 0 else logging.WARNING,
-                "%s; not running the command",
-                busy.one_line(),
-            )
-            return options.conflict_exit_code
-        # From here until CMD runs, a signal is held back: one that came after the grant but
-        # before this point means "do not start" (the lock is released); one that comes later
-        # is delivered once CMD exists, and forwarded to it.
-        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-        if received:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-            log.warning(
-                "interrupted by signal %d just after the lock was granted; released it, the "
-                "command was not started",
-                received[0],
-            )
-            _release_quietly(hold)
-            return 128 + received[0]
-        env = _command_env(hold, options)
-        foreground = _has_terminal()
-        tracked = tree.become_subreaper(_prctl())
-        guard = tree.Guard()
-        try:
-            child = subprocess.Popen(
-                [executable, *argv[1:]], env=env, preexec_fn=_child_setup(foreground)
-            )
-        except OSError as exc:
-            code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
-            log.error("cannot run %s: %s", argv[0], exc.strerror or exc)
-            guard.done()
-            _release_quietly(hold)
-            return code
-        finally:
-            # Signals held back since the grant arrive now and go to CMD's group.
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-        group = _work_of(child, guard, tracked)
+        refused = _acquire(hold, signals.received, options)
+        if refused is not None:
+            return refused
+        started = _start(hold, executable, argv, options, signals.received)
+        if isinstance(started, int):
+            return started
+        child, guard, tracked, foreground = started
+        signals.group = _work_of(child, guard, tracked)
         hold.start_renewing()
-        watch = Watch(child, group, hold, lost, kill_after, options.hold_until == "group", received)
+        group_too = options.hold_until == "group"
+        watch = Watch(child, signals.group, hold, lost, kill_after, group_too, signals.received)
         watch.take_terminal = _take_terminal_back if foreground else None
         status = supervise(watch)
         if foreground:
@@ -233,6 +184,84 @@ def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) ->
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+class _Forwarder:
+    """The handler of the forwarded signals: each is recorded in ``received`` and sets
+    ``cancel`` (which ends the wait, and keeps CMD from starting once granted), and goes to
+    CMD's ``group`` once there is one."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.cancel = threading.Event()
+        self.group: Group | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+        self.cancel.set()
+        group = self.group
+        if group is not None:
+            group.signal(signum)
+            if signum in STOP_SIGNALS:
+                group.signal(signal.SIGCONT)  # a stopped command (Ctrl-Z) must get it too
+
+
+def _acquire(hold: Hold, received: list[int], options: RunOptions) -> int | None:
+    """Wait for the lock: None once it is granted, else the exit status (interrupted, or the
+    lock stayed held by another), said on stderr."""
+    try:
+        hold.acquire()
+    except errors.Cancelled:
+        signum = received[0] if received else signal.SIGTERM
+        log.warning("interrupted by signal %d while waiting; the command was not started", signum)
+        return 128 + signum
+    except errors.LockBusy as busy:
+        log.log(
+            logging.INFO if options.conflict_exit_code == 0 else logging.WARNING,
+            "%s; not running the command",
+            busy.one_line(),
+        )
+        return options.conflict_exit_code
+    return None
+
+
+def _start(
+    hold: Hold, executable: str, argv: list[str], options: RunOptions, received: list[int]
+) -> tuple[subprocess.Popen[bytes], tree.Guard, bool, bool] | int:
+    """Start CMD under the lock just granted: the command, its guard, whether awsflock reaps
+    its orphans and whether it has the terminal; or, if it was not started (a signal came with
+    the grant, or it cannot be run), the lock is released and the exit status returned."""
+    # From here until CMD runs, a signal is held back: one that came after the grant but
+    # before this point means "do not start" (the lock is released); one that comes later
+    # is delivered once CMD exists, and forwarded to it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    if received:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        log.warning(
+            "interrupted by signal %d just after the lock was granted; released it, the "
+            "command was not started",
+            received[0],
+        )
+        _release_quietly(hold)
+        return 128 + received[0]
+    env = _command_env(hold, options)
+    foreground = _has_terminal()
+    tracked = tree.become_subreaper(_prctl())
+    guard = tree.Guard()
+    try:
+        child = subprocess.Popen(
+            [executable, *argv[1:]], env=env, preexec_fn=_child_setup(foreground)
+        )
+    except OSError as exc:
+        code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+        log.error("cannot run %s: %s", argv[0], exc.strerror or exc)
+        guard.done()
+        _release_quietly(hold)
+        return code
+    finally:
+        # Signals held back since the grant arrive now and go to CMD's group.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    return child, guard, tracked, foreground
 
 
 def _work_of(child: subprocess.Popen[bytes], guard: tree.Guard, reaper: bool) -> Group:

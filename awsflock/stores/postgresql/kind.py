@@ -21,15 +21,9 @@ def parse(url: str) -> Named:
 
 def open(named: Named, settings: Settings) -> PostgresStore:
     from awsflock.stores.postgresql.store import PostgresStore
+    from awsflock.stores.remote.facade import opened
 
-    return PostgresStore(
-        named.url,
-        settings.table,
-        request_timeout=settings.request_timeout,
-        clock=settings.clock,
-        # Steps timed by the callers' clocks instead of the server's: simulations in virtual time.
-        server_time=bool(settings.extra.get("server_time", True)),
-    )
+    return opened(PostgresStore, named.url, settings.table, settings)
 
 
 def grants(table: str, role: str, *, read_only: bool) -> str:

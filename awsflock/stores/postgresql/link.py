@@ -10,9 +10,8 @@ import math
 import os
 from typing import Any
 
-from awsflock import errors, extras
 from awsflock.stores.postgresql.translate import translate
-from awsflock.stores.remote.link import Translated, shut_fd
+from awsflock.stores.remote.link import Translated, driver, shut_fd
 
 
 class PgLink:
@@ -45,13 +44,7 @@ class PgLink:
         return text + f"{host}:{get('port', 'PGPORT', '5432')}/{get('dbname', 'PGDATABASE', user)}"
 
     def connect(self, timeout: float) -> Any:
-        try:
-            import psycopg
-        except ImportError as exc:
-            raise errors.ConfigurationError(
-                "the PostgreSQL store needs psycopg 3, which is not installed",
-                hint=extras.hint("postgres"),
-            ) from exc
+        psycopg = driver("psycopg", "PostgreSQL", "psycopg 3", "postgres")
         statement_ms = max(1, round(self.request_timeout * 1000))
         extra: dict[str, Any] = {}
         if not _given(self.conninfo, "application_name", "PGAPPNAME"):

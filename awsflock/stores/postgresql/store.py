@@ -26,7 +26,7 @@ from awsflock.stores import kinds
 from awsflock.stores.postgresql import program, schema, urls
 from awsflock.stores.postgresql.link import PgLink
 from awsflock.stores.remote import answers
-from awsflock.stores.remote.facade import StepStore
+from awsflock.stores.remote.facade import StepStore, check_audit_key, listed
 
 _T = TypeVar("_T")
 #: The store class, as errors of its arguments name it.
@@ -92,19 +92,16 @@ class PostgresStore(StepStore[Any]):
         by_lock: dict[str, list[dict[str, Any]]] = {}
         for _now, row in rows:
             by_lock.setdefault(row["lock_id"], []).append(row)
-        for lock_id, lock_rows in by_lock.items():
-            found = answers.Answer(False, 0, program.head(lock_rows))
-            outcome = answers.outcome(found, lock_id, None, shift, False)
-            if outcome.pool is not None:
-                yield outcome.pool
-            elif outcome.lock is not None:
-                yield outcome.lock
+        read = (answers.Answer(False, 0, program.head(rows)) for rows in by_lock.values())
+        yield from listed(
+            answers.outcome(answer, lock_id, None, shift, False)
+            for lock_id, answer in zip(by_lock, read)
+        )
 
     # -- audit -------------------------------------------------------------------------------
 
     def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
-        if not key.startswith(AUDIT_PREFIX):
-            raise errors.UsageError(f"audit key {key!r} is not under {AUDIT_PREFIX!r}")
+        check_audit_key(key)
         fields = {k: v for k, v in entry.items() if v not in (None, "")}
         on_conflict = "DO UPDATE SET audit = EXCLUDED.audit" if replace else "DO NOTHING"
         query = (

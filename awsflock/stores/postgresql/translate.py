@@ -12,7 +12,7 @@ import dataclasses
 import re
 
 from awsflock import errors
-from awsflock.stores.remote.link import Translated
+from awsflock.stores.remote.link import Translated, unreachable
 
 #: The privilege each store call needs, for "permission denied" messages.
 PRIVILEGES = {
@@ -189,12 +189,7 @@ def _connection(exc: BaseException, failed: _Failed, sent: bool) -> Translated |
     if isinstance(exc, psycopg.OperationalError) and (not state or state[:2] in ("08", "57")):
         # The connection broke or could not be made. A statement already sent may have been
         # committed with only its answer lost.
-        unreachable = errors.EndpointUnreachable(
-            f"{where} could not be reached: {text}",
-            hint="check that the server is up, and the URL's host and port",
-        )
-        unreachable.maybe_applied = sent
-        return Translated(unreachable, broken=True)
+        return unreachable(where, text, sent=sent)
     if isinstance(exc, psycopg.InterfaceError):
         err = errors.EndpointUnreachable(f"{where}: {text}", hint="retry")
         return Translated(err, broken=True)

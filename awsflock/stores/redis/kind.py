@@ -22,15 +22,9 @@ def parse(url: str) -> Named:
 
 def open(named: Named, settings: Settings) -> RedisStore:
     from awsflock.stores.redis.store import RedisStore
+    from awsflock.stores.remote.facade import opened
 
-    return RedisStore(
-        named.url,
-        named.table or settings.table,
-        request_timeout=settings.request_timeout,
-        clock=settings.clock,
-        # Steps timed by the callers' clocks instead of the server's: simulations in virtual time.
-        server_time=bool(settings.extra.get("server_time", True)),
-    )
+    return opened(RedisStore, named.url, named.table or settings.table, settings)
 
 
 def acl(prefix: str, user: str, *, read_only: bool) -> str:

@@ -16,11 +16,11 @@ import logging
 import time
 from typing import Any
 
-from awsflock import errors, extras
+from awsflock import errors
 from awsflock.stores.redis import deployment, durability, layout
 from awsflock.stores.redis.program import GRANTS, Request
 from awsflock.stores.redis.translate import translate
-from awsflock.stores.remote.link import Translated, shut
+from awsflock.stores.remote.link import Translated, driver, shut
 
 log = logging.getLogger("awsflock.store")
 SCRIPT = layout.script()
@@ -78,13 +78,7 @@ class RedisLink:
 
     def connect(self, timeout: float) -> RedisConn:
         """A connection, made and logged in now, its deployment checked."""
-        try:
-            import redis
-        except ImportError as exc:
-            raise errors.ConfigurationError(
-                "the Redis store needs redis-py, which is not installed",
-                hint=extras.hint("redis"),
-            ) from exc
+        redis = driver("redis", "Redis", "redis-py", "redis")
         # A backstop under the request layer's deadline; the durability wait ends before it.
         client = self.client(redis, self.store.request_timeout + 1, max(1.0, timeout))
         pool = client.connection_pool
@@ -131,6 +125,22 @@ class RedisLink:
             max_lease_s=self.store.max_lease_s,
         )
 
+    def ready(self, conn: RedisConn) -> None:
+        """Refuse a prefix where table-create never ran, or that holds another layout."""
+        if conn.layout == layout.LAYOUT:
+            return
+        if conn.layout is None:
+            raise errors.TableMissing(
+                f"no awsflock layout under prefix {self.store.prefix!r} in {self.where()}",
+                hint="run `awsflock table-create --store URL` once, or name the right prefix "
+                "with ?prefix= (or --tablename)",
+            )
+        raise errors.TableIncompatible(
+            f"prefix {self.store.prefix!r} in {self.where()} holds another layout "
+            f"({layout.layout_key(self.store.prefix)} is {conn.layout!r})",
+            hint="name another prefix with ?prefix= in --store (or --tablename)",
+        )
+
     def interrupt(self, conn: RedisConn) -> None:
         pool = conn.client.connection_pool
         for used in list(getattr(pool, "_in_use_connections", ())):
@@ -151,7 +161,7 @@ class RedisLink:
         """One step: the script (EVALSHA, EVAL where the server does not have it yet), its
         durability wait, and after a grant the settings it relied on read again, in one round
         trip. The script's answer, once the wait and the settings confirmed it."""
-        self.store.ready(conn)
+        self.ready(conn)
         found = conn.deployment if request.op != "read" else None
         if found is not None and request.op in GRANTS:
             conn.check_grant(int(request.params["lease_ms"]), self.where())

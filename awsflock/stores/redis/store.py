@@ -27,7 +27,7 @@ from awsflock.stores.redis import layout, urls
 from awsflock.stores.redis.link import RedisConn, RedisLink
 from awsflock.stores.redis.program import RedisProgram
 from awsflock.stores.redis.wake import Wake
-from awsflock.stores.remote.facade import StepStore
+from awsflock.stores.remote.facade import StepStore, check_audit_key, listed
 
 #: Sets an audit record's status to void if it exists (``void.lua`` says how).
 VOID = programs.load("awsflock.stores.redis", "void.lua")
@@ -100,22 +100,6 @@ class RedisStore(StepStore[RedisConn]):
 
         return self.link.client(redis, timeout, timeout).pubsub()
 
-    def ready(self, conn: RedisConn) -> None:
-        """Refuse a prefix where table-create never ran, or that holds another layout."""
-        if conn.layout == layout.LAYOUT:
-            return
-        if conn.layout is None:
-            raise errors.TableMissing(
-                f"no awsflock layout under prefix {self.prefix!r} in {self.where()}",
-                hint="run `awsflock table-create --store URL` once, or name the right prefix "
-                "with ?prefix= (or --tablename)",
-            )
-        raise errors.TableIncompatible(
-            f"prefix {self.prefix!r} in {self.where()} holds another layout "
-            f"({layout.layout_key(self.prefix)} is {conn.layout!r})",
-            hint="name another prefix with ?prefix= in --store (or --tablename)",
-        )
-
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
         """Every lock under the store's prefix whose name starts with ``prefix``: a SCAN, then
         one read per lock (in the order SCAN gives)."""
@@ -123,36 +107,34 @@ class RedisStore(StepStore[RedisConn]):
 
         def scan(cursor: int) -> tuple[int, list[Any]]:
             def call(entry: RedisConn) -> tuple[int, list[Any]]:
-                self.ready(entry)
+                self.link.ready(entry)
                 found: tuple[int, list[Any]] = entry.client.scan(cursor, match=pattern, count=500)
                 return found
 
             found: tuple[int, list[Any]] = self._send("scan", call)
             return found
 
-        cursor = None
-        while cursor != 0:
-            cursor, keys = scan(cursor or 0)
-            for key in keys:
-                name = layout.lock_of(self.prefix, key.decode() if isinstance(key, bytes) else key)
-                if name is None or not name.startswith(prefix):
-                    continue
-                outcome = self.read(name)
-                if outcome.pool is not None:
-                    yield outcome.pool
-                elif outcome.lock is not None:
-                    yield outcome.lock
+        def names() -> Iterator[str]:
+            cursor = None
+            while cursor != 0:
+                cursor, keys = scan(cursor or 0)
+                for key in keys:
+                    text = key.decode() if isinstance(key, bytes) else key
+                    name = layout.lock_of(self.prefix, text)
+                    if name is not None and name.startswith(prefix):
+                        yield name
+
+        yield from listed(self.read(name) for name in names())
 
     # -- audit -------------------------------------------------------------------------------
 
     def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
-        if not key.startswith(AUDIT_PREFIX):
-            raise errors.UsageError(f"audit key {key!r} is not under {AUDIT_PREFIX!r}")
+        check_audit_key(key)
         text = json.dumps({k: v for k, v in entry.items() if v not in (None, "")})
         name = layout.audit_key(self.prefix, key)
 
         def put(conn: RedisConn) -> None:
-            self.ready(conn)
+            self.link.ready(conn)
             conn.client.set(name, text, nx=not replace)
 
         self._send("audit", put)
@@ -161,7 +143,7 @@ class RedisStore(StepStore[RedisConn]):
         name = layout.audit_key(self.prefix, key)
 
         def void(conn: RedisConn) -> None:
-            self.ready(conn)
+            self.link.ready(conn)
             conn.client.eval(VOID, 1, name, AUDIT_VOID, action_id or "")
 
         self._send("audit_void", void)
@@ -170,7 +152,7 @@ class RedisStore(StepStore[RedisConn]):
         pattern = layout.audit_key(self.prefix, AUDIT_PREFIX) + "*"
 
         def everything(entry: RedisConn) -> list[Any]:
-            self.ready(entry)
+            self.link.ready(entry)
             client = entry.client
             return [client.get(key) for key in client.scan_iter(match=pattern, count=500)]
 
@@ -194,25 +176,6 @@ class RedisStore(StepStore[RedisConn]):
     def create(self, *, progress: Callable[[str], None] = lambda _message: None) -> bool:
         """Load the step script and record the layout's version (idempotent); True if the
         layout was recorded now. A prefix whose layout key holds anything else is refused."""
-        key = layout.layout_key(self.prefix)
+        from awsflock.stores.redis.prefixes import create_layout
 
-        def work(entry: RedisConn) -> tuple[bool, Any]:
-            client = entry.client
-            client.script_load(layout.script())
-            created = bool(client.set(key, layout.LAYOUT, nx=True))
-            entry.layout = found = client.get(key)
-            if isinstance(found, bytes):
-                entry.layout = found.decode()
-            return created, found
-
-        created, found = self._send("create_table", work)
-        found_text = found.decode() if isinstance(found, bytes) else found
-        if found_text != layout.LAYOUT:
-            raise errors.TableIncompatible(
-                f"prefix {self.prefix!r} in {self.where()} holds another layout ({key} is "
-                f"{found_text!r}, not {layout.LAYOUT!r})",
-                hint="name another prefix with ?prefix= in --store (or --tablename)",
-            )
-        verb = "recorded" if created else "found"
-        progress(f"{verb} awsflock's layout under prefix {self.prefix!r} in {self.where()}")
-        return created
+        return create_layout(self.prefix, self.where(), self._send, progress)

@@ -9,7 +9,7 @@ every check before its first write, so even its errors change nothing).
 from __future__ import annotations
 
 from awsflock import errors
-from awsflock.stores.remote.link import Translated
+from awsflock.stores.remote.link import Translated, unreachable
 
 #: Error replies that clear up by themselves: retried, never applied.
 _TRANSIENT = {
@@ -19,6 +19,39 @@ _TRANSIENT = {
     "TRYAGAIN": "in the middle of moving keys between shards",
     "CLUSTERDOWN": "a cluster that is down",
 }
+
+
+#: Error replies that refuse a command outright (nothing applied): code -> the error, its
+#: message (with ``where``, ``prefix`` and the reply's ``text``), its hint, and whether the
+#: connection is dropped (a replica's: the next try connects anew, maybe to the new primary).
+_REFUSALS: dict[str, tuple[type[errors.AwsflockError], str, str, bool]] = {
+    "READONLY": (
+        errors.StoreError,
+        "{where} is a read-only replica: {text}",
+        "point --store at the primary (after a failover, at the new one)",
+        True,
+    ),
+    "WRONGTYPE": (
+        errors.TableIncompatible,
+        "a key under prefix {prefix!r} in {where} is not awsflock's (another type): {text}",
+        "give awsflock a prefix of its own with ?prefix= in the URL (or --tablename)",
+        False,
+    ),
+    "OOM": (
+        errors.StoreError,
+        "{where} is out of memory: {text}",
+        "raise maxmemory, or free memory (awsflock's keys must never be evicted: keep "
+        "maxmemory-policy noeviction)",
+        False,
+    ),
+}
+for _code in ("MOVED", "ASK", "CROSSSLOT"):
+    _REFUSALS[_code] = (
+        errors.StoreError,
+        "{where} is a cluster node that does not own this lock's keys ({text})",
+        "awsflock speaks to one node: point --store at the shard that owns the lock",
+        False,
+    )
 
 
 def clears_up(exc: BaseException) -> bool:
@@ -44,54 +77,13 @@ def translate(
 
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     code = text.split(" ", 1)[0]
-    refused = _refused(exc, code, text, operation=operation, where=where, prefix=prefix)
-    if refused is not None:
-        return refused
-    if clears_up(exc):
-        reason = _TRANSIENT.get(code, _TRANSIENT["LOADING"])
-        throttled = errors.Throttled(
-            f"{where} refused {operation}: {reason} ({text})", hint="retry"
-        )
-        return Translated(throttled, broken=isinstance(exc, rx.ConnectionError))
-    if isinstance(exc, rx.OutOfMemoryError) or code == "OOM":
-        err = errors.StoreError(
-            f"{where} is out of memory: {text}",
-            hint="raise maxmemory, or free memory (awsflock's keys must never be evicted: "
-            "keep maxmemory-policy noeviction)",
-        )
-        return Translated(err, broken=False)
-    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
-        unreachable = errors.EndpointUnreachable(
-            f"{where} could not be reached: {text}",
-            hint="check that the server is up, and the URL's host and port",
-        )
-        # Sent and unanswered: the step may have run, with only its answer lost.
-        unreachable.maybe_applied = sent
-        return Translated(unreachable, broken=True)
-    if isinstance(exc, rx.ResponseError):
-        failed = errors.StoreError(f"{where}: {operation} failed: {text}")
-        # A script that failed on its way may have written before it did.
-        failed.maybe_applied = sent and "script" in text
-        return Translated(failed, broken=False)
-    if isinstance(exc, rx.DataError):
-        return Translated(errors.UsageError(f"bad Redis URL or value: {text}"), broken=True)
-    failed = errors.StoreError(f"{where}: {operation} failed: {type(exc).__name__}: {text}")
-    failed.maybe_applied = sent
-    return Translated(failed, broken=True)
-
-
-def _refused(
-    exc: BaseException, code: str, text: str, *, operation: str, where: str, prefix: str
-) -> Translated | None:
-    """A command the server refused for who sends it or where: the login, the ACL, a replica,
-    a key of another type, a cluster node that does not own the keys. None for any other
-    error."""
-    import redis.exceptions as rx
-
     err: errors.AwsflockError
     if isinstance(
         exc, (rx.AuthenticationError, rx.AuthenticationWrongNumberOfArgsError)
-    ) or code in ("WRONGPASS", "NOAUTH"):
+    ) or code in (
+        "WRONGPASS",
+        "NOAUTH",
+    ):
         err = errors.CredentialsError(
             f"{where} refused the login: {text}",
             hint="check the user and password (in the URL, or AWSFLOCK_REDIS_PASSWORD)",
@@ -106,22 +98,31 @@ def _refused(
     ):
         err = errors.AccessDenied(f"{where} denied {operation}: {text}", hint=acl_hint(prefix))
         return Translated(err, broken=False)
-    if isinstance(exc, rx.ReadOnlyError) or code == "READONLY":
-        err = errors.StoreError(
-            f"{where} is a read-only replica: {text}",
-            hint="point --store at the primary (after a failover, at the new one)",
+    if isinstance(exc, rx.ReadOnlyError):
+        code = "READONLY"
+    if isinstance(exc, rx.OutOfMemoryError):
+        code = "OOM"
+    refusal = _REFUSALS.get(code)
+    if refusal is not None:
+        kind, says, hint, broken = refusal
+        message = says.format(where=where, prefix=prefix, text=text)
+        return Translated(kind(message, hint=hint), broken)
+    if clears_up(exc):
+        reason = _TRANSIENT.get(code, _TRANSIENT["LOADING"])
+        throttled = errors.Throttled(
+            f"{where} refused {operation}: {reason} ({text})", hint="retry"
         )
-        return Translated(err, broken=True)
-    if code == "WRONGTYPE":
-        err = errors.TableIncompatible(
-            f"a key under prefix {prefix!r} in {where} is not awsflock's (another type): {text}",
-            hint="give awsflock a prefix of its own with ?prefix= in the URL (or --tablename)",
-        )
-        return Translated(err, broken=False)
-    if code in ("MOVED", "ASK", "CROSSSLOT"):
-        err = errors.StoreError(
-            f"{where} is a cluster node that does not own this lock's keys ({text})",
-            hint="awsflock speaks to one node: point --store at the shard that owns the lock",
-        )
-        return Translated(err, broken=False)
-    return None
+        return Translated(throttled, broken=isinstance(exc, rx.ConnectionError))
+    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
+        # Sent and unanswered: the step may have run, with only its answer lost.
+        return unreachable(where, text, sent=sent)
+    if isinstance(exc, rx.ResponseError):
+        failed = errors.StoreError(f"{where}: {operation} failed: {text}")
+        # A script that failed on its way may have written before it did.
+        failed.maybe_applied = sent and "script" in text
+        return Translated(failed, broken=False)
+    if isinstance(exc, rx.DataError):
+        return Translated(errors.UsageError(f"bad Redis URL or value: {text}"), broken=True)
+    failed = errors.StoreError(f"{where}: {operation} failed: {type(exc).__name__}: {text}")
+    failed.maybe_applied = sent
+    return Translated(failed, broken=True)

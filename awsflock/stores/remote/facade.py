@@ -11,16 +11,19 @@ replies. The calls that are not lock steps (scans, audit, set-up) are the backen
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Generic, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from awsflock import errors
 from awsflock.names import slot_of
-from awsflock.protocol import MAX_DROPS, RENEW_ORDER_MS, Attempt, Drops, Outcome
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Waiter
+from awsflock.protocol import AUDIT_PREFIX, MAX_DROPS, RENEW_ORDER_MS, Attempt, Drops, Outcome
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, Pool, Waiter
 from awsflock.stores import kinds
 from awsflock.stores.remote import answers
 from awsflock.stores.remote.connected import Connected
 from awsflock.stores.remote.link import C
+
+_S = TypeVar("_S")
 
 
 class StepProgram(Protocol):
@@ -177,6 +180,33 @@ class StepStore(Connected[C], Generic[C]):
     ) -> bool:
         params = {**self._clock(now_ms, skew_ms), "old": old, "new": new}
         return self._call("resize", "resize", lock_id, params).applied
+
+
+def listed(outcomes: Iterable[Outcome]) -> Iterator[LockRecord | Pool]:
+    """What ``locks`` yields of each lock's outcome: its pool, or its record."""
+    for outcome in outcomes:
+        if outcome.pool is not None:
+            yield outcome.pool
+        elif outcome.lock is not None:
+            yield outcome.lock
+
+
+def check_audit_key(key: str) -> None:
+    if not key.startswith(AUDIT_PREFIX):
+        raise errors.UsageError(f"audit key {key!r} is not under {AUDIT_PREFIX!r}")
+
+
+def opened(cls: Callable[..., _S], url: str, table: str | None, settings: Any) -> _S:
+    """A step store of class ``cls`` as its kind opens it (``stores.kinds.Settings``); with
+    ``server_time`` False in its ``extra``, its steps are timed by the callers' clocks instead
+    of the server's (simulations in virtual time)."""
+    return cls(
+        url,
+        table,
+        request_timeout=settings.request_timeout,
+        clock=settings.clock,
+        server_time=bool(settings.extra.get("server_time", True)),
+    )
 
 
 def _check_drops(drop: Drops) -> None:

@@ -52,6 +52,32 @@ class Link(Protocol, Generic[C]):
         ...
 
 
+def unreachable(where: str, text: str, *, sent: bool) -> Translated:
+    """A connection that broke, timed out or could not be made: the request may have been
+    applied, with only its answer lost, if it was sent (``maybe_applied``). Retried."""
+    err = errors.EndpointUnreachable(
+        f"{where} could not be reached: {text}",
+        hint="check that the server is up, and the URL's host and port",
+    )
+    err.maybe_applied = sent
+    return Translated(err, broken=True)
+
+
+def driver(module: str, store: str, name: str, extra: str) -> Any:
+    """The driver ``module`` (imported now), or a ConfigurationError saying how to install
+    ``extra``: "the ``store`` store needs ``name``, which is not installed"."""
+    import importlib
+
+    from awsflock import extras
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise errors.ConfigurationError(
+            f"the {store} store needs {name}, which is not installed", hint=extras.hint(extra)
+        ) from exc
+
+
 def shut(sock: Any) -> None:
     """Shut a socket down both ways, quietly: a thread blocked reading it returns at once."""
     import contextlib
