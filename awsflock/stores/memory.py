@@ -48,6 +48,7 @@ from awsflock.records import (
 )
 from awsflock.stores import kinds
 from awsflock.stores.memory_records import ForSimulations, _Lease, _Record, _seconds, _version
+from awsflock.stores.memory_takes import grant, may_take
 
 
 class MemoryStore(ForSimulations):
@@ -107,94 +108,22 @@ class MemoryStore(ForSimulations):
     # -- the lock steps --------------------------------------------------------------------------
 
     def take(self, lock_id: str, attempt: Attempt) -> Outcome:
-        now_ms, slot = attempt.now_ms, attempt.slot
-        cutoff_ms = now_ms - attempt.skew_ms
         with self._mutex:
             record = self._records.get(lock_id)
-            if slot is None:
-                ok = (
-                    record is None
-                    or (record.top.free(cutoff_ms, legacy_too=True) and record.slots is None)
-                ) and (record is None or not record.top.granted(attempt.lease_id))
-            else:
-                lease = record.pool.get(slot) if record else None
-                size_agrees = record is None or (
-                    record.slots == attempt.slots
-                    if record.slots is not None
-                    else record.top.free(cutoff_ms, legacy_too=True)
-                )
-                ok = (
-                    (lease is None or lease.free(cutoff_ms, legacy_too=False))
-                    and size_agrees
-                    and (lease is None or not lease.granted(attempt.lease_id))
-                )
-            # A LEASE_ID granted and ended before is never granted again, where the DynamoDB
-            # store's take is a transaction that checks its done item: a plain take, and a
-            # slot's take that makes a plain lock a pool (not a slot's on a pool: one UpdateItem,
-            # whose condition checks the slot's own history).
-            transacted = slot is None or record is None or record.slots is None
-            if self.transactions and transacted and attempt.lease_id in self._done:
-                ok = False
-            if not transacted and record is not None and attempt.lease_id in record.bars:
-                ok = False  # barred on the pool (the DynamoDB store's ``xb_`` attribute)
-            if attempt.ticket is None:
-                ok = ok and (record is None or record.line_clear(now_ms, attempt.skew_ms))
-            else:
-                ok = (
-                    ok
-                    and record is not None
-                    and attempt.ticket in record.line
-                    and record.unchanged(attempt.drop)
-                )
-            if not ok:
-                return self._outcome(False, lock_id, record, slot)
+            if not may_take(
+                record,
+                attempt,
+                ended_before=attempt.lease_id in self._done,
+                transactions=self.transactions,
+            ):
+                return self._outcome(False, lock_id, record, attempt.slot)
             if attempt.ticket is not None:
                 assert record is not None
                 record.remove([attempt.ticket, *(t for t, _ in attempt.drop)])
             if record is None:
                 record = self._records[lock_id] = _Record()
-            becomes_pool = slot is not None and record.slots is None
-            old = record.top if slot is None else record.pool.get(slot, _Lease())
-            if slot is None:
-                # The token the DynamoDB store's tries settle on: one above its clock reading
-                # (x1000), or above the highest granted on the lock ever, if that is higher.
-                highest = max(self._fences.get(lock_id, 0), old.fence or 0)
-                fence = max(now_ms * 1000, highest) + 1
-                if self.transactions:
-                    self._fences[lock_id] = fence
-                else:
-                    record.kept = True
-            else:
-                # The token the DynamoDB store's tries settle on: one above its clock reading
-                # (x1000), or above the slot's counter or the plain lock's token where either is
-                # higher. An item that becomes a pool goes above every plain token ever granted
-                # (the fence record, which outlives the item) and keeps the highest as its plain
-                # token, so that every slot made later starts above it too.
-                fence = max(now_ms * 1000, record.top.fence or 0, old.fence or 0) + 1
-                if becomes_pool:
-                    fence = max(fence, self._fences.get(lock_id, 0) + 1)
-                    record.top.fence = fence - 1
-            expires_ms = now_ms + attempt.lease_ms
-            new = _Lease(
-                lease=attempt.lease_id,
-                version=_version(),
-                identity=attempt.identity,
-                lease_ms=attempt.lease_ms,
-                expires_ms=expires_ms,
-                expires_s=record.ttl(_seconds(expires_ms + attempt.skew_ms)),
-                acquired_ms=now_ms,
-                fence=fence,
-                history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
-            )
-            if slot is None:
-                record.top = new
-            else:
-                record.pool[slot] = new
-                record.slots = attempt.slots
-                # A pool never expires, and gives awsflock 0.2.0 nothing to take.
-                record.top.expires_s = None
-                record.top.version = ""
-            return self._outcome(True, lock_id, record, slot)
+            grant(record, attempt, lock_id, self._fences, transactions=self.transactions)
+            return self._outcome(True, lock_id, record, attempt.slot)
 
     def renew(
         self,

@@ -1,0 +1,102 @@
+"""The in-memory store's take, on its records: whether a take is granted (``may_take``, the
+DynamoDB store's conditions) and what a granted one writes (``grant``: the new lease and its
+fencing token, as the DynamoDB store's tries settle on). ``MemoryStore.take`` runs both under
+the store's mutex."""
+
+from __future__ import annotations
+
+from awsflock.protocol import Attempt
+from awsflock.stores.memory_records import _Lease, _Record, _seconds, _version
+
+
+def may_take(
+    record: _Record | None, attempt: Attempt, *, ended_before: bool, transactions: bool
+) -> bool:
+    """Whether ``attempt`` takes the lock (or its slot) as ``record`` stands (None: no record);
+    ``ended_before``: its LEASE_ID was granted and ended before (a done item); ``transactions``:
+    as the DynamoDB store on an endpoint that runs them."""
+    slot = attempt.slot
+    cutoff_ms = attempt.now_ms - attempt.skew_ms
+    if slot is None:
+        ok = (
+            record is None or (record.top.free(cutoff_ms, legacy_too=True) and record.slots is None)
+        ) and (record is None or not record.top.granted(attempt.lease_id))
+    else:
+        lease = record.pool.get(slot) if record else None
+        size_agrees = record is None or (
+            record.slots == attempt.slots
+            if record.slots is not None
+            else record.top.free(cutoff_ms, legacy_too=True)
+        )
+        ok = (
+            (lease is None or lease.free(cutoff_ms, legacy_too=False))
+            and size_agrees
+            and (lease is None or not lease.granted(attempt.lease_id))
+        )
+    # A LEASE_ID granted and ended before is never granted again, where the DynamoDB store's
+    # take is a transaction that checks its done item: a plain take, and a slot's take that
+    # makes a plain lock a pool (not a slot's on a pool: one UpdateItem, whose condition checks
+    # the slot's own history).
+    transacted = slot is None or record is None or record.slots is None
+    if transactions and transacted and ended_before:
+        ok = False
+    if not transacted and record is not None and attempt.lease_id in record.bars:
+        ok = False  # barred on the pool (the DynamoDB store's ``xb_`` attribute)
+    if attempt.ticket is None:
+        return ok and (record is None or record.line_clear(attempt.now_ms, attempt.skew_ms))
+    return (
+        ok
+        and record is not None
+        and attempt.ticket in record.line
+        and record.unchanged(attempt.drop)
+    )
+
+
+def grant(
+    record: _Record, attempt: Attempt, lock_id: str, fences: dict[str, int], *, transactions: bool
+) -> None:
+    """Write the lease ``attempt`` was granted into ``record``, under a token above every one
+    granted on the lock before (``fences``: each plain lock's highest, kept apart from its
+    record where there are transactions; without them the record is kept for good)."""
+    now_ms, slot = attempt.now_ms, attempt.slot
+    becomes_pool = slot is not None and record.slots is None
+    old = record.top if slot is None else record.pool.get(slot, _Lease())
+    if slot is None:
+        # The token the DynamoDB store's tries settle on: one above its clock reading (x1000),
+        # or above the highest granted on the lock ever, if that is higher.
+        highest = max(fences.get(lock_id, 0), old.fence or 0)
+        fence = max(now_ms * 1000, highest) + 1
+        if transactions:
+            fences[lock_id] = fence
+        else:
+            record.kept = True
+    else:
+        # The token the DynamoDB store's tries settle on: one above its clock reading (x1000),
+        # or above the slot's counter or the plain lock's token where either is higher. An
+        # item that becomes a pool goes above every plain token ever granted (the fence
+        # record, which outlives the item) and keeps the highest as its plain token, so that
+        # every slot made later starts above it too.
+        fence = max(now_ms * 1000, record.top.fence or 0, old.fence or 0) + 1
+        if becomes_pool:
+            fence = max(fence, fences.get(lock_id, 0) + 1)
+            record.top.fence = fence - 1
+    expires_ms = now_ms + attempt.lease_ms
+    new = _Lease(
+        lease=attempt.lease_id,
+        version=_version(),
+        identity=attempt.identity,
+        lease_ms=attempt.lease_ms,
+        expires_ms=expires_ms,
+        expires_s=record.ttl(_seconds(expires_ms + attempt.skew_ms)),
+        acquired_ms=now_ms,
+        fence=fence,
+        history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
+    )
+    if slot is None:
+        record.top = new
+    else:
+        record.pool[slot] = new
+        record.slots = attempt.slots
+        # A pool never expires, and gives awsflock 0.2.0 nothing to take.
+        record.top.expires_s = None
+        record.top.version = ""
