@@ -69,6 +69,48 @@ def test_a_try_given_up_while_still_connecting_never_sends_its_statement(monkeyp
     assert executed == []
 
 
+class StuckConnection(FakeConnection):
+    """Its first statement does not come back until ``let_go`` is set."""
+
+    def __init__(self, executed: list[str], let_go: threading.Event) -> None:
+        super().__init__(executed)
+        self.let_go = let_go
+        self.inside = threading.Event()
+
+    def execute(self, sql: str, params: tuple[Any, ...]) -> Any:
+        self.inside.set()
+        self.let_go.wait(60)
+        return super().execute(sql, params)
+
+
+def test_close_does_not_wait_for_a_try_on_the_wire_and_its_try_closes_the_connection(
+    monkeypatch,
+):
+    # A CLI exiting after a lost lease closes its store while a renewal may still be stuck on
+    # a hung server: closing must not wait for that try (it would hold the exit up to a
+    # request timeout), and the connection is closed once the try ends.
+    import psycopg
+
+    let_go = threading.Event()
+    conn = StuckConnection([], let_go)
+    monkeypatch.setattr(psycopg, "connect", lambda *_a, **_k: conn)
+    store = PostgresStore("postgresql://u@h/db", request_timeout=30)
+    attempt = Attempt("L1", Identity(owner="x"), now_ms=0, lease_ms=60_000, skew_ms=0)
+    taker = threading.Thread(target=store.take, args=("lock", attempt), daemon=True)
+    taker.start()
+    assert conn.inside.wait(30)
+    closer = threading.Thread(target=store.close, daemon=True)
+    closer.start()
+    closer.join(10)
+    try:
+        assert not closer.is_alive(), "close() waited for the try on the wire"
+        assert not conn.closed  # not under the try's feet
+    finally:
+        let_go.set()
+        taker.join(30)
+    assert conn.closed and store._connection_now() is None
+
+
 def test_a_table_on_another_clock_than_its_postgresql_store_is_refused():
     # The store puts its answers on its own clock; a table reading them by another would
     # misjudge its leases (found by the second adversarial review).

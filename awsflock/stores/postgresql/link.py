@@ -22,9 +22,12 @@ class PgLink:
         self.conninfo = conninfo
         self.table = table
         self.request_timeout = request_timeout
+        self._said: str | None = None
 
     def where(self) -> str:
-        return f"PostgreSQL at {self._where()}"
+        if self._said is None:  # libpq's environment is read once, as libpq reads it
+            self._said = f"PostgreSQL at {self._where()}"
+        return self._said
 
     def _where(self) -> str:
         """user@host:port/db, from the URL and libpq's environment (never the password)."""

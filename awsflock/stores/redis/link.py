@@ -58,9 +58,12 @@ class RedisLink:
 
     def __init__(self, store: Any) -> None:
         self.store = store
+        self._said: str | None = None
 
     def where(self) -> str:
-        return f"Redis at {self._where()}"
+        if self._said is None:
+            self._said = f"Redis at {self._where()}"
+        return self._said
 
     def _where(self) -> str:
         """user@host:port/db, from the URL (never the password)."""
@@ -175,6 +178,8 @@ class RedisLink:
         wait_ms = max(100, int((timeout - 0.2) * 1000))
 
         def send(by_sha: bool) -> tuple[list[Any], int]:
+            if not wait and not recheck:  # the script alone: no pipeline to build and read
+                return [_script(conn.client, by_sha, request.keys, args)], 0
             pipe = conn.client.pipeline(transaction=False)
             if by_sha:
                 pipe.evalsha(SCRIPT_SHA, len(request.keys), *request.keys, *args)
@@ -238,6 +243,18 @@ class RedisLink:
         )
         err.maybe_applied = True
         raise err
+
+
+def _script(client: Any, by_sha: bool, keys: list[str], args: list[str]) -> Any:
+    """The script's reply, or the error it was answered with (as a pipeline gives it)."""
+    import redis.exceptions as rx
+
+    try:
+        if by_sha:
+            return client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
+        return client.eval(SCRIPT, len(keys), *keys, *args)
+    except rx.ResponseError as refused:
+        return refused
 
 
 def _no_setinfo() -> dict[str, None]:

@@ -40,6 +40,8 @@ class Connected(RetryingStore, Generic[C]):
         self._conn: C | None = None
         #: Held by the try using the connection (one at a time, whatever the threads).
         self._conn_lock = threading.Lock()
+        #: ``close`` was called while a try used the connection: that try closes it.
+        self._close_after = False
         self._local = threading.local()
 
     def where(self) -> str:
@@ -52,13 +54,15 @@ class Connected(RetryingStore, Generic[C]):
         return None
 
     def close(self) -> None:
-        """Close the connection (a later call makes a new one). A try using it keeps it until
-        it ends, and closes it then."""
-        if self._conn_lock.acquire(timeout=self.request_timeout + TRY_GRACE):
+        """Close the connection (a later call makes a new one), without waiting: a try using
+        it now closes it when it ends."""
+        if self._conn_lock.acquire(blocking=False):
             try:
                 self._drop()
             finally:
                 self._conn_lock.release()
+        else:
+            self._close_after = True
 
     def _drop(self) -> None:
         """Close the connection (the caller holds ``_conn_lock``)."""
@@ -79,6 +83,9 @@ class Connected(RetryingStore, Generic[C]):
         try:
             return self._on_wire(operation, call, timeout, deadline)
         finally:
+            if self._close_after:
+                self._close_after = False
+                self._drop()
             self._conn_lock.release()
 
     def _on_wire(self, operation: str, call: Callable[[C], _T], timeout: float, end: float) -> _T:
