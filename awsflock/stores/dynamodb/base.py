@@ -1,7 +1,8 @@
 """The DynamoDB store's base: its client, its request layer (each call retried with jittered
 backoff within the caller's budget, each try run in a worker thread bounded in real time, so an
-answer that trickles in cannot outlast the budget), errors, reads and the conditional update
-every step is made of. ``takes`` and ``steps`` build the lock steps on it; ``store`` joins them.
+answer that trickles in cannot outlast the budget), errors and reads. ``writes`` adds the
+conditional writes every step is made of; ``takes``, ``steps`` and ``ends`` build the lock steps
+on them; ``store`` joins them.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import re
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -22,21 +22,17 @@ from awsflock.protocol import (
     Drops,
     Outcome,
 )
-from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb.client import caller_identity, check_endpoint_url, make_client
 from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
-    KIND_FENCE,
     POLLED,
     TICKET,
     done_ended,
     done_key,
-    fence_key,
     is_pool_item,
     line_from_item,
     pool_from_item,
     record_from_item,
-    to_attr,
 )
 from awsflock.stores.dynamodb.strangers import check_answer
 from awsflock.stores.dynamodb.tables import (
@@ -52,25 +48,7 @@ from awsflock.stores.remote.worker import Workers
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
-_NAME = re.compile(r"#(\w+)")
-_VALUE = re.compile(r":(\w+)")
-
 _T = TypeVar("_T")
-
-
-def _request(*expressions: str, values: dict[str, Any]) -> dict[str, Any]:
-    """ExpressionAttributeNames/Values holding exactly what the expressions use.
-
-    DynamoDB rejects unused names or values, so they are derived from the expressions; a
-    placeholder ``#x`` always names the attribute ``x``.
-    """
-    text = " ".join(expressions)
-    used_names = sorted(set(_NAME.findall(text)))
-    used_values = sorted(set(_VALUE.findall(text)))
-    return {
-        "ExpressionAttributeNames": {f"#{n}": n for n in used_names},
-        "ExpressionAttributeValues": {f":{k}": to_attr(values[k]) for k in used_values},
-    }
 
 
 def expiration_seconds(ms: int) -> int:
@@ -328,145 +306,3 @@ class TableBase(RetryingStore):
         pool = pool_from_item(lock_id, item, line) if is_pool_item(item) else None
         record = dataclasses.replace(record_from_item(item), line=line)
         return Outcome(applied, record, pool, slot, line=line)
-
-    def _conditional_update(
-        self,
-        operation: str,
-        lock_id: str,
-        update: str,
-        condition: str,
-        values: dict[str, Any],
-        slot: int | None,
-    ) -> Outcome:
-        """Run one conditional UpdateItem on a lock's item; the item as it is afterwards, or as
-        it was when the condition failed."""
-        from botocore.exceptions import ClientError
-
-        request = _request(update, condition, values=values)
-
-        def call() -> tuple[bool, dict[str, Any] | None]:
-            try:
-                response = self.client.update_item(
-                    TableName=self.table_name,
-                    Key={A_LOCK_ID: {"S": lock_id}},
-                    UpdateExpression=update,
-                    ConditionExpression=condition,
-                    ReturnValues="ALL_NEW",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                    **request,
-                )
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                    raise
-                return False, exc.response.get("Item")  # type: ignore[return-value]
-            item = dict(response.get("Attributes", {}))
-            if A_LOCK_ID not in item:
-                # ALL_NEW always holds the key: an answer cut short, or not DynamoDB's. The
-                # write may have been applied.
-                raise errors.EndpointUnreachable(
-                    f"DynamoDB at {self._where()} gave an incomplete answer",
-                    hint="check --endpoint-url and the network",
-                )
-            return True, item
-
-        applied, item = self._send(operation, call)
-        in_doubt = self._in_doubt()
-        outcome = self._after_update(operation, applied, item, lock_id, slot)
-        return dataclasses.replace(outcome, in_doubt=in_doubt) if in_doubt else outcome
-
-    def _lock_write(
-        self, lock_id: str, update: str, condition: str, values: dict[str, Any]
-    ) -> dict[str, Any]:
-        """A transaction's item: the conditional update of a lock's item (its old item returned
-        if the condition refuses it)."""
-        return {
-            "Update": {
-                "TableName": self.table_name,
-                "Key": {A_LOCK_ID: {"S": lock_id}},
-                "UpdateExpression": update,
-                "ConditionExpression": condition,
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                **_request(update, condition, values=values),
-            }
-        }
-
-    def _fence_write(self, lock_id: str, token: int, *, raise_it: bool = True) -> dict[str, Any]:
-        """A transaction's item on the lock's fence record: that it holds no token from
-        ``token`` up, and (``raise_it``) raised to ``token``; its item returned if refused."""
-        values = {"token": token, "fence_kind": KIND_FENCE}
-        kind = "Update" if raise_it else "ConditionCheck"
-        update = (expressions.FENCE_UPDATE,) if raise_it else ()
-        item: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
-            "ConditionExpression": expressions.FENCE_RECORD_ABOVE,
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            **_request(*update, expressions.FENCE_RECORD_ABOVE, values=values),
-        }
-        if raise_it:
-            item["UpdateExpression"] = expressions.FENCE_UPDATE
-        return {kind: item}
-
-    def _transact(
-        self, operation: str, items: list[Any]
-    ) -> list[tuple[bool, dict[str, Any]]] | None:
-        """One TransactWriteItems of conditional ``items``: [] if applied; if a condition
-        refused it, each item's (refused, the item as it was where its request asked for it);
-        None if the endpoint has no transactions (dynalite). A conflict with another write, or
-        worse, is raised (translated, retried)."""
-        from botocore.exceptions import ClientError
-
-        def call() -> list[tuple[bool, dict[str, Any]]] | None:
-            try:
-                self.client.transact_write_items(TransactItems=items)
-            except ClientError as exc:
-                response: Any = exc.response
-                code = response.get("Error", {}).get("Code")
-                if code == "UnknownOperationException":
-                    return None
-                if code == "ValidationException":
-                    # Some servers (moto) refuse a transaction on a table keyed otherwise without
-                    # saying why; a read of the first item's key says it (translated as such),
-                    # and costs a request only on this error.
-                    key = next(iter(items[0].values()))["Key"]
-                    self.client.get_item(TableName=self.table_name, Key=key)
-                    raise
-                reasons: list[Any] = response.get("CancellationReasons") or []
-                codes = [r.get("Code") for r in reasons]
-                if (
-                    code != "TransactionCanceledException"
-                    or len(reasons) != len(items)
-                    or any(c not in ("ConditionalCheckFailed", "None") for c in codes)
-                ):
-                    raise
-                return [
-                    (c == "ConditionalCheckFailed", dict(r.get("Item") or {}))
-                    for c, r in zip(codes, reasons)
-                ]
-            return []
-
-        answer: list[tuple[bool, dict[str, Any]]] | None = self._send(operation, call)
-        return answer
-
-    def _after_update(
-        self,
-        operation: str,
-        applied: bool,
-        item: dict[str, Any] | None,
-        lock_id: str,
-        slot: int | None,
-    ) -> Outcome:
-        if applied:
-            return self._outcome(True, item, lock_id, slot)
-        if item:
-            self._ccf_returns_item = True
-            return self._outcome(False, item, lock_id, slot)
-        # No old item in the answer: either there is no item, or the endpoint ignores
-        # ReturnValuesOnConditionCheckFailure (dynalite 4 does). Only then read it.
-        if self._ccf_returns_item:
-            return Outcome(False, None, None, slot)
-        if operation == "acquire":
-            # An acquire fails only on an existing item: this endpoint does not return it on
-            # failure, and every later failure needs the read.
-            self._ccf_returns_item = False
-        return self._outcome(False, self._get_item(lock_id), lock_id, slot)

@@ -17,15 +17,17 @@ from __future__ import annotations
 from awsflock.protocol import Attempt, Outcome
 from awsflock.stores import kinds
 from awsflock.stores.dynamodb.base import TableBase, expiration_seconds, new_version
+from awsflock.stores.dynamodb.ends import Ends
 from awsflock.stores.dynamodb.steps import Steps
 from awsflock.stores.dynamodb.takes import Takes
 
 __all__ = ["DynamoDBStore", "TableBase", "expiration_seconds", "new_version"]
 
 
-class DynamoDBStore(Takes, Steps):
+class DynamoDBStore(Takes, Ends, Steps):
     """A lock table in DynamoDB (a ``LockStore``). Builds its botocore client on first use.
-    The layers: ``base`` (client, requests, errors, reads), ``takes`` and ``steps``."""
+    The layers: ``base`` (client, requests, errors, reads), ``writes`` (the conditional
+    writes), ``takes``, ``ends`` (release, force-release) and ``steps`` (the others)."""
 
     kind = "dynamodb"
     skew_free = kinds.get("dynamodb").skew_free

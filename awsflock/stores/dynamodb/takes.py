@@ -16,11 +16,11 @@ from awsflock.protocol import (
 )
 from awsflock.records import (
     LockRecord,
+    Pool,
     holder_fields,
 )
 from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb.base import (
-    TableBase,
     _check_tickets,
     _drop_values,
     _seconds_number,
@@ -44,9 +44,10 @@ from awsflock.stores.dynamodb.items import (
     from_attr,
     slot_prefix,
 )
+from awsflock.stores.dynamodb.writes import Writes
 
 
-class Takes(TableBase):
+class Takes(Writes):
     """The take step (``take`` in ``DynamoDBStore``)."""
 
     def _take(self, lock_id: str, attempt: Attempt) -> Outcome:
@@ -125,12 +126,9 @@ class Takes(TableBase):
         by TTL or by an awsflock 0.2.0 release), and a take that lands late must not start
         below them. Refused as too low (a clock behind the last grant's), the take is sent
         again above what the refusal showed."""
-        p = slot_prefix(slot)
         now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
         update, update_becomes = updates
-        bar = bar_name(attempt.lease_id)
-        pooled = expressions.acquire_condition(p, line, pool=expressions.IS_POOL, bar=bar)
-        becomes = expressions.acquire_condition(p, line, bar=bar)
+        pooled, becomes = _slot_conditions(slot, line, attempt.lease_id)
         values["token"] = values["floor"] + 1
         outcome = self._conditional_update("acquire", lock_id, update, pooled, values, slot)
         fence: int | None = None  # the fence record's token, once a transaction showed it
@@ -141,13 +139,10 @@ class Takes(TableBase):
             record = outcome.lock
             plain = record.fencing_token if record is not None else None
             if outcome.pool is not None:  # a pool: the slot busy, or a counter not below ours
-                held = outcome.pool.slots.get(slot)
-                if held is not None and not held.is_free(now, skew):
+                token = _above_slot(outcome.pool, slot, plain, values["token"], now, skew)
+                if token is None:
                     return outcome
-                high = max(plain or 0, (held.fencing_token or 0) if held is not None else 0)
-                if high < values["token"]:
-                    return outcome  # refused as it stands (the line, a lease id seen before)
-                values["token"] = high + 1
+                values["token"] = token
                 outcome = self._conditional_update("acquire", lock_id, update, pooled, values, slot)
                 continue
             if record is not None and not record.is_free(now, skew):
@@ -169,12 +164,15 @@ class Takes(TableBase):
             sent_token = values["token"]
             outcome, fence = answer
             if outcome.applied:  # a transaction answers nothing: read what it made
-                self.applied()  # a failed read must not say that nothing was
-                return dataclasses.replace(
-                    self._outcome(True, self._get_item(lock_id), lock_id, slot),
-                    in_doubt=outcome.in_doubt,
-                )
+                return self._read_granted(lock_id, slot, outcome.in_doubt)
         return outcome
+
+    def _read_granted(self, lock_id: str, slot: int, in_doubt: bool) -> Outcome:
+        """The outcome of a take a transaction applied: a read of what it made."""
+        self.applied()  # a failed read must not say that nothing was
+        return dataclasses.replace(
+            self._outcome(True, self._get_item(lock_id), lock_id, slot), in_doubt=in_doubt
+        )
 
     def _take_plain(
         self,
@@ -191,42 +189,20 @@ class Takes(TableBase):
         take's, and the same keeping the item for good, for an endpoint without transactions
         (no fence record there: the item must outlive TTL and 0.2.0 clients)."""
         now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
-        update, kept = updates
-
-        def reclaimable(record: LockRecord | None) -> bool:
-            """A lease that ran out (not ended) on an item of a known version."""
-            return (
-                record is not None
-                and not record.released
-                and bool(record.version)
-                and record.is_free(now, skew)
-            )
-
-        def variant(record: LockRecord | None) -> str:
-            """What a take may replace, as ``record`` shows the lock: the lease that ran out,
-            pinned to its version, or nothing but an absent or ended lease."""
-            return expressions.RECLAIM_SEEN if reclaimable(record) else expressions.FREE_ENDED
 
         token = max(attempt.now_ms * 1000, self._fences.get(lock_id, 0)) + 1
         # A waiter whose last answer showed the lease run out reclaims it in one request.
         seen = attempt.seen
         outcome = Outcome(False, None)
         for _ in range(3):
-            free = variant(seen) if self._transactions else expressions.FREE_PLAIN
+            free = _variant(seen, now, skew) if self._transactions else expressions.FREE_PLAIN
             values["token"] = token
             values["seen"] = seen.version if seen is not None else None
             condition = expressions.acquire_condition("", line, free)
-            if not self._transactions:
-                outcome = self._conditional_update(
-                    "acquire", lock_id, kept, condition, values, None
-                )
-                fence = None
-            else:
-                answer = self._fenced_take(lock_id, update, condition, values)
-                if answer is None:  # the endpoint has no transactions (dynalite)
-                    self._transactions = False
-                    continue
-                outcome, fence = answer
+            answer = self._plain_try(lock_id, updates, condition, values)
+            if answer is None:  # the endpoint has no transactions (dynalite)
+                continue
+            outcome, fence = answer
             if outcome.applied:
                 if outcome.lock is None:  # a transaction answers nothing: what it wrote
                     replaced = seen if free is expressions.RECLAIM_SEEN else None
@@ -243,7 +219,7 @@ class Takes(TableBase):
                 token = high + 1  # granted meanwhile, or a clock ahead of ours
                 seen = record if record is not None else seen
                 continue
-            changed = variant(record) is not free or (
+            changed = _variant(record, now, skew) is not free or (
                 free is expressions.RECLAIM_SEEN
                 and record is not None
                 and seen is not None
@@ -254,6 +230,20 @@ class Takes(TableBase):
                 continue
             return outcome
         return outcome
+
+    def _plain_try(
+        self, lock_id: str, updates: tuple[str, str], condition: str, values: dict[str, Any]
+    ) -> tuple[Outcome, int | None] | None:
+        """One try of a plain take: the transaction with the fence record (``_fenced_take``),
+        or the item alone, kept for good, where the endpoint has no transactions. None if it
+        answered that it has none (the take is then sent again without)."""
+        update, kept = updates
+        if not self._transactions:
+            return self._conditional_update("acquire", lock_id, kept, condition, values, None), None
+        answer = self._fenced_take(lock_id, update, condition, values)
+        if answer is None:
+            self._transactions = False
+        return answer
 
     def _fenced_take(
         self,
@@ -314,6 +304,42 @@ class Takes(TableBase):
         """Remember the highest token seen on a lock: this process's next take starts above it."""
         if token > self._fences.get(lock_id, 0):
             self._fences[lock_id] = token
+
+
+def _slot_conditions(slot: int, line: str, lease_id: str) -> tuple[str, str]:
+    """The conditions of a slot's take: on an item that is a pool, and on one that becomes a
+    pool by it; each refuses a LEASE_ID barred on the lock (``items.bar_name``)."""
+    p, bar = slot_prefix(slot), bar_name(lease_id)
+    return (
+        expressions.acquire_condition(p, line, pool=expressions.IS_POOL, bar=bar),
+        expressions.acquire_condition(p, line, bar=bar),
+    )
+
+
+def _above_slot(
+    pool: Pool, slot: int, plain: int | None, token: int, now: float, skew: float
+) -> int | None:
+    """The token a slot's take refused on a pool is sent again with: above the slot's counter
+    and the plain lock's token, where either reaches ``token``. None where that cannot help:
+    the slot is held, or the take was refused as it stands (the line, a lease id seen before)."""
+    held = pool.slots.get(slot)
+    if held is not None and not held.is_free(now, skew):
+        return None
+    high = max(plain or 0, (held.fencing_token or 0) if held is not None else 0)
+    return None if high < token else high + 1
+
+
+def _variant(record: LockRecord | None, now: float, skew: float) -> str:
+    """What a plain take may replace, as ``record`` shows the lock: the lease that ran out
+    (not ended, on an item of a known version), pinned to its version; or nothing but an
+    absent or ended lease."""
+    reclaimable = (
+        record is not None
+        and not record.released
+        and bool(record.version)
+        and record.is_free(now, skew)
+    )
+    return expressions.RECLAIM_SEEN if reclaimable else expressions.FREE_ENDED
 
 
 def _granted_record(
