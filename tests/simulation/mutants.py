@@ -418,7 +418,8 @@ def timeout_said_not_applied() -> contextlib.AbstractContextManager[None]:
     from awsflock.stores.dynamodb import base
     from awsflock.stores.redis import link
 
-    translate, may_have_applied = link.translate, base.may_have_applied
+    translate = getattr(link, "translate")  # noqa: B009 (the names each module imported)
+    may_have_applied = getattr(base, "may_have_applied")  # noqa: B009
 
     def forgetful(exc: BaseException, **kw: Any) -> Any:
         import redis.exceptions as rx
