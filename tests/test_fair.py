@@ -16,7 +16,8 @@ from awsflock.lock.lease import LockTable
 from awsflock.protocol import LINE_LAPSE_MS
 from awsflock.records import Identity
 from awsflock.stores.memory import MemoryStore
-from tests.simulation.network import Faults, Network, SimStore
+from tests.simulation.attach import Attach
+from tests.simulation.network import Faults, Network
 from tests.simulation.world import EPOCH, World
 
 LOCK = "deploy"
@@ -62,8 +63,7 @@ def line_world(
     run = Run(world, store)
     for i, at in enumerate(arrivals):
         proc = world.process(f"w{i}", clock_error)
-        sim = SimStore(store, network, proc.name)
-        sim.clock = proc.clock
+        sim = Attach(store, network, None).store(proc)
         counting = _Counting(sim, run.requests, proc.name, (slow or {}).get(i, 0.0), proc.clock)
         table = LockTable(
             store=counting,  # type: ignore[arg-type]

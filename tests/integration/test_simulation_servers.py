@@ -16,6 +16,7 @@ import itertools
 import pytest
 
 from tests.simulation.__main__ import run_many
+from tests.simulation.mutants import BENEATH, MUTANTS
 
 #: Client operations of each run: 4 to 5 seeds of 8 processes, about 15 s alone on one core.
 BUDGET = 3_000
@@ -52,3 +53,28 @@ def test_the_store_keeps_every_invariant(store: str, request: pytest.FixtureRequ
         assert tables == []
     else:
         assert list(server.client().scan_iter(match="sim*")) == []
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("name", "store"),
+    [(name, store) for name, stores in BENEATH.items() for store in stores if store != "moto"],
+)
+def test_each_bug_beneath_the_store_put_back_is_found(
+    name: str, store: str, request: pytest.FixtureRequest
+) -> None:
+    # The faults sit beneath the real store's request code (its link): a bug put back in its
+    # gate or its error translation is found as a violation the checker names.
+    server = request.getfixturevalue("postgres" if store == "postgresql" else "redis_server")
+    with MUTANTS[name]():
+        results, failed = run_many(
+            seeds=itertools.count(0),
+            clients=8,
+            ops=60,
+            budget=BUDGET,
+            duration=None,
+            store=store,
+            **{"pg_url" if store == "postgresql" else "redis_url": server.url},
+        )
+    spent = sum(r.operations for r in results)
+    assert failed is not None, f"{name}: not found in {spent} operations on {store}"

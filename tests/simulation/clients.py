@@ -24,7 +24,7 @@ from awsflock.records import Identity, LockRecord, Pool
 from tests.simulation.checker import Belief, Checker
 
 if TYPE_CHECKING:
-    from tests.simulation.network import SimStore
+    from tests.simulation.network import Tap
     from tests.simulation.world import Proc, World
 
 PLAIN = ("L0", "L1")
@@ -54,7 +54,7 @@ class Shared:
 
 class Client:
     def __init__(
-        self, world: World, proc: Proc, store: SimStore, checker: Checker, shared: Shared, ops: int
+        self, world: World, proc: Proc, store: Tap, checker: Checker, shared: Shared, ops: int
     ) -> None:
         self.world = world
         self.proc = proc

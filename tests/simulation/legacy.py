@@ -1,7 +1,8 @@
 """awsflock 0.2.0's three requests on a DynamoDB table, for simulations on the DynamoDB store:
 the same ``legacy_*`` methods the in-memory store has, made of 0.2.0's own requests (GetItem,
 PutItem conditioned on the ``lease_id`` it read or on there being no item, DeleteItem
-conditioned on its ``lease_id``)."""
+conditioned on its ``lease_id``), each sent as the store sends its own (its retries, as
+0.2.0 relied on botocore's, and its error translation)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ class DynamoDBStoreWith020:
     """A DynamoDB store (opened through the store registry), plus awsflock 0.2.0's requests on
     its table; everything else is the store's own."""
 
-    def __init__(self, table_name: str, client: Any) -> None:
-        settings = kinds.Settings(table_name, 5.0, extra={"client": client})
-        self.store = kinds.get("dynamodb").open(kinds.default(), settings)
+    def __init__(self, table_name: str, client: Any, clock: Any = None) -> None:
+        settings = kinds.Settings(table_name, 5.0, clock=clock, extra={"client": client})
+        self.store: Any = kinds.get("dynamodb").open(kinds.default(), settings)
         self.client = client
         self.table_name = table_name
 
@@ -27,8 +28,11 @@ class DynamoDBStoreWith020:
         return getattr(self.store, name)
 
     def legacy_read(self, lock_id: str) -> LockRecord | None:
-        item = self.client.get_item(
-            TableName=self.table_name, Key={"lock_id": {"S": lock_id}}, ConsistentRead=True
+        item = self.store._send(
+            "legacy_read",
+            lambda: self.client.get_item(
+                TableName=self.table_name, Key={"lock_id": {"S": lock_id}}, ConsistentRead=True
+            ),
         ).get("Item")
         if item is None or "lease_id" not in item or "expiration_time" not in item:
             return None  # a pool: 0.2.0 cannot read it
@@ -62,28 +66,33 @@ class DynamoDBStoreWith020:
             "expiration_time": {"N": str(expires_s)},
         }
         return self._conditional(
-            lambda: self.client.put_item(TableName=self.table_name, Item=item, **condition)
+            "legacy_put",
+            lambda: self.client.put_item(TableName=self.table_name, Item=item, **condition),
         )
 
     def legacy_delete(self, lock_id: str, expect: str) -> bool:
         return self._conditional(
+            "legacy_delete",
             lambda: self.client.delete_item(
                 TableName=self.table_name,
                 Key={"lock_id": {"S": lock_id}},
                 ConditionExpression="attribute_exists(#lock_id) AND #lease_id = :existing",
                 ExpressionAttributeNames={"#lock_id": "lock_id", "#lease_id": "lease_id"},
                 ExpressionAttributeValues={":existing": {"S": expect}},
-            )
+            ),
         )
 
-    @staticmethod
-    def _conditional(call: Any) -> bool:
+    def _conditional(self, operation: str, call: Any) -> bool:
         from botocore.exceptions import ClientError
 
-        try:
-            call()
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        def conditional() -> bool:
+            try:
+                call()
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+                return False
+            return True
+
+        done: bool = self.store._send(operation, conditional)
+        return done

@@ -18,6 +18,7 @@ from awsflock.lock import acquisition, admin, line, renewal, verdict
 from awsflock.stores import memory_records
 from awsflock.stores.memory import MemoryStore
 from awsflock.stores.memory_records import _Lease, _Record
+from awsflock.stores.remote import connected
 from awsflock.stores.remote import requests as retrying
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
@@ -399,6 +400,43 @@ def item_not_kept() -> contextlib.AbstractContextManager[None]:
     return _patched((_Record, "ttl", lambda _self, seconds: seconds))
 
 
+# -- beneath the stores: their request code ------------------------------------------------
+
+
+def gate_always_open() -> contextlib.AbstractContextManager[None]:
+    """N. The gate lets every try through: one that waited past its deadline on its way to the
+    wire (its process stalled) is still sent, with readings older than its caller allows,
+    after the caller may have given up on it. Found on the stores whose tries pass the gate
+    (PostgreSQL, Redis: the real ``Connected``; DynamoDB: the simulation's request worker)."""
+    return _patched((connected, "gate_open", lambda deadline, now: True))
+
+
+def timeout_said_not_applied() -> contextlib.AbstractContextManager[None]:
+    """O. The error translation says a try that timed out after it was sent was not applied
+    (Redis's ``translate``; DynamoDB's ``may_have_applied``): a take whose answer was lost
+    is forgotten, never cleaned up, and its lease held by a process that does not know it."""
+    from awsflock.stores.dynamodb import base
+    from awsflock.stores.redis import link
+
+    translate = getattr(link, "translate")  # noqa: B009 (the names each module imported)
+    may_have_applied = getattr(base, "may_have_applied")  # noqa: B009
+
+    def forgetful(exc: BaseException, **kw: Any) -> Any:
+        import redis.exceptions as rx
+
+        mapped = translate(exc, **kw)
+        if isinstance(exc, rx.TimeoutError):
+            mapped.error.maybe_applied = False
+        return mapped
+
+    def no_doubt(cause: BaseException | None) -> bool:
+        from botocore.exceptions import ReadTimeoutError
+
+        return False if isinstance(cause, ReadTimeoutError) else may_have_applied(cause)
+
+    return _patched((link, "translate", forgetful), (base, "may_have_applied", no_doubt))
+
+
 MUTANTS: dict[str, Patch] = {
     "1 late renew beside awsflock 0.2.0": late_renew,
     "2 one lease id per acquire": one_lease_id_per_acquire,
@@ -423,6 +461,15 @@ MUTANTS: dict[str, Patch] = {
     "K retry after any pause in its backoff": retry_after_any_pause,
     "L pool ignores the fencing counter": pool_ignores_the_fence_counter,
     "M no-transaction item not kept": item_not_kept,
+    "N gate always open": gate_always_open,
+    "O timeout after sending said not applied": timeout_said_not_applied,
+}
+
+#: The mutants of a store's request code, and the stores whose code they are in (the in-memory
+#: store has none: its fault layer is the simulation's own). The first is the one CI runs.
+BENEATH = {
+    "N gate always open": ("moto", "postgresql", "redis"),
+    "O timeout after sending said not applied": ("moto", "redis"),
 }
 
 #: The mutants that exist only on a store without transactions (``--no-transactions``).

@@ -1,36 +1,44 @@
-"""The store as a simulated process reaches it: requests that travel, get lost, land late.
+"""The network as a simulated process reaches its store: requests that travel, get lost, land
+late; and the tap through which the checker sees what each process asked of its store.
 
-``SimStore`` wraps a real ``LockStore`` (the in-memory one, the DynamoDB store on in-process
-moto, or PostgreSQL) and is what every simulated client's ``LockTable`` talks to. Its request
-layer is the production one (``stores.remote.requests.RetryingStore``): each call is retried,
-with backoff, within the caller's budget (``budget``; else one request timeout); a call that
-fails says whether any try of it may have landed (``maybe_applied``), and an answered call whose
-earlier try may still land says so (``Outcome.in_doubt``). The faults are injected beneath it:
-each try meets one drawn from the seeded random source:
+Every process has a store of its own, the real one of its kind (``attach``), and the faults
+sit beneath that store's request code, where its tries meet the wire:
+
+- PostgreSQL and Redis: a ``links.FaultyLink`` handed to the real ``PostgresStore`` /
+  ``RedisStore`` in place of its link; the real ``Connected`` (its gate, its connection) and
+  the real error translation run, in virtual time (``links.SimTime``);
+- DynamoDB (in-process moto): a ``boto.FaultyClient`` in place of its botocore client, so a
+  step of several calls meets faults between them, and the real ``translate_errors`` reads
+  botocore's exceptions;
+- the in-memory store, which has no network code: a fault layer of its own
+  (``memory.FaultyMemory``) beneath the production request layer.
+
+Each try meets one fault drawn from the seeded random source when it begins:
 
 - ``refused``: never sent (connection refused: certainly not applied);
 - ``lost``: sent, lost before it applies (the client sees a timeout: maybe applied);
-- ``answer lost``: applied, its answer lost (a timeout);
+- ``answer_lost``: applied, its answer lost (a timeout);
 - ``late``: held up in the network and applied later, after the client gave up on it (and
   after its later requests, possibly);
 - ``throttled``: refused by the store (not applied);
 - and in an outage window (``Network.outage``) every try is refused or lost.
 
-Requests and answers take a little virtual time, during which every other thread may run.
+Besides, a try may be *stalled* before it is sent: its process paused (a GC pause, SIGSTOP)
+between the request layer's decision and the wire, so that its deadline passes; the gate must
+then keep it from being sent. Requests and answers take a little virtual time, during which
+every other thread may run.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from awsflock import errors
-from awsflock.protocol import MIN_TRY, Attempt, LockStore, Outcome
+from awsflock.protocol import MIN_TRY, Attempt, LockStore
 from awsflock.records import Waiter
-from awsflock.stores.remote.requests import RetryingStore
-from tests.simulation.world import Killed, SimThread, World
+from tests.simulation.world import Killed, Proc, SimThread, World
 
 
 @dataclass
@@ -42,6 +50,9 @@ class Faults:
     answer_lost: float = 0.03
     late: float = 0.02
     throttled: float = 0.01
+    #: How often a try is stalled before it is sent, and for how long (seconds, uniform).
+    stall: float = 0.01
+    stall_for: tuple[float, float] = (0.5, 20.0)
     #: How long a request or an answer travels (seconds, uniform).
     latency: tuple[float, float] = (0.001, 0.05)
     #: How much later a late request lands.
@@ -49,7 +60,7 @@ class Faults:
 
     @classmethod
     def none(cls) -> Faults:
-        return cls(0, 0, 0, 0, 0)
+        return cls(0, 0, 0, 0, 0, 0)
 
 
 class Network:
@@ -66,6 +77,8 @@ class Network:
         self.outages.append((start, start + length, kind))
 
     def draw(self) -> str:
+        """The fault the try beginning now meets."""
+        self.tries += 1
         now = self.world.now
         for start, end, kind in self.outages:
             if start <= now < end:
@@ -87,181 +100,153 @@ class Network:
         low, high = self.faults.latency
         self.world.block(wake_at=self.world.now + self.world.rng.uniform(low, high))
 
+    def stall(self, proc: Proc, what: str) -> None:
+        """Now and then, pause ``proc`` here, on a try's way to the wire (then yield)."""
+        world = self.world
+        if world.rng.random() < self.faults.stall:
+            length = world.rng.uniform(*self.faults.stall_for)
+            proc.paused_until = max(proc.paused_until, world.now + length)
+            world.note(f"pause {proc.name} for {length:.1f}s before it sends {what}")
+            world.block(wake_at=world.now)
 
-class SimStore(RetryingStore):
-    """A ``LockStore`` seen through the simulated network, for one process. Its request layer
-    is the production one (``RetryingStore._send``: budgets, backoff, retries, doubt per call
-    and per step); only each try (``_attempt``) goes through the simulated network."""
+    def late(self) -> float:
+        """When a request held up now lands."""
+        low, high = self.faults.late_by
+        return self.world.now + self.world.rng.uniform(low, high)
 
-    def __init__(
-        self, inner: LockStore, network: Network, proc_name: str, request_timeout: float = 5.0
-    ) -> None:
-        self.inner = inner
-        self.network = network
-        self.world = network.world
-        self.proc_name = proc_name
-        self.table_name = inner.table_name
-        self.kind = inner.kind
-        self.skew_free: bool = inner.skew_free
-        self.request_timeout = request_timeout
-        self.clock: Any = None  # set to the process's clock by the caller
+
+@dataclass
+class Call:
+    """One call of the lock interface, as the checker names it: the operation, its arguments
+    (positional ones, then a dict of the keyword ones), and the true time it was made (when
+    the readings it carries were taken)."""
+
+    operation: str
+    args: tuple[Any, ...]
+    made: float
+
+
+#: The interface's names the checker knows the operations by.
+OPERATIONS = {"resize_pool": "resize"}
+#: What the tap passes through unnoted: set-up and what is not a call of the store.
+UNNOTED = {"create", "actor", "where", "close", "waker", "budget", "step", "applied"}
+
+
+class Tap:
+    """A process's store as its ``LockTable`` sees it: the store itself, each call of its
+    interface noted (``current``) for the fault layer beneath, which shows the checker each
+    step the store applies with the call it came from. Nothing is restated: every attribute
+    is the store's."""
+
+    def __init__(self, store: Any, world: World, proc: Proc, watcher: Any) -> None:
+        self.store = store
+        self.world = world
+        self.proc = proc
+        self.watcher = watcher
         self._local = threading.local()
-        self._retry_rng = network.world.rng  # backoff jitter from the seeded source
-        #: Sees every step the store applies, with the state before it (the checker).
-        self.watcher: Any = None
 
-    def where(self) -> str:
-        return "the simulated store"
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.store, name)
+        if name.startswith("_") or name in UNNOTED or not callable(value):
+            return value
+        reference = getattr(LockStore, name, None)
 
-    # -- one try, through the network (the retries are the production request layer's) ------
+        def noted(*args: Any, **kw: Any) -> Any:
+            self._local.call = _call(OPERATIONS.get(name, name), reference, args, kw, self.world)
+            return value(*args, **kw)
 
-    def _call(self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any]) -> Any:
-        """One call of the interface: ``apply`` made through ``_send``, as a network store
-        makes its calls; an answer whose earlier try may still land says so."""
-        self._local.made = self.world.now  # when the readings it carries were taken
-        with self.step():
-            result = self._send(operation, lambda: (args, apply))
-            if isinstance(result, Outcome) and self._in_doubt():
-                result = replace(result, in_doubt=True)
-            return result
+        return noted
 
-    def _attempt(self, operation: str, call: Callable[..., Any], timeout: float) -> Any:
-        world, network = self.world, self.network
-        thread = threading.current_thread()
-        assert isinstance(thread, SimThread)
-        if thread.proc.killed:
-            raise Killed
-        args, apply = call()
-        tries = self._local.try_number
-        end = self._local.call_end
-        if tries > 1 and self.clock.monotonic() + MIN_TRY > end and self.watcher is not None:
+    def legacy(self, operation: str, *args: Any, **kw: Any) -> Any:
+        """A request of the awsflock 0.2.0 model (the store's ``legacy_*``)."""
+        self._local.call = Call(f"legacy_{operation}", args, self.world.now)
+        return getattr(self.store, f"legacy_{operation}")(*args, **kw)
+
+    def current(self) -> Call:
+        """The call this thread is making."""
+        call: Call | None = getattr(self._local, "call", None)
+        return call if call is not None else Call("?", (), self.world.now)
+
+    # -- what the fault layers beneath call ---------------------------------------------------
+
+    def starting(self, what: str, tries: int, end: float) -> None:
+        """The request layer starts a try of a call whose budget runs out at ``end``: a retry
+        must have ``MIN_TRY`` of it left (whatever pause came in its backoff)."""
+        now = self.proc.clock.monotonic()
+        if self.watcher is not None and tries > 1 and now + MIN_TRY > end:
             self.watcher.fail(
-                f"{self.proc_name} sent {operation} try {tries} with its budget spent "
-                f"({end - self.clock.monotonic():.2f}s left): a request made of readings older "
-                "than the caller allows"
+                f"{self.proc.name} sent {what} try {tries} with its budget spent "
+                f"({end - now:.2f}s left): a request made of readings older than the caller "
+                "allows"
             )
-        made = self._local.made
-        sent_at = world.now
-        fault = network.draw()
-        network.tries += 1
-        world.note(f"{self.proc_name} {operation}{_short(args)} try {tries}: {fault}")
-        if fault in ("refused", "throttled"):
-            network.travel()
-        elif fault == "lost":
-            world.block(wake_at=sent_at + timeout)
-        elif fault == "late":
-            low, high = network.faults.late_by
-            when = world.now + world.rng.uniform(low, high)
-            world.at(when, lambda: self._apply_late(operation, args, apply, made))
-            world.block(wake_at=sent_at + timeout)
-        else:
-            network.travel()
-            result = self._apply(operation, args, apply, made)
-            if fault != "answer_lost":
-                network.travel()
-                return result
-            world.block(wake_at=sent_at + timeout)
-        error: errors.StoreError
-        if fault == "throttled":
-            error = errors.Throttled(f"the simulated store throttled {operation}")
-        else:
-            error = errors.EndpointUnreachable(f"the simulated store: {operation} {fault}")
-        # Whether this try may have reached the store; the request layer then sets the call's.
-        error.maybe_applied = fault in ("lost", "answer_lost", "late")
-        raise error
 
-    def _try_may_have_applied(self, err: errors.StoreError) -> bool:
-        return err.maybe_applied
+    def sending(self, what: str, tries: int, deadline: float) -> None:
+        """A try is about to leave; ``deadline``: its own, past which the gate must have kept
+        it back. Raises Killed in a killed process (it sends nothing more)."""
+        thread = threading.current_thread()
+        if isinstance(thread, SimThread) and thread.proc.killed:
+            raise Killed
+        now = self.proc.clock.monotonic()
+        if self.watcher is not None and now >= deadline:
+            self.watcher.fail(
+                f"{self.proc.name} sent {what} try {tries} {now - deadline:.2f}s after its "
+                "deadline: a try given up was sent late (the gate let it through)"
+            )
 
-    def _apply(
-        self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any], made: float
-    ) -> Any:
-        """Apply one try; ``made``: the true time the call was made (its first try sent), which
-        is when the times it carries (``now_ms``, a place's ``seen_ms``) were read."""
+    def apply(self, call: Call, apply: Callable[[], Any], decode: Callable[[Any], Any]) -> Any:
+        """Apply one try of ``call`` at the store (``apply``); the checker sees the state
+        before and the step's answer (``decode``: the answer as the interface gives it)."""
         if self.watcher is None:
             return apply()
-        before = self.watcher.before(operation, args)
+        before = self.watcher.before(call.operation, call.args)
         result = apply()
-        self.watcher.applied(operation, args, result, before, made)
+        self.watcher.applied(call.operation, call.args, decode(result), before, call.made)
         return result
 
-    def _apply_late(
-        self, operation: str, args: tuple[Any, ...], apply: Callable[[], Any], made: float
-    ) -> None:
-        self.world.note(f"{self.proc_name} {operation}{_short(args)} lands late")
+    def land_late(self, call: Call, land: Callable[[], None]) -> None:
+        """A try of ``call`` held up in the network lands now (``land`` applies it)."""
+        self.world.note(f"{self.proc.name} {call.operation}{short(call.args)} lands late")
         if self.watcher is not None:
             self.watcher.landing_late = True
         try:
-            self._apply(operation, args, apply, made)
+            land()
         finally:
             if self.watcher is not None:
                 self.watcher.landing_late = False
 
-    # -- the interface ------------------------------------------------------------------------
-
-    def take(self, lock_id: str, attempt: Attempt) -> Outcome:
-        args = (lock_id, attempt)
-        return self._call("take", args, lambda: self.inner.take(lock_id, attempt))
-
-    def renew(self, lock_id: str, lease_id: str, **kw: Any) -> Outcome:
-        args = (lock_id, lease_id, kw)
-        return self._call("renew", args, lambda: self.inner.renew(lock_id, lease_id, **kw))
-
-    def release(self, lock_id: str, lease_id: str, **kw: Any) -> Outcome:
-        args = (lock_id, lease_id, kw)
-        return self._call("release", args, lambda: self.inner.release(lock_id, lease_id, **kw))
-
-    def force_release(self, lock_id: str, lease_id: str, **kw: Any) -> Outcome:
-        args = (lock_id, lease_id, kw)
-        return self._call(
-            "force_release", args, lambda: self.inner.force_release(lock_id, lease_id, **kw)
-        )
-
-    def join(self, lock_id: str, waiter: Any) -> Outcome:
-        args = (lock_id, waiter)
-        return self._call("join", args, lambda: self.inner.join(lock_id, waiter))
-
-    def beat(self, lock_id: str, ticket: str, **kw: Any) -> Outcome:
-        args = (lock_id, ticket, kw)
-        return self._call("beat", args, lambda: self.inner.beat(lock_id, ticket, **kw))
-
-    def leave(self, lock_id: str, ticket: str) -> Outcome:
-        args = (lock_id, ticket)
-        return self._call("leave", args, lambda: self.inner.leave(lock_id, ticket))
-
-    def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
-        return self._call("read", (lock_id,), lambda: self.inner.read(lock_id, lease_id))
-
-    def locks(self, prefix: str = "") -> Iterator[Any]:
-        return iter(self._call("locks", (prefix,), lambda: list(self.inner.locks(prefix))))
-
-    def resize_pool(self, lock_id: str, old: int | None, new: int, **kw: Any) -> bool:
-        args = (lock_id, old, new, kw)
-        return self._call("resize", args, lambda: self.inner.resize_pool(lock_id, old, new, **kw))
-
-    def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
-        self._call("put_audit", (key,), lambda: self.inner.put_audit(key, entry, replace=replace))
-
-    def void_audit(self, key: str, action_id: str | None) -> None:
-        self._call("void_audit", (key,), lambda: self.inner.void_audit(key, action_id))
-
-    def audit_entries(self) -> Iterator[dict[str, Any]]:
-        return iter(self._call("audit", (), lambda: list(self.inner.audit_entries())))
-
-    def create(self, *, progress: Callable[[str], None] = lambda _m: None) -> bool:
-        return self.inner.create(progress=progress)
-
-    def actor(self) -> str | None:
-        return None
-
-    def legacy(self, operation: str, *args: Any, **kw: Any) -> Any:
-        """A request of the awsflock 0.2.0 model (``MemoryStore.legacy_*``), through the same
-        network: 0.2.0 relies on botocore's retries and tracks no doubt."""
-        method = getattr(self.inner, f"legacy_{operation}")
-        return self._call(f"legacy_{operation}", args, lambda: method(*args, **kw))
+    def note(self, call: Call, tries: int, fault: str) -> None:
+        self.world.note(f"{self.proc.name} {call.operation}{short(call.args)} try {tries}: {fault}")
 
 
-def _short(args: tuple[Any, ...]) -> str:
+def _call(
+    operation: str, reference: Any, args: tuple[Any, ...], kw: dict[str, Any], world: World
+) -> Call:
+    """The call as the checker reads it: ``LockStore``'s positional parameters, then its
+    keyword-only ones in a dict (as they were passed, whichever way)."""
+    if reference is not None:
+        bound = inspect.signature(reference).bind(None, *args, **kw)
+        params = inspect.signature(reference).parameters
+        args, kw = (), {}
+        for name, value in list(bound.arguments.items())[1:]:
+            if params[name].kind is inspect.Parameter.KEYWORD_ONLY:
+                kw[name] = value
+            else:
+                args += (value,)
+    return Call(operation, args + ((kw,) if kw else ()), world.now)
+
+
+def slot_of_call(call: Call) -> int | None:
+    """The slot ``call`` is about."""
+    for arg in call.args:
+        if isinstance(arg, Attempt):
+            return arg.slot
+        if isinstance(arg, dict):
+            slot: int | None = arg.get("slot")
+            return slot
+    return None
+
+
+def short(args: tuple[Any, ...]) -> str:
     parts = []
     for arg in args:
         if isinstance(arg, Attempt):

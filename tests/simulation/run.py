@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from awsflock.stores.memory import MemoryStore
+from tests.simulation.attach import Attach
 from tests.simulation.checker import Checker, Violation
 from tests.simulation.clients import SKEW, Client, Reported, Shared
-from tests.simulation.network import Faults, Network, SimStore
+from tests.simulation.network import Faults, Network
 from tests.simulation.world import World
 
 #: Clock error bound of every process: half the skew window, so any two clocks agree within it.
@@ -100,12 +101,10 @@ def simulate(
     legacy = "awsflock 0.2.0 clients" not in result.off
     roles = ["operator", "legacy" if legacy else "worker"] + ["worker"] * max(1, clients - 2)
     workers = []
+    attach = Attach(inner, network, checker)
     for number, role in enumerate(roles[:clients] if clients >= 3 else ["worker"] * clients):
         proc = world.process(f"{role[0]}{number}", CLOCK_ERROR)
-        sim_store = SimStore(inner, network, proc.name)
-        sim_store.clock = proc.clock
-        sim_store.watcher = checker
-        client = Client(world, proc, sim_store, checker, shared, ops)
+        client = Client(world, proc, attach.store(proc), checker, shared, ops)
         world.spawn(proc, getattr(client, role))
         if role == "worker":
             workers.append(proc)
@@ -123,6 +122,7 @@ def simulate(
             result.violation = checker.violations[0] if checker.violations else str(exc)
         finally:
             world.finish()
+            attach.close()
     result.operations = checker.operations
     result.steps = world.steps
     result.tries = network.tries

@@ -2,7 +2,7 @@
 
 Every simulated process (``Proc``) runs in ordinary threads, but only one thread runs at a time:
 the scheduler hands it the baton, and the thread gives it back at its next *yield point*: a
-sleep or a wait on its clock, a join, or a request to the store (``SimStore``). The scheduler then
+sleep or a wait on its clock, a join, or a request to the store (``network``). The scheduler then
 picks the next thread at random (seeded) among those ready at the current virtual time, or moves
 time on to the next thing that happens. Nothing else decides the order, so one seed replays one
 run exactly, whatever the machine's speed.
@@ -115,7 +115,7 @@ class SimThread(threading.Thread):
         self.event: threading.Event | None = None
         self.until: Callable[[], bool] | None = None
         self.error: BaseException | None = None
-        #: Inside a store call: a pause does not hold it up (see ``SimStore``).
+        #: Inside a store call: a pause does not hold it up.
         self.in_request = False
 
     def ready(self, now: float) -> bool:

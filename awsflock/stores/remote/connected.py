@@ -30,11 +30,40 @@ def gate_open(deadline: float, now: float) -> bool:
     return now < deadline
 
 
+class TryTime:
+    """The time a try is bounded in: real time. Every wait of a try goes through here, so that
+    a simulation in virtual time (``tests/simulation/links.py``) can give its own: its clock
+    for deadlines, its scheduler for the waits, and no watchdog (no virtual try outlives its
+    deadline). Production uses this one, unchanged."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def acquire(self, lock: threading.Lock, timeout: float) -> bool:
+        """Take ``lock`` (the connection) within ``timeout``."""
+        return lock.acquire(timeout=timeout)
+
+    def watched(self, deadline: float, interrupt: Callable[[], None]) -> watched:
+        return watched(deadline, interrupt)
+
+    def start(self, work: Callable[[], None]) -> None:
+        """Run ``work`` (a connect) beside the caller."""
+        request_thread(work)
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        return event.wait(timeout)
+
+
+REAL_TIME = TryTime()
+
+
 class Connected(RetryingStore, Generic[C]):
     """A store that reaches its server through a ``Link``: where it is, its one connection,
     its tries. A subclass sets ``link`` and calls ``_connected_init``."""
 
     link: Link[C]
+    #: The time tries are bounded in (a simulation gives its virtual time).
+    try_time: TryTime = REAL_TIME
 
     def _connected_init(self) -> None:
         self._conn: C | None = None
@@ -74,8 +103,9 @@ class Connected(RetryingStore, Generic[C]):
         return err.maybe_applied
 
     def _attempt(self, operation: str, call: Callable[[C], _T], timeout: float) -> _T:
-        deadline = time.monotonic() + timeout + TRY_GRACE
-        if not self._conn_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        clock = self.try_time
+        deadline = clock.monotonic() + timeout + TRY_GRACE
+        if not clock.acquire(self._conn_lock, max(0.0, deadline - clock.monotonic())):
             raise errors.EndpointUnreachable(
                 f"{self.where()} did not answer in time (another try held the connection)",
                 hint="check that the server is up and reachable, and retry",
@@ -91,18 +121,19 @@ class Connected(RetryingStore, Generic[C]):
     def _on_wire(self, operation: str, call: Callable[[C], _T], timeout: float, end: float) -> _T:
         """The try, holding the connection: made if need be, then the gate, then sent."""
         sent = False
-        watch = watched(end, lambda: None)
+        clock = self.try_time
+        watch = clock.watched(end, lambda: None)
         try:
             conn = self._conn
             if conn is None:
                 conn = self._conn = self._connect(timeout, end)
-            if not gate_open(end, time.monotonic()):
+            if not gate_open(end, clock.monotonic()):
                 raise errors.EndpointUnreachable(
                     f"{self.where()}: the try was given up before it was sent", hint="retry"
                 )
             sent = True
             self._local.try_timeout = timeout  # for a link's own waits (Redis's WAIT)
-            watch = watched(end, lambda: self.link.interrupt(conn))
+            watch = clock.watched(end, lambda: self.link.interrupt(conn))
             with watch:
                 value = call(conn)
         except errors.AwsflockError as err:
@@ -151,8 +182,9 @@ class Connected(RetryingStore, Generic[C]):
                 box["conn"] = conn
             done.set()
 
-        request_thread(work)
-        if not done.wait(max(0.0, end - time.monotonic())):
+        clock = self.try_time
+        clock.start(work)
+        if not clock.wait(done, max(0.0, end - clock.monotonic())):
             with lock:
                 box["abandoned"] = True
                 if "conn" in box:  # made just now
