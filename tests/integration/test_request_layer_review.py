@@ -1,0 +1,93 @@
+"""Findings of the adversarial review of the shared request layer (issue 39), each against a
+real server: what a user would see if it came back."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from awsflock import LockTable, errors
+from awsflock.protocol import Attempt
+from awsflock.stores import kinds
+from awsflock.stores.redis import RedisStore
+from tests.servers import REDIS_DURABLE, RedisServer
+
+
+def _redis_store(srv: RedisServer, prefix: str) -> RedisStore:
+    store = kinds.get("redis").open(kinds.parse(srv.url), kinds.Settings(prefix, 2.0, extra={}))
+    assert isinstance(store, RedisStore)
+    return store
+
+
+class _TakeLandsLate:
+    """A fair waiter's store whose take at the head of the line is held up on the wire: its
+    answer is lost (in doubt), and it lands later, while the waiter polls its place. Between
+    its next connection's check and the poll that shows the grant, an operator turns the AOF
+    off (``CONFIG SET appendonly no``)."""
+
+    def __init__(self, real: RedisStore, other: RedisStore, srv: RedisServer) -> None:
+        self.real, self.other, self.srv = real, other, srv
+        self.stuck: Attempt | None = None
+        self.landed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def take(self, lock_id: str, attempt: Attempt) -> Any:
+        if attempt.ticket is not None and self.stuck is None:
+            self.stuck = attempt
+            lost = errors.EndpointUnreachable("the answer was lost", hint="retry")
+            lost.maybe_applied = True
+            raise lost
+        return self.real.take(lock_id, attempt)
+
+    def beat(self, lock_id: str, ticket: str, **kw: Any) -> Any:
+        if self.stuck is not None and not self.landed:
+            self.landed = True
+            self.real.close()  # the in-doubt try's connection was dropped ...
+            self.real.read(lock_id)  # ... and the next one made and checked, all sound
+            self.other.take(lock_id, self.stuck)  # the held-up take lands
+            self.srv.client().config_set("appendonly", "no")
+        return self.real.beat(lock_id, ticket, **kw)
+
+
+def test_a_fair_grant_found_by_a_poll_is_not_reported_after_the_aof_was_turned_off():
+    # Found by the review of issue 39: the Redis settings were read again only after a take or
+    # a renew, no longer after a waiter's beat or join; but a fair waiter whose take at the
+    # head of the line was lost in transit learns of its grant from its next beat's answer.
+    # With the AOF turned off under it, that grant was reported (and lost in a crash).
+    srv = RedisServer(REDIS_DURABLE).start()
+    try:
+        prefix = "rv-" + uuid.uuid4().hex[:6]
+        holder, waiter, other = (_redis_store(srv, prefix) for _ in range(3))
+        holder.create()
+        name = "fair-" + uuid.uuid4().hex[:6]
+        lease = LockTable(store=holder).acquire(name, lease=60, wait=0)
+        table = LockTable(store=_TakeLandsLate(waiter, other, srv))  # type: ignore[arg-type]
+        got: list[Any] = []
+
+        def wait() -> None:
+            try:
+                got.append(table.acquire(name, lease=60, wait=15, fair=True))
+            except BaseException as exc:  # handed to the test's thread
+                got.append(exc)
+
+        thread = threading.Thread(target=wait, daemon=True)
+        thread.start()
+        end = time.monotonic() + 10
+        while not holder.read(name).line.waiters:
+            assert time.monotonic() < end, "the waiter never took a place in line"
+            time.sleep(0.05)
+        lease.release()
+        thread.join(30)
+        assert not thread.is_alive()
+        assert got and isinstance(got[0], errors.AwsflockError), (
+            f"a grant was reported after CONFIG SET appendonly no: {got}"
+        )
+        assert "appendonly no" in str(got[0])
+        for store in (holder, waiter, other):
+            store.close()
+    finally:
+        srv.stop()
