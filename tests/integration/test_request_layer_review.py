@@ -8,11 +8,13 @@ import time
 import uuid
 from typing import Any
 
+import pytest
+
 from awsflock import LockTable, errors
 from awsflock.protocol import Attempt
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore
-from tests.servers import REDIS_DURABLE, RedisServer
+from tests.servers import REDIS_DURABLE, RedisServer, ValkeyServer
 
 
 def _redis_store(srv: RedisServer, prefix: str) -> RedisStore:
@@ -24,11 +26,13 @@ def _redis_store(srv: RedisServer, prefix: str) -> RedisStore:
 class _TakeLandsLate:
     """A fair waiter's store whose take at the head of the line is held up on the wire: its
     answer is lost (in doubt), and it lands later, while the waiter polls its place. Between
-    its next connection's check and the poll that shows the grant, an operator turns the AOF
-    off (``CONFIG SET appendonly no``)."""
+    its next connection's check and the poll that shows the grant, an operator changes a
+    setting the grant relies on (``CONFIG SET appendonly no``)."""
 
-    def __init__(self, real: RedisStore, other: RedisStore, srv: RedisServer) -> None:
-        self.real, self.other, self.srv = real, other, srv
+    def __init__(
+        self, real: RedisStore, other: RedisStore, srv: RedisServer, change: tuple[str, str]
+    ) -> None:
+        self.real, self.other, self.srv, self.change = real, other, srv, change
         self.stuck: Attempt | None = None
         self.landed = False
 
@@ -49,23 +53,34 @@ class _TakeLandsLate:
             self.real.close()  # the in-doubt try's connection was dropped ...
             self.real.read(lock_id)  # ... and the next one made and checked, all sound
             self.other.take(lock_id, self.stuck)  # the held-up take lands
-            self.srv.client().config_set("appendonly", "no")
+            self.srv.client().config_set(*self.change)
         return self.real.beat(lock_id, ticket, **kw)
 
 
-def test_a_fair_grant_found_by_a_poll_is_not_reported_after_the_aof_was_turned_off():
+@pytest.mark.parametrize(
+    "server, change, says",
+    [
+        (RedisServer, ("appendonly", "no"), "appendonly no"),
+        # WAITAOF after the beat fails where the AOF is off, but says nothing of eviction.
+        (ValkeyServer, ("maxmemory-policy", "allkeys-lru"), "maxmemory-policy allkeys-lru"),
+    ],
+)
+def test_a_fair_grant_found_by_a_poll_is_not_reported_after_the_settings_changed(
+    server: type[RedisServer], change: tuple[str, str], says: str
+):
     # Found by the review of issue 39: the Redis settings were read again only after a take or
     # a renew, no longer after a waiter's beat or join; but a fair waiter whose take at the
     # head of the line was lost in transit learns of its grant from its next beat's answer.
-    # With the AOF turned off under it, that grant was reported (and lost in a crash).
-    srv = RedisServer(REDIS_DURABLE).start()
+    # With the AOF turned off (or eviction on) under it, that grant was reported, and could
+    # be lost in a crash (or evicted) while its holder ran.
+    srv = server((*REDIS_DURABLE, "--maxmemory", "100mb")).start()
     try:
         prefix = "rv-" + uuid.uuid4().hex[:6]
         holder, waiter, other = (_redis_store(srv, prefix) for _ in range(3))
         holder.create()
         name = "fair-" + uuid.uuid4().hex[:6]
         lease = LockTable(store=holder).acquire(name, lease=60, wait=0)
-        table = LockTable(store=_TakeLandsLate(waiter, other, srv))  # type: ignore[arg-type]
+        table = LockTable(store=_TakeLandsLate(waiter, other, srv, change))  # type: ignore[arg-type]
         got: list[Any] = []
 
         def wait() -> None:
@@ -84,9 +99,9 @@ def test_a_fair_grant_found_by_a_poll_is_not_reported_after_the_aof_was_turned_o
         thread.join(30)
         assert not thread.is_alive()
         assert got and isinstance(got[0], errors.AwsflockError), (
-            f"a grant was reported after CONFIG SET appendonly no: {got}"
+            f"a grant was reported after CONFIG SET {' '.join(change)}: {got}"
         )
-        assert "appendonly no" in str(got[0])
+        assert says in str(got[0])
         for store in (holder, waiter, other):
             store.close()
     finally:
