@@ -160,8 +160,9 @@ class RedisLink:
 
     def step(self, conn: RedisConn, request: Request, timeout: float) -> Any:
         """One step: the script (EVALSHA, EVAL where the server does not have it yet), its
-        durability wait, and after a step that can show a grant the settings it relied on read again, in one round
-        trip. The script's answer, once the wait and the settings confirmed it."""
+        durability wait, and after a step that can show a grant the settings it relied on read
+        again, in one round trip. The script's answer, once the wait and the settings confirmed
+        it."""
         self.ready(conn)
         found = conn.deployment if request.op != "read" else None
         if found is not None and request.op in GRANTS:
