@@ -56,13 +56,19 @@ class Connected(RetryingStore, Generic[C]):
     def close(self) -> None:
         """Close the connection (a later call makes a new one), without waiting: a try using
         it now closes it when it ends."""
-        if self._conn_lock.acquire(blocking=False):
+        self._close_after = True
+        self._close_if_asked()
+
+    def _close_if_asked(self) -> None:
+        """Close the connection if ``close`` asked and no try uses it. A try looks again once it
+        has given the connection back, so a ``close`` that met it in use is never missed."""
+        if self._close_after and self._conn_lock.acquire(blocking=False):
             try:
-                self._drop()
+                if self._close_after:
+                    self._close_after = False
+                    self._drop()
             finally:
                 self._conn_lock.release()
-        else:
-            self._close_after = True
 
     def _drop(self) -> None:
         """Close the connection (the caller holds ``_conn_lock``)."""
@@ -83,10 +89,8 @@ class Connected(RetryingStore, Generic[C]):
         try:
             return self._on_wire(operation, call, timeout, deadline)
         finally:
-            if self._close_after:
-                self._close_after = False
-                self._drop()
             self._conn_lock.release()
+            self._close_if_asked()
 
     def _on_wire(self, operation: str, call: Callable[[C], _T], timeout: float, end: float) -> _T:
         """The try, holding the connection: made if need be, then the gate, then sent."""
