@@ -3,6 +3,7 @@ real server: what a user would see if it came back."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -13,8 +14,9 @@ import pytest
 from awsflock import LockTable, errors
 from awsflock.protocol import Attempt
 from awsflock.stores import kinds
+from awsflock.stores.postgresql.store import PostgresStore
 from awsflock.stores.redis import RedisStore
-from tests.servers import REDIS_DURABLE, RedisServer, ValkeyServer
+from tests.servers import REDIS_DURABLE, PostgresServer, RedisServer, ValkeyServer
 
 
 def _redis_store(srv: RedisServer, prefix: str) -> RedisStore:
@@ -106,3 +108,32 @@ def test_a_fair_grant_found_by_a_poll_is_not_reported_after_the_settings_changed
             store.close()
     finally:
         srv.stop()
+
+
+def test_a_forked_child_neither_uses_nor_closes_its_parents_connection(
+    postgres: PostgresServer, pg_table: str
+):
+    # Found by the review of issue 39: the request threads start afresh in a forked child, but
+    # the store's one connection did not: a child (multiprocessing's fork) sent its steps on
+    # its parent's socket, and its close() ended the parent's session, so the parent's next
+    # step failed after it was sent and came back in doubt.
+    store = PostgresStore(postgres.url, pg_table)
+    name = "fork-" + uuid.uuid4().hex[:6]
+    lease = LockTable(store=store).acquire(name, lease=60, wait=0)
+    pid = os.fork()
+    if pid == 0:  # the child: a lock of its own, then its store closed, as a worker would
+        code = 1
+        try:
+            LockTable(store=store).acquire(name + "-child", lease=60, wait=0).release()
+            store.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    now_ms = round(time.time() * 1000)
+    renewed = store.renew(name, lease.lease_id, now_ms=now_ms, lease_ms=60_000, skew_ms=0)
+    assert renewed.applied
+    assert not renewed.in_doubt, "the parent's connection was used or closed by its child"
+    lease.release()
+    store.close()

@@ -10,6 +10,7 @@ socket shut down) and fails as unanswered; its connection is never used again.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Callable, Generic, TypeVar
@@ -43,6 +44,8 @@ class Connected(RetryingStore, Generic[C]):
         #: ``close`` was called while a try used the connection: that try closes it.
         self._close_after = False
         self._local = threading.local()
+        #: The process the connection belongs to (a forked child makes its own).
+        self._pid = os.getpid()
 
     def where(self) -> str:
         return self.link.where()
@@ -56,6 +59,7 @@ class Connected(RetryingStore, Generic[C]):
     def close(self) -> None:
         """Close the connection (a later call makes a new one), without waiting: a try using
         it now closes it when it ends."""
+        self._forked()
         self._close_after = True
         self._close_if_asked()
 
@@ -70,6 +74,16 @@ class Connected(RetryingStore, Generic[C]):
             finally:
                 self._conn_lock.release()
 
+    def _forked(self) -> None:
+        """In a child forked since the connection was made: forget the parent's connection
+        (closing it would end the parent's session; the driver leaves it to the parent) and
+        its lock (a thread of the parent may have held it as it forked)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._conn = None
+            self._conn_lock = threading.Lock()
+            self._close_after = False
+
     def _drop(self) -> None:
         """Close the connection (the caller holds ``_conn_lock``)."""
         conn, self._conn = self._conn, None
@@ -81,6 +95,7 @@ class Connected(RetryingStore, Generic[C]):
 
     def _attempt(self, operation: str, call: Callable[[C], _T], timeout: float) -> _T:
         deadline = time.monotonic() + timeout + TRY_GRACE
+        self._forked()
         if not self._conn_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             raise errors.EndpointUnreachable(
                 f"{self.where()} did not answer in time (another try held the connection)",
