@@ -137,3 +137,38 @@ def test_a_forked_child_neither_uses_nor_closes_its_parents_connection(
     assert not renewed.in_doubt, "the parent's connection was used or closed by its child"
     lease.release()
     store.close()
+
+
+def test_a_renewal_that_waited_for_the_connection_past_its_budget_is_never_sent(monkeypatch):
+    # Found by the review of issue 39: the heartbeat gives a renewal a budget that ends when
+    # the lease counts as lost ("no try of this renewal may be sent after the moment the lease
+    # counts as lost"), but the gate let a try go until its timeout *plus the grace* (0.5 s):
+    # a renewal that waited for the connection (another thread's try held it) was sent after
+    # its holder had declared the lease lost. Real time, no server (psycopg's connect faked).
+    import psycopg
+
+    from tests.test_postgres_store import FakeConnection
+
+    executed: list[str] = []
+    monkeypatch.setattr(psycopg, "connect", lambda *_a, **_k: FakeConnection(executed))
+    store = PostgresStore("postgresql://u@h/db", request_timeout=5)
+    store.read("lock")  # connected
+    failed: list[BaseException] = []
+
+    def renew() -> None:
+        try:
+            with store.budget(time.monotonic() + 0.4):  # the lease counts as lost then
+                store.renew("lock", "L1", now_ms=0, lease_ms=60_000, skew_ms=0)
+        except errors.AwsflockError as exc:
+            failed.append(exc)
+
+    assert store._conn_lock.acquire(timeout=5)  # another thread's try holds the connection
+    renewer = threading.Thread(target=renew, daemon=True)
+    try:
+        renewer.start()
+        time.sleep(0.65)  # past the renewal's budget, within its timeout plus the grace
+    finally:
+        store._conn_lock.release()
+    renewer.join(10)
+    assert "renew" not in executed, "the renewal was sent after its budget ended"
+    assert failed and not failed[0].maybe_applied

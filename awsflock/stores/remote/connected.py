@@ -1,11 +1,12 @@
 """One try on the wire: the store's one cached connection, used by one try at a time, in the
 caller's own thread; bounded by a deadline (``deadline``); behind the gate.
 
-The gate: a try is sent only if its deadline has not passed when it is about to go, after it
-waited for the connection (another thread's try may hold it) and made it if there was none. A
-try refused at the gate was never sent (certainly not applied); one past the gate may have been
-(``maybe_applied`` when it fails). A try still on the wire at its deadline is interrupted (its
-socket shut down) and fails as unanswered; its connection is never used again.
+The gate: a try is sent only if its time (the caller's budget for it) is not over when it is
+about to go, after it waited for the connection (another thread's try may hold it) and made it
+if there was none. A try refused at the gate was never sent (certainly not applied); one past
+the gate may have been (``maybe_applied`` when it fails). A try still on the wire at its
+deadline (its time plus ``TRY_GRACE``) is interrupted (its socket shut down) and fails as
+unanswered; its connection is never used again.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ TRY_GRACE = 0.5
 
 
 def gate_open(deadline: float, now: float) -> bool:
-    """Whether a try whose real-time deadline is ``deadline`` may still be sent at ``now``."""
+    """Whether a try that may be sent until ``deadline`` (real time) may still be sent at
+    ``now``."""
     return now < deadline
 
 
@@ -94,28 +96,33 @@ class Connected(RetryingStore, Generic[C]):
         return err.maybe_applied
 
     def _attempt(self, operation: str, call: Callable[[C], _T], timeout: float) -> _T:
-        deadline = time.monotonic() + timeout + TRY_GRACE
+        # The gate closes when the try's time (the caller's budget for it) is over; one still
+        # on the wire is interrupted a grace later, so an answer on its way can still come.
+        send_by = time.monotonic() + timeout
         self._forked()
-        if not self._conn_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        if not self._conn_lock.acquire(timeout=max(0.0, send_by - time.monotonic())):
             raise errors.EndpointUnreachable(
                 f"{self.where()} did not answer in time (another try held the connection)",
                 hint="check that the server is up and reachable, and retry",
             )
         try:
-            return self._on_wire(operation, call, timeout, deadline)
+            return self._on_wire(operation, call, timeout, send_by)
         finally:
             self._conn_lock.release()
             self._close_if_asked()
 
-    def _on_wire(self, operation: str, call: Callable[[C], _T], timeout: float, end: float) -> _T:
+    def _on_wire(
+        self, operation: str, call: Callable[[C], _T], timeout: float, send_by: float
+    ) -> _T:
         """The try, holding the connection: made if need be, then the gate, then sent."""
         sent = False
+        end = send_by + TRY_GRACE
         watch = watched(end, lambda: None)
         try:
             conn = self._conn
             if conn is None:
-                conn = self._conn = self._connect(timeout, end)
-            if not gate_open(end, time.monotonic()):
+                conn = self._conn = self._connect(timeout, send_by)
+            if not gate_open(send_by, time.monotonic()):
                 raise errors.EndpointUnreachable(
                     f"{self.where()}: the try was given up before it was sent", hint="retry"
                 )
