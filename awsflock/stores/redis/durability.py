@@ -1,8 +1,9 @@
 """What the Redis link asks the server of its durability, and how it reads the answers: the
 check made once per connection (``ask_check``/``read_check``), the durability wait after a
-write step (``ask_wait``/``wait_short``), and the settings read again with every grant
-(``ask_recheck``/``read_recheck``): a grant is never reported from a server whose settings
-changed under it (``CONFIG SET appendonly no`` on a server a long-lived holder uses).
+write step (``ask_wait``/``wait_short``), and the settings read again with every step whose
+answer can show a grant (``ask_recheck``/``read_recheck``; ``program.REPORTS_GRANTS``): a grant
+is never reported from a server whose settings changed under it (``CONFIG SET appendonly no``
+on a server a long-lived holder uses).
 
 Each ``ask_*`` adds commands to a pipeline; each ``read_*`` reads their answers (exceptions
 among them, as redis-py returns them with ``raise_on_error=False``). Nothing here sends.
@@ -96,8 +97,9 @@ def settings(
 
 
 def ask_recheck(pipe: Any, facts: deployment.Server) -> int:
-    """The settings again, after a grant step: the number of commands added. One CONFIG GET
-    and one INFO where the server takes several names at once (Redis 7), else one each."""
+    """The settings again, after a step that can show a grant: the number of commands added.
+    One CONFIG GET and one INFO where the server takes several names at once (Redis 7), else
+    one each."""
     if facts.version >= (7,):
         pipe.execute_command("CONFIG GET", *SETTINGS)
         pipe.execute_command("INFO", "replication", "persistence")

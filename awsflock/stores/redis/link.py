@@ -4,9 +4,10 @@
 retries and gates its tries).
 
 A step is one script call and, where the deployment needs one, its durability wait (``WAIT``
-or ``WAITAOF``), and after a grant the server's settings read again: all sent together in one
-round trip. A wait that falls short, or settings that no longer keep what the step wrote,
-leave the step's outcome unknown: a lost answer (``maybe_applied``), never a grant.
+or ``WAITAOF``), and after a step whose answer can show a grant (``REPORTS_GRANTS``) the
+server's settings read again: all sent together in one round trip. A wait that falls short, or
+settings that no longer keep what the step wrote, leave the step's outcome unknown: a lost
+answer (``maybe_applied``), never a grant.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from awsflock import errors
 from awsflock.stores.redis import deployment, durability, layout
-from awsflock.stores.redis.program import GRANTS, Request
+from awsflock.stores.redis.program import GRANTS, REPORTS_GRANTS, Request
 from awsflock.stores.redis.translate import translate
 from awsflock.stores.remote.link import Translated, driver, shut
 
@@ -162,8 +163,9 @@ class RedisLink:
 
     def step(self, conn: RedisConn, request: Request, timeout: float) -> Any:
         """One step: the script (EVALSHA, EVAL where the server does not have it yet), its
-        durability wait, and after a grant the settings it relied on read again, in one round
-        trip. The script's answer, once the wait and the settings confirmed it."""
+        durability wait, and after a step that can show a grant the settings it relied on read
+        again, in one round trip. The script's answer, once the wait and the settings confirmed
+        it."""
         self.ready(conn)
         found = conn.deployment if request.op != "read" else None
         if found is not None and request.op in GRANTS:
@@ -171,9 +173,12 @@ class RedisLink:
         wait = found is not None and found.waits
         # Settings read at connect may have changed since (CONFIG SET appendonly no under a
         # long-lived holder): read again with every grant, wherever CONFIG GET answered at
-        # connect. WAITAOF fails where the AOF is off, but says nothing of eviction.
+        # connect; also with a poll in line, whose answer may show a grant of ours that landed
+        # late. WAITAOF fails where the AOF is off, but says nothing of eviction.
         facts = conn.facts
-        recheck = request.op in GRANTS and facts is not None and facts.appendonly is not None
+        recheck = (
+            request.op in REPORTS_GRANTS and facts is not None and facts.appendonly is not None
+        )
         args = request.args(bool(wait))
         wait_ms = max(100, int((timeout - 0.2) * 1000))
 

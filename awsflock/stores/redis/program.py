@@ -19,8 +19,12 @@ from awsflock import errors
 from awsflock.stores.redis import layout
 from awsflock.stores.remote.answers import Answer
 
-#: The steps that grant (or extend) a lease: the server's durability is checked with them.
+#: The steps that grant (or extend) a lease: the delayed-restart rule is checked before them.
 GRANTS = ("take", "renew")
+#: The steps whose answer can show the caller a grant, so the server's settings are read again
+#: with them: a take's and a renew's, and a fair waiter's join and beat (a take of its that
+#: was lost in transit and landed later is learnt from its next poll's answer).
+REPORTS_GRANTS = (*GRANTS, "join", "beat")
 #: A lease's fields in the script's hash (short, as stored), by the shared form's names.
 FIELDS = {
     "lease_id": "lease",

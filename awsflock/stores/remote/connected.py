@@ -1,15 +1,17 @@
 """One try on the wire: the store's one cached connection, used by one try at a time, in the
 caller's own thread; bounded by a deadline (``deadline``); behind the gate.
 
-The gate: a try is sent only if its deadline has not passed when it is about to go, after it
-waited for the connection (another thread's try may hold it) and made it if there was none. A
-try refused at the gate was never sent (certainly not applied); one past the gate may have been
-(``maybe_applied`` when it fails). A try still on the wire at its deadline is interrupted (its
-socket shut down) and fails as unanswered; its connection is never used again.
+The gate: a try is sent only if its time (the caller's budget for it) is not over when it is
+about to go, after it waited for the connection (another thread's try may hold it) and made it
+if there was none. A try refused at the gate was never sent (certainly not applied); one past
+the gate may have been (``maybe_applied`` when it fails). A try still on the wire at its
+deadline (its time plus ``TRY_GRACE``) is interrupted (its socket shut down) and fails as
+unanswered; its connection is never used again.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Callable, Generic, TypeVar
@@ -26,7 +28,8 @@ TRY_GRACE = 0.5
 
 
 def gate_open(deadline: float, now: float) -> bool:
-    """Whether a try whose real-time deadline is ``deadline`` may still be sent at ``now``."""
+    """Whether a try that may be sent until ``deadline`` (real time) may still be sent at
+    ``now``."""
     return now < deadline
 
 
@@ -72,6 +75,8 @@ class Connected(RetryingStore, Generic[C]):
         #: ``close`` was called while a try used the connection: that try closes it.
         self._close_after = False
         self._local = threading.local()
+        #: The process the connection belongs to (a forked child makes its own).
+        self._pid = os.getpid()
 
     def where(self) -> str:
         return self.link.where()
@@ -85,13 +90,30 @@ class Connected(RetryingStore, Generic[C]):
     def close(self) -> None:
         """Close the connection (a later call makes a new one), without waiting: a try using
         it now closes it when it ends."""
-        if self._conn_lock.acquire(blocking=False):
+        self._forked()
+        self._close_after = True
+        self._close_if_asked()
+
+    def _close_if_asked(self) -> None:
+        """Close the connection if ``close`` asked and no try uses it. A try looks again once it
+        has given the connection back, so a ``close`` that met it in use is never missed."""
+        if self._close_after and self._conn_lock.acquire(blocking=False):
             try:
-                self._drop()
+                if self._close_after:
+                    self._close_after = False
+                    self._drop()
             finally:
                 self._conn_lock.release()
-        else:
-            self._close_after = True
+
+    def _forked(self) -> None:
+        """In a child forked since the connection was made: forget the parent's connection
+        (closing it would end the parent's session; the driver leaves it to the parent) and
+        its lock (a thread of the parent may have held it as it forked)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._conn = None
+            self._conn_lock = threading.Lock()
+            self._close_after = False
 
     def _drop(self) -> None:
         """Close the connection (the caller holds ``_conn_lock``)."""
@@ -103,31 +125,35 @@ class Connected(RetryingStore, Generic[C]):
         return err.maybe_applied
 
     def _attempt(self, operation: str, call: Callable[[C], _T], timeout: float) -> _T:
+        # The gate closes when the try's time (the caller's budget for it) is over; one still
+        # on the wire is interrupted a grace later, so an answer on its way can still come.
         clock = self.try_time
-        deadline = clock.monotonic() + timeout + TRY_GRACE
-        if not clock.acquire(self._conn_lock, max(0.0, deadline - clock.monotonic())):
+        send_by = clock.monotonic() + timeout
+        self._forked()
+        if not clock.acquire(self._conn_lock, max(0.0, send_by - clock.monotonic())):
             raise errors.EndpointUnreachable(
                 f"{self.where()} did not answer in time (another try held the connection)",
                 hint="check that the server is up and reachable, and retry",
             )
         try:
-            return self._on_wire(operation, call, timeout, deadline)
+            return self._on_wire(operation, call, timeout, send_by)
         finally:
-            if self._close_after:
-                self._close_after = False
-                self._drop()
             self._conn_lock.release()
+            self._close_if_asked()
 
-    def _on_wire(self, operation: str, call: Callable[[C], _T], timeout: float, end: float) -> _T:
+    def _on_wire(
+        self, operation: str, call: Callable[[C], _T], timeout: float, send_by: float
+    ) -> _T:
         """The try, holding the connection: made if need be, then the gate, then sent."""
         sent = False
         clock = self.try_time
+        end = send_by + TRY_GRACE
         watch = clock.watched(end, lambda: None)
         try:
             conn = self._conn
             if conn is None:
-                conn = self._conn = self._connect(timeout, end)
-            if not gate_open(end, clock.monotonic()):
+                conn = self._conn = self._connect(timeout, send_by)
+            if not gate_open(send_by, clock.monotonic()):
                 raise errors.EndpointUnreachable(
                     f"{self.where()}: the try was given up before it was sent", hint="retry"
                 )
