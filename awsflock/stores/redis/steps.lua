@@ -1,7 +1,7 @@
 -- awsflock's Redis step script: every lock step is one call of it (EVALSHA), atomic, on the
 -- server's clock. Loaded by awsflock/stores/redis/layout.py (script()), which fills in the
--- placeholders below (names in double braces) with the protocol's constants (integers); run by
--- awsflock/stores/redis/connection.py. Lua 5.1, as Redis runs it (cjson, redis.call).
+-- placeholders below (names in double braces) with the protocol's constants (integers); its
+-- requests are program.py's, sent by link.py. Lua 5.1, as Redis runs it (cjson, redis.call).
 -- Checked: tests/test_step_programs.py runs every step on a real redis-server (and parses this
 -- file as Lua 5.1 where there is none); the pre-commit hook "step-programs" runs that file.
 --
