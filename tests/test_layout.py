@@ -214,8 +214,13 @@ def _thread_starters(sources: dict[str, str]) -> set[str]:
 def test_only_the_shared_layer_starts_request_threads():
     sources = {n: p.read_text() for n, p in MODULES.items()}
     assert _thread_starters(sources) == set()
-    places = [n for n, text in sources.items() if 'name="awsflock-request"' in text]
-    assert places == ["awsflock.stores.remote.worker"]
+    places = [
+        (n, line)
+        for n, text in sources.items()
+        for line in text.splitlines()
+        if 'name="awsflock-request"' in line
+    ]
+    assert len(places) == 1 and places[0][0] == "awsflock.stores.remote.worker", places
 
 
 def test_the_thread_rule_finds_a_planted_violation():

@@ -78,7 +78,7 @@ class Workers:
             if self._idle:
                 return self._idle.pop()
         inbox: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
-        threading.Thread(target=_serve, args=(inbox,), name="awsflock-request", daemon=True).start()
+        request_thread(_serve, inbox)
         return inbox
 
     def close(self) -> None:
