@@ -24,8 +24,10 @@ class Translated:
 class Link(Protocol, Generic[C]):
     """One server's connections (``C``: whatever the driver calls a connection).
 
-    Every method but ``interrupt`` runs in the thread that makes the try; ``interrupt`` runs
-    in the watchdog's, while that thread may be blocked inside the driver on ``conn``.
+    ``connect`` runs in a request thread (and ``close`` there too, on a connection made after
+    its caller gave up); ``step`` and otherwise ``close`` in the thread that makes the try, one
+    try at a time; ``interrupt`` in the watchdog's, while that thread may be blocked inside
+    the driver on ``conn``.
     """
 
     def where(self) -> str:
