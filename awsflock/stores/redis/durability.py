@@ -5,8 +5,9 @@ answer can show a grant (``ask_recheck``/``read_recheck``; ``program.REPORTS_GRA
 is never reported from a server whose settings changed under it (``CONFIG SET appendonly no``
 on a server a long-lived holder uses).
 
-Each ``ask_*`` adds commands to a pipeline; each ``read_*`` reads their answers (exceptions
-among them, as redis-py returns them with ``raise_on_error=False``). Nothing here sends.
+``ask_check`` adds its commands to a pipeline (once per connection); ``ask_wait`` and
+``ask_recheck`` give commands that ``wire.call`` sends behind the step's script. Each ``read_*``
+reads their answers (exceptions among them, in their place). Nothing here sends.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from awsflock.stores.redis import deployment, layout
+from awsflock.stores.redis import deployment, layout, wire
 from awsflock.stores.redis.translate import clears_up
 
 #: The settings a check reads (CONFIG GET), in the order of ``Server``'s fields below.
@@ -96,42 +97,40 @@ def settings(
     )
 
 
-def ask_recheck(pipe: Any, facts: deployment.Server) -> int:
-    """The settings again, after a step that can show a grant: the number of commands added.
-    One CONFIG GET and one INFO where the server takes several names at once (Redis 7), else
-    one each."""
+def ask_recheck(facts: deployment.Server) -> list[wire.Command]:
+    """The settings again, after a step that can show a grant: one CONFIG GET and one INFO
+    where the server takes several names at once (Redis 7), else one of each per name."""
     if facts.version >= (7,):
-        pipe.execute_command("CONFIG GET", *SETTINGS)
-        pipe.execute_command("INFO", "replication", "persistence")
-        return 2
-    pipe.config_get("append*")
-    pipe.config_get("maxmemory*")
-    pipe.config_get("no-appendfsync-on-rewrite")
-    pipe.info("replication")
-    pipe.info("persistence")
-    return 5
+        return [("CONFIG", "GET", *SETTINGS), ("INFO", "replication", "persistence")]
+    return [
+        ("CONFIG", "GET", "append*"),
+        ("CONFIG", "GET", "maxmemory*"),
+        ("CONFIG", "GET", "no-appendfsync-on-rewrite"),
+        ("INFO", "replication"),
+        ("INFO", "persistence"),
+    ]
 
 
 def read_recheck(before: deployment.Server, answers: list[Any]) -> deployment.Server | str:
-    """The facts ``ask_recheck``'s answers show, or why they cannot be read."""
+    """The facts ``ask_recheck``'s raw answers show, or why they cannot be read."""
     failed = next((a for a in answers if isinstance(a, Exception)), None)
     if failed is not None:
         return str(failed).splitlines()[0]
-    if len(answers) == 2:
-        info = _info(answers[1])
-        return settings(before, _pairs(answers[0]), info, info)
     config: dict[str, Any] = {}
-    for answer in answers[:-2]:
-        config.update(_pairs(answer))
-    return settings(before, config, answers[-2], answers[-1])
+    info: dict[str, Any] = {}
+    for answer in answers:
+        if isinstance(answer, list):
+            config.update(_pairs(answer))
+        else:
+            info.update(_info(answer))
+    return settings(before, config, info, info)
 
 
-def ask_wait(pipe: Any, found: deployment.Deployment, wait_ms: int) -> None:
+def ask_wait(found: deployment.Deployment, wait_ms: int) -> wire.Command:
     """The durability wait after a write step."""
     if found.waitaof:
-        pipe.execute_command("WAITAOF", 1, found.replicas, wait_ms)
-    else:
-        pipe.execute_command("WAIT", found.replicas, wait_ms)
+        return ("WAITAOF", 1, found.replicas, wait_ms)
+    return ("WAIT", found.replicas, wait_ms)
 
 
 def wait_short(found: deployment.Deployment, answer: Any) -> str:

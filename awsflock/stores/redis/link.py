@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from awsflock import errors
-from awsflock.stores.redis import deployment, durability, layout
+from awsflock.stores.redis import deployment, durability, layout, wire
 from awsflock.stores.redis.program import GRANTS, REPORTS_GRANTS, Request
 from awsflock.stores.redis.translate import translate
 from awsflock.stores.remote.link import Translated, driver, shut
@@ -180,34 +180,27 @@ class RedisLink:
             request.op in REPORTS_GRANTS and facts is not None and facts.appendonly is not None
         )
         args = request.args(bool(wait))
-        wait_ms = max(100, int((timeout - 0.2) * 1000))
-
-        def send(by_sha: bool) -> tuple[list[Any], int]:
-            if not wait and not recheck:  # the script alone: no pipeline to build and read
-                return [_script(conn.client, by_sha, request.keys, args)], 0
-            pipe = conn.client.pipeline(transaction=False)
-            if by_sha:
-                pipe.evalsha(SCRIPT_SHA, len(request.keys), *request.keys, *args)
-            else:
-                pipe.eval(SCRIPT, len(request.keys), *request.keys, *args)
-            if wait:
-                assert found is not None
-                durability.ask_wait(pipe, found, wait_ms)
-            asked = durability.ask_recheck(pipe, facts) if recheck and facts else 0
-            return list(pipe.execute(raise_on_error=False)), asked
-
+        behind: list[wire.Command] = []
+        if wait:
+            assert found is not None
+            behind.append(durability.ask_wait(found, max(100, int((timeout - 0.2) * 1000))))
+        asked = durability.ask_recheck(facts) if recheck and facts else []
+        behind += asked
+        keys = request.keys
+        answers = wire.call(
+            conn.client, [("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args), *behind]
+        )
         import redis.exceptions as rx
 
-        answers, asked = send(True)
-        if isinstance(answers[0], rx.NoScriptError):
-            answers, asked = send(False)
+        if isinstance(answers[0], rx.NoScriptError):  # a server that lost it (restarted, flushed)
+            answers = wire.call(conn.client, [("EVAL", SCRIPT, len(keys), *keys, *args), *behind])
         if isinstance(answers[0], Exception):
             raise answers[0]
         if wait:
             assert found is not None
             self._waited(found, answers[1])
         if asked:
-            self._rechecked(conn, answers[-asked:])
+            self._rechecked(conn, answers[-len(asked) :])
         return answers[0]
 
     def _waited(self, found: deployment.Deployment, answer: Any) -> None:
@@ -248,18 +241,6 @@ class RedisLink:
         )
         err.maybe_applied = True
         raise err
-
-
-def _script(client: Any, by_sha: bool, keys: list[str], args: list[str]) -> Any:
-    """The script's reply, or the error it was answered with (as a pipeline gives it)."""
-    import redis.exceptions as rx
-
-    try:
-        if by_sha:
-            return client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
-        return client.eval(SCRIPT, len(keys), *keys, *args)
-    except rx.ResponseError as refused:
-        return refused
 
 
 def _no_setinfo() -> dict[str, None]:
