@@ -62,7 +62,9 @@ def check_lock_id(lock_id: str) -> str:
         lock_id.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise errors.UsageError("LOCK_ID is not valid text", hint="use plain UTF-8") from exc
-    control = next((c for c in lock_id if unsafe(c)), None)
+    # Printable ASCII (most names) has none: each character is looked at only in the others.
+    plain = lock_id.isascii() and lock_id.isprintable()
+    control = None if plain else next((c for c in lock_id if unsafe(c)), None)
     if control is not None:
         # A newline or a terminal escape in a name would break every line that shows it.
         raise errors.UsageError(

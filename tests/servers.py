@@ -207,25 +207,37 @@ def _unprivileged() -> list[str]:
     return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
 
 
+def _data_base(on_disk: bool) -> str | None:
+    """Where a server's data directory goes: ``/dev/shm`` where it can (an fsync there costs
+    nothing), else the system's temporary directory; ``on_disk``: ``.cache/disk`` in this
+    checkout (the system's temporary directory may be a tmpfs too)."""
+    if on_disk:
+        disk = ROOT / ".cache" / "disk"
+        disk.mkdir(parents=True, exist_ok=True)
+        return str(disk)
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
 class PostgresServer(Server):
     """A throw-away PostgreSQL cluster in a temporary directory, on a free loopback port, run as
     an unprivileged user when we are root. Password (scram) auth over TCP; ``url`` is the
     superuser's libpq URL.
 
     ``fsync`` stays on (the store refuses a server without it) but the cluster lives in
-    ``/dev/shm`` where it costs nothing; ``synchronous_commit`` is off, the common tuning the
-    store's own steps must override. ``settings``: more ``-c`` settings."""
+    ``/dev/shm`` where it costs nothing (``on_disk``: in the system's temporary directory, where
+    each commit waits for the disk, as a durable deployment's does); ``synchronous_commit`` is
+    off, the common tuning the store's own steps must override. ``settings``: more ``-c``
+    settings."""
 
     name = "postgresql"
 
-    def __init__(self, settings: tuple[str, ...] = ()) -> None:
+    def __init__(self, settings: tuple[str, ...] = (), *, on_disk: bool = False) -> None:
         super().__init__()
         import tempfile
 
         self.settings = settings
-        shm = Path("/dev/shm")
-        base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-        self.dir = Path(tempfile.mkdtemp(prefix="awsflock-pg-", dir=base))
+        self.dir = Path(tempfile.mkdtemp(prefix="awsflock-pg-", dir=_data_base(on_disk)))
         self.data = self.dir / "data"
         self.url = f"postgresql://postgres:{PG_PASSWORD}@127.0.0.1:{self.port}/postgres"
         self.store_url = self.url
@@ -326,7 +338,8 @@ REDIS_DURABLE = ("--appendonly", "yes", "--appendfsync", "always")
 class RedisServer(Server):
     """A throw-away redis-server in a temporary directory, on a free loopback port, with a
     password, no RDB snapshots and ``settings`` (default: AOF fsynced on every write, which the
-    store requires unless told otherwise). ``url``: the URL with the password."""
+    store requires unless told otherwise), in ``/dev/shm`` (``on_disk``: on the disk, where an
+    fsync costs what it costs a durable deployment). ``url``: the URL with the password."""
 
     name = "redis"
     #: The executable, and how to get it where it is missing.
@@ -335,14 +348,12 @@ class RedisServer(Server):
         "run scripts/test, which installs redis-server with apt-get, or set AWSFLOCK_REDIS_SERVER"
     )
 
-    def __init__(self, settings: tuple[str, ...] = REDIS_DURABLE) -> None:
+    def __init__(self, settings: tuple[str, ...] = REDIS_DURABLE, *, on_disk: bool = False) -> None:
         super().__init__()
         import tempfile
 
         self.settings = settings
-        shm = Path("/dev/shm")
-        base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-        self.dir = Path(tempfile.mkdtemp(prefix="awsflock-redis-", dir=base))
+        self.dir = Path(tempfile.mkdtemp(prefix="awsflock-redis-", dir=_data_base(on_disk)))
         self.address = f"127.0.0.1:{self.port}/0"
         self.url = f"redis://:{REDIS_PASSWORD}@{self.address}"
         self.store_url = self.url

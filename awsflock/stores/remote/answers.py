@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from awsflock.protocol import Outcome
-from awsflock.records import Identity, Line, LockRecord, Pool, Waiter, holder_fields
+from awsflock.records import NO_LINE, Identity, Line, LockRecord, Pool, Waiter, holder_fields
 
 
 @dataclass(frozen=True)
@@ -37,20 +37,30 @@ class Answer:
     ended: str | None = None
 
 
+#: Identity's fields: the ones an identity read from a server may set.
+_KNOWN = frozenset(f.name for f in dataclasses.fields(Identity))
+
+
 def identity(who: Any) -> Identity:
     """``who`` (a dict, or anything else) as an Identity; unknown fields are left out."""
     if not isinstance(who, dict):
         return Identity(owner="")
-    known = {f.name for f in dataclasses.fields(Identity)}
-    return Identity(**{"owner": "", **{k: v for k, v in who.items() if k in known}})
+    return Identity(**{"owner": "", **{k: v for k, v in who.items() if k in _KNOWN}})
 
 
 def _seconds(ms: Any, shift: int) -> float | None:
     return None if ms in (None, "") else (int(ms) + shift) / 1000
 
 
-def record(lock_id: str, lease: dict[str, Any] | None, slots: int | None, shift: int) -> LockRecord:
-    """A lease of the shared form as a LockRecord (an empty one where ``lease`` is None)."""
+def record(
+    lock_id: str,
+    lease: dict[str, Any] | None,
+    slots: int | None,
+    shift: int,
+    waiting: Line = NO_LINE,
+) -> LockRecord:
+    """A lease of the shared form as a LockRecord (an empty one where ``lease`` is None), with
+    the lock's line ``waiting``."""
     lease = lease or {}
     lease_id = str(lease.get("lease_id") or "")
     history = lease.get("history") or ()
@@ -72,6 +82,7 @@ def record(lock_id: str, lease: dict[str, Any] | None, slots: int | None, shift:
         forced_at=_seconds(lease.get("forced_ms"), shift),
         keeper=str(lease.get("keeper") or ""),
         extra=lease.get("raw", lease),
+        line=waiting,
     )
 
 
@@ -100,17 +111,25 @@ def line(head: dict[str, Any], shift: int) -> Line:
     )
 
 
-def outcome(answer: Answer, lock_id: str, slot: int | None, shift: int, in_doubt: bool) -> Outcome:
-    """The Outcome of a step whose answer is ``answer``, times shifted by ``shift``."""
+def outcome(
+    answer: Answer,
+    lock_id: str,
+    slot: int | None,
+    shift: int,
+    in_doubt: bool,
+    to_mono: float | None = None,
+) -> Outcome:
+    """The Outcome of a step whose answer is ``answer``, times shifted by ``shift`` (and turned
+    into the caller's monotonic time by ``to_mono``, if given: ``Outcome.to_mono``)."""
     applied, head, barred = answer.applied, answer.head, answer.barred
     if head is None:
-        return Outcome(applied, None, None, slot, in_doubt, barred=barred)
+        return Outcome(applied, None, None, slot, in_doubt, to_mono=to_mono, barred=barred)
     size = None if head.get("slots") in (None, "") else int(head["slots"])
     waiting = line(head, shift)
-    lock = dataclasses.replace(record(lock_id, head.get("lease"), size, shift), line=waiting)
+    lock = record(lock_id, head.get("lease"), size, shift, waiting)
     if size is None:
-        return Outcome(applied, lock, None, slot, in_doubt, waiting, barred=barred)
+        return Outcome(applied, lock, None, slot, in_doubt, waiting, to_mono, barred)
     leases = head.get("slot_leases") or {}
     slots = {int(n): record(lock_id, lease, size, shift) for n, lease in sorted(leases.items())}
     pool = Pool(lock_id, size, slots, waiting)
-    return Outcome(applied, lock, pool, slot, in_doubt, waiting, barred=barred)
+    return Outcome(applied, lock, pool, slot, in_doubt, waiting, to_mono, barred)

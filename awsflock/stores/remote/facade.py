@@ -11,13 +11,14 @@ replies. The calls that are not lock steps (scans, audit, set-up) are the backen
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from awsflock import errors
 from awsflock.names import slot_of
 from awsflock.protocol import AUDIT_PREFIX, MAX_DROPS, RENEW_ORDER_MS, Attempt, Drops, Outcome
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, Pool, Waiter
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Identity, LockRecord, Pool, Waiter
 from awsflock.stores import kinds
 from awsflock.stores.remote import answers
 from awsflock.stores.remote.connected import Connected
@@ -75,15 +76,17 @@ class StepStore(Connected[C], Generic[C]):
 
         reply, wall_ms, mono = self._send(operation, call)
         answer = self.program.answer(reply, lock_id)
-        shift = wall_ms - answer.now_ms if self.server_time else 0
-        outcome = answers.outcome(answer, lock_id, params.get("slot"), shift, self._in_doubt())
+        shift, to_mono = 0, None
+        if self.server_time:
+            shift = wall_ms - answer.now_ms
+            # A lease's end on the caller's monotonic clock: when the try was sent plus what the
+            # server had left of it, so no step of the caller's wall clock can stretch it.
+            to_mono = mono - wall_ms / 1000
+        slot = params.get("slot")
+        outcome = answers.outcome(answer, lock_id, slot, shift, self._in_doubt(), to_mono)
         if answer.ended is not None:
             outcome = outcome.remembering(str(params["lease"]), answer.ended)
-        if not self.server_time:
-            return outcome
-        # A lease's end on the caller's monotonic clock: when the try was sent plus what the
-        # server had left of it, so no step of the caller's wall clock can stretch it.
-        return dataclasses.replace(outcome, to_mono=mono - wall_ms / 1000)
+        return outcome
 
     def _clock(self, now_ms: int, skew_ms: int) -> dict[str, Any]:
         return {} if self.server_time else {"now": now_ms, "skew": skew_ms}
@@ -93,7 +96,7 @@ class StepStore(Connected[C], Generic[C]):
         params = {
             **self._clock(attempt.now_ms, attempt.skew_ms),
             "lease": attempt.lease_id,
-            "who": dataclasses.asdict(attempt.identity),
+            "who": _who(attempt.identity),
             "lease_ms": attempt.lease_ms,
             "sent": attempt.now_ms,
             "slot": attempt.slot,
@@ -212,3 +215,13 @@ def opened(cls: Callable[..., _S], url: str, table: str | None, settings: Any) -
 def _check_drops(drop: Drops) -> None:
     if len(drop) > MAX_DROPS:
         raise errors.UsageError(f"{len(drop)} places to drop at once; at most {MAX_DROPS}")
+
+
+def _who(identity: Identity) -> dict[str, Any]:
+    """``identity``'s fields, as a new dict (a process sends the same one with every take)."""
+    return dict(_fields(identity))
+
+
+@functools.lru_cache(maxsize=64)
+def _fields(identity: Identity) -> dict[str, Any]:
+    return dataclasses.asdict(identity)
