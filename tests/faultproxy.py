@@ -137,6 +137,8 @@ class FaultProxy:
         self.plan: Plan = plan or (lambda target, n: "pass")
         self.counts: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()
+        #: Client connections accepted so far.
+        self.connections = 0
         self.on_fault: Callable[[str, str], None] | None = None
         self._lock = threading.Lock()
         #: Whether the upstream runs TransactWriteItems (None: not asked yet).
@@ -185,6 +187,8 @@ class FaultProxy:
                 continue
             except OSError:
                 return
+            with self._lock:
+                self.connections += 1
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     # What a protocol decides (HTTP here; PostgreSQL's wire protocol in tests/pgproxy.py).

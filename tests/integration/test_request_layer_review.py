@@ -139,6 +139,42 @@ def test_a_forked_child_neither_uses_nor_closes_its_parents_connection(
     store.close()
 
 
+def test_a_forked_child_sends_on_a_dynamodb_connection_of_its_own(server):
+    # A DynamoDB store used on both sides of a fork (multiprocessing's fork, a pre-forking
+    # server) kept botocore's pooled keep-alive connection: parent and child wrote requests on
+    # one socket, and each could read the answer meant for the other. The child now opens its
+    # own; the parent's connection stays open under it.
+    from awsflock.stores.dynamodb import DynamoDBStore
+    from tests.faultproxy import FaultProxy
+    from tests.servers import local_client
+
+    if server.name == "moto":
+        pytest.skip("moto's server closes every connection after its answer: none is shared")
+    table = "fork" + uuid.uuid4().hex[:6]
+    with FaultProxy(("127.0.0.1", server.port)) as proxy:
+        store = DynamoDBStore(table, local_client(proxy.url))
+        LockTable(store=store).create()
+        name = "fork-" + uuid.uuid4().hex[:6]
+        lease = LockTable(store=store).acquire(name, lease=60, wait=0)
+        before = proxy.connections
+        pid = os.fork()
+        if pid == 0:  # the child: a lock of its own, as a worker would
+            code = 1
+            try:
+                LockTable(store=store).acquire(name + "-child", lease=60, wait=0).release()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert proxy.connections == before + 1, "the child sent on its parent's connection"
+        now_ms = round(time.time() * 1000)
+        renewed = store.renew(name, lease.lease_id, now_ms=now_ms, lease_ms=60_000, skew_ms=0)
+        assert renewed.applied and not renewed.in_doubt
+        assert proxy.connections == before + 1, "the parent lost its connection to the child"
+        lease.release()
+
+
 def test_a_renewal_that_waited_for_the_connection_past_its_budget_is_never_sent(monkeypatch):
     # Found by the review of issue 39: the heartbeat gives a renewal a budget that ends when
     # the lease counts as lost ("no try of this renewal may be sent after the moment the lease

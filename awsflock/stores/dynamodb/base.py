@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -107,6 +108,8 @@ class TableBase(RetryingStore):
         self._client = client
         self._local = threading.local()  # this thread's budget and per-try timeout
         self._workers = Workers()
+        #: The process that made the client's connections (``_forked``).
+        self._pid = os.getpid()
         # None until we learn whether a failed conditional write returns the old item.
         self._ccf_returns_item: bool | None = None
         #: The latest poll of each lock's line that an answer showed (see ``beat``).
@@ -217,7 +220,20 @@ class TableBase(RetryingStore):
             self._local.try_timeout = timeout  # read by botocore's before-call hook
             return call()
 
+        self._forked()
         return self._workers.run(work, timeout, self.where())
+
+    def _forked(self) -> None:
+        """In a child forked since the client was made: let go of the parent's connections, so
+        the child makes its own. Two processes writing requests on one socket would each read
+        answers meant for the other. Closing them here ends the child's copies only: the
+        parent's stay open (no shutdown, no TLS close_notify), and the parent goes on."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        session = getattr(getattr(self._client, "_endpoint", None), "http_session", None)
+        with contextlib.suppress(Exception):
+            session.close()  # type: ignore[union-attr]
 
     # -- errors -------------------------------------------------------------------------------
 
