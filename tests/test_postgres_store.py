@@ -69,6 +69,39 @@ def test_a_try_given_up_while_still_connecting_never_sends_its_statement(monkeyp
     assert executed == []
 
 
+def test_a_connect_interrupted_by_ctrl_c_is_closed_when_it_is_made(monkeypatch):
+    # Ctrl-C while a connect is under way: the connection, made later in its request thread,
+    # is closed there, not left open for nobody.
+    import psycopg
+
+    from awsflock.stores.remote.connected import TryTime
+
+    made: list[FakeConnection] = []
+    go = threading.Event()
+
+    def slow_connect(conninfo: str, **kwargs: Any) -> FakeConnection:
+        go.wait(60)
+        made.append(FakeConnection([]))
+        return made[-1]
+
+    class CtrlC(TryTime):
+        def wait(self, event: threading.Event, timeout: float) -> bool:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(psycopg, "connect", slow_connect)
+    before = set(threading.enumerate())
+    store = PostgresStore("postgresql://u@h/db", request_timeout=5)
+    store.try_time = CtrlC()
+    attempt = Attempt("L1", Identity(owner="x"), now_ms=0, lease_ms=60_000, skew_ms=0)
+    with pytest.raises(KeyboardInterrupt):
+        store.take("lock", attempt)
+    go.set()
+    for worker in threading.enumerate():
+        if worker.name == "awsflock-request" and worker not in before:
+            worker.join(60)
+    assert len(made) == 1 and made[0].closed
+
+
 class StuckConnection(FakeConnection):
     """Its first statement does not come back until ``let_go`` is set."""
 

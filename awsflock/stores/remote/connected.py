@@ -210,7 +210,16 @@ class Connected(RetryingStore, Generic[C]):
 
         clock = self.try_time
         clock.start(work)
-        if not clock.wait(done, max(0.0, end - clock.monotonic())):
+        try:
+            finished = clock.wait(done, max(0.0, end - clock.monotonic()))
+        except BaseException:  # interrupted (Ctrl-C, a signal's exception): nobody will use it
+            with lock:
+                box["abandoned"] = True
+                late = box.get("conn")
+            if late is not None:
+                self.link.close(late)
+            raise
+        if not finished:
             with lock:
                 box["abandoned"] = True
                 if "conn" in box:  # made just now
