@@ -671,7 +671,7 @@ def test_an_aof_turned_on_again_counts_only_once_its_rewrite_is_done():
         ):
             lease.renew()
         assert lost.value.maybe_applied
-        refused = UrlCli(srv, store.prefix)("acquire", "other", "-n", "--request-timeout", "1s")
+        refused = UrlCli(srv, store.prefix)("acquire", "other", "-n", "--request-timeout", "3s")
         _one_line(refused, "rewriting its AOF")
         end = time.monotonic() + 30
         while client.info("persistence")["aof_rewrite_in_progress"]:

@@ -13,6 +13,7 @@ reads their answers (exceptions among them, in their place). Nothing here sends.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from awsflock.stores.redis import deployment, layout, wire
@@ -155,16 +156,21 @@ def _pairs(answer: Any) -> dict[str, Any]:
     return {_text(k): _text(v) for k, v in items}
 
 
+#: The INFO lines a recheck reads (``settings``): the role, the replicas, the AOF's state.
+_INFO_LINE = re.compile(
+    r"^(role|aof_enabled|aof_rewrite_in_progress|aof_rewrite_scheduled|slave[0-9]+):(.*?)\r?$",
+    re.M,
+)
+
+
 def _info(answer: Any) -> dict[str, Any]:
-    """A raw INFO reply (text) as a dict: ``name:value`` lines; ``slaveN`` values as dicts."""
+    """The lines of a raw INFO reply (text) that ``settings`` reads, as a dict; ``slaveN``
+    values as dicts. (One search: the reply has some forty lines, read with every grant.)"""
     if isinstance(answer, dict):
         return answer
     found: dict[str, Any] = {}
-    for line in _text(answer).splitlines():
-        name, sep, value = line.partition(":")
-        if not sep or line.startswith("#"):
-            continue
-        if name.startswith("slave") and name[5:].isdigit():
+    for name, value in _INFO_LINE.findall(_text(answer)):
+        if name.startswith("slave"):
             found[name] = dict(part.split("=", 1) for part in value.split(",") if "=" in part)
         else:
             found[name] = value
