@@ -198,13 +198,13 @@ def audit_after_force() -> contextlib.AbstractContextManager[None]:
         store = table.store
         put = store.put_audit
         writes: list[tuple[Any, ...]] = []
-        store.put_audit = lambda key, entry, replace=True: writes.append((key, entry, replace))
+        store.put_audit = lambda key, entry: writes.append((key, entry))
         try:
             result = force(table, lock_id, **kw)
         finally:
             store.put_audit = put
-        for key, entry, replace in writes:
-            put(key, entry, replace=replace)
+        for key, entry in writes:
+            put(key, entry)
         return result
 
     return _patched(
