@@ -99,6 +99,8 @@ ENDED_BARRED = "barred"
 AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
 #: An audit record's ``status`` once the action it describes turned out not to take effect.
 AUDIT_VOID = "not_applied"
+#: The ``status`` of an audit record written from the lock's item, after its action took effect.
+AUDIT_APPLIED = "applied"
 #: The default time one call may take, retries included, unless the caller's wait is longer.
 DEFAULT_REQUEST_TIMEOUT = 5.0
 #: No try of a call is started with less time than this left.
@@ -356,14 +358,18 @@ class LockStore(Protocol):
         every slot that goes away is free. True if done."""
         ...
 
-    def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
-        """Write audit record ``key`` (under ``AUDIT_PREFIX``): replacing one of that key, or,
-        ``replace`` False, only if there is none. Empty fields are left out."""
+    def put_audit(self, key: str, entry: dict[str, Any]) -> None:
+        """Write audit record ``key`` (under ``AUDIT_PREFIX``; empty fields left out) unless
+        the record there settles it: one whose action took effect (``status`` AUDIT_APPLIED)
+        stays, and a void one is replaced only by one that took effect. So a put landing late
+        never brings back a record voided meanwhile (a void wins over a put of its action in
+        either order), nor hides the force-release that ended the lease."""
         ...
 
     def void_audit(self, key: str, action_id: str | None) -> None:
-        """Set audit record ``key``'s ``status`` to ``AUDIT_VOID`` if it exists (and was
-        written by ``action_id``, when given)."""
+        """Set audit record ``key``'s ``status`` to ``AUDIT_VOID`` if its action has not taken
+        effect (no ``status``) and is ``action_id`` (any, None); where there is no record,
+        leave a void one (naming ``action_id``), which a put landing later cannot replace."""
         ...
 
     def audit_entries(self) -> Iterator[dict[str, Any]]:

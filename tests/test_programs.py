@@ -28,7 +28,7 @@ def test_every_placeholder_needs_its_value_and_every_value_its_placeholder():
     with pytest.raises(ValueError, match=r"no value for \['D', 'DI'\]"):
         programs.load("awsflock.stores.postgresql", "done.sql")
     with pytest.raises(ValueError, match=r"no placeholder for \['X'\]"):
-        programs.load("awsflock.stores.redis", "void.lua", X=1)
+        programs.load("awsflock.stores.redis", "audit.lua", X=1)
 
 
 def test_a_value_is_an_int_or_an_identifier_and_nothing_else():

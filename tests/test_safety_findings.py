@@ -539,6 +539,33 @@ def test_a_force_release_that_did_not_take_effect_leaves_no_audit_record(make_ta
 
 
 @pytest.mark.parametrize("taken_after", [False, True])
+def test_a_refused_force_release_whose_audit_put_lands_late_leaves_no_audit_record(
+    make_any_table, taken_after
+):
+    """Found by the simulator on PostgreSQL (seed 11): the audit record's first try went
+    unanswered (its retry was written), the holder released before the force, the refused
+    force-release voided the record, and then the first try landed: the audit log claimed a
+    force-release that never happened. (taken_after: another holder took the lock too.)"""
+    lease = make_any_table("a").acquire("late-put", lease=600, wait=0)
+    operator = make_any_table("op")
+    put = operator.store.put_audit
+    late: list[Any] = []
+
+    def first_try_on_its_way(key: str, entry: dict[str, Any]) -> None:
+        late.append(lambda: put(key, entry))
+        put(key, entry)  # the retry, answered
+        lease.release()  # the lock changes hands before the force lands
+        if taken_after:
+            make_any_table("w").acquire("late-put", lease=600, wait=0)
+
+    operator.store.put_audit = first_try_on_its_way  # type: ignore[method-assign]
+    with pytest.raises(errors.NotHeld, match="changed hands"):
+        force_release(operator, "late-put", reason="stuck", lease_id=lease.lease_id, actor="ana")
+    late.pop()()  # the first try lands, after the record was voided
+    assert audit_records(make_any_table("op"), "late-put") == []
+
+
+@pytest.mark.parametrize("taken_after", [False, True])
 def test_a_force_release_that_lands_late_under_a_rerun_keeps_its_audit_record(
     make_table, moto, taken_after
 ):

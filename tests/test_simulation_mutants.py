@@ -47,9 +47,13 @@ def test_the_second_half_of_the_budget_keeps_every_invariant():
     assert sum(r.operations for r in results) >= HALF_BUDGET
 
 
+#: The bugs looked for here: all but those looked for only on a server's store (integration tier).
+HERE = [n for n in MUTANTS if BENEATH.get(n, ("memory",))[0] in ("memory", "moto")]
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else []) for n in MUTANTS]
+    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else []) for n in HERE]
 )
 def test_each_known_bug_put_back_is_found(name):
     store = BENEATH.get(name, ("memory",))[0]

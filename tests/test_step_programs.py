@@ -1,4 +1,4 @@
-"""The step programs, run: every step of the Redis script (``redis/steps.lua``, ``void.lua``)
+"""The step programs, run: every step of the Redis script (``redis/steps.lua``, ``audit.lua``)
 and of the PostgreSQL function (``postgresql/steps.sql``, ``table.sql``, ``done.sql``) at least
 once, through the real stores on a real redis-server and PostgreSQL, with their answers checked.
 
@@ -42,7 +42,7 @@ STORES = ("redis", "postgresql")
 def redis_server() -> Iterator[RedisServer]:
     if shutil.which(REDIS_SERVER) is None:
         pytest.skip(
-            f"{NOT_RUN}: redis/steps.lua, void.lua (no {REDIS_SERVER}: apt-get install "
+            f"{NOT_RUN}: redis/steps.lua, audit.lua (no {REDIS_SERVER}: apt-get install "
             "redis-server, or set AWSFLOCK_REDIS_SERVER); the Lua was only parsed"
         )
     server = RedisServer().start()
@@ -247,5 +247,5 @@ def test_the_lua_programs_parse_as_lua_5_1():
     check = lua51.LuaRuntime().eval(
         "function(text, name) local f, e = loadstring(text, name) return e end"
     )
-    for name, text in (("steps.lua", layout.script()), ("void.lua", store.VOID)):
+    for name, text in (("steps.lua", layout.script()), ("audit.lua", store.AUDIT)):
         assert check(text, name) is None, check(text, name)

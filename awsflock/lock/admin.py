@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 from awsflock import errors, metrics
 from awsflock.lock.verdict import ended_how
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
-from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, Outcome
+from awsflock.protocol import AUDIT_APPLIED, AUDIT_PREFIX, AUDIT_VOID, Outcome
 from awsflock.records import ENDED_FORCED, LockRecord
 from awsflock.text import iso_utc
 
@@ -63,7 +63,9 @@ def force_release(
     action_id = uuid.uuid4().hex[:16]
     entry = _entry(lock_id, slot, record, who, reason, round(now * 1000), action_id)
     # On record before it can take effect: one record per lease, keyed by it, so a run whose
-    # answer was lost, its retries and its re-runs all come down to exactly one record.
+    # answer was lost, its retries and its re-runs all come down to exactly one record. This put
+    # may land late, after the record was voided or the lease's force written as applied: the
+    # store then keeps what is there (``LockStore.put_audit``).
     table.store.put_audit(audit_key(record.lease_id), entry)
     outcome = _force(table, entry)
     if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
@@ -130,7 +132,7 @@ def _held(
     what = _what(lock_id, slot)
     if record is not None and record.forced and (lease_id is None or record.lease_id == lease_id):
         # Force-released already, perhaps by an earlier run of this command whose answer was
-        # lost: its audit record was written before it (written now if it is missing).
+        # lost: its audit record was written before it (written now as applied, from the item).
         _ensure_audit(table, lock_id, slot, record)
         raise errors.NotHeld(
             f"{what} is not held: it was {record.forced_text()} (audited)",
@@ -189,9 +191,10 @@ def _not_forced(
         # An earlier run's force-release, whose request landed after that run gave up,
         # ended the lease: the one audit record of the lease is that force's, not voided.
         if after is not None and after.lease_id == record.lease_id:
-            _ensure_audit(table, lock_id, slot, after, replace=True)
+            _ensure_audit(table, lock_id, slot, after)
         else:
-            table.store.put_audit(audit_key(record.lease_id), {**entry, "action_id": earlier})
+            applied = {**entry, "action_id": earlier, "status": AUDIT_APPLIED}
+            table.store.put_audit(audit_key(record.lease_id), applied)
         raise errors.NotHeld(
             f"{_what(lock_id, slot)} is not held: an earlier force-release of it took effect "
             "(audited)",
@@ -229,15 +232,14 @@ def _entry(
     }
 
 
-def _ensure_audit(
-    table: LockTable, lock_id: str, slot: int | None, record: LockRecord, replace: bool = False
-) -> None:
-    """The audit record of the force-release that ended ``record``, written if missing (or,
-    ``replace``, over another run's) from what the item itself records."""
+def _ensure_audit(table: LockTable, lock_id: str, slot: int | None, record: LockRecord) -> None:
+    """The audit record of the force-release that ended ``record``, from what the item itself
+    records, marked as applied: it replaces a record written before another run's force (or
+    voided), never one already marked applied; no put landing later replaces it."""
     action_id = record.ended[len(ENDED_FORCED) :]
     at_ms = round((record.forced_at or record.expires_at) * 1000)
     entry = _entry(lock_id, slot, record, record.forced_by, record.forced_reason, at_ms, action_id)
-    table.store.put_audit(audit_key(record.lease_id), entry, replace=replace)
+    table.store.put_audit(audit_key(record.lease_id), {**entry, "status": AUDIT_APPLIED})
 
 
 def _forced_mark(record: LockRecord | None, lease_id: str) -> str | None:
@@ -256,7 +258,8 @@ def _forced_mark(record: LockRecord | None, lease_id: str) -> str | None:
 def _settle_audit(table: LockTable, lease_id: str, record: LockRecord) -> None:
     """A force-release named ``lease_id``: if the record says that lease ended otherwise
     (released by its holder, or taken over), an audit record an earlier run wrote for it
-    (before a force that never took effect) is marked as not applied."""
+    (before a force that never took effect) is marked as not applied: a void record is left
+    if there is none yet, so that run's put, landing later, cannot bring one back."""
     end = ended_how(record, lease_id)
     running = record.lease_id == lease_id and not record.released
     if end is not None and not running and not end.startswith(ENDED_FORCED):

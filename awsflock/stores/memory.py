@@ -27,7 +27,6 @@ from awsflock.clock import Clock, SystemClock
 from awsflock.names import slot_of
 from awsflock.protocol import (
     AUDIT_PREFIX,
-    AUDIT_VOID,
     BAR_KEEP_MS,
     DEFAULT_REQUEST_TIMEOUT,
     DONE_MS,
@@ -38,16 +37,17 @@ from awsflock.protocol import (
     Sleeper,
     Waker,
 )
-from awsflock.records import (
-    ENDED_FORCED,
-    ENDED_RELEASED,
-    Line,
-    LockRecord,
-    Pool,
-    Waiter,
-)
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Line, LockRecord, Pool, Waiter
 from awsflock.stores import kinds
-from awsflock.stores.memory_records import ForSimulations, _Lease, _Record, _seconds, _version
+from awsflock.stores.memory_records import (
+    ForSimulations,
+    _Lease,
+    _Record,
+    _seconds,
+    _version,
+    audit_put_lands,
+    audit_voided,
+)
 from awsflock.stores.memory_takes import grant, may_take
 
 
@@ -342,16 +342,16 @@ class MemoryStore(ForSimulations):
 
     # -- audit -------------------------------------------------------------------------------
 
-    def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
+    def put_audit(self, key: str, entry: dict[str, Any]) -> None:
         with self._mutex:
-            if replace or key not in self._audit:
+            if audit_put_lands(self._audit.get(key), entry):
                 self._audit[key] = {k: v for k, v in entry.items() if v not in (None, "")}
 
     def void_audit(self, key: str, action_id: str | None) -> None:
         with self._mutex:
-            entry = self._audit.get(key)
-            if entry is not None and (action_id is None or entry.get("action_id") == action_id):
-                entry["status"] = AUDIT_VOID
+            voided = audit_voided(self._audit.get(key), action_id)
+            if voided is not None:
+                self._audit[key] = voided
 
     def audit_entries(self) -> Iterator[dict[str, Any]]:
         with self._mutex:

@@ -9,9 +9,12 @@ import math
 import threading
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from awsflock import errors
 from awsflock.protocol import (
+    AUDIT_APPLIED,
+    AUDIT_VOID,
     KEPT_UNTIL,
     LINE_LAPSE_MS,
     MAX_DROPS,
@@ -221,3 +224,26 @@ class ForSimulations:
                 return False
             del self._records[lock_id]
             return True
+
+
+def audit_put_lands(there: dict[str, Any] | None, entry: dict[str, Any]) -> bool:
+    """Whether a put of audit ``entry`` replaces the record ``there`` (``put_audit``'s rule,
+    which every store's put states in its own language): a record of an action that took
+    effect stays, and a void one gives way only to one of an action that took effect."""
+    status = None if there is None else there.get("status")
+    return status != AUDIT_APPLIED and (
+        status != AUDIT_VOID or entry.get("status") == AUDIT_APPLIED
+    )
+
+
+def audit_voided(there: dict[str, Any] | None, action_id: str | None) -> dict[str, Any] | None:
+    """The record ``void_audit(key, action_id)`` leaves where ``there`` is (None: unchanged):
+    a record whose action has not taken effect and is ``action_id`` (None: any) marked void,
+    and where there is none, a void one naming the action."""
+    if there is None:
+        return {"status": AUDIT_VOID} | ({} if action_id is None else {"action_id": action_id})
+    if there.get("status") in (AUDIT_APPLIED, AUDIT_VOID):
+        return None
+    if action_id is not None and there.get("action_id") != action_id:
+        return None
+    return {**there, "status": AUDIT_VOID}

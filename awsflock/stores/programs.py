@@ -1,7 +1,7 @@
 """The step programs the network stores run on their servers, read from files of their own.
 
 Each store that does a lock step in one server-side call keeps that program beside its Python,
-in the server's own language: ``redis/steps.lua`` (and ``redis/void.lua``) for Redis's Lua 5.1,
+in the server's own language: ``redis/steps.lua`` (and ``redis/audit.lua``) for Redis's Lua 5.1,
 ``postgresql/steps.sql``, ``postgresql/table.sql`` and ``postgresql/done.sql`` for PostgreSQL.
 They ship in the wheel as package data and are read with ``importlib.resources``, so an
 installed awsflock runs the very text that was checked (``tests/test_step_programs.py`` runs

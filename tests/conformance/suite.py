@@ -19,7 +19,15 @@ from typing import Any
 
 import pytest
 
-from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, LINE_LAPSE_MS, Attempt, LockStore, Outcome
+from awsflock.protocol import (
+    AUDIT_APPLIED,
+    AUDIT_PREFIX,
+    AUDIT_VOID,
+    LINE_LAPSE_MS,
+    Attempt,
+    LockStore,
+    Outcome,
+)
 from awsflock.records import Identity, LockRecord, Pool, Waiter
 from awsflock.stores import kinds
 
@@ -694,24 +702,67 @@ class StoreConformance:
 
     # -- audit -----------------------------------------------------------------------------------
 
-    def test_audit_records_are_written_kept_and_voided(self, lab: Lab):
+    def test_audit_records_are_written_replaced_and_voided(self, lab: Lab):
         key = AUDIT_PREFIX + "force#" + lab.prefix
         entry: dict[str, Any] = {"action_id": "x1", "target": lab.name(), "reason": "r", "at_ms": 5}
-        lab.store.put_audit(key, {**entry, "slot": None, "empty": ""})
-        lab.store.put_audit(key, {**entry, "action_id": "x2"}, replace=False)  # kept
-        mine = [e for e in lab.store.audit_entries() if e.get("target") == lab.name()]
-        assert mine == [entry]  # exactly its fields: no empty ones, nothing of the store's own
+        lab.store.put_audit(key, {**entry, "action_id": "x0"})
+        lab.store.put_audit(key, {**entry, "slot": None, "empty": ""})  # a later run's: replaces
+        assert self._mine(lab) == [entry]  # exactly its fields: no empty ones, none of the store's
         lab.store.void_audit(key, "x2")  # another action's: left alone
-        assert not self._voided(lab)
+        assert self._status(lab) is None
         lab.store.void_audit(key, "x1")
-        assert self._voided(lab)
-        lab.store.void_audit(AUDIT_PREFIX + "force#none-" + lab.prefix, None)  # no record: no-op
-        assert not [e for e in lab.store.audit_entries() if "none-" + lab.prefix in str(e)]
+        assert self._status(lab) == AUDIT_VOID
+
+    def test_a_put_landing_after_the_void_of_its_action_leaves_it_void(self, lab: Lab):
+        # force-release's record, written before its force, voided when the force was refused;
+        # then the put's first try, whose answer was lost, lands: the record stays void.
+        key = AUDIT_PREFIX + "force#" + lab.prefix
+        entry: dict[str, Any] = {"action_id": "x1", "target": lab.name(), "reason": "r", "at_ms": 5}
+        lab.store.put_audit(key, entry)
+        lab.store.void_audit(key, "x1")
+        lab.store.put_audit(key, entry)
+        assert self._mine(lab) == [{**entry, "status": AUDIT_VOID}]
+        lab.store.put_audit(key, {**entry, "action_id": "x2"})  # another run's, as late
+        assert self._mine(lab) == [{**entry, "status": AUDIT_VOID}]
+
+    @pytest.mark.parametrize("named", [True, False])
+    def test_a_void_landing_first_leaves_a_void_record_a_later_put_cannot_replace(
+        self, lab: Lab, named: bool
+    ):
+        # The void lands before the put of the action it is about (named), or a re-run found
+        # the lease ended otherwise while another run's put was still on its way.
+        key = AUDIT_PREFIX + "force#" + lab.prefix
+        action_id = lab.prefix + "x1"
+        lab.store.void_audit(key, action_id if named else None)
+        entry: dict[str, Any] = {"action_id": action_id, "target": lab.name(), "at_ms": 5}
+        lab.store.put_audit(key, entry)
+        assert not self._mine(lab)
+        if named:
+            left = [e for e in lab.store.audit_entries() if e.get("action_id") == action_id]
+            assert left == [{"action_id": action_id, "status": AUDIT_VOID}]
+
+    def test_the_record_of_a_force_that_took_effect_stays(self, lab: Lab):
+        # Written from the lock's item after its force ended the lease (status applied): no
+        # put of another run's, landing late, replaces it, and no void marks it.
+        key = AUDIT_PREFIX + "force#" + lab.prefix
+        entry: dict[str, Any] = {"action_id": "x1", "target": lab.name(), "reason": "r", "at_ms": 5}
+        lab.store.put_audit(key, {**entry, "action_id": "x2"})
+        lab.store.void_audit(key, "x2")
+        applied = {**entry, "status": AUDIT_APPLIED}
+        lab.store.put_audit(key, applied)  # replaces a void record: it did take effect
+        lab.store.put_audit(key, {**entry, "action_id": "x2", "reason": "late"})
+        lab.store.put_audit(key, {**applied, "reason": "again"})
+        lab.store.void_audit(key, "x1")
+        lab.store.void_audit(key, None)
+        assert self._mine(lab) == [applied]
 
     @staticmethod
-    def _voided(lab: Lab) -> bool:
-        mine = [e for e in lab.store.audit_entries() if e.get("target") == lab.name()]
-        return mine[0].get("status") == AUDIT_VOID
+    def _mine(lab: Lab) -> list[dict[str, Any]]:
+        return [e for e in lab.store.audit_entries() if e.get("target") == lab.name()]
+
+    @classmethod
+    def _status(cls, lab: Lab) -> Any:
+        return cls._mine(lab)[0].get("status")
 
     # -- set-up ----------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, TypeVar
 
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
-from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, DEFAULT_REQUEST_TIMEOUT
+from awsflock.protocol import AUDIT_APPLIED, AUDIT_PREFIX, AUDIT_VOID, DEFAULT_REQUEST_TIMEOUT
 from awsflock.records import RESERVED_PREFIX, LockRecord, Pool
 from awsflock.stores import kinds
 from awsflock.stores.postgresql import program, schema, urls
@@ -31,6 +31,8 @@ from awsflock.stores.remote.facade import StepStore, check_audit_key, listed
 _T = TypeVar("_T")
 #: The store class, as errors of its arguments name it.
 WHO = "PostgresStore"
+#: The audit statuses the audit statements compare, as their parameters.
+_STATUSES = {"applied": AUDIT_APPLIED, "void": AUDIT_VOID}
 
 
 class PostgresStore(StepStore[Any]):
@@ -100,26 +102,33 @@ class PostgresStore(StepStore[Any]):
 
     # -- audit -------------------------------------------------------------------------------
 
-    def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
+    def put_audit(self, key: str, entry: dict[str, Any]) -> None:
         check_audit_key(key)
         fields = {k: v for k, v in entry.items() if v not in (None, "")}
-        on_conflict = "DO UPDATE SET audit = EXCLUDED.audit" if replace else "DO NOTHING"
+        # One statement: a record whose action took effect stays; a void one gives way only
+        # to one of an action that took effect (LockStore.put_audit).
         query = (
-            f"INSERT INTO {self._table} (lock_id, slot, audit) VALUES (%s, -1, %s::jsonb)"
-            f" ON CONFLICT (lock_id, slot) {on_conflict}"
+            f"INSERT INTO {self._table} AS t (lock_id, slot, audit) VALUES (%(key)s, -1,"
+            " %(entry)s::jsonb) ON CONFLICT (lock_id, slot) DO UPDATE SET audit = EXCLUDED.audit"
+            " WHERE coalesce(t.audit->>'status', '') <> %(applied)s"
+            " AND (coalesce(t.audit->>'status', '') <> %(void)s"
+            " OR EXCLUDED.audit->>'status' = %(applied)s)"
         )
-        self._send("audit", lambda conn: conn.execute(query, (key, json.dumps(fields))))
+        values = {"key": key, "entry": json.dumps(fields), **_STATUSES}
+        self._send("audit", lambda conn: conn.execute(query, values))
 
     def void_audit(self, key: str, action_id: str | None) -> None:
+        # Where there is no record, a void one is left, which a put landing later cannot replace.
         query = (
-            f"UPDATE {self._table} SET audit = audit || %s::jsonb"
-            " WHERE lock_id = %s AND slot = -1 AND audit IS NOT NULL"
-            " AND (%s::text IS NULL OR audit->>'action_id' = %s)"
+            f"INSERT INTO {self._table} AS t (lock_id, slot, audit) VALUES (%(key)s, -1,"
+            " %(left)s::jsonb) ON CONFLICT (lock_id, slot) DO UPDATE"
+            " SET audit = t.audit || jsonb_build_object('status', %(void)s::text)"
+            " WHERE coalesce(t.audit->>'status', '') NOT IN (%(applied)s, %(void)s)"
+            " AND (%(action)s::text IS NULL OR t.audit->>'action_id' = %(action)s)"
         )
-        status = json.dumps({"status": AUDIT_VOID})
-        self._send(
-            "audit_void", lambda conn: conn.execute(query, (status, key, action_id, action_id))
-        )
+        left = {"status": AUDIT_VOID} | ({} if action_id is None else {"action_id": action_id})
+        values = {"key": key, "left": json.dumps(left), "action": action_id, **_STATUSES}
+        self._send("audit_void", lambda conn: conn.execute(query, values))
 
     def audit_entries(self) -> Iterator[dict[str, Any]]:
         query = (

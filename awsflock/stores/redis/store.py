@@ -20,7 +20,14 @@ from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
-from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, DEFAULT_REQUEST_TIMEOUT, Sleeper, Waker
+from awsflock.protocol import (
+    AUDIT_APPLIED,
+    AUDIT_PREFIX,
+    AUDIT_VOID,
+    DEFAULT_REQUEST_TIMEOUT,
+    Sleeper,
+    Waker,
+)
 from awsflock.records import LockRecord, Pool
 from awsflock.stores import kinds, programs
 from awsflock.stores.redis import layout, urls
@@ -29,8 +36,8 @@ from awsflock.stores.redis.program import RedisProgram
 from awsflock.stores.redis.wake import Wake
 from awsflock.stores.remote.facade import StepStore, check_audit_key, listed
 
-#: Sets an audit record's status to void if it exists (``void.lua`` says how).
-VOID = programs.load("awsflock.stores.redis", "void.lua")
+#: Puts an audit record, or voids one, by the rule of ``LockStore.put_audit`` (``audit.lua``).
+AUDIT = programs.load("awsflock.stores.redis", "audit.lua")
 
 
 class RedisStore(StepStore[RedisConn]):
@@ -128,25 +135,22 @@ class RedisStore(StepStore[RedisConn]):
 
     # -- audit -------------------------------------------------------------------------------
 
-    def put_audit(self, key: str, entry: dict[str, Any], *, replace: bool = True) -> None:
+    def put_audit(self, key: str, entry: dict[str, Any]) -> None:
         check_audit_key(key)
         text = json.dumps({k: v for k, v in entry.items() if v not in (None, "")})
-        name = layout.audit_key(self.prefix, key)
-
-        def put(conn: RedisConn) -> None:
-            self.link.ready(conn)
-            conn.client.set(name, text, nx=not replace)
-
-        self._send("audit", put)
+        self._audit("audit", key, "put", text)
 
     def void_audit(self, key: str, action_id: str | None) -> None:
+        self._audit("audit_void", key, "void", action_id or "")
+
+    def _audit(self, operation: str, key: str, *argv: str) -> None:
         name = layout.audit_key(self.prefix, key)
 
-        def void(conn: RedisConn) -> None:
+        def call(conn: RedisConn) -> None:
             self.link.ready(conn)
-            conn.client.eval(VOID, 1, name, AUDIT_VOID, action_id or "")
+            conn.client.eval(AUDIT, 1, name, argv[0], AUDIT_APPLIED, AUDIT_VOID, *argv[1:])
 
-        self._send("audit_void", void)
+        self._send(operation, call)
 
     def audit_entries(self) -> Iterator[dict[str, Any]]:
         pattern = layout.audit_key(self.prefix, AUDIT_PREFIX) + "*"
