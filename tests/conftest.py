@@ -36,10 +36,19 @@ def clock():
 
 
 @pytest.fixture
-def moto() -> Iterator[object]:
-    """In-process moto with an awsflock table; yields a raw DynamoDB client."""
+def moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """In-process moto with an awsflock table; yields a raw DynamoDB client.
+
+    Its tries are waited for as long as they take: in-process moto answers without a network,
+    so a try only outlives its budget on a machine too busy to run it (a fast-tier test failed
+    so, "did not answer in time (1 try in 5.1s)", at load 8 on two cores). The budgets
+    themselves are tested against real servers that stay silent (tests/test_wrong_endpoint.py,
+    tests/integration)."""
     from moto import mock_aws
 
+    from awsflock.stores.remote import worker
+
+    monkeypatch.setattr(worker, "TRY_GRACE", 300.0)
     with mock_aws():
         import botocore.session
 
