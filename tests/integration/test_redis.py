@@ -829,10 +829,13 @@ def test_a_redis_port_given_as_a_dynamodb_endpoint_is_named_and_nothing_is_in_do
 ):
     # redis-server closes a connection that starts like HTTP without a byte; it is told apart
     # from a DynamoDB endpoint that lost the answer by its answer to its own protocol.
+    # A long budget: on a loaded machine a fresh process's first try (botocore's data read,
+    # its client built) once outlasted the default 5 s, and a try given up that way is rightly
+    # in doubt before the next one found Redis.
     url = f"http://127.0.0.1:{redis_server.port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWSFLOCK_")}
     done = subprocess.run(
-        [str(BIN), "acquire", "x", "--no-wait", "--endpoint-url", url],
+        [str(BIN), "acquire", "x", "--no-wait", "--endpoint-url", url, "--request-timeout", "30"],
         capture_output=True,
         text=True,
         timeout=60,
