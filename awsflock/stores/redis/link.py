@@ -53,6 +53,32 @@ class RedisConn:
             self.deployment.check_grant(lease_ms, left, where)
 
 
+class Plan:
+    """The commands of one step, in order: the script's call, the durability wait (``wait``:
+    the deployment it waits for, or None), then the ``asked`` commands that read the settings
+    again."""
+
+    __slots__ = ("asked", "commands", "wait")
+
+    def __init__(
+        self, commands: list[wire.Command], wait: deployment.Deployment | None, asked: int
+    ) -> None:
+        self.commands = commands
+        self.wait = wait
+        self.asked = asked
+
+    def lost_script(self, answers: list[Any]) -> bool:
+        """Whether the server answered that it does not have the script (NOSCRIPT)."""
+        import redis.exceptions as rx
+
+        return isinstance(answers[0], rx.NoScriptError)
+
+    def commands_with_the_script(self) -> list[wire.Command]:
+        """The commands again, the script sent whole (EVAL) instead of by its SHA."""
+        first = self.commands[0]
+        return [("EVAL", SCRIPT, *first[2:]), *self.commands[1:]]
+
+
 class RedisLink:
     """Connections to the Redis server of ``store`` (a ``RedisStore``: its URL, password,
     prefix, and what its URL declares of the deployment)."""
@@ -165,12 +191,21 @@ class RedisLink:
         """One step: the script (EVALSHA, EVAL where the server does not have it yet), its
         durability wait, and after a step that can show a grant the settings it relied on read
         again, in one round trip. The script's answer, once the wait and the settings confirmed
-        it."""
+        it. (What is sent is ``plan``'s, what the answers mean ``read``'s: a sender of another
+        kind, asynchronous, sends the same plan and reads its answers the same way.)"""
+        plan = self.plan(conn, request, timeout)
+        answers = wire.call(conn.client, plan.commands)
+        if plan.lost_script(answers):  # a server that lost it (restarted, flushed)
+            answers = wire.call(conn.client, plan.commands_with_the_script())
+        return self.read(conn, plan, answers)
+
+    def plan(self, conn: RedisConn, request: Request, timeout: float) -> Plan:
+        """What a step sends on ``conn`` (checked against what the connection found first)."""
         self.ready(conn)
         found = conn.deployment if request.op != "read" else None
         if found is not None and request.op in GRANTS:
             conn.check_grant(int(request.params["lease_ms"]), self.where())
-        wait = found is not None and found.waits
+        wait = found if found is not None and found.waits else None
         # Settings read at connect may have changed since (CONFIG SET appendonly no under a
         # long-lived holder): read again with every grant, wherever CONFIG GET answered at
         # connect; also with a poll in line, whose answer may show a grant of ours that landed
@@ -179,28 +214,24 @@ class RedisLink:
         recheck = (
             request.op in REPORTS_GRANTS and facts is not None and facts.appendonly is not None
         )
-        args = request.args(bool(wait))
+        keys, args = request.keys, request.args(wait is not None)
         behind: list[wire.Command] = []
-        if wait:
-            assert found is not None
-            behind.append(durability.ask_wait(found, max(100, int((timeout - 0.2) * 1000))))
+        if wait is not None:
+            behind.append(durability.ask_wait(wait, max(100, int((timeout - 0.2) * 1000))))
         asked = durability.ask_recheck(facts) if recheck and facts else []
-        behind += asked
-        keys = request.keys
-        answers = wire.call(
-            conn.client, [("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args), *behind]
+        return Plan(
+            [("EVALSHA", SCRIPT_SHA, len(keys), *keys, *args), *behind, *asked], wait, len(asked)
         )
-        import redis.exceptions as rx
 
-        if isinstance(answers[0], rx.NoScriptError):  # a server that lost it (restarted, flushed)
-            answers = wire.call(conn.client, [("EVAL", SCRIPT, len(keys), *keys, *args), *behind])
+    def read(self, conn: RedisConn, plan: Plan, answers: list[Any]) -> Any:
+        """The script's answer among a plan's ``answers``, once the wait and the settings read
+        again confirm it; raised where they do not (the step may have been applied)."""
         if isinstance(answers[0], Exception):
             raise answers[0]
-        if wait:
-            assert found is not None
-            self._waited(found, answers[1])
-        if asked:
-            self._rechecked(conn, answers[-len(asked) :])
+        if plan.wait is not None:
+            self._waited(plan.wait, answers[1])
+        if plan.asked:
+            self._rechecked(conn, answers[-plan.asked :])
         return answers[0]
 
     def _waited(self, found: deployment.Deployment, answer: Any) -> None:
