@@ -8,7 +8,7 @@ import pytest
 
 from tests.chaos.harness import SERVER_NAMES, chaos_server, run_chaos
 
-DURATION = float(os.environ.get("AWSFLOCK_CHAOS_SECONDS", "35"))
+DURATION = float(os.environ.get("AWSFLOCK_CHAOS_SECONDS", "22"))
 
 
 @pytest.mark.timeout(DURATION + 240)

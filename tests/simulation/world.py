@@ -108,7 +108,9 @@ class SimThread(threading.Thread):
         self.proc = proc
         self.target = target
         self.target_args = args
-        self.go = threading.Event()
+        #: Released by the scheduler to let this thread run (a bare lock: see ``World._back``).
+        self.go = threading.Lock()
+        self.go.acquire()
         self.done = False
         self.started_run = False
         self.wake_at: float | None = None
@@ -141,8 +143,7 @@ class SimThread(threading.Thread):
         return min(times) if self.in_request else max(min(times), self.proc.paused_until)
 
     def run(self) -> None:
-        self.go.wait()
-        self.go.clear()
+        self.go.acquire()
         self.started_run = True
         try:
             if self.proc.killed:
@@ -178,7 +179,11 @@ class World:
         self.threads: list[SimThread] = []
         self.steps = 0
         self.trace: deque[str] = deque(maxlen=trace)
-        self._back = threading.Event()
+        #: Released by the running thread when it yields the baton. The baton passes with bare
+        #: locks (held, released by the other side), not Events: a pass is two C calls, not a
+        #: Condition's Python code, and a run makes tens of thousands of them.
+        self._back = threading.Lock()
+        self._back.acquire()
         self._due: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
         self.current: SimThread | None = None
@@ -226,15 +231,14 @@ class World:
         if thread.proc.killed:
             raise Killed
         thread.wake_at, thread.event, thread.until = wake_at, event, until
-        self._back.set()
-        thread.go.wait()
-        thread.go.clear()
+        self._back.release()
+        thread.go.acquire()
         thread.wake_at = thread.event = thread.until = None
         if thread.proc.killed:
             raise Killed
 
     def hand_back(self) -> None:
-        self._back.set()
+        self._back.release()
 
     # -- the scheduler ---------------------------------------------------------------------------
 
@@ -266,9 +270,8 @@ class World:
 
     def _resume(self, thread: SimThread) -> None:
         self.current = thread
-        self._back.clear()
-        thread.go.set()
-        self._back.wait()
+        thread.go.release()
+        self._back.acquire()
         self.current = None
 
     def finish(self) -> None:
