@@ -114,7 +114,7 @@ class RedisLink:
         pool = client.connection_pool
         conn = RedisConn(client)
         try:
-            pool.release(pool.get_connection())  # connect (and log in) now
+            pool.release(wire.checkout(pool))  # connect (and log in) now
             pipe = client.pipeline(transaction=False)
             durability.ask_check(pipe, self.store.prefix)
             conn.facts, conn.layout = durability.read_check(pipe.execute(raise_on_error=False))

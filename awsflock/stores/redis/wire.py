@@ -35,7 +35,7 @@ def call(client: Any, commands: Sequence[Command]) -> list[Any]:
     import redis.exceptions as rx
 
     pool = client.connection_pool
-    conn = pool.get_connection()
+    conn = checkout(pool)
     try:
         conn.send_packed_command([pack(commands)], check_health=False)
         replies: list[Any] = []
@@ -50,3 +50,26 @@ def call(client: Any, commands: Sequence[Command]) -> list[Any]:
     finally:
         pool.release(conn)
     return replies
+
+
+def checkout(pool: Any) -> Any:
+    """``pool``'s connection, taken out of it (give it back with ``pool.release``). redis-py
+    before 5.3 wants a command's name there (any name: a plain pool ignores it); later ones
+    want none, and warn that the argument is deprecated."""
+    if _wants_a_name(pool.get_connection):
+        return pool.get_connection("EVALSHA")
+    return pool.get_connection()
+
+
+#: By pool method: whether it wants the command's name.
+_NAMED: dict[Any, bool] = {}
+
+
+def _wants_a_name(method: Any) -> bool:
+    key = getattr(method, "__func__", method)
+    if key not in _NAMED:
+        import inspect
+
+        named = inspect.signature(method).parameters.get("command_name")
+        _NAMED[key] = named is not None and named.default is inspect.Parameter.empty
+    return _NAMED[key]
