@@ -18,6 +18,9 @@ import threading
 import time
 from typing import Callable
 
+#: The longest the watchdog sleeps at a time while it watches a try.
+LONGEST = 3600.0
+
 
 class Watch:
     """One try's deadline; ``fired``: the watchdog interrupted it."""
@@ -74,7 +77,11 @@ class _Watchdog:
                         entry.interrupt()
                 pending = [e.deadline for e in self.watches.values() if not e.fired]
                 self.wake_at = min(pending, default=math.inf)
-                self.woken.wait(None if self.wake_at == math.inf else self.wake_at - now)
+                # At most LONGEST at a time: a deadline days away (a library's request timeout
+                # of 1e10 s) is more than a wait takes, and would end this thread.
+                self.woken.wait(
+                    None if self.wake_at == math.inf else min(self.wake_at - now, LONGEST)
+                )
 
 
 _DOG = _Watchdog()
