@@ -1,0 +1,72 @@
+"""Two operators force-releasing the same lease, on every real server (the scenarios of
+tests/test_audit_operators.py): the audit log names the operator whose force-release ended the
+lease, and keeps its record."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import pytest
+
+from awsflock.lock.lease import LockTable
+from awsflock.records import Identity
+from awsflock.stores import kinds
+from awsflock.stores.dynamodb import DynamoDBStore
+from tests.servers import Server, local_client
+from tests.test_audit_operators import XIA, run_yan, shown
+
+
+@pytest.fixture
+def make(server: Server, shared_table: str) -> Iterator[Callable[..., LockTable]]:
+    """LockTables on the current server's session table, one store each (one per operator,
+    holder, process), closed at the end."""
+    made: list[Any] = []
+
+    def new(owner: str) -> LockTable:
+        url = getattr(server, "store_url", None)
+        if url is None:
+            store: Any = DynamoDBStore(shared_table, local_client(server.url))
+        else:
+            named = kinds.parse(url)
+            store = kinds.get(named.kind).open(named, kinds.Settings(shared_table, 5.0))
+        made.append(store)
+        return LockTable(store=store, identity=Identity(owner=owner, host=owner, pid=1))
+
+    yield new
+    for store in made:
+        if hasattr(store, "close"):
+            store.close()
+
+
+def _name() -> str:
+    return "audit-" + uuid.uuid4().hex[:8]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="h13: the beaten operator's put replaces the winner's record, then is marked "
+    "applied with the beaten operator's actor and reason (admin._not_forced)",
+)
+def test_the_audit_names_the_operator_whose_force_ended_a_lease_since_taken_again(make):
+    lock = _name()
+    lease_id, _told = run_yan(make, lock, hand_offs=1)
+    assert shown(make, lock) == [(lease_id, *XIA)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="h13: six hand-offs later, the same: the beaten operator's actor and reason are "
+    "marked applied (the stores' done records still name the force)",
+)
+def test_a_force_release_keeps_its_record_when_another_operators_is_refused_much_later(make):
+    lock = _name()
+    lease_id, _told = run_yan(make, lock, hand_offs=6)
+    assert shown(make, lock) == [(lease_id, *XIA)]
+
+
+def test_the_audit_names_the_operator_whose_force_ended_a_lease_still_on_record(make):
+    lock = _name()
+    lease_id, _told = run_yan(make, lock, hand_offs=0)
+    assert shown(make, lock) == [(lease_id, *XIA)]
