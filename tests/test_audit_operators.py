@@ -49,11 +49,6 @@ def shown(make: Callable[..., Any], lock: str) -> list[tuple[Any, ...]]:
     return [(r["lease_id"], r["actor"], r["reason"]) for r in audit_records(make("op"), lock)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h13: the beaten operator's put replaces the winner's record, then is marked "
-    "applied with the beaten operator's actor and reason (admin._not_forced)",
-)
 def test_the_audit_names_the_operator_whose_force_ended_a_lease_since_taken_again(
     make_any_table,
 ):
@@ -61,11 +56,6 @@ def test_the_audit_names_the_operator_whose_force_ended_a_lease_since_taken_agai
     assert shown(make_any_table, "two-ops") == [(lease_id, *XIA)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h13: six hand-offs later, the same: the beaten operator's actor and reason are "
-    "marked applied (the stores' done records still name the force)",
-)
 def test_a_force_release_keeps_its_record_when_another_operators_is_refused_much_later(
     make_any_table,
 ):

@@ -44,22 +44,12 @@ def _name() -> str:
     return "audit-" + uuid.uuid4().hex[:8]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h13: the beaten operator's put replaces the winner's record, then is marked "
-    "applied with the beaten operator's actor and reason (admin._not_forced)",
-)
 def test_the_audit_names_the_operator_whose_force_ended_a_lease_since_taken_again(make):
     lock = _name()
     lease_id, _told = run_yan(make, lock, hand_offs=1)
     assert shown(make, lock) == [(lease_id, *XIA)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h13: six hand-offs later, the same: the beaten operator's actor and reason are "
-    "marked applied (the stores' done records still name the force)",
-)
 def test_a_force_release_keeps_its_record_when_another_operators_is_refused_much_later(make):
     lock = _name()
     lease_id, _told = run_yan(make, lock, hand_offs=6)
