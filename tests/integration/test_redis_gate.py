@@ -45,10 +45,6 @@ def _take(store: RedisStore, name: str) -> bool:
     return store.take(name, attempt).applied
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h13: RedisLink.step sends the step again with EVAL after NOSCRIPT without the gate",
-)
 def test_a_step_whose_script_was_flushed_is_not_sent_again_after_its_budget(
     redis_server: RedisServer, prefix: str
 ):
