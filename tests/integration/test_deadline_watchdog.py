@@ -116,10 +116,6 @@ def test_a_forked_child_on_a_stopped_server_gives_up_within_its_budget(stopped_r
     assert over < TRY_GRACE + SLACK
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h13: Condition.wait(1e10) raises OverflowError and the watchdog thread dies",
-)
 def test_a_try_after_one_with_a_deadline_far_away_is_still_interrupted():
     """A library caller's ``request_timeout`` of 1e10 s ("never") puts a deadline beyond what
     a thread may wait for (``threading.TIMEOUT_MAX``): the watchdog must not die of it."""

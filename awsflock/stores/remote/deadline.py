@@ -18,6 +18,9 @@ import threading
 import time
 from typing import Callable
 
+#: The longest the watchdog sleeps at once (far below ``threading.TIMEOUT_MAX``).
+LONGEST_SLEEP = 3600.0
+
 
 class Watch:
     """One try's deadline; ``fired``: the watchdog interrupted it."""
@@ -74,7 +77,11 @@ class _Watchdog:
                         entry.interrupt()
                 pending = [e.deadline for e in self.watches.values() if not e.fired]
                 self.wake_at = min(pending, default=math.inf)
-                self.woken.wait(None if self.wake_at == math.inf else self.wake_at - now)
+                # A deadline past what a thread may wait for (a library caller's request
+                # timeout of 1e10 s) would raise here and end the watchdog: it looks again.
+                self.woken.wait(
+                    None if self.wake_at == math.inf else min(self.wake_at - now, LONGEST_SLEEP)
+                )
 
 
 _DOG = _Watchdog()
