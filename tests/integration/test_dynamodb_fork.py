@@ -18,6 +18,8 @@ from awsflock.records import Identity
 from awsflock.stores.dynamodb import DynamoDBStore
 from tests.servers import Server, local_client
 
+pytestmark = pytest.mark.needs("dynamodb_api", "the DynamoDB store's own connections")
+
 #: How long a child is given for its read (its request timeout is 2 s).
 CHILD_LIMIT = 15.0
 
@@ -65,11 +67,6 @@ def _pool_manager_lock(store: DynamoDBStore) -> Any:
         pytest.param(lambda store: store._workers._lock, id="handing-a-try-to-a-thread"),
         pytest.param(_pool_manager_lock, id="picking-a-connection-pool"),
     ],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="h13: a lock a parent thread held at fork stays held in the child (Workers._lock; "
-    "urllib3's pool manager lock, taken by the child's session.close())",
 )
 def test_a_child_forked_while_a_parent_thread_was_mid_request_reads_in_time(store, lock_of):
     """A thread of the parent holds a lock of the store's request path as the process forks

@@ -71,10 +71,16 @@ class Workers:
         value: _T = job.value
         return value
 
+    def _forked(self) -> None:
+        """In a forked child: none of the parent's threads, and a lock of its own (a thread
+        of the parent may have held this one as it forked: it would never be let go)."""
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+            self._idle, self._pid = [], os.getpid()
+
     def _take(self) -> queue.SimpleQueue[_Job[Any] | None]:
+        self._forked()
         with self._lock:
-            if self._pid != os.getpid():  # a forked child has none of its parent's threads
-                self._idle, self._pid = [], os.getpid()
             if self._idle:
                 return self._idle.pop()
         inbox: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
@@ -83,6 +89,7 @@ class Workers:
 
     def close(self) -> None:
         """End the idle threads."""
+        self._forked()
         with self._lock:
             idle, self._idle = self._idle, []
         for inbox in idle:
