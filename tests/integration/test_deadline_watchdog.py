@@ -1,7 +1,8 @@
 """The deadline watchdog (awsflock/stores/remote/deadline.py), which sleeps until the earliest
-deadline it watches, against a Redis server that stops answering (SIGSTOP): every try still
-ends within its budget plus the grace, with many threads, tries with later deadlines that
-came and went, in a forked child, and after a try with a deadline far away."""
+deadline it watches, against a Redis server, or PostgreSQL backends, that stop answering
+(SIGSTOP): every try still ends within its budget plus the grace, with many threads, tries with
+later deadlines that came and went, in a forked child, and after a try with a deadline far
+away."""
 
 from __future__ import annotations
 
@@ -50,12 +51,12 @@ def _store(srv: RedisServer, request_timeout: float = LONG) -> RedisStore:
     return store
 
 
-def _take(store: RedisStore, name: str) -> Any:
+def _take(store: Any, name: str) -> Any:
     now = int(time.time() * 1000)
     return store.take(name, Attempt(str(uuid.uuid4()), Identity(owner="t"), now, 60_000, 0))
 
 
-def _overshoot(store: RedisStore, name: str, budget: float) -> float:
+def _overshoot(store: Any, name: str, budget: float) -> float:
     """How long past ``budget`` a take on a stopped server took to give up."""
     start = time.monotonic()
     with pytest.raises(errors.AwsflockError), store.budget(start + budget):
@@ -127,3 +128,36 @@ def test_a_try_after_one_with_a_deadline_far_away_is_still_interrupted():
     fired = threading.Event()
     with deadline.watched(time.monotonic() + 0.3, fired.set):
         assert fired.wait(5.0), "the watchdog never interrupted the try"
+
+
+def test_every_thread_whose_postgresql_backend_stopped_gives_up_within_its_budget(postgres):
+    """The same on PostgreSQL: each store's own backend process stopped (SIGSTOP)."""
+    from awsflock.stores.postgresql import PostgresStore
+
+    table = "wd_" + uuid.uuid4().hex[:8]
+    stores = [PostgresStore(postgres.url, table, request_timeout=LONG) for _ in range(8)]
+    stores[0].create()
+    for store in stores:
+        _take(store, "warm-" + uuid.uuid4().hex[:6])
+    backends = [store._connection_now().info.backend_pid for store in stores]
+    overs: dict[int, float] = {}
+
+    def one(n: int) -> None:
+        overs[n] = _overshoot(stores[n], f"stopped-{n}", 0.4 + 0.2 * n)
+
+    for pid in backends:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        threads = [threading.Thread(target=one, args=(n,)) for n in range(len(stores))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=LONG)
+    finally:
+        for pid in backends:
+            os.kill(pid, signal.SIGCONT)
+    for store in stores:
+        store.close()
+    assert len(overs) == len(stores)
+    print(f"past budget, s: max {max(overs.values()):.3f}, each {sorted(overs.values())}")
+    assert max(overs.values()) < TRY_GRACE + SLACK
