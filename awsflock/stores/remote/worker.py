@@ -57,10 +57,13 @@ class Workers:
         job: _Job[_T] = _Job(call)
         inbox = self._take()
         inbox.put(job)
-        if not job.done.wait(timeout + TRY_GRACE):
-            with job.gate:  # from here on, a thread that has not sent it never will
-                job.abandoned = True
-            inbox.put(None)  # that thread ends once its try does
+        try:
+            answered = job.done.wait(timeout + TRY_GRACE)
+        except BaseException:  # Ctrl-C, a signal's exception: given up all the same
+            _give_up(job, inbox)
+            raise
+        if not answered:
+            _give_up(job, inbox)
             raise errors.EndpointUnreachable(
                 f"{where} did not answer in time", hint="check the network and retry"
             )
@@ -94,6 +97,13 @@ class Workers:
             idle, self._idle = self._idle, []
         for inbox in idle:
             inbox.put(None)
+
+
+def _give_up(job: _Job[Any], inbox: queue.SimpleQueue[_Job[Any] | None]) -> None:
+    """A try its caller no longer waits for: never sent if its thread has not taken it up."""
+    with job.gate:  # from here on, a thread that has not sent it never will
+        job.abandoned = True
+    inbox.put(None)  # that thread ends once its try does
 
 
 def request_thread(target: Callable[..., None], *args: Any) -> threading.Thread:
