@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from awsflock.lock.lease import LockTable
 
 log = logging.getLogger("awsflock.admin")
+#: The operator an audit record names where the lock no longer says who force-released it.
+UNKNOWN_ACTOR = "unknown (another operator)"
 
 
 def audit_key(lease_id: str) -> str:
@@ -70,6 +72,7 @@ def force_release(
     outcome = _force(table, entry)
     if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
         _not_forced(table, entry, record, outcome.record, now)
+    _mark_applied(table, entry)
     metrics.record("awsflock.force_releases", 1, lock_id, table.store)
     log.info(
         "force-released %r (held by %s) for %s: %s",
@@ -193,7 +196,18 @@ def _not_forced(
         if after is not None and after.lease_id == record.lease_id:
             _ensure_audit(table, lock_id, slot, after)
         else:
-            applied = {**entry, "action_id": earlier, "status": AUDIT_APPLIED}
+            # The lock no longer says who ran that force, and this run's record (put before
+            # its own force) may have replaced that run's: the lease and the action are known,
+            # the operator is not. (That run marks its own record applied once its force took
+            # effect: whichever of the two lands first stands.)
+            applied = {
+                **entry,
+                "action_id": earlier,
+                "actor": UNKNOWN_ACTOR,
+                "reason": f"ended by another force-release ({earlier})",
+                "at_ms": round(table.clock.time() * 1000),
+                "status": AUDIT_APPLIED,
+            }
             table.store.put_audit(audit_key(record.lease_id), applied)
         raise errors.NotHeld(
             f"{_what(lock_id, slot)} is not held: an earlier force-release of it took effect "
@@ -230,6 +244,22 @@ def _entry(
         "reason": reason,
         "at_ms": at_ms,
     }
+
+
+def _mark_applied(table: LockTable, entry: dict[str, Any]) -> None:
+    """This run's force-release took effect: its audit record, marked applied, stands from now
+    on. Another operator's run, refused after it, may have replaced the record this run put
+    before its force with its own (a force of theirs that came too late); its put, landing
+    after this, cannot. A failure here leaves the force done (a re-run marks it)."""
+    try:
+        table.store.put_audit(audit_key(entry["lease_id"]), {**entry, "status": AUDIT_APPLIED})
+    except errors.StoreError as exc:
+        log.warning(
+            "the force-release of lease %s took effect, but its audit record could not be "
+            "marked applied (%s); run it again to mark it",
+            entry["lease_id"],
+            exc.one_line(),
+        )
 
 
 def _ensure_audit(table: LockTable, lock_id: str, slot: int | None, record: LockRecord) -> None:

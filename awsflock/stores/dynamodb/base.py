@@ -232,8 +232,11 @@ class TableBase(RetryingStore):
             return
         self._pid = os.getpid()
         session = getattr(getattr(self._client, "_endpoint", None), "http_session", None)
-        with contextlib.suppress(Exception):
-            session.close()  # type: ignore[union-attr]
+        try:
+            _pools_of_its_own(session)
+        except Exception:  # a botocore without these parts: its own close, which locks
+            with contextlib.suppress(Exception):
+                session.close()  # type: ignore[union-attr]
 
     # -- errors -------------------------------------------------------------------------------
 
@@ -322,3 +325,18 @@ class TableBase(RetryingStore):
         pool = pool_from_item(lock_id, item, line) if is_pool_item(item) else None
         record = dataclasses.replace(record_from_item(item), line=line)
         return Outcome(applied, record, pool, slot, line=line)
+
+
+def _pools_of_its_own(session: Any) -> None:
+    """Give botocore's HTTP ``session``, in a forked child, connection pools of its own, and
+    close the child's copies of the parent's idle connections, taking none of the old pools'
+    locks: a thread of the parent may have held one as it forked (every request takes the pool
+    manager's), and a lock held then is held for ever in the child."""
+    old = session._manager
+    fresh = type(old)(**session._get_pool_manager_kwargs())
+    fresh.pool_classes_by_scheme = old.pool_classes_by_scheme
+    session._manager, session._proxy_managers = fresh, {}
+    for pool in list(old.pools._container.values()):
+        for conn in list(getattr(getattr(pool, "pool", None), "queue", ())):
+            if conn is not None:
+                conn.close()

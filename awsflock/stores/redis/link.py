@@ -196,6 +196,12 @@ class RedisLink:
         plan = self.plan(conn, request, timeout)
         answers = wire.call(conn.client, plan.commands)
         if plan.lost_script(answers):  # a server that lost it (restarted, flushed)
+            if not self.store.may_send():  # never sent again once the caller's time is over
+                raise errors.EndpointUnreachable(
+                    f"{self.where()} had lost awsflock's script, and the try's time ran out "
+                    "before it could be sent again",
+                    hint="retry",
+                )
             answers = wire.call(conn.client, plan.commands_with_the_script())
         return self.read(conn, plan, answers)
 

@@ -159,6 +159,7 @@ class Connected(RetryingStore, Generic[C]):
                 )
             sent = True
             self._local.try_timeout = timeout  # for a link's own waits (Redis's WAIT)
+            self._local.send_by = send_by  # for a link that sends again (``may_send``)
             watch = clock.watched(end, lambda: self.link.interrupt(conn))
             with watch:
                 value = call(conn)
@@ -185,6 +186,12 @@ class Connected(RetryingStore, Generic[C]):
         if watch.fired:  # answered as it was interrupted: the answer stands, the socket not
             self._drop()
         return value
+
+    def may_send(self) -> bool:
+        """Whether the current try's gate is still open: a link that sends again within one
+        try (Redis's step, after the server lost its script) asks first."""
+        send_by = getattr(self._local, "send_by", None)
+        return send_by is None or gate_open(send_by, self.try_time.monotonic())
 
     def _connect(self, timeout: float, end: float) -> C:
         """A new connection, made in a request thread and waited for until ``end``: a connect

@@ -18,8 +18,8 @@ import threading
 import time
 from typing import Callable
 
-#: The longest the watchdog sleeps at a time while it watches a try.
-LONGEST = 3600.0
+#: The longest the watchdog sleeps at once (far below ``threading.TIMEOUT_MAX``).
+LONGEST_SLEEP = 3600.0
 
 
 class Watch:
@@ -77,10 +77,10 @@ class _Watchdog:
                         entry.interrupt()
                 pending = [e.deadline for e in self.watches.values() if not e.fired]
                 self.wake_at = min(pending, default=math.inf)
-                # At most LONGEST at a time: a deadline days away (a library's request timeout
-                # of 1e10 s) is more than a wait takes, and would end this thread.
+                # A deadline past what a thread may wait for (a library caller's request
+                # timeout of 1e10 s) would raise here and end the watchdog: it looks again.
                 self.woken.wait(
-                    None if self.wake_at == math.inf else min(self.wake_at - now, LONGEST)
+                    None if self.wake_at == math.inf else min(self.wake_at - now, LONGEST_SLEEP)
                 )
 
 

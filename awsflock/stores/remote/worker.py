@@ -57,10 +57,13 @@ class Workers:
         job: _Job[_T] = _Job(call)
         inbox = self._take()
         inbox.put(job)
-        if not job.done.wait(timeout + TRY_GRACE):
-            with job.gate:  # from here on, a thread that has not sent it never will
-                job.abandoned = True
-            inbox.put(None)  # that thread ends once its try does
+        try:
+            answered = job.done.wait(timeout + TRY_GRACE)
+        except BaseException:  # Ctrl-C, a signal's exception: given up all the same
+            _give_up(job, inbox)
+            raise
+        if not answered:
+            _give_up(job, inbox)
             raise errors.EndpointUnreachable(
                 f"{where} did not answer in time", hint="check the network and retry"
             )
@@ -71,10 +74,16 @@ class Workers:
         value: _T = job.value
         return value
 
+    def _forked(self) -> None:
+        """In a forked child: none of the parent's threads, and a lock of its own (a thread
+        of the parent may have held this one as it forked: it would never be let go)."""
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+            self._idle, self._pid = [], os.getpid()
+
     def _take(self) -> queue.SimpleQueue[_Job[Any] | None]:
+        self._forked()
         with self._lock:
-            if self._pid != os.getpid():  # a forked child has none of its parent's threads
-                self._idle, self._pid = [], os.getpid()
             if self._idle:
                 return self._idle.pop()
         inbox: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
@@ -83,10 +92,18 @@ class Workers:
 
     def close(self) -> None:
         """End the idle threads."""
+        self._forked()
         with self._lock:
             idle, self._idle = self._idle, []
         for inbox in idle:
             inbox.put(None)
+
+
+def _give_up(job: _Job[Any], inbox: queue.SimpleQueue[_Job[Any] | None]) -> None:
+    """A try its caller no longer waits for: never sent if its thread has not taken it up."""
+    with job.gate:  # from here on, a thread that has not sent it never will
+        job.abandoned = True
+    inbox.put(None)  # that thread ends once its try does
 
 
 def request_thread(target: Callable[..., None], *args: Any) -> threading.Thread:

@@ -1,0 +1,70 @@
+"""Two operators force-releasing the same lease (h13's adversarial review of the audit rule):
+the audit log names the operator whose force-release ended the lease, and keeps its record,
+whatever the other one does. On in-process moto and the in-memory store; the same scenarios
+run on every real server in tests/integration/test_audit_operators.py.
+
+The scenario: operator Yan is shown the lease (``confirm``, as at a terminal prompt); while he
+reads it, operator Xia force-releases that lease, and the lock is taken again (``hand_offs``
+times: acquired, and released but the last). Then Yan says yes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from awsflock import errors
+from awsflock.lock.admin import audit_records, force_release
+
+XIA = ("xia", "xia's reason")
+
+
+def meanwhile(
+    make: Callable[..., Any], lock: str, lease_id: str, hand_offs: int
+) -> Callable[[Any], bool]:
+    """Yan's confirmation, given only after Xia's force-release and ``hand_offs`` new leases."""
+
+    def confirm(_record: Any) -> bool:
+        force_release(make("x"), lock, reason=XIA[1], lease_id=lease_id, actor=XIA[0])
+        for n in range(hand_offs):
+            held = make(f"w{n}").acquire(lock, lease=600, wait=0)
+            if n < hand_offs - 1:
+                held.release()
+        return True
+
+    return confirm
+
+
+def run_yan(make: Callable[..., Any], lock: str, hand_offs: int) -> tuple[str, str]:
+    """The scenario; (the lease Xia ended, what Yan was told)."""
+    lease = make("a").acquire(lock, lease=600, wait=0)
+    confirm = meanwhile(make, lock, lease.lease_id, hand_offs)
+    with pytest.raises(errors.NotHeld) as told:
+        force_release(make("y"), lock, reason="yan's reason", actor="yan", confirm=confirm)
+    return lease.lease_id, str(told.value)
+
+
+def shown(make: Callable[..., Any], lock: str) -> list[tuple[Any, ...]]:
+    return [(r["lease_id"], r["actor"], r["reason"]) for r in audit_records(make("op"), lock)]
+
+
+def test_the_audit_names_the_operator_whose_force_ended_a_lease_since_taken_again(
+    make_any_table,
+):
+    lease_id, _told = run_yan(make_any_table, "two-ops", hand_offs=1)
+    assert shown(make_any_table, "two-ops") == [(lease_id, *XIA)]
+
+
+def test_a_force_release_keeps_its_record_when_another_operators_is_refused_much_later(
+    make_any_table,
+):
+    lease_id, _told = run_yan(make_any_table, "two-ops-late", hand_offs=6)
+    assert shown(make_any_table, "two-ops-late") == [(lease_id, *XIA)]
+
+
+def test_the_audit_names_the_operator_whose_force_ended_a_lease_still_on_record(make_any_table):
+    """The lease still the lock's last: the record is rebuilt from the lock's item (holds)."""
+    lease_id, told = run_yan(make_any_table, "two-ops-kept", hand_offs=0)
+    assert "not held" in told
+    assert shown(make_any_table, "two-ops-kept") == [(lease_id, *XIA)]
