@@ -17,8 +17,10 @@ from tests.test_simulation import HALF_BUDGET
 #: Each known bug must be found within this many client operations (seeds 0, 1, ...).
 MUTANT_BUDGET = 60_000
 #: ... but for these, which need a rare interleaving (a take that turns a lock into a pool,
-#: landing late over a plain grant and the deletion of the lock's record), a little more.
-RARE = {"L pool ignores the fencing counter": 100_000, "4 TTL at the lease's end": 100_000}
+#: landing late over a plain grant and the deletion of the lock's record), more. L is found at
+#: seed 292 after 183,931 operations since a successful force-release marks its audit record
+#: applied (one more request moves every later step of the seeds); it was within 100,000.
+RARE = {"L pool ignores the fencing counter": 250_000, "4 TTL at the lease's end": 100_000}
 #: Bugs found only after more than 10,000 operations (or, on moto, 100): left out of the fast
 #: tier.
 SLOW = {
@@ -51,7 +53,7 @@ def test_the_second_half_of_the_budget_keeps_every_invariant():
 HERE = [n for n in MUTANTS if BENEATH.get(n, ("memory",))[0] in ("memory", "moto")]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else []) for n in HERE]
 )
