@@ -4,8 +4,6 @@ gate holds for a KeyboardInterrupt too. (No server: the try is a function that s
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 
@@ -26,15 +24,25 @@ def test_a_try_given_up_by_ctrl_c_before_its_thread_took_it_is_never_sent(monkey
         return start(later)
 
     monkeypatch.setattr(worker, "request_thread", slow_to_start)
+
+    class CtrlC(threading.Event):  # Ctrl-C while the caller waits (no real signal: xdist's
+        def wait(self, timeout=None):  # workers may ignore SIGINT)
+            time.sleep(0.2)
+            raise KeyboardInterrupt
+
+    made = worker._Job.__init__
+
+    def with_ctrl_c(self, call) -> None:
+        made(self, call)
+        self.done = CtrlC()
+
+    monkeypatch.setattr(worker._Job, "__init__", with_ctrl_c)
     sent = threading.Event()
     pool = worker.Workers()
-    interrupt = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-    interrupt.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             pool.run(sent.set, 5.0, "the server")
     finally:
-        interrupt.cancel()
         go.set()
     time.sleep(0.3)  # the thread now takes the try up
     assert not sent.is_set(), "the try was sent after its caller gave it up"
