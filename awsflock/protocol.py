@@ -97,10 +97,20 @@ ENDED_BARRED = "barred"
 
 #: Keys of audit records start with this.
 AUDIT_PREFIX = RESERVED_PREFIX + "audit#"
-#: An audit record's ``status`` once the action it describes turned out not to take effect.
-AUDIT_VOID = "not_applied"
-#: The ``status`` of an audit record written from the lock's item, after its action took effect.
+#: The ``status`` of an audit record of an action that took effect (every record written now).
 AUDIT_APPLIED = "applied"
+#: The ``status`` of a record of an action that did not take effect: no longer written (a
+#: development build wrote its record before the action), and left out of every view.
+AUDIT_VOID = "not_applied"
+
+
+def audit_key(lease_id: str) -> str:
+    """The key of the audit record of the force-release of ``lease_id`` (a lease is ended by
+    force at most once). Never the lock name: a name may use up DynamoDB's whole 2,048-byte
+    key; the record names its lock in ``target``."""
+    return f"{AUDIT_PREFIX}force#{lease_id}"
+
+
 #: The default time one call may take, retries included, unless the caller's wait is longer.
 DEFAULT_REQUEST_TIMEOUT = 5.0
 #: No try of a call is started with less time than this left.
@@ -337,8 +347,12 @@ class LockStore(Protocol):
         actor: str,
         reason: str,
         slot: int | None = None,
+        audit: dict[str, Any] | None = None,
     ) -> Outcome:
-        """As ``release``, for an operator: marked forced by ``force_id``, with who and why."""
+        """As ``release``, for an operator: marked forced by ``force_id``, with who and why.
+        Applied, it also writes ``audit`` (status ``AUDIT_APPLIED``) as audit record
+        ``audit_key(lease_id)`` in the same atomic write (without transactions: right after),
+        so the record exists exactly when the force took effect."""
         ...
 
     def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
@@ -359,17 +373,11 @@ class LockStore(Protocol):
         ...
 
     def put_audit(self, key: str, entry: dict[str, Any]) -> None:
-        """Write audit record ``key`` (under ``AUDIT_PREFIX``; empty fields left out) unless
-        the record there settles it: one whose action took effect (``status`` AUDIT_APPLIED)
-        stays, and a void one is replaced only by one that took effect. So a put landing late
-        never brings back a record voided meanwhile (a void wins over a put of its action in
-        either order), nor hides the force-release that ended the lease."""
-        ...
-
-    def void_audit(self, key: str, action_id: str | None) -> None:
-        """Set audit record ``key``'s ``status`` to ``AUDIT_VOID`` if its action has not taken
-        effect (no ``status``) and is ``action_id`` (any, None); where there is no record,
-        leave a void one (naming ``action_id``), which a put landing later cannot replace."""
+        """Write audit record ``key`` (under ``AUDIT_PREFIX``; empty fields left out; ``entry``
+        names its lock in ``target``) unless the record there settles it: one whose action
+        took effect (``status`` AUDIT_APPLIED) stays, and a void one is replaced only by one
+        that took effect. So a put landing late never hides the record the force-release that
+        ended the lease wrote."""
         ...
 
     def audit_entries(self) -> Iterator[dict[str, Any]]:

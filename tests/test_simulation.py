@@ -47,3 +47,30 @@ def test_the_first_half_of_the_budget_keeps_every_invariant():
         + (f"\nreplay: {failed.replay(60, 'memory')}")
     )
     assert sum(r.operations for r in results) >= HALF_BUDGET
+
+
+@pytest.mark.parametrize(
+    ("records", "found"),
+    [
+        ([{"lease_id": "L1", "actor": "op", "action_id": "A1", "status": "applied"}], None),
+        ([{"lease_id": "L1", "actor": "bo", "action_id": "A2", "status": "applied"}], "names"),
+        ([], "has 0 audit records"),
+        ([{"lease_id": "L1", "actor": "op", "action_id": "A1"}] * 2, "has 2 audit records"),
+        ([{"lease_id": "L2", "actor": "op", "action_id": "A3"}], "never applied"),
+    ],
+)
+def test_the_audit_invariant_names_each_wrong_record(records, found):
+    # The checker's audit rule, on records as a store would list them: one per force applied,
+    # naming the operator and the action that applied it, none of a force that never did.
+    from awsflock.stores.memory import MemoryStore
+    from tests.simulation.checker import Checker, Violation
+    from tests.simulation.world import World
+
+    checker = Checker(World(0), MemoryStore())
+    checker.forced.add("L1")
+    checker.forced_by["L1"] = ("op", "A1")
+    if found is None:
+        checker.check_audit(records)
+    else:
+        with pytest.raises(Violation, match=found):
+            checker.check_audit(records)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from awsflock.protocol import AUDIT_PREFIX, AUDIT_VOID, Attempt, LockStore
+from awsflock.protocol import AUDIT_APPLIED, AUDIT_PREFIX, AUDIT_VOID, Attempt, LockStore, audit_key
 from awsflock.records import ENDED_RELEASED, Identity, Waiter
 from tests.helpers import STEP_PROGRAM_NOT_RUN
 from tests.servers import PG_BIN, REDIS_SERVER, PostgresServer, RedisServer
@@ -212,14 +212,25 @@ def test_resize_makes_a_pool_and_keeps_a_held_slot(store):
     assert store.read(lock).pool.size == 4
 
 
-def test_voiding_an_audit_record_marks_only_its_own_actions(store):
-    key = AUDIT_PREFIX + uuid.uuid4().hex
-    store.put_audit(key, {"key": key, "action_id": "A1", "status": "done"})
-    store.void_audit(key, "someone-else")
-    store.void_audit(key, "A1")
-    store.void_audit(AUDIT_PREFIX + "missing", None)
-    statuses = [e.get("status") for e in store.audit_entries() if e.get("key") == key]
-    assert statuses == [AUDIT_VOID]
+def test_a_force_release_writes_its_audit_record_and_a_put_never_replaces_it(store):
+    lock, lease = _lock(), _lease()
+    _take(store, lock, lease)
+    record = {"action_id": "A1", "target": lock, "lease_id": lease, "status": AUDIT_APPLIED}
+    forced = store.force_release(
+        lock,
+        lease,
+        force_id="A1",
+        now_ms=T0 + 1,
+        skew_ms=0,
+        actor="ops",
+        reason="r",
+        audit=record,
+    )
+    assert forced.applied
+    store.put_audit(audit_key(lease), {**record, "action_id": "B2"})
+    store.put_audit(AUDIT_PREFIX + "missing", {"target": lock, "status": AUDIT_VOID})
+    mine = [e for e in store.audit_entries() if e.get("target") == lock]
+    assert sorted(mine, key=len) == [{"target": lock, "status": AUDIT_VOID}, record]
 
 
 @pytest.mark.parametrize("kind", STORES)

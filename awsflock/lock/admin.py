@@ -7,9 +7,8 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from awsflock import errors, metrics
-from awsflock.lock.verdict import ended_how
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
-from awsflock.protocol import AUDIT_APPLIED, AUDIT_PREFIX, AUDIT_VOID, Outcome
+from awsflock.protocol import AUDIT_APPLIED, AUDIT_VOID, Outcome, audit_key
 from awsflock.records import ENDED_FORCED, LockRecord
 from awsflock.text import iso_utc
 
@@ -17,15 +16,6 @@ if TYPE_CHECKING:
     from awsflock.lock.lease import LockTable
 
 log = logging.getLogger("awsflock.admin")
-#: The operator an audit record names where the lock no longer says who force-released it.
-UNKNOWN_ACTOR = "unknown (another operator)"
-
-
-def audit_key(lease_id: str) -> str:
-    """The key of the audit record of the force-release of ``lease_id`` (a lease is ended by
-    force at most once). Never the lock name: a name may use up DynamoDB's whole 2,048-byte
-    key; the record names its lock in ``target``."""
-    return f"{AUDIT_PREFIX}force#{lease_id}"
 
 
 def default_actor(table: LockTable) -> str:
@@ -64,15 +54,13 @@ def force_release(
     who = actor or default_actor(table)
     action_id = uuid.uuid4().hex[:16]
     entry = _entry(lock_id, slot, record, who, reason, round(now * 1000), action_id)
-    # On record before it can take effect: one record per lease, keyed by it, so a run whose
-    # answer was lost, its retries and its re-runs all come down to exactly one record. This put
-    # may land late, after the record was voided or the lease's force written as applied: the
-    # store then keeps what is there (``LockStore.put_audit``).
-    table.store.put_audit(audit_key(record.lease_id), entry)
+    # The audit record is written by the force's own step, in the same atomic write: it exists
+    # exactly when the force took effect, whether this run lives to see the answer or not, and
+    # names the operator whose force it was (protocol.force_release). One record per lease,
+    # keyed by it: a lease is forced at most once.
     outcome = _force(table, entry)
     if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
         _not_forced(table, entry, record, outcome.record, now)
-    _mark_applied(table, entry)
     metrics.record("awsflock.force_releases", 1, lock_id, table.store)
     log.info(
         "force-released %r (held by %s) for %s: %s",
@@ -141,8 +129,6 @@ def _held(
             f"{what} is not held: it was {record.forced_text()} (audited)",
             hint="nothing more to do",
         )
-    if lease_id is not None and record is not None:
-        _settle_audit(table, lease_id, record)
     if record is None or record.released:
         raise errors.NotHeld(f"{what} is not held", hint="nothing to force-release")
     if lease_id is not None and record.lease_id != lease_id:
@@ -167,6 +153,7 @@ def _force(table: LockTable, entry: dict[str, Any]) -> Outcome:
             actor=entry["actor"],
             reason=entry["reason"],
             slot=entry["slot"],
+            audit={**entry, "status": AUDIT_APPLIED},
         )
     except errors.StoreError as exc:
         if exc.maybe_applied:
@@ -186,35 +173,22 @@ def _not_forced(
     now: float,
 ) -> NoReturn:
     """A force-release of ``record``'s lease refused (the lock is now ``after``): an earlier
-    run's force took effect (its audit record stands), or the lock changed hands (the record
-    ``entry`` is voided). Raises ``NotHeld`` saying which."""
+    run's force took effect (its step wrote its audit record), or the lock changed hands.
+    Raises ``NotHeld`` saying which."""
     lock_id, slot = entry["target"], entry["slot"]
     earlier = _forced_mark(after, record.lease_id)
     if earlier is not None:
         # An earlier run's force-release, whose request landed after that run gave up,
-        # ended the lease: the one audit record of the lease is that force's, not voided.
+        # ended the lease. Its step wrote its record; where the lock still shows that force,
+        # a record missing (an endpoint without transactions, whose run died before writing
+        # it) is written from it.
         if after is not None and after.lease_id == record.lease_id:
             _ensure_audit(table, lock_id, slot, after)
-        else:
-            # The lock no longer says who ran that force, and this run's record (put before
-            # its own force) may have replaced that run's: the lease and the action are known,
-            # the operator is not. (That run marks its own record applied once its force took
-            # effect: whichever of the two lands first stands.)
-            applied = {
-                **entry,
-                "action_id": earlier,
-                "actor": UNKNOWN_ACTOR,
-                "reason": f"ended by another force-release ({earlier})",
-                "at_ms": round(table.clock.time() * 1000),
-                "status": AUDIT_APPLIED,
-            }
-            table.store.put_audit(audit_key(record.lease_id), applied)
         raise errors.NotHeld(
             f"{_what(lock_id, slot)} is not held: an earlier force-release of it took effect "
             "(audited)",
             hint="nothing more to do",
         )
-    table.store.void_audit(audit_key(record.lease_id), entry["action_id"])
     raise errors.NotHeld(
         f"lock {lock_id!r} changed hands before the force-release "
         + (f"(now {after.describe(now)})" if after and not after.released else ""),
@@ -246,22 +220,6 @@ def _entry(
     }
 
 
-def _mark_applied(table: LockTable, entry: dict[str, Any]) -> None:
-    """This run's force-release took effect: its audit record, marked applied, stands from now
-    on. Another operator's run, refused after it, may have replaced the record this run put
-    before its force with its own (a force of theirs that came too late); its put, landing
-    after this, cannot. A failure here leaves the force done (a re-run marks it)."""
-    try:
-        table.store.put_audit(audit_key(entry["lease_id"]), {**entry, "status": AUDIT_APPLIED})
-    except errors.StoreError as exc:
-        log.warning(
-            "the force-release of lease %s took effect, but its audit record could not be "
-            "marked applied (%s); run it again to mark it",
-            entry["lease_id"],
-            exc.one_line(),
-        )
-
-
 def _ensure_audit(table: LockTable, lock_id: str, slot: int | None, record: LockRecord) -> None:
     """The audit record of the force-release that ended ``record``, from what the item itself
     records, marked as applied: it replaces a record written before another run's force (or
@@ -283,17 +241,6 @@ def _forced_mark(record: LockRecord | None, lease_id: str) -> str | None:
     if ended is None or not ended.startswith(ENDED_FORCED):
         return None
     return ended[len(ENDED_FORCED) :]
-
-
-def _settle_audit(table: LockTable, lease_id: str, record: LockRecord) -> None:
-    """A force-release named ``lease_id``: if the record says that lease ended otherwise
-    (released by its holder, or taken over), an audit record an earlier run wrote for it
-    (before a force that never took effect) is marked as not applied: a void record is left
-    if there is none yet, so that run's put, landing later, cannot bring one back."""
-    end = ended_how(record, lease_id)
-    running = record.lease_id == lease_id and not record.released
-    if end is not None and not running and not end.startswith(ENDED_FORCED):
-        table.store.void_audit(audit_key(lease_id), None)
 
 
 def _forced_by_us(record: LockRecord | None, lease_id: str, action_id: str) -> bool:

@@ -36,6 +36,7 @@ from awsflock.protocol import (
     Outcome,
     Sleeper,
     Waker,
+    audit_key,
 )
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Line, LockRecord, Pool, Waiter
 from awsflock.stores import kinds
@@ -46,7 +47,6 @@ from awsflock.stores.memory_records import (
     _seconds,
     _version,
     audit_put_lands,
-    audit_voided,
 )
 from awsflock.stores.memory_takes import grant, may_take
 
@@ -179,9 +179,11 @@ class MemoryStore(ForSimulations):
         actor: str,
         reason: str,
         slot: int | None = None,
+        audit: dict[str, Any] | None = None,
     ) -> Outcome:
         forced = {"forced_by": actor, "forced_reason": reason, "forced_ms": now_ms}
-        return self._end(lock_id, lease_id, ENDED_FORCED + force_id, now_ms, skew_ms, slot, forced)
+        ended = ENDED_FORCED + force_id
+        return self._end(lock_id, lease_id, ended, now_ms, skew_ms, slot, forced, audit)
 
     def _end(
         self,
@@ -192,6 +194,7 @@ class MemoryStore(ForSimulations):
         skew_ms: int,
         slot: int | None,
         forced: dict[str, Any] | None = None,
+        audit: dict[str, Any] | None = None,
     ) -> Outcome:
         with self._mutex:
             record = self._records.get(lock_id)
@@ -212,6 +215,8 @@ class MemoryStore(ForSimulations):
             lease.expires_s = record.ttl(_seconds(now_ms + skew_ms))
             for name, value in (forced or {}).items():
                 setattr(lease, name, value)
+            if audit is not None:  # in the same write as the end (protocol.force_release)
+                self._audit[audit_key(lease_id)] = _kept(audit)
             if self.transactions:  # as DynamoDB's transaction, it answers nothing
                 return Outcome(True, None, None, slot)
             return self._outcome(True, lock_id, record, slot)
@@ -345,13 +350,7 @@ class MemoryStore(ForSimulations):
     def put_audit(self, key: str, entry: dict[str, Any]) -> None:
         with self._mutex:
             if audit_put_lands(self._audit.get(key), entry):
-                self._audit[key] = {k: v for k, v in entry.items() if v not in (None, "")}
-
-    def void_audit(self, key: str, action_id: str | None) -> None:
-        with self._mutex:
-            voided = audit_voided(self._audit.get(key), action_id)
-            if voided is not None:
-                self._audit[key] = voided
+                self._audit[key] = _kept(entry)
 
     def audit_entries(self) -> Iterator[dict[str, Any]]:
         with self._mutex:
@@ -393,3 +392,8 @@ class MemoryStore(ForSimulations):
             return Outcome(applied, lock, None, slot, line=line)
         slots = {i: lease.record(lock_id, record.slots) for i, lease in sorted(record.pool.items())}
         return Outcome(applied, lock, Pool(lock_id, record.slots, slots, line), slot, line=line)
+
+
+def _kept(entry: dict[str, Any]) -> dict[str, Any]:
+    """An audit record as the store keeps it: empty fields left out."""
+    return {k: v for k, v in entry.items() if v not in (None, "")}

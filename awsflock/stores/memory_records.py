@@ -234,16 +234,3 @@ def audit_put_lands(there: dict[str, Any] | None, entry: dict[str, Any]) -> bool
     return status != AUDIT_APPLIED and (
         status != AUDIT_VOID or entry.get("status") == AUDIT_APPLIED
     )
-
-
-def audit_voided(there: dict[str, Any] | None, action_id: str | None) -> dict[str, Any] | None:
-    """The record ``void_audit(key, action_id)`` leaves where ``there`` is (None: unchanged):
-    a record whose action has not taken effect and is ``action_id`` (None: any) marked void,
-    and where there is none, a void one naming the action."""
-    if there is None:
-        return {"status": AUDIT_VOID} | ({} if action_id is None else {"action_id": action_id})
-    if there.get("status") in (AUDIT_APPLIED, AUDIT_VOID):
-        return None
-    if action_id is not None and there.get("action_id") != action_id:
-        return None
-    return {**there, "status": AUDIT_VOID}

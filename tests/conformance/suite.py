@@ -27,6 +27,7 @@ from awsflock.protocol import (
     Attempt,
     LockStore,
     Outcome,
+    audit_key,
 )
 from awsflock.records import Identity, LockRecord, Pool, Waiter
 from awsflock.stores import kinds
@@ -109,7 +110,14 @@ class Lab:
         return self.store.release(name, lease_id, now_ms=self.now + at, skew_ms=SKEW, slot=slot)
 
     def force(
-        self, name: str, lease_id: str, force_id: str, *, at: int = 0, slot: int | None = None
+        self,
+        name: str,
+        lease_id: str,
+        force_id: str,
+        *,
+        at: int = 0,
+        slot: int | None = None,
+        audit: dict[str, Any] | None = None,
     ) -> Outcome:
         return self.store.force_release(
             name,
@@ -120,6 +128,7 @@ class Lab:
             actor="ops",
             reason="stuck",
             slot=slot,
+            audit=audit,
         )
 
     def held(self, outcome: Outcome) -> LockRecord:
@@ -702,59 +711,80 @@ class StoreConformance:
 
     # -- audit -----------------------------------------------------------------------------------
 
-    def test_audit_records_are_written_replaced_and_voided(self, lab: Lab):
+    def _record(self, lab: Lab, lease_id: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "action_id": "f1",
+            "action": "force-release",
+            "target": lab.name(),
+            "lease_id": lease_id,
+            "actor": "ops",
+            "reason": "stuck",
+            "at_ms": 5,
+            "status": AUDIT_APPLIED,
+            **fields,
+        }
+
+    def test_a_force_release_writes_its_audit_record_in_its_own_step(self, lab: Lab):
+        name = lab.name()
+        lease_id, _ = lab.take(name)
+        record = self._record(lab, lease_id, slot=None, empty="")
+        assert lab.force(name, lease_id, "f1", at=10, audit=record).applied
+        assert self._mine(lab) == [self._record(lab, lease_id)]  # no empty fields, none of ours
+
+    def test_a_refused_force_release_writes_no_audit_record(self, lab: Lab):
+        name = lab.name()
+        lease_id, _ = lab.take(name)
+        assert lab.release(name, lease_id, at=10).applied
+        assert not lab.force(name, lease_id, "f1", at=20, audit=self._record(lab, lease_id)).applied
+        lab.take(name, at=30, owner="b")
+        assert not lab.force(name, lease_id, "f2", at=40, audit=self._record(lab, lease_id)).applied
+        assert self._mine(lab) == []
+
+    def test_a_force_retried_after_it_took_effect_leaves_the_first_record(self, lab: Lab):
+        name = lab.name()
+        lease_id, _ = lab.take(name)
+        assert lab.force(name, lease_id, "f1", at=10, audit=self._record(lab, lease_id)).applied
+        late = self._record(lab, lease_id, action_id="f9", actor="late")
+        assert not lab.force(name, lease_id, "f9", at=20, audit=late).applied
+        assert self._mine(lab) == [self._record(lab, lease_id)]
+
+    def test_a_pool_slots_force_release_writes_its_audit_record(self, lab: Lab):
+        name = lab.name()
+        lease_id, _ = lab.take(name, slot=1, slots=2)
+        record = self._record(lab, lease_id, slot=1)
+        assert lab.force(name, lease_id, "f1", at=10, slot=1, audit=record).applied
+        assert self._mine(lab) == [record]
+
+    def test_audit_records_are_written_and_replaced_until_one_took_effect(self, lab: Lab):
         key = AUDIT_PREFIX + "force#" + lab.prefix
         entry: dict[str, Any] = {"action_id": "x1", "target": lab.name(), "reason": "r", "at_ms": 5}
         lab.store.put_audit(key, {**entry, "action_id": "x0"})
-        lab.store.put_audit(key, {**entry, "slot": None, "empty": ""})  # a later run's: replaces
+        lab.store.put_audit(key, {**entry, "slot": None, "empty": ""})  # a later one replaces it
         assert self._mine(lab) == [entry]  # exactly its fields: no empty ones, none of the store's
-        lab.store.void_audit(key, "x2")  # another action's: left alone
-        assert self._status(lab) is None
-        lab.store.void_audit(key, "x1")
-        assert self._status(lab) == AUDIT_VOID
-
-    def test_a_put_landing_after_the_void_of_its_action_leaves_it_void(self, lab: Lab):
-        # force-release's record, written before its force, voided when the force was refused;
-        # then the put's first try, whose answer was lost, lands: the record stays void.
-        key = AUDIT_PREFIX + "force#" + lab.prefix
-        entry: dict[str, Any] = {"action_id": "x1", "target": lab.name(), "reason": "r", "at_ms": 5}
-        lab.store.put_audit(key, entry)
-        lab.store.void_audit(key, "x1")
-        lab.store.put_audit(key, entry)
-        assert self._mine(lab) == [{**entry, "status": AUDIT_VOID}]
-        lab.store.put_audit(key, {**entry, "action_id": "x2"})  # another run's, as late
-        assert self._mine(lab) == [{**entry, "status": AUDIT_VOID}]
-
-    @pytest.mark.parametrize("named", [True, False])
-    def test_a_void_landing_first_leaves_a_void_record_a_later_put_cannot_replace(
-        self, lab: Lab, named: bool
-    ):
-        # The void lands before the put of the action it is about (named), or a re-run found
-        # the lease ended otherwise while another run's put was still on its way.
-        key = AUDIT_PREFIX + "force#" + lab.prefix
-        action_id = lab.prefix + "x1"
-        lab.store.void_audit(key, action_id if named else None)
-        entry: dict[str, Any] = {"action_id": action_id, "target": lab.name(), "at_ms": 5}
-        lab.store.put_audit(key, entry)
-        assert not self._mine(lab)
-        if named:
-            left = [e for e in lab.store.audit_entries() if e.get("action_id") == action_id]
-            assert left == [{"action_id": action_id, "status": AUDIT_VOID}]
-
-    def test_the_record_of_a_force_that_took_effect_stays(self, lab: Lab):
-        # Written from the lock's item after its force ended the lease (status applied): no
-        # put of another run's, landing late, replaces it, and no void marks it.
-        key = AUDIT_PREFIX + "force#" + lab.prefix
-        entry: dict[str, Any] = {"action_id": "x1", "target": lab.name(), "reason": "r", "at_ms": 5}
-        lab.store.put_audit(key, {**entry, "action_id": "x2"})
-        lab.store.void_audit(key, "x2")
-        applied = {**entry, "status": AUDIT_APPLIED}
-        lab.store.put_audit(key, applied)  # replaces a void record: it did take effect
-        lab.store.put_audit(key, {**entry, "action_id": "x2", "reason": "late"})
-        lab.store.put_audit(key, {**applied, "reason": "again"})
-        lab.store.void_audit(key, "x1")
-        lab.store.void_audit(key, None)
+        applied = {**entry, "action_id": "x2", "status": AUDIT_APPLIED}
+        lab.store.put_audit(key, applied)
+        lab.store.put_audit(key, {**entry, "action_id": "x3", "reason": "late"})
+        lab.store.put_audit(key, {**applied, "actor": "unknown", "reason": "again"})
         assert self._mine(lab) == [applied]
+
+    def test_a_void_record_gives_way_only_to_one_that_took_effect(self, lab: Lab):
+        # Records a development build voided (its force did not take effect) stay void.
+        key = AUDIT_PREFIX + "force#" + lab.prefix
+        entry: dict[str, Any] = {"action_id": "x1", "target": lab.name(), "at_ms": 5}
+        lab.store.put_audit(key, {**entry, "status": AUDIT_VOID})
+        lab.store.put_audit(key, {**entry, "action_id": "x2"})
+        assert self._mine(lab) == [{**entry, "status": AUDIT_VOID}]
+        lab.store.put_audit(key, {**entry, "status": AUDIT_APPLIED})
+        assert self._mine(lab) == [{**entry, "status": AUDIT_APPLIED}]
+
+    def test_the_record_a_force_wrote_is_never_replaced_by_a_put(self, lab: Lab):
+        name = lab.name()
+        lease_id, _ = lab.take(name)
+        assert lab.force(name, lease_id, "f1", at=10, audit=self._record(lab, lease_id)).applied
+        other = self._record(lab, lease_id, actor="unknown", action_id="f2")
+        lab.store.put_audit(audit_key(lease_id), other)
+        lab.store.put_audit(audit_key(lease_id), {**other, "status": None})
+        assert self._mine(lab) == [self._record(lab, lease_id)]
 
     @staticmethod
     def _mine(lab: Lab) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from awsflock.protocol import Attempt
+from awsflock.protocol import Attempt, audit_key
 from awsflock.records import Identity
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
@@ -397,8 +397,17 @@ def test_a_key_of_another_type_under_the_prefix_is_named(redis_server: RedisServ
     _one_line(cli("acquire", "x", "--no-wait"), "not awsflock's", "?prefix=")
     _one_line(cli("run", "x", "--", "true"), "not awsflock's", code=125)
     # Under the audit records' keys too: one line, not an internal error.
-    redis_server.client().set(layout.audit_key(prefix, "#awsflock#audit#force#zz"), "junk")
+    redis_server.client().set(layout.audit_key(prefix, "x", "#awsflock#audit#force#zz"), "junk")
     _one_line(cli("audit"), "other than an awsflock audit record", "?prefix=")
+    redis_server.client().delete(layout.audit_key(prefix, "x", "#awsflock#audit#force#zz"))
+    # Where a force-release's step would write its audit record: refused, the lease not ended.
+    held = cli("acquire", "z", "--lease-duration", "1m")
+    assert held.returncode == 0, held.stderr
+    record = layout.audit_key(prefix, "z", audit_key(held.stdout.strip()))
+    redis_server.client().hset(record, "f", "v")
+    refused = cli("force-release", "z", "--lease-id", held.stdout.strip(), "--reason", "t")
+    _one_line(refused, "not awsflock's", "holds a hash")
+    assert cli("renew", "z", held.stdout.strip()).returncode == 0  # still held
     # Under any of a lock's keys, refused before the step writes anything (the third
     # adversarial review found a take-over half written: its done entry, not its forced one).
     client = redis_server.client()

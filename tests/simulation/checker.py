@@ -16,7 +16,8 @@
 - **No phantom holder**: after each acquire, and when a client is done, no live lease of that
   lock belongs to the client without its knowing, unless the library named it on stderr (an
   attempt it could not settle); at the end, none at all.
-- **Audited**: every lease an operator force-released has exactly one audit record.
+- **Audited**: every lease an operator force-released has exactly one audit record, naming that
+  operator and that force's action id; no lease whose force never applied has one.
 - **API contract**: the library raises only ``AwsflockError``s, and returns what it says.
 - **Fair waiters keep their order** (``fair=True``): no step the store applies passes over or
   removes a *live* place in a lock's (or pool's) line. Passing over: a take with a ticket while
@@ -93,6 +94,8 @@ class Checker:
         self.max_token: dict[Key, int] = {}
         self.latest: dict[Key, tuple[str, int | None]] = {}  # lease id, token of the last grant
         self.forced: set[str] = set()
+        #: Lease ids force-released -> (the operator, the action id) of the force applied.
+        self.forced_by: dict[str, tuple[str, str]] = {}
         self.resource: dict[Key, int] = {}  # the downstream resource: highest token accepted
         self.writes = 0
         self.reported: set[str] = set()  # lease ids the library named as unsettled
@@ -104,8 +107,6 @@ class Checker:
         self.violations: list[str] = []
         #: True while a late request is being applied.
         self.landing_late = False
-        #: Lease ids whose force-release failed without an answer (it may have applied).
-        self.force_unsettled: set[str] = set()
         #: Places in line: (lock name, ticket) -> (its seen_ms, the true time the poll that
         #: wrote it was made).
         self.polls: dict[tuple[str, str], tuple[int, float]] = {}
@@ -186,6 +187,7 @@ class Checker:
                         self.fail(f"renew of slot {slot} of {args[0]!r}, outside the pool")
                 if operation == "force_release":
                     self.forced.add(lease_id)
+                    self.forced_by[lease_id] = (args[2]["actor"], args[2]["force_id"])
                 elif operation == "release":
                     name = args[0]
                     self.released[lease_id] = (
@@ -443,21 +445,31 @@ class Checker:
     # -- the end ---------------------------------------------------------------------------------
 
     def check_audit(self, entries: list[dict[str, Any]]) -> None:
-        audited: dict[str, int] = {}
+        """Exactly one record per force-release applied, naming its operator and action, and
+        none of a force that never applied. (Without transactions the record is written after
+        the force, so a run killed in between leaves none: a force-release run again writes it
+        from the lock's record, while that remembers.)"""
+        audited: dict[str, list[dict[str, Any]]] = {}
         for entry in entries:
             if entry.get("status") != "not_applied":
-                audited[str(entry.get("lease_id"))] = audited.get(str(entry.get("lease_id")), 0) + 1
+                audited.setdefault(str(entry.get("lease_id")), []).append(entry)
         for lease_id in audited:
-            # A force whose answer never came may have applied: its record stays, as the
-            # command says when it fails (run it again to settle it).
-            if lease_id not in self.forced and lease_id not in self.force_unsettled:
+            if lease_id not in self.forced:
                 self.fail(
                     f"an audit record of a force-release of {lease_id[:8]} that never applied"
                 )
         for lease_id in self.forced:
-            if audited.get(lease_id) != 1:
+            records = audited.get(lease_id, [])
+            if not records and not _keeps_done(self.inner):
+                continue
+            if len(records) != 1:
+                self.fail(f"force-release of {lease_id[:8]} has {len(records)} audit records")
+            actor, action_id = self.forced_by[lease_id]
+            named = (records[0].get("actor"), records[0].get("action_id"))
+            if named != (actor, action_id):
                 self.fail(
-                    f"force-release of {lease_id[:8]} has {audited.get(lease_id, 0)} audit records"
+                    f"the audit record of the force-release of {lease_id[:8]} names {named},"
+                    f" but {(actor, action_id)} ended it"
                 )
 
     def check_end(self) -> None:

@@ -6,13 +6,16 @@ takes nothing."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Callable
 
+from awsflock import errors
 from awsflock.protocol import (
     BAR_KEEP_MS,
     DONE_MS,
     ENDED_BARRED,
     Outcome,
+    audit_key,
 )
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED
 from awsflock.stores.dynamodb import expressions
@@ -20,11 +23,14 @@ from awsflock.stores.dynamodb.base import expiration_seconds, new_version
 from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
     BAR_PREFIX,
+    audit_item,
     bar_name,
     done_item,
     slot_prefix,
 )
 from awsflock.stores.dynamodb.writes import Writes, _request
+
+log = logging.getLogger("awsflock.store")
 
 #: At most this many bars that ran out are dropped by one bar's write (expressions stay small).
 MAX_STALE_BARS = 20
@@ -62,9 +68,11 @@ class Ends(Writes):
         actor: str,
         reason: str,
         slot: int | None = None,
+        audit: dict[str, Any] | None = None,
     ) -> Outcome:
-        """End ``lease_id`` whoever holds it, recording who, why, and this action's id."""
-        return self._end(
+        """End ``lease_id`` whoever holds it, recording who, why, and this action's id; its
+        audit record in the same transaction (where the endpoint has none, right after)."""
+        outcome = self._end(
             "force_release",
             expressions.force_update,
             lock_id,
@@ -73,9 +81,21 @@ class Ends(Writes):
             now_ms=now_ms,
             skew_ms=skew_ms,
             slot=slot,
+            audit=audit,
             actor=actor,
             reason=reason,
         )
+        if outcome.applied and audit is not None and not self._transactions:
+            try:
+                self.put_audit(audit_key(lease_id), audit)
+            except errors.StoreError as exc:  # the force took effect: that is the answer
+                log.warning(
+                    "the force-release of lease %s took effect, but its audit record could not "
+                    "be written (%s); run it again to write it",
+                    lease_id,
+                    exc.one_line(),
+                )
+        return outcome
 
     def _end(
         self,
@@ -88,9 +108,11 @@ class Ends(Writes):
         now_ms: int,
         skew_ms: int,
         slot: int | None,
+        audit: dict[str, Any] | None = None,
         **extra: Any,
     ) -> Outcome:
-        """Release and force-release: one write ending the lease, marked ``ended``."""
+        """Release and force-release: one write ending the lease, marked ``ended`` (with a
+        force's ``audit`` record, where the endpoint has transactions)."""
         values = {
             "lease": lease_id,
             "version": new_version(),
@@ -106,7 +128,7 @@ class Ends(Writes):
             recorded = None
             if self._transactions:
                 recorded = self._end_recorded(
-                    operation, lock_id, update(p), condition, values, slot
+                    operation, lock_id, update(p), condition, values, slot, audit
                 )
             # No transactions (dynalite): the lock's item alone.
             outcome = recorded or self._conditional_update(
@@ -257,10 +279,12 @@ class Ends(Writes):
         condition: str,
         values: dict[str, Any],
         slot: int | None,
+        audit: dict[str, Any] | None = None,
     ) -> Outcome | None:
         """An end step as one transaction with the lease's done item (see ``DONE_PREFIX``):
-        a retry of it after any number of hand-offs still finds that it ended the lease. None
-        if the endpoint has no transactions. Applied, it answers nothing: its record is None."""
+        a retry of it after any number of hand-offs still finds that it ended the lease; and
+        a force's ``audit`` record, which so exists iff the force took effect. None if the
+        endpoint has no transactions. Applied, it answers nothing: its record is None."""
         lease_id, now_ms = str(values["lease"]), int(values["now_ms"])
         done = done_item(
             lock_id, lease_id, str(values["ended"]), now_ms, expiration_seconds(now_ms + DONE_MS)
@@ -269,6 +293,9 @@ class Ends(Writes):
             self._lock_write(lock_id, update, condition, values),
             {"Put": {"TableName": self.table_name, "Item": done}},
         ]
+        if audit is not None:
+            item = audit_item(audit_key(lease_id), audit)
+            items.append({"Put": {"TableName": self.table_name, "Item": item}})
         answer = self._transact(operation, items)
         if answer is None:
             self._transactions = False

@@ -307,3 +307,10 @@ def line_from_item(item: dict[str, Any]) -> Line:
         tuple(waiters),
         int(polled) if isinstance(polled, (int, float)) else None,
     )
+
+
+def audit_item(key: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """The item of audit record ``key`` (``entry``'s empty fields left out)."""
+    item = {A_LOCK_ID: {"S": key}, A_KIND: {"S": "audit"}}
+    item.update({k: to_attr(v) for k, v in entry.items() if v not in (None, "")})
+    return item

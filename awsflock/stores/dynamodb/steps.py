@@ -10,9 +10,7 @@ from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.protocol import (
-    AUDIT_APPLIED,
     AUDIT_PREFIX,
-    AUDIT_VOID,
     Drops,
     Outcome,
 )
@@ -41,7 +39,6 @@ from awsflock.stores.dynamodb.items import (
     pool_from_item,
     record_from_item,
     slot_prefix,
-    to_attr,
 )
 from awsflock.stores.dynamodb.tables import TABLE_HINT
 from awsflock.stores.dynamodb.writes import Writes
@@ -208,68 +205,6 @@ class Steps(Writes):
             "resize", lock_id, expressions.RESIZE_UPDATE, condition, values, None
         )
         return outcome.applied
-
-    def put_audit(self, key: str, entry: dict[str, Any]) -> None:
-        """Write one audit record under ``key``, one PutItem conditional on the record there:
-        one whose action took effect stays, a void one gives way only to one that took effect
-        (``LockStore.put_audit``)."""
-        item = {A_LOCK_ID: {"S": key}, A_KIND: {"S": "audit"}}
-        item.update({k: to_attr(v) for k, v in entry.items() if v not in (None, "")})
-        values = {":applied": {"S": AUDIT_APPLIED}}
-        if entry.get("status") == AUDIT_APPLIED:
-            condition = "attribute_not_exists(#s) OR #s <> :applied"
-        else:
-            condition = "attribute_not_exists(#s) OR NOT (#s IN (:applied, :void))"
-            values[":void"] = {"S": AUDIT_VOID}
-        extra: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Item": item,
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": {"#s": "status"},
-            "ExpressionAttributeValues": values,
-        }
-        self._audit_call("audit", lambda: self.client.put_item(**extra))
-
-    def void_audit(self, key: str, action_id: str | None) -> None:
-        """Mark the audit record ``key`` as describing an action that did not take effect, if
-        it has no status yet (and is ``action_id``'s, when given); where there is none, leave a
-        void one. UpdateItem, so no DeleteItem is needed."""
-        condition = "attribute_not_exists(#s) OR NOT (#s IN (:applied, :v))"
-        names = {"#s": "status", "#kind": A_KIND}
-        values: dict[str, Any] = {
-            ":v": {"S": AUDIT_VOID},
-            ":applied": {"S": AUDIT_APPLIED},
-            ":kind": {"S": "audit"},
-        }
-        update = "SET #s = :v, #kind = if_not_exists(#kind, :kind)"
-        if action_id is not None:
-            condition = f"({condition}) AND (attribute_not_exists(#k) OR #a = :a)"
-            update += ", #a = :a"
-            names.update({"#a": "action_id", "#k": A_LOCK_ID})
-            values[":a"] = {"S": action_id}
-        extra: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Key": {A_LOCK_ID: {"S": key}},
-            "UpdateExpression": update,
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-        }
-        self._audit_call("audit_void", lambda: self.client.update_item(**extra))
-
-    def _audit_call(self, operation: str, write: Callable[[], Any]) -> None:
-        """One write of an audit record; refused by its condition, it leaves the record as it
-        is, which is what it was for."""
-        from botocore.exceptions import ClientError
-
-        def call() -> None:
-            try:
-                write()
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                    raise
-
-        self._send(operation, call)
 
     def audit_entries(self, page_size: int = 500) -> Iterator[dict[str, Any]]:
         """Every audit record's fields, page by page."""

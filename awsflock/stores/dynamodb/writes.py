@@ -12,10 +12,10 @@ import re
 from typing import Any
 
 from awsflock import errors
-from awsflock.protocol import Outcome
+from awsflock.protocol import AUDIT_APPLIED, AUDIT_VOID, Outcome
 from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb.base import TableBase
-from awsflock.stores.dynamodb.items import A_LOCK_ID, KIND_FENCE, fence_key, to_attr
+from awsflock.stores.dynamodb.items import A_LOCK_ID, KIND_FENCE, audit_item, fence_key, to_attr
 
 _NAME = re.compile(r"#(\w+)")
 _VALUE = re.compile(r":(\w+)")
@@ -180,3 +180,34 @@ class Writes(TableBase):
             # failure, and every later failure needs the read.
             self._ccf_returns_item = False
         return self._outcome(False, self._get_item(lock_id), lock_id, slot)
+
+    # -- audit records -----------------------------------------------------------------------
+
+    def put_audit(self, key: str, entry: dict[str, Any]) -> None:
+        """Write one audit record under ``key``, one PutItem conditional on the record there:
+        one whose action took effect stays, a void one gives way only to one that took effect
+        (``LockStore.put_audit``)."""
+        from botocore.exceptions import ClientError
+
+        values = {":applied": {"S": AUDIT_APPLIED}}
+        if entry.get("status") == AUDIT_APPLIED:
+            condition = "attribute_not_exists(#s) OR #s <> :applied"
+        else:
+            condition = "attribute_not_exists(#s) OR NOT (#s IN (:applied, :void))"
+            values[":void"] = {"S": AUDIT_VOID}
+        extra: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Item": audit_item(key, entry),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#s": "status"},
+            "ExpressionAttributeValues": values,
+        }
+
+        def call() -> None:
+            try:
+                self.client.put_item(**extra)
+            except ClientError as exc:  # refused: the record there stays, as it should
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+
+        self._send("audit", call)

@@ -179,9 +179,12 @@ BEGIN
         END IF;
 
     -- end: release or force-release a lease.
-    --   lease, slot, ended ("released" or "forced:ACTION"), forced_by, forced_reason.
-    --   Applied when the lease is still held (not yet ended, run out or not). A lease id never
-    --   seen here is barred instead ("barred"); one handed on answers with how it ended.
+    --   lease, slot, ended ("released" or "forced:ACTION"), forced_by, forced_reason, audit
+    --   (a force-release's audit record: {"key": its key, "entry": the record}).
+    --   Applied when the lease is still held (not yet ended, run out or not); a force's audit
+    --   record is then written in the same transaction (it exists iff the force took effect).
+    --   A lease id never seen here is barred instead ("barred"); one handed on answers with
+    --   how it ended.
     ELSIF p_op = 'end' THEN
         v_ok := v_has_r AND r.lease_id = p->>'lease' AND r.ended = ''
             AND (v_slot >= 0 OR h.slots IS NULL);
@@ -193,6 +196,11 @@ BEGIN
                 forced_reason = COALESCE(p->>'forced_reason', forced_reason),
                 forced_ms = CASE WHEN p ? 'forced_by' THEN v_now ELSE forced_ms END
             WHERE lock_id = p_lock AND slot = v_slot;
+            IF p ? 'audit' THEN
+                INSERT INTO {{T}} (lock_id, slot, audit)
+                    VALUES (p->'audit'->>'key', -1, p->'audit'->'entry')
+                    ON CONFLICT (lock_id, slot) DO UPDATE SET audit = EXCLUDED.audit;
+            END IF;
         ELSIF NOT h.barred ? (p->>'lease') AND NOT (v_has_r AND (
                 r.lease_id IS NOT DISTINCT FROM p->>'lease'
                 OR r.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))))

@@ -117,19 +117,6 @@ class PostgresStore(StepStore[Any]):
         values = {"key": key, "entry": json.dumps(fields), **_STATUSES}
         self._send("audit", lambda conn: conn.execute(query, values))
 
-    def void_audit(self, key: str, action_id: str | None) -> None:
-        # Where there is no record, a void one is left, which a put landing later cannot replace.
-        query = (
-            f"INSERT INTO {self._table} AS t (lock_id, slot, audit) VALUES (%(key)s, -1,"
-            " %(left)s::jsonb) ON CONFLICT (lock_id, slot) DO UPDATE"
-            " SET audit = t.audit || jsonb_build_object('status', %(void)s::text)"
-            " WHERE coalesce(t.audit->>'status', '') NOT IN (%(applied)s, %(void)s)"
-            " AND (%(action)s::text IS NULL OR t.audit->>'action_id' = %(action)s)"
-        )
-        left = {"status": AUDIT_VOID} | ({} if action_id is None else {"action_id": action_id})
-        values = {"key": key, "left": json.dumps(left), "action": action_id, **_STATUSES}
-        self._send("audit_void", lambda conn: conn.execute(query, values))
-
     def audit_entries(self) -> Iterator[dict[str, Any]]:
         query = (
             f"SELECT audit FROM {self._table}"

@@ -29,9 +29,12 @@ as a hint only) when a step may let a waiter take the lock: a lease ended (relea
 force-release, a pool slot among them), the head of the line left it or its lapsed places were
 removed, a pool's head took its slot, a pool grew.
 
-Audit records are strings of JSON at ``P:audit:KEY``; ``P:layout`` holds ``LAYOUT`` once
+An audit record (a force-release's) is a string of JSON at ``P:{NAME}:audit:KEY``, in its lock's
+slot, written by the force-release's step; ``P:layout`` holds ``LAYOUT`` once
 ``table-create`` ran. No key of a lock is written outside the step script, ``steps.lua`` beside
-this module (``script()``), which documents each step's arguments and answer.
+this module (``script()``), which documents each step's arguments and answer, but for an audit
+record that a force-release run writes from the lock's hash where it finds none
+(``audit.lua``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from awsflock.protocol import DONE_MS, LINE_LAPSE_MS
+from awsflock.protocol import AUDIT_PREFIX, DONE_MS, LINE_LAPSE_MS
 from awsflock.stores import programs
 
 #: The layout's version, kept at ``P:layout``; table-create refuses any other value there.
@@ -102,8 +105,16 @@ def lock_of(prefix: str, key: str) -> str | None:
     return None if "}" in inner else decode(inner)
 
 
-def audit_key(prefix: str, key: str) -> str:
-    return f"{prefix}:audit:{key}"
+def audit_key(prefix: str, lock_id: str, key: str) -> str:
+    """Where audit record ``key`` of lock ``lock_id`` is kept: in the lock's hash slot, so that
+    the force-release step writes it with the lease's end."""
+    return f"{prefix}:{{{encode(lock_id)}}}:audit:{key}"
+
+
+def audit_patterns(prefix: str) -> tuple[str, str]:
+    """SCAN patterns of every audit record: where they are kept, and where development builds
+    before the force-release step wrote them kept them (``P:audit:KEY``, still read)."""
+    return f"{prefix}:{{*}}:audit:{AUDIT_PREFIX}*", f"{prefix}:audit:{AUDIT_PREFIX}*"
 
 
 def layout_key(prefix: str) -> str:

@@ -1,6 +1,6 @@
 """The Redis store's step program: each lock step is one call of the step script
-(``layout.script()``) on the lock's five keys, with ``[op, params as JSON]``; and its reply,
-read into the shared form (``stores.remote.answers``).
+(``layout.script()``) on the lock's five keys (and a force-release's audit record's), with
+``[op, params as JSON]``; and its reply, read into the shared form (``stores.remote.answers``).
 
 The script's reply: ``[code, now_ms, head, ended]``: ``code`` 1 applied, 0 refused, 2 refused
 as barred, -1 refused because the server's clock reads earlier than the lock's last grant
@@ -72,6 +72,10 @@ class RedisProgram:
         ]
         if "who" in params:  # the script keeps an identity as JSON text
             params = {**params, "who": json.dumps(params["who"])}
+        if "audit" in params:  # a force-release's audit record, written by the step: KEYS[6]
+            audit = params["audit"]
+            keys.append(layout.audit_key(self.prefix, lock_id, audit["key"]))
+            params = {**params, "audit": json.dumps(audit["entry"])}
         return Request(keys, op, params)
 
     def answer(self, reply: Any, lock_id: str) -> Answer:

@@ -12,6 +12,7 @@
 --   KEYS[3] P:{NAME}:bars    sorted set: lease ids an end step found holding nothing here
 --   KEYS[4] P:{NAME}:done    sorted set: lease ids taken over, scored when * 4 + how
 --   KEYS[5] P:{NAME}:forced  hash: the force-released ones among them -> "forced:ACTION"
+--   KEYS[6] P:{NAME}:audit:KEY  a force-release's audit record (string of JSON): end only
 -- ARGV[1]: the step: take, renew, end, join, beat, leave, resize or read.
 -- ARGV[2]: its parameters, a JSON object. Every step may have:
 --   now, skew  the caller's clock and skew window (ms); absent: the server's TIME, skew 0
@@ -139,7 +140,7 @@ if op ~= 'read' and redis.acl_check_cmd then
                             {'PEXPIREAT', KEYS[3], '1'}, {'ZADD', KEYS[4], '1', 'x'},
                             {'ZREMRANGEBYSCORE', KEYS[4], '0', '1'},
                             {'PEXPIREAT', KEYS[4], '1'}, {'HSET', KEYS[5], 'f', 'v'},
-                            {'PEXPIREAT', KEYS[5], '1'}}) do
+                            {'PEXPIREAT', KEYS[5], '1'}, KEYS[6] and {'SET', KEYS[6], 'v'}}) do
         if not redis.acl_check_cmd(unpack(check)) then
             return redis.error_reply('NOPERM awsflock: this user may not run ' .. check[1]
                                      .. ' on ' .. check[2])
@@ -149,8 +150,9 @@ end
 
 -- A key of another type under a lock's names would fail a write half-way: refuse first.
 if op ~= 'read' then
-    local kinds = {'hash', 'hash', 'zset', 'zset', 'hash'}
-    for i, kind in ipairs(kinds) do
+    local kinds = {'hash', 'hash', 'zset', 'zset', 'hash', 'string'}
+    for i = 1, #KEYS do
+        local kind = kinds[i]
         local found = redis.call('TYPE', KEYS[i]).ok
         if found ~= 'none' and found ~= kind then
             return redis.error_reply('WRONGTYPE awsflock: ' .. KEYS[i] .. ' holds a ' .. found)
@@ -268,7 +270,9 @@ elseif op == 'renew' then
     end
 
 -- end: release or force-release a lease.
---   lease, slot, ended ("released" or "forced:ACTION"), forced_by, forced_reason.
+--   lease, slot, ended ("released" or "forced:ACTION"), forced_by, forced_reason, audit (a
+--   force-release's audit record, JSON text, written at KEYS[6] when applied: it exists iff
+--   the force took effect).
 --   Applied when the lease is still held (not yet ended, run out or not). A lease id never
 --   seen here is barred instead (answer 2); one taken over answers 0 with how it ended.
 elseif op == 'end' then
@@ -282,6 +286,7 @@ elseif op == 'end' then
             l.fby, l.fwhy, l.fms = p.forced_by, p.forced_reason, s(now)
         end
         set(field, cjson.encode(l))
+        if p.audit ~= nil and KEYS[6] then redis.call('SET', KEYS[6], p.audit) end
     elseif not granted(l, p.lease) and not barred(p.lease) then
         -- Nothing here was ever granted under this id, but a take of it may still be on its
         -- way (an acquire that gave up with its answer lost): bar the id, so that take is

@@ -22,7 +22,6 @@ from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.protocol import (
     AUDIT_APPLIED,
-    AUDIT_PREFIX,
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
     Sleeper,
@@ -34,9 +33,9 @@ from awsflock.stores.redis import layout, urls
 from awsflock.stores.redis.link import RedisConn, RedisLink
 from awsflock.stores.redis.program import RedisProgram
 from awsflock.stores.redis.wake import Wake
-from awsflock.stores.remote.facade import StepStore, check_audit_key, listed
+from awsflock.stores.remote.facade import StepStore, check_audit_key, kept_audit, listed
 
-#: Puts an audit record, or voids one, by the rule of ``LockStore.put_audit`` (``audit.lua``).
+#: Puts an audit record by the rule of ``LockStore.put_audit`` (``audit.lua``).
 AUDIT = programs.load("awsflock.stores.redis", "audit.lua")
 
 
@@ -137,28 +136,26 @@ class RedisStore(StepStore[RedisConn]):
 
     def put_audit(self, key: str, entry: dict[str, Any]) -> None:
         check_audit_key(key)
-        text = json.dumps({k: v for k, v in entry.items() if v not in (None, "")})
-        self._audit("audit", key, "put", text)
-
-    def void_audit(self, key: str, action_id: str | None) -> None:
-        self._audit("audit_void", key, "void", action_id or "")
-
-    def _audit(self, operation: str, key: str, *argv: str) -> None:
-        name = layout.audit_key(self.prefix, key)
+        name = layout.audit_key(self.prefix, str(entry.get("target", "")), key)
+        text = json.dumps(kept_audit(entry))
 
         def call(conn: RedisConn) -> None:
             self.link.ready(conn)
-            conn.client.eval(AUDIT, 1, name, argv[0], AUDIT_APPLIED, AUDIT_VOID, *argv[1:])
+            conn.client.eval(AUDIT, 1, name, AUDIT_APPLIED, AUDIT_VOID, text)
 
-        self._send(operation, call)
+        self._send("audit", call)
 
     def audit_entries(self) -> Iterator[dict[str, Any]]:
-        pattern = layout.audit_key(self.prefix, AUDIT_PREFIX) + "*"
+        patterns = layout.audit_patterns(self.prefix)
 
         def everything(entry: RedisConn) -> list[Any]:
             self.link.ready(entry)
             client = entry.client
-            return [client.get(key) for key in client.scan_iter(match=pattern, count=500)]
+            return [
+                client.get(key)
+                for match in patterns
+                for key in client.scan_iter(match=match, count=500)
+            ]
 
         for text in self._send("scan", everything):
             if text is None:
@@ -169,8 +166,8 @@ class RedisStore(StepStore[RedisConn]):
                 record = None
             if not isinstance(record, dict):
                 raise errors.StoreError(
-                    f"{self.where()}: a key under {pattern} holds something other than an "
-                    "awsflock audit record",
+                    f"{self.where()}: a key under {' or '.join(patterns)} holds something "
+                    "other than an awsflock audit record",
                     hint="remove it, or name another prefix with ?prefix=",
                 )
             yield record

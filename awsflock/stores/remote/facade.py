@@ -17,7 +17,15 @@ from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from awsflock import errors
 from awsflock.names import slot_of
-from awsflock.protocol import AUDIT_PREFIX, MAX_DROPS, RENEW_ORDER_MS, Attempt, Drops, Outcome
+from awsflock.protocol import (
+    AUDIT_PREFIX,
+    MAX_DROPS,
+    RENEW_ORDER_MS,
+    Attempt,
+    Drops,
+    Outcome,
+    audit_key,
+)
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Identity, LockRecord, Pool, Waiter
 from awsflock.stores import kinds
 from awsflock.stores.remote import answers
@@ -145,6 +153,7 @@ class StepStore(Connected[C], Generic[C]):
         actor: str,
         reason: str,
         slot: int | None = None,
+        audit: dict[str, Any] | None = None,
     ) -> Outcome:
         params = {
             **self._clock(now_ms, skew_ms),
@@ -154,6 +163,8 @@ class StepStore(Connected[C], Generic[C]):
             "forced_by": actor,
             "forced_reason": reason,
         }
+        if audit is not None:  # written by the step itself, applied (protocol.force_release)
+            params["audit"] = {"key": audit_key(lease_id), "entry": kept_audit(audit)}
         return self._call("force_release", "end", lock_id, params)
 
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
@@ -192,6 +203,11 @@ def listed(outcomes: Iterable[Outcome]) -> Iterator[LockRecord | Pool]:
             yield outcome.pool
         elif outcome.lock is not None:
             yield outcome.lock
+
+
+def kept_audit(entry: dict[str, Any]) -> dict[str, Any]:
+    """An audit record as a store keeps it: empty fields left out."""
+    return {k: v for k, v in entry.items() if v not in (None, "")}
 
 
 def check_audit_key(key: str) -> None:
