@@ -139,11 +139,13 @@ def test_a_forked_child_neither_uses_nor_closes_its_parents_connection(
     store.close()
 
 
-def test_a_forked_child_sends_on_a_dynamodb_connection_of_its_own(server):
+@pytest.mark.parametrize("first", ["acquire", "create"])
+def test_a_forked_child_sends_on_a_dynamodb_connection_of_its_own(server, first):
     # A DynamoDB store used on both sides of a fork (multiprocessing's fork, a pre-forking
     # server) kept botocore's pooled keep-alive connection: parent and child wrote requests on
     # one socket, and each could read the answer meant for the other. The child now opens its
-    # own; the parent's connection stays open under it.
+    # own; the parent's connection stays open under it. (first: the child's first call; a
+    # table-create in the child, found by h13's review, still used its parent's.)
     from awsflock.stores.dynamodb import DynamoDBStore
     from tests.faultproxy import FaultProxy
     from tests.servers import local_client
@@ -161,7 +163,10 @@ def test_a_forked_child_sends_on_a_dynamodb_connection_of_its_own(server):
         if pid == 0:  # the child: a lock of its own, as a worker would
             code = 1
             try:
-                LockTable(store=store).acquire(name + "-child", lease=60, wait=0).release()
+                if first == "create":
+                    LockTable(store=store).create()
+                else:
+                    LockTable(store=store).acquire(name + "-child", lease=60, wait=0).release()
                 code = 0
             finally:
                 os._exit(code)

@@ -192,6 +192,7 @@ class TableBase(RetryingStore):
         """Create the table (or accept a compatible one), wait until ACTIVE, enable TTL."""
         from awsflock.stores.dynamodb.tables import create_table
 
+        self._forked()  # its requests go outside the request layer's tries
         return create_table(
             self.client,
             self.table_name,
