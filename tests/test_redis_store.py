@@ -4,7 +4,6 @@ redis-py's errors (tests/integration/test_redis.py has the real server)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import pytest
 
@@ -357,45 +356,3 @@ def test_a_server_that_may_evict_is_refused_and_one_without_a_limit_is_not():
         ),
     ):
         assert dep.classify(fine, declared="", replicas=0, where="w").kind == dep.CRASH_SAFE
-
-
-def test_a_step_is_sent_through_a_pool_of_redis_py_5_0_and_of_today():
-    # redis-py 5.0 to 5.2 want a command's name in ConnectionPool.get_connection; later ones
-    # want none and warn that it is deprecated. pyproject allows redis>=5: a step works on both.
-    from awsflock.stores.redis import wire
-
-    class Conn:
-        def __init__(self) -> None:
-            self.sent: list[bytes] = []
-
-        def send_packed_command(self, data: list[bytes], check_health: bool = True) -> None:
-            self.sent.extend(data)
-
-        def read_response(self) -> bytes:
-            return b"OK"
-
-        def disconnect(self) -> None:
-            pass
-
-    class OldPool:
-        def __init__(self) -> None:
-            self.conn, self.released = Conn(), 0
-
-        def get_connection(self, command_name: str, *keys: Any, **options: Any) -> Conn:
-            return self.conn
-
-        def release(self, conn: Conn) -> None:
-            self.released += 1
-
-    class NewPool(OldPool):
-        def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Conn:
-            assert command_name is None, "the deprecated argument was given"
-            return self.conn
-
-    for pool in (OldPool(), NewPool()):
-        client = type("Client", (), {"connection_pool": pool})()
-        assert wire.call(client, [("SET", "k", 1), ("GET", "k")]) == [b"OK", b"OK"]
-        assert pool.conn.sent == [
-            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n1\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
-        ]
-        assert pool.released == 1

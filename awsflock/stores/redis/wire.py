@@ -31,7 +31,12 @@ def pack(commands: Sequence[Command]) -> bytes:
 def call(client: Any, commands: Sequence[Command]) -> list[Any]:
     """Each command's raw reply (an error reply as its exception), sent together on
     ``client``'s connection. A failure of the connection itself is raised, the connection
-    closed: its replies can no longer be told apart."""
+    closed: its replies can no longer be told apart.
+
+    redis-py raises some error replies as connection errors, and closes the connection
+    (``LOADING``, ``NOAUTH``, ``WRONGPASS``): such a reply is still the reply in its place, so
+    that a step's answer read before it stands (a command after the step refused is not the
+    step refused); the commands after it have none (a ``ConnectionError`` each)."""
     import redis.exceptions as rx
 
     pool = client.connection_pool
@@ -44,12 +49,24 @@ def call(client: Any, commands: Sequence[Command]) -> list[Any]:
                 replies.append(conn.read_response())
             except rx.ResponseError as refused:
                 replies.append(refused)
+            except _raised_replies() as refused:
+                replies.append(refused)
+                closed = rx.ConnectionError("the connection was closed after an error reply")
+                replies.extend(closed for _ in commands[len(replies) :])
+                break
     except BaseException:
         conn.disconnect()
         raise
     finally:
         pool.release(conn)
     return replies
+
+
+def _raised_replies() -> tuple[type[BaseException], ...]:
+    """The error replies redis-py raises as connection errors (not connection failures)."""
+    import redis.exceptions as rx
+
+    return (rx.BusyLoadingError, rx.AuthenticationError)
 
 
 def checkout(pool: Any) -> Any:
