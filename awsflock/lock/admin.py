@@ -59,8 +59,10 @@ def force_release(
     # names the operator whose force it was (protocol.force_release). One record per lease,
     # keyed by it: a lease is forced at most once.
     outcome = _force(table, entry)
-    if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
-        _not_forced(table, entry, record, outcome.record, now)
+    if not outcome.applied:
+        if not _forced_by_us(outcome.record, record.lease_id, action_id):
+            _not_forced(table, entry, record, outcome.record, now)
+        _record_retried(table, entry)
     metrics.record("awsflock.force_releases", 1, lock_id, table.store)
     log.info(
         "force-released %r (held by %s) for %s: %s",
@@ -241,6 +243,22 @@ def _forced_mark(record: LockRecord | None, lease_id: str) -> str | None:
     if ended is None or not ended.startswith(ENDED_FORCED):
         return None
     return ended[len(ENDED_FORCED) :]
+
+
+def _record_retried(table: LockTable, entry: dict[str, Any]) -> None:
+    """This run's force took effect, its answer lost (a retry found the lease ended by this
+    action): a store that writes the record after the end (no transactions) never saw it
+    applied, so it is written now. A record there (the step's own) stays (``put_audit``).
+    A failure leaves the force done, and a re-run writes the record."""
+    try:
+        table.store.put_audit(audit_key(entry["lease_id"]), {**entry, "status": AUDIT_APPLIED})
+    except errors.StoreError as exc:
+        log.warning(
+            "the force-release of lease %s took effect, but its audit record could not be "
+            "written (%s); run it again to write it",
+            entry["lease_id"],
+            exc.one_line(),
+        )
 
 
 def _forced_by_us(record: LockRecord | None, lease_id: str, action_id: str) -> bool:
