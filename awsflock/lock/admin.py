@@ -61,7 +61,7 @@ def force_release(
     outcome = _force(table, entry)
     if not outcome.applied:
         if not _forced_by_us(outcome.record, record.lease_id, action_id):
-            _not_forced(table, entry, record, outcome.record, now)
+            _not_forced(table, entry, record, outcome, now)
         _record_retried(table, entry)
     metrics.record("awsflock.force_releases", 1, lock_id, table.store)
     log.info(
@@ -171,13 +171,14 @@ def _not_forced(
     table: LockTable,
     entry: dict[str, Any],
     record: LockRecord,
-    after: LockRecord | None,
+    outcome: Outcome,
     now: float,
 ) -> NoReturn:
-    """A force-release of ``record``'s lease refused (the lock is now ``after``): an earlier
-    run's force took effect (its step wrote its audit record), or the lock changed hands.
-    Raises ``NotHeld`` saying which."""
-    lock_id, slot = entry["target"], entry["slot"]
+    """A force-release of ``record``'s lease refused (the lock is now ``outcome.record``): an
+    earlier run's force took effect (its step wrote its audit record), or the lock changed
+    hands, or (a try of this run in doubt) which cannot be told. Raises ``NotHeld`` saying
+    which."""
+    lock_id, slot, after = entry["target"], entry["slot"], outcome.record
     earlier = _forced_mark(after, record.lease_id)
     if earlier is not None:
         # An earlier run's force-release, whose request landed after that run gave up,
@@ -190,6 +191,16 @@ def _not_forced(
             f"{_what(lock_id, slot)} is not held: an earlier force-release of it took effect "
             "(audited)",
             hint="nothing more to do",
+        )
+    if outcome.in_doubt and not _knows(after, record.lease_id):
+        # A try of this run landed unanswered, and the lock no longer says how the lease
+        # ended (more hand-offs than it remembers, on an endpoint without the done items of
+        # transactions): this force may have ended it. Not "nothing was changed".
+        raise errors.NotHeld(
+            f"lease {record.lease_id} no longer holds {_what(lock_id, slot)}: this "
+            "force-release may have been applied (a try's answer was lost) or the lease ended "
+            "otherwise, and the store no longer says which",
+            hint=f"check `awsflock audit {lock_id}` and `awsflock status {lock_id}`",
         )
     raise errors.NotHeld(
         f"lock {lock_id!r} changed hands before the force-release "
@@ -259,6 +270,13 @@ def _record_retried(table: LockTable, entry: dict[str, Any]) -> None:
             entry["lease_id"],
             exc.one_line(),
         )
+
+
+def _knows(record: LockRecord | None, lease_id: str) -> bool:
+    """Whether ``record`` (the lock's current state) still shows ``lease_id``."""
+    if record is None:
+        return False
+    return record.lease_id == lease_id or any(lease == lease_id for lease, _ in record.history)
 
 
 def _forced_by_us(record: LockRecord | None, lease_id: str, action_id: str) -> bool:

@@ -99,26 +99,3 @@ def test_operators_racing_to_force_one_lease_leave_one_true_record(make):
     records = {r["lease_id"]: r["actor"] for r in audit_records(make("op"), lock)}
     assert set(records) == set(won) and len(won) == 10
     assert records == won
-
-
-def test_a_force_release_whose_answer_was_lost_keeps_its_record(server, shared_table, proxy):
-    """The force's write lands, its answer is lost, its retry is refused (the lease is ended by
-    this very action): the run says done, and the audit log has its record, naming its
-    operator; on dynalite too, where the record is written after the end, not with it."""
-    holder = LockTable(
-        store=DynamoDBStore(shared_table, local_client(server.url)),
-        identity=Identity(owner="h", host="h", pid=1),
-    )
-    lock = _name()
-    lease = holder.acquire(lock, lease=600, wait=0)
-    proxy.plan = lambda target, n: "drop" if target == "UpdateItem" and n == 1 else "pass"
-    operator = LockTable(
-        store=DynamoDBStore(shared_table, local_client(proxy.url)),
-        identity=Identity(owner="op", host="op", pid=1),
-    )
-    done = force_release(operator, lock, reason="stuck", lease_id=lease.lease_id, actor="xia")
-    assert done["actor"] == "xia" and proxy.faults["drop"] == 1
-    records = audit_records(holder, lock)
-    assert [(r["lease_id"], r["actor"], r["reason"]) for r in records] == [
-        (lease.lease_id, "xia", "stuck")
-    ]
