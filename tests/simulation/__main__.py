@@ -65,7 +65,7 @@ def moto_store(transactions: bool = True) -> Iterator[Callable[[], Any]]:
         numbers = itertools.count()
 
         def make() -> Any:
-            store = DynamoDBStoreWith020(
+            store: Any = DynamoDBStoreWith020(
                 f"sim{next(numbers)}",
                 client if transactions else _NoTransactions(client),
             )
