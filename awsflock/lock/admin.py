@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 from awsflock import errors, metrics
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import AUDIT_APPLIED, AUDIT_VOID, Outcome, audit_key
-from awsflock.records import ENDED_FORCED, LockRecord
+from awsflock.records import ENDED_FORCED, KEEPALIVE_FORCE, LockRecord
 from awsflock.text import iso_utc
 
 if TYPE_CHECKING:
@@ -124,6 +124,8 @@ def _held(
         record = current.pool.slots.get(slot) if current.pool else None
     what = _what(lock_id, slot)
     if record is not None and record.forced and (lease_id is None or record.lease_id == lease_id):
+        if _by_keep_alive(record.ended):
+            raise _ended_by_keep_alive(what)
         # Force-released already, perhaps by an earlier run of this command whose answer was
         # lost: its audit record was written before it (written now as applied, from the item).
         _ensure_audit(table, lock_id, slot, record)
@@ -180,6 +182,8 @@ def _not_forced(
     which."""
     lock_id, slot, after = entry["target"], entry["slot"], outcome.record
     earlier = _forced_mark(after, record.lease_id)
+    if earlier is not None and _by_keep_alive(ENDED_FORCED + earlier):
+        raise _ended_by_keep_alive(_what(lock_id, slot))
     if earlier is not None:
         # An earlier run's force-release, whose request landed after that run gave up,
         # ended the lease. Its step wrote its record; where the lock still shows that force,
@@ -270,6 +274,22 @@ def _record_retried(table: LockTable, entry: dict[str, Any]) -> None:
             entry["lease_id"],
             exc.one_line(),
         )
+
+
+def _by_keep_alive(ended: str) -> bool:
+    """Whether a lease's end mark is its keep-alive renewer's (no audit record: not an
+    operator's force-release)."""
+    return ended.startswith(ENDED_FORCED + KEEPALIVE_FORCE)
+
+
+def _ended_by_keep_alive(what: str) -> errors.NotHeld:
+    """The lease was ended by its keep-alive renewer, the process it followed gone: nothing to
+    force, and no audit record (not an operator's force-release)."""
+    return errors.NotHeld(
+        f"{what} is not held: its keep-alive renewer ended it when the process it followed "
+        "exited (not an operator's force-release: not audited)",
+        hint="nothing more to do",
+    )
 
 
 def _knows(record: LockRecord | None, lease_id: str) -> bool:
