@@ -16,6 +16,7 @@ import pytest
 
 from awsflock import errors
 from awsflock.lock.admin import audit_records, force_release
+from awsflock.records import Identity
 from awsflock.supervise.keepalive import _end as _keepalive_end
 
 XIA = ("xia", "xia's reason")
@@ -98,3 +99,13 @@ def test_a_force_refused_as_the_keep_alive_ended_the_lease_meanwhile_writes_none
         force_release(make_any_table("op"), "kb", reason="r", actor="o", confirm=confirm)
     assert "keep-alive renewer ended it" in str(told.value)
     assert shown(make_any_table, "kb") == []
+
+
+def test_force_release_returns_its_record_as_the_audit_log_shows_it(make_any_table):
+    # A lease whose holder named no host (an awsflock 0.2.0 client's has none): the record
+    # the force-release answers (its --json) is the one `audit --json` lists, field for field.
+    held = make_any_table("a")
+    held.identity = Identity(owner="a", host="", pid=1)
+    lease = held.acquire("nohost", lease=600, wait=0)
+    told = force_release(make_any_table("op"), "nohost", reason="r", lease_id=lease.lease_id)
+    assert audit_records(make_any_table("op"), "nohost") == [told]

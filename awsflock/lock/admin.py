@@ -79,7 +79,8 @@ def force_release(
             "reason": reason,
         },
     )
-    return audit_view(entry)
+    # As the store keeps it (empty fields left out): what `audit` shows of it, field for field.
+    return audit_view({k: v for k, v in entry.items() if v not in (None, "")})
 
 
 def _checked(
