@@ -28,6 +28,9 @@ ENDED_FORCED = "forced:"
 #: How a lease's keep-alive renewer names itself when it ends the lease (``forced_by``), the
 #: process it followed having exited.
 KEEPALIVE_ACTOR = "awsflock keep-alive"
+#: The action id of a keep-alive renewer's end starts with this (``forced:keepalive-PID``): not an
+#: operator's force-release, and not audited.
+KEEPALIVE_FORCE = "keepalive-"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ import pytest
 
 from awsflock import errors
 from awsflock.lock.admin import audit_records, force_release
+from awsflock.records import Identity
+from awsflock.supervise.keepalive import _end as _keepalive_end
 
 XIA = ("xia", "xia's reason")
 
@@ -68,3 +70,42 @@ def test_the_audit_names_the_operator_whose_force_ended_a_lease_still_on_record(
     lease_id, told = run_yan(make_any_table, "two-ops-kept", hand_offs=0)
     assert "not held" in told
     assert shown(make_any_table, "two-ops-kept") == [(lease_id, *XIA)]
+
+
+def _ended_by_keep_alive(make: Callable[..., Any], lock: str, lease_id: str) -> None:
+    """The lease's keep-alive renewer ends it: the process it followed exited."""
+    assert _keepalive_end(make("k"), lock, lease_id, "host k, pid 7", "pid 6 exited") == 0
+
+
+def test_a_force_release_of_a_lease_its_keep_alive_ended_writes_no_audit_record(make_any_table):
+    lease = make_any_table("a").acquire("ka", lease=600, wait=0)
+    _ended_by_keep_alive(make_any_table, "ka", lease.lease_id)
+    with pytest.raises(errors.NotHeld) as told:
+        force_release(make_any_table("op"), "ka", reason="r", lease_id=lease.lease_id, actor="o")
+    assert "keep-alive renewer ended it" in str(told.value)
+    assert "not audited" in str(told.value)
+    assert shown(make_any_table, "ka") == []
+
+
+def test_a_force_refused_as_the_keep_alive_ended_the_lease_meanwhile_writes_none(make_any_table):
+    lease = make_any_table("a").acquire("kb", lease=600, wait=0)
+
+    def confirm(_record: Any) -> bool:  # shown the lease; meanwhile its keep-alive ended it
+        _ended_by_keep_alive(make_any_table, "kb", lease.lease_id)
+        make_any_table("w").acquire("kb", lease=600, wait=0)
+        return True
+
+    with pytest.raises(errors.NotHeld) as told:
+        force_release(make_any_table("op"), "kb", reason="r", actor="o", confirm=confirm)
+    assert "keep-alive renewer ended it" in str(told.value)
+    assert shown(make_any_table, "kb") == []
+
+
+def test_force_release_returns_its_record_as_the_audit_log_shows_it(make_any_table):
+    # A lease whose holder named no host (an awsflock 0.2.0 client's has none): the record
+    # the force-release answers (its --json) is the one `audit --json` lists, field for field.
+    held = make_any_table("a")
+    held.identity = Identity(owner="a", host="", pid=1)
+    lease = held.acquire("nohost", lease=600, wait=0)
+    told = force_release(make_any_table("op"), "nohost", reason="r", lease_id=lease.lease_id)
+    assert audit_records(make_any_table("op"), "nohost") == [told]

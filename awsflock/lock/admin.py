@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 from awsflock import errors, metrics
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import AUDIT_APPLIED, AUDIT_VOID, Outcome, audit_key
-from awsflock.records import ENDED_FORCED, LockRecord
+from awsflock.records import ENDED_FORCED, KEEPALIVE_FORCE, LockRecord
 from awsflock.text import iso_utc
 
 if TYPE_CHECKING:
@@ -59,8 +59,10 @@ def force_release(
     # names the operator whose force it was (protocol.force_release). One record per lease,
     # keyed by it: a lease is forced at most once.
     outcome = _force(table, entry)
-    if not outcome.applied and not _forced_by_us(outcome.record, record.lease_id, action_id):
-        _not_forced(table, entry, record, outcome.record, now)
+    if not outcome.applied:
+        if not _forced_by_us(outcome.record, record.lease_id, action_id):
+            _not_forced(table, entry, record, outcome, now)
+        _record_retried(table, entry)
     metrics.record("awsflock.force_releases", 1, lock_id, table.store)
     log.info(
         "force-released %r (held by %s) for %s: %s",
@@ -77,7 +79,8 @@ def force_release(
             "reason": reason,
         },
     )
-    return audit_view(entry)
+    # As the store keeps it (empty fields left out): what `audit` shows of it, field for field.
+    return audit_view({k: v for k, v in entry.items() if v not in (None, "")})
 
 
 def _checked(
@@ -122,6 +125,8 @@ def _held(
         record = current.pool.slots.get(slot) if current.pool else None
     what = _what(lock_id, slot)
     if record is not None and record.forced and (lease_id is None or record.lease_id == lease_id):
+        if _by_keep_alive(record.ended):
+            raise _ended_by_keep_alive(what)
         # Force-released already, perhaps by an earlier run of this command whose answer was
         # lost: its audit record was written before it (written now as applied, from the item).
         _ensure_audit(table, lock_id, slot, record)
@@ -169,14 +174,17 @@ def _not_forced(
     table: LockTable,
     entry: dict[str, Any],
     record: LockRecord,
-    after: LockRecord | None,
+    outcome: Outcome,
     now: float,
 ) -> NoReturn:
-    """A force-release of ``record``'s lease refused (the lock is now ``after``): an earlier
-    run's force took effect (its step wrote its audit record), or the lock changed hands.
-    Raises ``NotHeld`` saying which."""
-    lock_id, slot = entry["target"], entry["slot"]
+    """A force-release of ``record``'s lease refused (the lock is now ``outcome.record``): an
+    earlier run's force took effect (its step wrote its audit record), or the lock changed
+    hands, or (a try of this run in doubt) which cannot be told. Raises ``NotHeld`` saying
+    which."""
+    lock_id, slot, after = entry["target"], entry["slot"], outcome.record
     earlier = _forced_mark(after, record.lease_id)
+    if earlier is not None and _by_keep_alive(ENDED_FORCED + earlier):
+        raise _ended_by_keep_alive(_what(lock_id, slot))
     if earlier is not None:
         # An earlier run's force-release, whose request landed after that run gave up,
         # ended the lease. Its step wrote its record; where the lock still shows that force,
@@ -188,6 +196,16 @@ def _not_forced(
             f"{_what(lock_id, slot)} is not held: an earlier force-release of it took effect "
             "(audited)",
             hint="nothing more to do",
+        )
+    if outcome.in_doubt and not _knows(after, record.lease_id):
+        # A try of this run landed unanswered, and the lock no longer says how the lease
+        # ended (more hand-offs than it remembers, on an endpoint without the done items of
+        # transactions): this force may have ended it. Not "nothing was changed".
+        raise errors.NotHeld(
+            f"lease {record.lease_id} no longer holds {_what(lock_id, slot)}: this "
+            "force-release may have been applied (a try's answer was lost) or the lease ended "
+            "otherwise, and the store no longer says which",
+            hint=f"check `awsflock audit {lock_id}` and `awsflock status {lock_id}`",
         )
     raise errors.NotHeld(
         f"lock {lock_id!r} changed hands before the force-release "
@@ -241,6 +259,45 @@ def _forced_mark(record: LockRecord | None, lease_id: str) -> str | None:
     if ended is None or not ended.startswith(ENDED_FORCED):
         return None
     return ended[len(ENDED_FORCED) :]
+
+
+def _record_retried(table: LockTable, entry: dict[str, Any]) -> None:
+    """This run's force took effect, its answer lost (a retry found the lease ended by this
+    action): a store that writes the record after the end (no transactions) never saw it
+    applied, so it is written now. A record there (the step's own) stays (``put_audit``).
+    A failure leaves the force done, and a re-run writes the record."""
+    try:
+        table.store.put_audit(audit_key(entry["lease_id"]), {**entry, "status": AUDIT_APPLIED})
+    except errors.StoreError as exc:
+        log.warning(
+            "the force-release of lease %s took effect, but its audit record could not be "
+            "written (%s); run it again to write it",
+            entry["lease_id"],
+            exc.one_line(),
+        )
+
+
+def _by_keep_alive(ended: str) -> bool:
+    """Whether a lease's end mark is its keep-alive renewer's (no audit record: not an
+    operator's force-release)."""
+    return ended.startswith(ENDED_FORCED + KEEPALIVE_FORCE)
+
+
+def _ended_by_keep_alive(what: str) -> errors.NotHeld:
+    """The lease was ended by its keep-alive renewer, the process it followed gone: nothing to
+    force, and no audit record (not an operator's force-release)."""
+    return errors.NotHeld(
+        f"{what} is not held: its keep-alive renewer ended it when the process it followed "
+        "exited (not an operator's force-release: not audited)",
+        hint="nothing more to do",
+    )
+
+
+def _knows(record: LockRecord | None, lease_id: str) -> bool:
+    """Whether ``record`` (the lock's current state) still shows ``lease_id``."""
+    if record is None:
+        return False
+    return record.lease_id == lease_id or any(lease == lease_id for lease, _ in record.history)
 
 
 def _forced_by_us(record: LockRecord | None, lease_id: str, action_id: str) -> bool:

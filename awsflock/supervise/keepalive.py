@@ -36,7 +36,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
 from awsflock.names import slot_of
-from awsflock.records import KEEPALIVE_ACTOR
+from awsflock.records import KEEPALIVE_ACTOR, KEEPALIVE_FORCE
 from awsflock.supervise.processes import alive, start_time
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ def _end(table: LockTable, lock_id: str, lease_id: str, keeper: str, why: str) -
             store.force_release(
                 lock_id,
                 lease_id,
-                force_id=f"keepalive-{os.getpid()}",
+                force_id=f"{KEEPALIVE_FORCE}{os.getpid()}",
                 now_ms=now_ms,
                 skew_ms=round(table.skew * 1000),
                 actor=f"{KEEPALIVE_ACTOR} ({keeper})",

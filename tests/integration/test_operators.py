@@ -306,3 +306,25 @@ def test_iam_policy_is_valid_json_naming_the_table():
         "dynamodb:GetItem",
         "dynamodb:Scan",
     ]
+
+
+def test_a_force_release_too_large_for_the_item_says_so_not_throttling(server, awsflock: Cli):
+    """A pool's slots share one item of at most 400 KB: the fourth force-release kept with a
+    120,000-byte reason does not fit. DynamoDB cancels the transaction (ValidationError): the
+    answer names that, at once, and not throttling to wait out; nothing was written."""
+    lock = "big-reasons-" + uuid.uuid4().hex[:6]
+    leases = [
+        json.loads(awsflock("acquire", lock, "--slots", "4", "--json").stdout)["lease_id"]
+        for _ in range(4)
+    ]
+    answers = [
+        awsflock("force-release", lock, "--lease-id", lease, "--reason", "r" * 120_000)
+        for lease in leases
+    ]
+    assert [a.returncode for a in answers] == [0, 0, 0, 1], answers[-1].stderr
+    refused = answers[-1]
+    assert refused.stdout == "" and len(refused.stderr.strip().splitlines()) == 1
+    assert "exceeded the maximum allowed size" in refused.stderr
+    assert "throttl" not in refused.stderr.lower()
+    audited = awsflock("audit", lock, "--json").stdout.splitlines()
+    assert sorted(json.loads(line)["lease_id"] for line in audited) == sorted(leases[:3])

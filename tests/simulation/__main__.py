@@ -65,11 +65,14 @@ def moto_store(transactions: bool = True) -> Iterator[Callable[[], Any]]:
         numbers = itertools.count()
 
         def make() -> Any:
-            store = DynamoDBStoreWith020(
+            store: Any = DynamoDBStoreWith020(
                 f"sim{next(numbers)}",
                 client if transactions else _NoTransactions(client),
             )
             store.create()
+            # The store learns it has no transactions at its first one; the checker's own copy
+            # never sends one, so it is told (``checker._keeps_done``).
+            store.simulated_without_transactions = not transactions
             return store
 
         yield make

@@ -202,6 +202,14 @@ def _refused(exc: Any, call: _Call) -> errors.AwsflockError:
             f"AWS rejected the credentials ({code})",
             hint="check AWS_PROFILE / AWS_ACCESS_KEY_ID or refresh your session",
         )
+    invalid = _invalid_item(exc.response) if code == "TransactionCanceledException" else None
+    if invalid is not None:
+        # An item of the transaction refused as invalid (too large, for one): nothing was
+        # written, and the same request is refused again, so it is no conflict to wait out.
+        return errors.StoreError(
+            f"DynamoDB refused {call.action} ({invalid})",
+            hint="nothing was written; the same request is refused again (a shorter --reason?)",
+        )
     if code in _THROTTLE_CODES:
         return errors.Throttled(
             f"DynamoDB kept throttling {call.action} on {call.table!r} after retries",
@@ -220,6 +228,15 @@ def _refused(exc: Any, call: _Call) -> errors.AwsflockError:
             return incompatible
     detail = f"{code}: {message}" if message else code
     return errors.StoreError(f"DynamoDB refused {call.action} ({detail})")
+
+
+def _invalid_item(response: dict[str, Any]) -> str | None:
+    """What a cancelled transaction's item refused as invalid says (DynamoDB's
+    ``ValidationError`` reason, e.g. an item over 400 KB); None if no item was."""
+    for reason in response.get("CancellationReasons") or []:
+        if reason.get("Code") == "ValidationError":
+            return str(reason.get("Message") or "ValidationError")
+    return None
 
 
 def _network(exc: Exception, call: _Call) -> errors.AwsflockError | None:
