@@ -128,7 +128,8 @@ def _held(
         if _by_keep_alive(record.ended):
             raise _ended_by_keep_alive(what)
         # Force-released already, perhaps by an earlier run of this command whose answer was
-        # lost: its audit record was written before it (written now as applied, from the item).
+        # lost: its step wrote its audit record (without transactions it may be missing: it is
+        # written now from the item, and a record there stays).
         _ensure_audit(table, lock_id, slot, record)
         raise errors.NotHeld(
             f"{what} is not held: it was {record.forced_text()} (audited)",
@@ -165,7 +166,7 @@ def _force(table: LockTable, entry: dict[str, Any]) -> Outcome:
             exc.hint = (
                 "it may have been applied: when the store answers, run `awsflock force-release "
                 f"{lock_id} --lease-id {lease_id} --reason ...` (it then says whether "
-                "it was; the audit record is written either way)"
+                "it was; if it was, its audit record was written with it)"
             )
         raise
 
