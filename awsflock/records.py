@@ -246,3 +246,8 @@ class Pool:
     def free_slots(self, size: int, now: float, skew: float) -> list[int]:
         """Slots an acquire could take now."""
         return [i for i in range(size) if i not in self.slots or self.slots[i].is_free(now, skew)]
+
+
+def kept_audit(entry: dict[str, Any]) -> dict[str, Any]:
+    """An audit record as every store keeps it and ``audit`` lists it: empty fields left out."""
+    return {k: v for k, v in entry.items() if v not in (None, "")}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 from awsflock import errors, metrics
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import AUDIT_APPLIED, AUDIT_VOID, Outcome, audit_key
-from awsflock.records import ENDED_FORCED, KEEPALIVE_FORCE, LockRecord
+from awsflock.records import ENDED_FORCED, KEEPALIVE_FORCE, LockRecord, kept_audit
 from awsflock.text import iso_utc
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def force_release(
         },
     )
     # As the store keeps it (empty fields left out): what `audit` shows of it, field for field.
-    return audit_view({k: v for k, v in entry.items() if v not in (None, "")})
+    return audit_view(kept_audit(entry))
 
 
 def _checked(

@@ -9,10 +9,8 @@ store's one conditional UpdateItem, under one mutex. The conformance suite holds
 
     table = LockTable(store=MemoryStore())
     with table.acquire("deploy", lease=60) as lease: ...
-
-Besides the interface it has what a simulation needs: ``expire_records(now)`` removes records
-whose expiry time has passed (DynamoDB's TTL deletion), and ``legacy_*`` act as an awsflock
-0.2.0 client does on its table (read, conditional put, conditional delete).
+For simulations, ``expire_records(now)`` removes expired records (DynamoDB's TTL deletion),
+and ``legacy_*`` act as an awsflock 0.2.0 client (read, conditional put and delete).
 """
 
 from __future__ import annotations
@@ -38,7 +36,15 @@ from awsflock.protocol import (
     Waker,
     audit_key,
 )
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Line, LockRecord, Pool, Waiter
+from awsflock.records import (
+    ENDED_FORCED,
+    ENDED_RELEASED,
+    Line,
+    LockRecord,
+    Pool,
+    Waiter,
+    kept_audit,
+)
 from awsflock.stores import kinds
 from awsflock.stores.memory_records import (
     ForSimulations,
@@ -216,7 +222,7 @@ class MemoryStore(ForSimulations):
             for name, value in (forced or {}).items():
                 setattr(lease, name, value)
             if audit is not None:  # in the same write as the end (protocol.force_release)
-                self._audit[audit_key(lease_id)] = _kept(audit)
+                self._audit[audit_key(lease_id)] = kept_audit(audit)
             if self.transactions:  # as DynamoDB's transaction, it answers nothing
                 return Outcome(True, None, None, slot)
             return self._outcome(True, lock_id, record, slot)
@@ -350,7 +356,7 @@ class MemoryStore(ForSimulations):
     def put_audit(self, key: str, entry: dict[str, Any]) -> None:
         with self._mutex:
             if audit_put_lands(self._audit.get(key), entry):
-                self._audit[key] = _kept(entry)
+                self._audit[key] = kept_audit(entry)
 
     def audit_entries(self) -> Iterator[dict[str, Any]]:
         with self._mutex:
@@ -392,8 +398,3 @@ class MemoryStore(ForSimulations):
             return Outcome(applied, lock, None, slot, line=line)
         slots = {i: lease.record(lock_id, record.slots) for i, lease in sorted(record.pool.items())}
         return Outcome(applied, lock, Pool(lock_id, record.slots, slots, line), slot, line=line)
-
-
-def _kept(entry: dict[str, Any]) -> dict[str, Any]:
-    """An audit record as the store keeps it: empty fields left out."""
-    return {k: v for k, v in entry.items() if v not in (None, "")}

@@ -34,7 +34,7 @@ import re
 from typing import Any
 
 from awsflock.protocol import ENDED_BARRED
-from awsflock.records import RESERVED_PREFIX, Identity, Line, LockRecord, Pool, Waiter
+from awsflock.records import RESERVED_PREFIX, Identity, Line, LockRecord, Pool, Waiter, kept_audit
 
 # Attribute names. The first five are shared with awsflock 0.2.0 and must keep their meaning.
 A_LOCK_ID = "lock_id"
@@ -312,5 +312,5 @@ def line_from_item(item: dict[str, Any]) -> Line:
 def audit_item(key: str, entry: dict[str, Any]) -> dict[str, Any]:
     """The item of audit record ``key`` (``entry``'s empty fields left out)."""
     item = {A_LOCK_ID: {"S": key}, A_KIND: {"S": "audit"}}
-    item.update({k: to_attr(v) for k, v in entry.items() if v not in (None, "")})
+    item.update({k: to_attr(v) for k, v in kept_audit(entry).items()})
     return item

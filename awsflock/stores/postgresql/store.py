@@ -21,7 +21,7 @@ from typing import Any, Callable, TypeVar
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.protocol import AUDIT_APPLIED, AUDIT_PREFIX, AUDIT_VOID, DEFAULT_REQUEST_TIMEOUT
-from awsflock.records import RESERVED_PREFIX, LockRecord, Pool
+from awsflock.records import RESERVED_PREFIX, LockRecord, Pool, kept_audit
 from awsflock.stores import kinds
 from awsflock.stores.postgresql import program, schema, urls
 from awsflock.stores.postgresql.link import PgLink
@@ -104,7 +104,7 @@ class PostgresStore(StepStore[Any]):
 
     def put_audit(self, key: str, entry: dict[str, Any]) -> None:
         check_audit_key(key)
-        fields = {k: v for k, v in entry.items() if v not in (None, "")}
+        fields = kept_audit(entry)
         # One statement: a record whose action took effect stays; a void one gives way only
         # to one of an action that took effect (LockStore.put_audit).
         query = (

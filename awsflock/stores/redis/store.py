@@ -27,13 +27,13 @@ from awsflock.protocol import (
     Sleeper,
     Waker,
 )
-from awsflock.records import LockRecord, Pool
+from awsflock.records import LockRecord, Pool, kept_audit
 from awsflock.stores import kinds, programs
 from awsflock.stores.redis import layout, urls
 from awsflock.stores.redis.link import RedisConn, RedisLink
 from awsflock.stores.redis.program import RedisProgram
 from awsflock.stores.redis.wake import Wake
-from awsflock.stores.remote.facade import StepStore, check_audit_key, kept_audit, listed
+from awsflock.stores.remote.facade import StepStore, check_audit_key, listed
 
 #: Puts an audit record by the rule of ``LockStore.put_audit`` (``audit.lua``).
 AUDIT = programs.load("awsflock.stores.redis", "audit.lua")

@@ -26,7 +26,15 @@ from awsflock.protocol import (
     Outcome,
     audit_key,
 )
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Identity, LockRecord, Pool, Waiter
+from awsflock.records import (
+    ENDED_FORCED,
+    ENDED_RELEASED,
+    Identity,
+    LockRecord,
+    Pool,
+    Waiter,
+    kept_audit,
+)
 from awsflock.stores import kinds
 from awsflock.stores.remote import answers
 from awsflock.stores.remote.connected import Connected
@@ -203,11 +211,6 @@ def listed(outcomes: Iterable[Outcome]) -> Iterator[LockRecord | Pool]:
             yield outcome.pool
         elif outcome.lock is not None:
             yield outcome.lock
-
-
-def kept_audit(entry: dict[str, Any]) -> dict[str, Any]:
-    """An audit record as a store keeps it: empty fields left out."""
-    return {k: v for k, v in entry.items() if v not in (None, "")}
 
 
 def check_audit_key(key: str) -> None:
