@@ -19,6 +19,7 @@ from awsflock.stores import kinds
 from awsflock.stores.dynamodb import DynamoDBStore
 from tests.servers import Server, local_client
 from tests.test_audit_operators import XIA, run_yan, shown
+from tests.test_audit_without_transactions import killed_after_its_force
 
 
 @pytest.fixture
@@ -99,3 +100,17 @@ def test_operators_racing_to_force_one_lease_leave_one_true_record(make):
     records = {r["lease_id"]: r["actor"] for r in audit_records(make("op"), lock)}
     assert set(records) == set(won) and len(won) == 10
     assert records == won
+
+
+def test_a_run_killed_right_after_its_force_leaves_its_record(make):
+    """On dynalite (no transactions) the record was a second write after the force: a run
+    killed between the two left none. The force's own write keeps it now, on every server."""
+    lock = _name()
+    lease = make("a").acquire(lock, lease=600, wait=0)
+    ana = make("ana")
+    killed_after_its_force(ana)
+    with pytest.raises(SystemExit):
+        force_release(ana, lock, reason="ana's", lease_id=lease.lease_id, actor="ana")
+    for n in range(5):  # more hand-offs than a lock's item remembers
+        make(f"w{n}").acquire(lock, lease=600, wait=0).release()
+    assert shown(make, lock) == [(lease.lease_id, "ana", "ana's")]

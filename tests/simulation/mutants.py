@@ -429,6 +429,27 @@ def item_not_kept() -> contextlib.AbstractContextManager[None]:
     return _patched((_Record, "ttl", lambda _self, seconds: seconds))
 
 
+def audit_after_the_end_without_transactions() -> contextlib.AbstractContextManager[None]:
+    """Q. Without transactions (dynalite) the DynamoDB store writes a force's audit record as
+    a second request after the end, not in the end's own write to the lock's item: a run that
+    dies between the two, or whose answer is lost, leaves a force-release applied with no
+    record (issue 39's regression). Beneath the store, on moto with ``--no-transactions``."""
+    from awsflock.protocol import audit_key
+    from awsflock.stores.dynamodb.ends import Ends
+
+    real = Ends.force_release
+
+    def record_after(
+        self: Any, lock_id: str, lease_id: str, *, audit: Any = None, **kw: Any
+    ) -> Any:
+        outcome = real(self, lock_id, lease_id, **kw)
+        if outcome.applied and audit is not None:
+            self.put_audit(audit_key(lease_id), audit)
+        return outcome
+
+    return _patched((Ends, "force_release", record_after))
+
+
 # -- beneath the stores: their request code ------------------------------------------------
 
 
@@ -493,6 +514,7 @@ MUTANTS: dict[str, Patch] = {
     "N gate always open": gate_always_open,
     "O timeout after sending said not applied": timeout_said_not_applied,
     "P audit put before the force": audit_before_force,
+    "Q no-transaction audit after the end": audit_after_the_end_without_transactions,
 }
 
 #: The mutants of a store's own code, and the stores whose code they are in and where they are
@@ -501,10 +523,11 @@ MUTANTS: dict[str, Patch] = {
 BENEATH = {
     "N gate always open": ("moto", "postgresql", "redis"),
     "O timeout after sending said not applied": ("moto", "redis"),
+    "Q no-transaction audit after the end": ("moto",),
 }
 
 #: The mutants that exist only on a store without transactions (``--no-transactions``).
-NO_TRANSACTIONS = {"M no-transaction item not kept"}
+NO_TRANSACTIONS = {"M no-transaction item not kept", "Q no-transaction audit after the end"}
 
 #: The mutants that break only the order of fair waiters: the fairness invariant must be what
 #: finds them (its messages say "line of" the lock), not some other failure they provoke.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import threading
@@ -23,6 +24,7 @@ from awsflock.protocol import (
     Drops,
     Outcome,
 )
+from awsflock.records import ENDED_FORCED
 from awsflock.stores.dynamodb.client import caller_identity, check_endpoint_url, make_client
 from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
@@ -32,6 +34,7 @@ from awsflock.stores.dynamodb.items import (
     done_key,
     is_pool_item,
     line_from_item,
+    pending_audit_name,
     pool_from_item,
     record_from_item,
 )
@@ -299,7 +302,9 @@ class TableBase(RetryingStore):
         written, and the outcome stays as it is."""
         if outcome.knows(lease_id):
             return outcome
-        if not self._transactions or (outcome.slot is not None and outcome.pool is None):
+        if not self._transactions:
+            return _forced_unaudited(outcome, lease_id, lock_id)
+        if outcome.slot is not None and outcome.pool is None:
             return outcome
         ended = done_ended(self._get_item(done_key(lease_id)), lock_id)
         return outcome if ended is None else outcome.remembering(lease_id, ended, lock_id)
@@ -326,6 +331,20 @@ class TableBase(RetryingStore):
         pool = pool_from_item(lock_id, item, line) if is_pool_item(item) else None
         record = dataclasses.replace(record_from_item(item), line=line)
         return Outcome(applied, record, pool, slot, line=line)
+
+
+def _forced_unaudited(outcome: Outcome, lease_id: str, lock_id: str) -> Outcome:
+    """``outcome`` with how ``lease_id`` ended where its lock's item keeps the audit record
+    of the force that ended it (no transactions: not yet moved to its own item, ``ends``),
+    however many hand-offs its short history has forgotten."""
+    extra = outcome.lock.extra if outcome.lock is not None else {}
+    text = extra.get(pending_audit_name(lease_id))
+    if not isinstance(text, str):
+        return outcome
+    action_id = json.loads(text).get("action_id")
+    if not action_id:
+        return outcome
+    return outcome.remembering(lease_id, ENDED_FORCED + str(action_id), lock_id)
 
 
 def _pools_of_its_own(session: Any) -> None:

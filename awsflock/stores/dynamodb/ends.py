@@ -6,6 +6,7 @@ takes nothing."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import Any, Callable
 
@@ -17,15 +18,17 @@ from awsflock.protocol import (
     Outcome,
     audit_key,
 )
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, kept_audit
 from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb.base import expiration_seconds, new_version
 from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
+    A_UNAUDITED,
     BAR_PREFIX,
     audit_item,
     bar_name,
     done_item,
+    pending_audit_name,
     slot_prefix,
 )
 from awsflock.stores.dynamodb.writes import Writes, _request
@@ -86,12 +89,13 @@ class Ends(Writes):
             reason=reason,
         )
         if outcome.applied and audit is not None and not self._transactions:
+            # The record rode in the lock's item (``_end``): it moves to its own item now.
             try:
                 self.put_audit(audit_key(lease_id), audit)
             except errors.StoreError as exc:  # the force took effect: that is the answer
-                log.warning(
-                    "the force-release of lease %s took effect, but its audit record could not "
-                    "be written (%s); run it again to write it",
+                log.debug(
+                    "the audit record of the force-release of lease %s stays in the lock's "
+                    "item, where `awsflock audit` lists it (%s)",
                     lease_id,
                     exc.one_line(),
                 )
@@ -123,6 +127,15 @@ class Ends(Writes):
         }
         p = slot_prefix(slot)
         condition = expressions.release_condition(p)
+        alone = update(p)  # the lock's item alone (no transactions)
+        if audit is not None:
+            # With no transaction to put the force's audit record beside its end, the end's
+            # own write keeps it in the lock's item (``PENDING_AUDIT_PREFIX``): it exists iff
+            # the force took effect, even if this run dies before copying it to its own item.
+            name = pending_audit_name(lease_id)
+            alone += f", #{name} = :pending ADD #{A_UNAUDITED} :unaudited"
+            values["pending"] = json.dumps(kept_audit(audit), sort_keys=True)
+            values["unaudited"] = frozenset({name})
         outcome = Outcome(False, None)
         for _ in range(3):
             recorded = None
@@ -132,7 +145,7 @@ class Ends(Writes):
                 )
             # No transactions (dynalite): the lock's item alone.
             outcome = recorded or self._conditional_update(
-                operation, lock_id, update(p), condition, values, slot
+                operation, lock_id, alone, condition, values, slot
             )
             if outcome.applied:
                 return outcome

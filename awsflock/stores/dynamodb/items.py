@@ -108,6 +108,30 @@ def bar_name(lease_id: str) -> str:
     return BAR_PREFIX + re.sub(r"\W", "_", lease_id)
 
 
+#: On a lock's item, where the endpoint has no transactions: the audit record of a force-release
+#: that ended one of its leases, written by the force's own UpdateItem (``xa_`` and the id's
+#: letters and digits; its value the record as JSON), until it is copied to its audit item; the
+#: names of those attributes are in the string set ``unaudited``, which a scan filters on.
+PENDING_AUDIT_PREFIX = "xa_"
+A_UNAUDITED = "unaudited"
+
+
+def pending_audit_name(lease_id: str) -> str:
+    """The lock item's attribute that keeps the audit record of the force of ``lease_id``."""
+    return PENDING_AUDIT_PREFIX + re.sub(r"\W", "_", lease_id)
+
+
+def pending_audits(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The audit records a lock's item keeps (``PENDING_AUDIT_PREFIX``)."""
+    names = item.get(A_UNAUDITED, {}).get("SS", [])
+    found = []
+    for name in names:
+        text = item.get(name, {}).get("S")
+        if text is not None:
+            found.append(json.loads(text))
+    return found
+
+
 def done_key(lease_id: str) -> str:
     """The key of the done item of ``lease_id`` (a LEASE_ID is short: no hashing needed)."""
     return DONE_PREFIX + lease_id
@@ -157,6 +181,8 @@ def to_attr(value: Any) -> dict[str, Any]:
         return {"BOOL": value}
     if isinstance(value, (int, float)):
         return {"N": str(value)}
+    if isinstance(value, frozenset):
+        return {"SS": sorted(value)}
     return {"S": str(value)}
 
 

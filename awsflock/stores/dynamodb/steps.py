@@ -10,9 +10,11 @@ from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.protocol import (
+    AUDIT_APPLIED,
     AUDIT_PREFIX,
     Drops,
     Outcome,
+    audit_key,
 )
 from awsflock.records import (
     RESERVED_PREFIX,
@@ -32,16 +34,18 @@ from awsflock.stores.dynamodb.items import (
     A_KIND,
     A_LOCK_ID,
     A_RENEWED_MS,
+    A_UNAUDITED,
     from_attr,
     is_pool_item,
     line_from_item,
+    pending_audits,
     place_entry,
     pool_from_item,
     record_from_item,
     slot_prefix,
 )
 from awsflock.stores.dynamodb.tables import TABLE_HINT
-from awsflock.stores.dynamodb.writes import Writes
+from awsflock.stores.dynamodb.writes import Writes, _request
 
 
 class Steps(Writes):
@@ -207,10 +211,31 @@ class Steps(Writes):
         return outcome.applied
 
     def audit_entries(self, page_size: int = 500) -> Iterator[dict[str, Any]]:
-        """Every audit record's fields, page by page."""
-        for item in self._scan(AUDIT_PREFIX, page_size):
+        """Every audit record's fields, page by page: the audit items, and the records that
+        locks' items keep (a force's, without transactions, not yet moved to its own item);
+        one per key, one whose action took effect first."""
+        applied: set[str] = set()
+        kept: dict[str, dict[str, Any]] = {}
+        others: list[tuple[str, dict[str, Any]]] = []
+        unaudited = f"attribute_exists(#{A_UNAUDITED})"
+        for item in self._scan(AUDIT_PREFIX, page_size, also=unaudited):
+            key = item[A_LOCK_ID]["S"]
+            for entry in pending_audits(item):
+                kept[audit_key(str(entry.get("lease_id")))] = entry
+            if not key.startswith(AUDIT_PREFIX):
+                continue
             # The key and the kind are this store's layout, not the entry's fields.
-            yield {k: from_attr(a) for k, a in item.items() if k not in (A_LOCK_ID, A_KIND)}
+            entry = {k: from_attr(a) for k, a in item.items() if k not in (A_LOCK_ID, A_KIND)}
+            if entry.get("status") == AUDIT_APPLIED:
+                applied.add(key)
+                yield entry
+            else:
+                others.append((key, entry))
+        for key, entry in kept.items():
+            if key not in applied:
+                applied.add(key)
+                yield entry
+        yield from (entry for key, entry in others if key not in applied)
 
     # -- table ---------------------------------------------------------------------------------
 
@@ -232,15 +257,16 @@ class Steps(Writes):
             else:
                 yield dataclasses.replace(record_from_item(item), line=line)
 
-    def _scan(self, prefix: str, page_size: int, **extra: Any) -> Iterator[dict[str, Any]]:
+    def _scan(self, prefix: str, page_size: int, also: str = "") -> Iterator[dict[str, Any]]:
+        """The items whose key starts with ``prefix`` (or that match the filter ``also``)."""
         # A scan of a table keyed otherwise would list nothing (or foreign items), and a prefix
         # filter on lock_id hides them all: check the key first. Scans are not a hot path.
         self.check_table()
-        kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": page_size, **extra}
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": page_size}
         if prefix:
-            kwargs["FilterExpression"] = "begins_with(#lock_id, :prefix)"
-            kwargs["ExpressionAttributeNames"] = {"#lock_id": A_LOCK_ID}
-            kwargs["ExpressionAttributeValues"] = {":prefix": {"S": prefix}}
+            condition = "begins_with(#lock_id, :prefix)" + (f" OR {also}" if also else "")
+            kwargs["FilterExpression"] = condition
+            kwargs.update(_request(condition, values={"prefix": prefix}))
         while True:
             page = self._send("scan", lambda: self.client.scan(**kwargs))
             yield from page.get("Items", [])

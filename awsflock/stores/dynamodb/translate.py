@@ -29,7 +29,7 @@ ACTIONS = {
     "force_release": "UpdateItem",
     "resize": "UpdateItem",
     "audit": "PutItem",
-    "audit_void": "UpdateItem",
+    "audit_moved": "UpdateItem",
     # the line of fair waiters
     "join": "UpdateItem",
     "beat": "UpdateItem",

@@ -15,7 +15,15 @@ from awsflock import errors
 from awsflock.protocol import AUDIT_APPLIED, AUDIT_VOID, Outcome
 from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb.base import TableBase
-from awsflock.stores.dynamodb.items import A_LOCK_ID, KIND_FENCE, audit_item, fence_key, to_attr
+from awsflock.stores.dynamodb.items import (
+    A_LOCK_ID,
+    A_UNAUDITED,
+    KIND_FENCE,
+    audit_item,
+    fence_key,
+    pending_audit_name,
+    to_attr,
+)
 
 _NAME = re.compile(r"#(\w+)")
 _VALUE = re.compile(r":(\w+)")
@@ -186,7 +194,26 @@ class Writes(TableBase):
     def put_audit(self, key: str, entry: dict[str, Any]) -> None:
         """Write one audit record under ``key``, one PutItem conditional on the record there:
         one whose action took effect stays, a void one gives way only to one that took effect
-        (``LockStore.put_audit``)."""
+        (``LockStore.put_audit``). A force's record kept in its lock's item (``ends``: where the
+        endpoint has no transactions) is dropped from it once its own item holds one applied.
+        (A store with transactions puts no applied record but on rare retries: the drop is
+        tried whatever this store knows of the endpoint yet.)"""
+        self._put_audit(key, entry)
+        lock_id, lease_id = entry.get("target"), entry.get("lease_id")
+        if entry.get("status") == AUDIT_APPLIED and lock_id and lease_id:
+            self._drop_pending_audit(str(lock_id), str(lease_id))
+
+    def _drop_pending_audit(self, lock_id: str, lease_id: str) -> None:
+        """Drop the audit record of the force of ``lease_id`` from ``lock_id``'s item (one
+        UpdateItem; refused, harmlessly, where the item keeps none)."""
+        name = pending_audit_name(lease_id)
+        update = f"REMOVE #{name} DELETE #{A_UNAUDITED} :unaudited"
+        values = {"unaudited": frozenset({name})}
+        self._conditional_update(
+            "audit_moved", lock_id, update, f"attribute_exists(#{name})", values, None
+        )
+
+    def _put_audit(self, key: str, entry: dict[str, Any]) -> None:
         from botocore.exceptions import ClientError
 
         values = {":applied": {"S": AUDIT_APPLIED}}

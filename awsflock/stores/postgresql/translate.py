@@ -27,7 +27,6 @@ PRIVILEGES = {
     "get": "EXECUTE on the step function, and SELECT",
     "scan": "SELECT",
     "audit": "INSERT, UPDATE",
-    "audit_void": "INSERT, UPDATE",
     "create_table": "CREATE on the schema",
 }
 

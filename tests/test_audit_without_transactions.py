@@ -1,0 +1,133 @@
+"""The audit record of a force-release where the store has no transactions (dynalite; the
+in-memory store with ``transactions=False``): the force's own write keeps it, so a run killed
+right after its force still leaves exactly one record naming its operator, however many times
+the lock changes hands before anyone looks. The same on dynalite in
+tests/integration/test_audit_operators.py."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from awsflock.lock.admin import audit_records, force_release
+from awsflock.lock.lease import LockTable
+from awsflock.records import Identity
+from awsflock.stores.memory import MemoryStore
+from tests.helpers import ScriptedWrites
+
+
+def _no_transactions(send: Any, kwargs: dict[str, Any]) -> Any:
+    from botocore.exceptions import ClientError
+
+    if "TransactItems" in kwargs:
+        raise ClientError(
+            {"Error": {"Code": "UnknownOperationException", "Message": ""}},
+            "TransactWriteItems",
+        )
+    return send()
+
+
+@pytest.fixture(params=["dynamodb", "memory"])
+def make_plain(request, clock) -> Callable[..., LockTable]:
+    """LockTables on one store without transactions: DynamoDB on moto (its transactions
+    refused, as dynalite's are), or the in-memory store with ``transactions=False``."""
+    memory = MemoryStore(transactions=False)
+    moto = request.getfixturevalue("moto") if request.param == "dynamodb" else None
+
+    def make(owner: str) -> LockTable:
+        identity = Identity(owner=owner, host=owner, pid=100)
+        if moto is None:
+            return LockTable(store=memory, clock=clock, identity=identity)
+        client = ScriptedWrites(moto, lambda n, send, kwargs: _no_transactions(send, kwargs))
+        return LockTable("awsflock", client=client, clock=clock, identity=identity)
+
+    make.kind = request.param  # type: ignore[attr-defined]
+    return make
+
+
+def killed_after_its_force(table: LockTable) -> None:
+    """``table``'s run dies right after its force's write, before anything else is sent."""
+
+    def killed(*_args: Any, **_kwargs: Any) -> None:
+        raise SystemExit("killed right after the force was applied")
+
+    if hasattr(table.store, "_put_audit"):
+        table.store._put_audit = killed  # type: ignore[attr-defined]
+    real = table.store.force_release
+
+    def force_then_die(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise SystemExit("killed as its answer came back")
+
+    table.store.force_release = force_then_die  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("slots", [None, 2])
+def test_a_run_killed_after_its_force_leaves_its_record_through_any_hand_offs(
+    make_plain, slots
+) -> None:
+    """Before: on dynalite the record was a second write after the force; a run killed between
+    them left no record at all, and once the lock changed hands a few times (its item
+    remembers three leases) no rerun could write one."""
+    extra = {} if slots is None else {"slots": slots}
+    lease = make_plain("a").acquire("deploy", lease=600, wait=0, **extra)
+    ana = make_plain("op")
+    killed_after_its_force(ana)
+    with pytest.raises(SystemExit):
+        force_release(ana, "deploy", reason="stuck", lease_id=lease.lease_id, actor="ana")
+    for n in range(5):  # more hand-offs than the item remembers
+        make_plain(f"w{n}").acquire("deploy", lease=600, wait=0, **extra).release()
+    entries = list(make_plain("reader").store.audit_entries())
+    assert [(e["lease_id"], e["actor"], e["reason"], e["status"]) for e in entries] == [
+        (lease.lease_id, "ana", "stuck", "applied")
+    ]
+    assert [r["actor"] for r in audit_records(make_plain("reader"), "deploy")] == ["ana"]
+
+
+@pytest.mark.parametrize("make_plain", ["dynamodb"], indirect=True)
+def test_a_record_kept_in_the_lock_item_moves_to_its_own_item(make_plain) -> None:
+    """The lock's item keeps a record only until it is copied (it would otherwise grow to
+    DynamoDB's 400 KB with every force); listed once while both exist. (The in-memory store
+    writes the record itself in the force's write.)"""
+    lease = make_plain("a").acquire("deploy", lease=600, wait=0)
+    ana = make_plain("op")
+    killed_after_its_force(ana)
+    with pytest.raises(SystemExit):
+        force_release(ana, "deploy", reason="stuck", lease_id=lease.lease_id, actor="ana")
+    reader = make_plain("reader")
+    item = reader.store.client.get_item(  # type: ignore[attr-defined]
+        TableName="awsflock", Key={"lock_id": {"S": "deploy"}}
+    )["Item"]
+    assert "unaudited" in item
+    # Any put of the applied record (a rerun's, or the next force's own) moves it.
+    from awsflock.protocol import audit_key
+
+    (entry,) = reader.store.audit_entries()
+
+    def killed(*_args: Any) -> None:
+        raise SystemExit("killed between the copy and the drop")
+
+    reader.store._drop_pending_audit = killed  # type: ignore[attr-defined]
+    with pytest.raises(SystemExit):
+        reader.store.put_audit(audit_key(lease.lease_id), entry)
+    assert list(reader.store.audit_entries()) == [entry]  # in both places, listed once
+    del reader.store._drop_pending_audit  # type: ignore[attr-defined]
+    reader.store.put_audit(audit_key(lease.lease_id), entry)
+    item = reader.store.client.get_item(  # type: ignore[attr-defined]
+        TableName="awsflock", Key={"lock_id": {"S": "deploy"}}
+    )["Item"]
+    assert not [name for name in item if name.startswith("xa_") or name == "unaudited"]
+    assert [r["actor"] for r in audit_records(reader, "deploy")] == ["ana"]
+
+
+def test_a_force_release_that_lives_leaves_nothing_in_the_lock_item(make_plain) -> None:
+    lease = make_plain("a").acquire("deploy", lease=600, wait=0)
+    op = make_plain("op")
+    force_release(op, "deploy", reason="stuck", lease_id=lease.lease_id, actor="ana")
+    assert [r["actor"] for r in audit_records(op, "deploy")] == ["ana"]
+    if make_plain.kind == "dynamodb":
+        item = op.store.client.get_item(  # type: ignore[attr-defined]
+            TableName="awsflock", Key={"lock_id": {"S": "deploy"}}
+        )["Item"]
+        assert not [name for name in item if name.startswith("xa_") or name == "unaudited"]
