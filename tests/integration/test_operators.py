@@ -310,8 +310,10 @@ def test_iam_policy_is_valid_json_naming_the_table():
 
 def test_a_force_release_too_large_for_the_item_says_so_not_throttling(server, awsflock: Cli):
     """A pool's slots share one item of at most 400 KB: the fourth force-release kept with a
-    120,000-byte reason does not fit. DynamoDB cancels the transaction (ValidationError): the
-    answer names that, at once, and not throttling to wait out; nothing was written."""
+    120,000-byte reason does not fit (on dynalite the third: there the force's own write also
+    keeps its audit record in the item until it is moved). DynamoDB cancels the transaction
+    (ValidationError): the answer names that, at once, and not throttling to wait out;
+    nothing was written."""
     lock = "big-reasons-" + uuid.uuid4().hex[:6]
     leases = [
         json.loads(awsflock("acquire", lock, "--slots", "4", "--json").stdout)["lease_id"]
@@ -321,10 +323,11 @@ def test_a_force_release_too_large_for_the_item_says_so_not_throttling(server, a
         awsflock("force-release", lock, "--lease-id", lease, "--reason", "r" * 120_000)
         for lease in leases
     ]
-    assert [a.returncode for a in answers] == [0, 0, 0, 1], answers[-1].stderr
-    refused = answers[-1]
+    fits = 2 if server.name == "dynalite" else 3
+    assert [a.returncode for a in answers] == [0] * fits + [1] * (4 - fits), answers[-1].stderr
+    refused = answers[fits]
     assert refused.stdout == "" and len(refused.stderr.strip().splitlines()) == 1
     assert "exceeded the maximum allowed size" in refused.stderr
     assert "throttl" not in refused.stderr.lower()
     audited = awsflock("audit", lock, "--json").stdout.splitlines()
-    assert sorted(json.loads(line)["lease_id"] for line in audited) == sorted(leases[:3])
+    assert sorted(json.loads(line)["lease_id"] for line in audited) == sorted(leases[:fits])

@@ -341,8 +341,9 @@ def _forced_unaudited(outcome: Outcome, lease_id: str, lock_id: str) -> Outcome:
     text = extra.get(pending_audit_name(lease_id))
     if not isinstance(text, str):
         return outcome
-    action_id = json.loads(text).get("action_id")
-    if not action_id:
+    kept = json.loads(text)
+    action_id = kept.get("action_id")
+    if not action_id or kept.get("lease_id") != lease_id:
         return outcome
     return outcome.remembering(lease_id, ENDED_FORCED + str(action_id), lock_id)
 
