@@ -131,3 +131,59 @@ def test_a_force_release_that_lives_leaves_nothing_in_the_lock_item(make_plain) 
             TableName="awsflock", Key={"lock_id": {"S": "deploy"}}
         )["Item"]
         assert not [name for name in item if name.startswith("xa_") or name == "unaudited"]
+
+
+def _reclaimed_by_020(client: Any, lock_id: str, now: float) -> bool:
+    """awsflock 0.2.0's acquire at ``now``: read the item, and overwrite it (PutItem, on the
+    ``lease_id`` it read) if its ``expiration_time`` is more than 5 s past."""
+    from botocore.exceptions import ClientError
+
+    item = client.get_item(TableName="awsflock", Key={"lock_id": {"S": lock_id}})["Item"]
+    if now - int(item["expiration_time"]["N"]) <= 5:
+        return False
+    new = {
+        "lock_id": {"S": lock_id},
+        "lease_id": {"S": "0.2.0-new-lease"},
+        "lease_duration": {"N": "60"},
+        "owner": {"S": "old-client"},
+        "expiration_time": {"N": str(int(now) + 60)},
+    }
+    try:
+        client.put_item(
+            TableName="awsflock",
+            Item=new,
+            ConditionExpression="#l = :l",
+            ExpressionAttributeNames={"#l": "lease_id"},
+            ExpressionAttributeValues={":l": item["lease_id"]},
+        )
+    except ClientError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("make_plain", ["dynamodb"], indirect=True)
+def test_a_020_client_never_overwrites_the_record_a_killed_force_left_in_the_item(
+    make_plain, moto, clock
+) -> None:
+    """Before: the force of an awsflock 0.2.0 client's lease left the item to expire at the
+    force plus the skew, and a 0.2.0 acquire seconds later overwrote it (PutItem), the kept
+    record with it: a run killed before moving it left an applied force with no record. The
+    force's write now keeps the item for good, as a take there does."""
+    old_lease = "1b4e28ba-2fa1-41d2-883f-0016d3cca427"
+    moto.put_item(
+        TableName="awsflock",
+        Item={
+            "lock_id": {"S": "legacy"},
+            "lease_id": {"S": old_lease},
+            "lease_duration": {"N": "3600"},
+            "owner": {"S": "old-client"},
+            "expiration_time": {"N": str(int(clock.time()) + 3600)},
+        },
+    )
+    ana = make_plain("op")
+    killed_after_its_force(ana)
+    with pytest.raises(SystemExit):
+        force_release(ana, "legacy", reason="stuck", lease_id=old_lease, actor="ana")
+    assert not _reclaimed_by_020(moto, "legacy", clock.time() + 86400)  # a day later
+    records = audit_records(make_plain("reader"), "legacy")
+    assert [(r["lease_id"], r["actor"]) for r in records] == [(old_lease, "ana")]

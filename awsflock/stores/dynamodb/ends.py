@@ -15,6 +15,7 @@ from awsflock.protocol import (
     BAR_KEEP_MS,
     DONE_MS,
     ENDED_BARRED,
+    KEPT_UNTIL,
     Outcome,
     audit_key,
 )
@@ -104,7 +105,7 @@ class Ends(Writes):
     def _end(
         self,
         operation: str,
-        update: Callable[[str], str],
+        update: Callable[..., str],
         lock_id: str,
         lease_id: str,
         ended: str,
@@ -132,10 +133,14 @@ class Ends(Writes):
             # With no transaction to put the force's audit record beside its end, the end's
             # own write keeps it in the lock's item (``PENDING_AUDIT_PREFIX``): it exists iff
             # the force took effect, even if this run dies before copying it to its own item.
+            # That item is kept for good from now on, as a take there keeps it: an awsflock
+            # 0.2.0 client would otherwise overwrite an item its lease ran out on (PutItem),
+            # the record with it.
             name = pending_audit_name(lease_id)
-            alone += f", #{name} = :pending ADD #{A_UNAUDITED} :unaudited"
+            alone = update(p, kept=True) + f", #{name} = :pending ADD #{A_UNAUDITED} :unaudited"
             values["pending"] = json.dumps(kept_audit(audit), sort_keys=True)
             values["unaudited"] = frozenset({name})
+            values["kept_until"] = KEPT_UNTIL
         outcome = Outcome(False, None)
         for _ in range(3):
             recorded = None

@@ -238,16 +238,18 @@ def release_condition(p: str) -> str:
     return f"{owned(p)} AND {not_ended(p)}" + ("" if p else f" AND {PLAIN_NOT_POOL}")
 
 
-def release_update(p: str) -> str:
+def release_update(p: str, kept: bool = False) -> str:
+    """``kept``: a plain lock's item is kept for good from now on (``KEPT``), as a take without
+    transactions keeps it."""
     return (
         f"SET #{p}ended = :ended, #{p}lease = :lease, #{p}lease_id = :version,"
-        f" #{p}expires_ms = :now_ms, {ttl(p)}"
+        f" #{p}expires_ms = :now_ms, {KEPT if kept and not p else ttl(p)}"
     )
 
 
-def force_update(p: str) -> str:
+def force_update(p: str, kept: bool = False) -> str:
     return (
-        release_update(p)
+        release_update(p, kept)
         + f", #{p}forced_by = :actor, #{p}forced_reason = :reason, #{p}forced_ms = :now_ms"
     )
 
