@@ -187,3 +187,57 @@ def test_a_020_client_never_overwrites_the_record_a_killed_force_left_in_the_ite
     assert not _reclaimed_by_020(moto, "legacy", clock.time() + 86400)  # a day later
     records = audit_records(make_plain("reader"), "legacy")
     assert [(r["lease_id"], r["actor"]) for r in records] == [(old_lease, "ana")]
+
+
+def _scan_in_order(client: Any, first: Callable[[str], bool]) -> Callable[..., Any]:
+    """``client.scan`` serving one matching item per page, keys for which ``first`` holds
+    before the others (dynalite's order is its keys' hashes), each page read from the table
+    as it is then."""
+    real = client.scan
+
+    def scan(**kwargs: Any) -> Any:
+        after = kwargs.pop("ExclusiveStartKey", None)
+        kwargs.pop("Limit", None)
+        items = real(**kwargs)["Items"]
+        order = sorted(items, key=lambda i: (not first(i["lock_id"]["S"]), i["lock_id"]["S"]))
+        if after is not None:
+            start = (not first(after["lock_id"]["S"]), after["lock_id"]["S"])
+            order = [i for i in order if (not first(i["lock_id"]["S"]), i["lock_id"]["S"]) > start]
+        page = order[:1]
+        return {"Items": page, **({"LastEvaluatedKey": page[0]} if len(order) > 1 else {})}
+
+    return scan
+
+
+@pytest.mark.parametrize("make_plain", ["dynamodb"], indirect=True)
+def test_a_listing_during_the_move_of_kept_records_lists_every_one(make_plain) -> None:
+    """Before: one scan read audit items and locks' items with kept records; a record moved
+    while it ran (its item put where the scan had passed, then dropped from its lock's item
+    ahead of the scan) was listed nowhere, though it existed throughout."""
+    leases = []
+    for lock in ("a1", "a2", "a3"):
+        lease = make_plain("h").acquire(lock, lease=600, wait=0)
+        op = make_plain("op")
+        killed_after_its_force(op)
+        with pytest.raises(SystemExit):
+            force_release(op, lock, reason="stuck", lease_id=lease.lease_id, actor="ana")
+        leases.append(lease.lease_id)
+    from awsflock.protocol import audit_key
+
+    kept = list(make_plain("r").store.audit_entries())
+    listing, mover = make_plain("listing").store, make_plain("mover").store
+    client = listing.client  # type: ignore[attr-defined]
+    scan = _scan_in_order(client, lambda key: key.startswith("#awsflock#audit#"))
+    pages = []
+
+    def scan_then_move(**kwargs: Any) -> Any:
+        page = scan(**kwargs)
+        pages.append(page)
+        if len(pages) == 1:  # a re-run moves every kept record
+            for entry in kept:
+                mover.put_audit(audit_key(entry["lease_id"]), entry)
+        return page
+
+    client.scan = scan_then_move
+    listed = sorted(e["lease_id"] for e in listing.audit_entries(page_size=1))
+    assert listed == sorted(leases)

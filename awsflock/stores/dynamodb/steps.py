@@ -213,17 +213,18 @@ class Steps(Writes):
     def audit_entries(self, page_size: int = 500) -> Iterator[dict[str, Any]]:
         """Every audit record's fields, page by page: the audit items, and the records that
         locks' items keep (a force's, without transactions, not yet moved to its own item);
-        one per key, one whose action took effect first."""
-        applied: set[str] = set()
+        one per key, one whose action took effect first. Two scans, the kept records first: a
+        record is dropped from its lock's item only once its own item holds it, so one that
+        moves meanwhile is found by the second (one scan can pass the audit item's place
+        before the move and reach the lock's item after it, and see neither)."""
         kept: dict[str, dict[str, Any]] = {}
-        others: list[tuple[str, dict[str, Any]]] = []
-        unaudited = f"attribute_exists(#{A_UNAUDITED})"
-        for item in self._scan(AUDIT_PREFIX, page_size, also=unaudited):
-            key = item[A_LOCK_ID]["S"]
+        for item in self._scan("", page_size, where=f"attribute_exists(#{A_UNAUDITED})"):
             for entry in pending_audits(item):
                 kept[audit_key(str(entry.get("lease_id")))] = entry
-            if not key.startswith(AUDIT_PREFIX):
-                continue
+        applied: set[str] = set()
+        others: list[tuple[str, dict[str, Any]]] = []
+        for item in self._scan(AUDIT_PREFIX, page_size):
+            key = item[A_LOCK_ID]["S"]
             # The key and the kind are this store's layout, not the entry's fields.
             entry = {k: from_attr(a) for k, a in item.items() if k not in (A_LOCK_ID, A_KIND)}
             if entry.get("status") == AUDIT_APPLIED:
@@ -257,16 +258,19 @@ class Steps(Writes):
             else:
                 yield dataclasses.replace(record_from_item(item), line=line)
 
-    def _scan(self, prefix: str, page_size: int, also: str = "") -> Iterator[dict[str, Any]]:
-        """The items whose key starts with ``prefix`` (or that match the filter ``also``)."""
+    def _scan(self, prefix: str, page_size: int, where: str = "") -> Iterator[dict[str, Any]]:
+        """The items whose key starts with ``prefix`` (no prefix: that match the filter
+        ``where``, or every item)."""
         # A scan of a table keyed otherwise would list nothing (or foreign items), and a prefix
         # filter on lock_id hides them all: check the key first. Scans are not a hot path.
         self.check_table()
         kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": page_size}
-        if prefix:
-            condition = "begins_with(#lock_id, :prefix)" + (f" OR {also}" if also else "")
+        condition = "begins_with(#lock_id, :prefix)" if prefix else where
+        if condition:
             kwargs["FilterExpression"] = condition
-            kwargs.update(_request(condition, values={"prefix": prefix}))
+            # DynamoDB refuses an empty map of values (a filter that uses none).
+            request = _request(condition, values={"prefix": prefix})
+            kwargs.update({k: v for k, v in request.items() if v})
         while True:
             page = self._send("scan", lambda: self.client.scan(**kwargs))
             yield from page.get("Items", [])
