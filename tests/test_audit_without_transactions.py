@@ -133,6 +133,33 @@ def test_a_force_release_that_lives_leaves_nothing_in_the_lock_item(make_plain) 
         assert not [name for name in item if name.startswith("xa_") or name == "unaudited"]
 
 
+@pytest.mark.parametrize("make_plain", ["dynamodb"], indirect=True)
+def test_the_next_force_moves_the_records_dead_runs_left_in_the_item(make_plain) -> None:
+    """A record whose run died stays in its lock's item while nobody re-runs that force (a
+    re-run after a hand-off exits 3, nothing to force): each such record would keep its
+    reason's bytes in the item for good, towards DynamoDB's 400 KB. The next force-release of
+    the lock moves them all."""
+    stranded = []
+    for n in range(2):
+        lease = make_plain(f"h{n}").acquire("deploy", lease=600, wait=0)
+        op = make_plain("op")
+        killed_after_its_force(op)
+        with pytest.raises(SystemExit):
+            force_release(op, "deploy", reason=f"stuck {n}", lease_id=lease.lease_id, actor="ana")
+        stranded.append(lease.lease_id)
+    last = make_plain("h").acquire("deploy", lease=600, wait=0)
+    op = make_plain("op")
+    force_release(op, "deploy", reason="stuck again", lease_id=last.lease_id, actor="bo")
+    item = op.store.client.get_item(  # type: ignore[attr-defined]
+        TableName="awsflock", Key={"lock_id": {"S": "deploy"}}
+    )["Item"]
+    assert not [name for name in item if name.startswith("xa_") or name == "unaudited"]
+    records = audit_records(op, "deploy")
+    assert sorted((r["lease_id"], r["actor"]) for r in records) == sorted(
+        [(stranded[0], "ana"), (stranded[1], "ana"), (last.lease_id, "bo")]
+    )
+
+
 def _reclaimed_by_020(client: Any, lock_id: str, now: float) -> bool:
     """awsflock 0.2.0's acquire at ``now``: read the item, and overwrite it (PutItem, on the
     ``lease_id`` it read) if its ``expiration_time`` is more than 5 s past."""

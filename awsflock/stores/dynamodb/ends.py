@@ -29,6 +29,7 @@ from awsflock.stores.dynamodb.items import (
     audit_item,
     bar_name,
     done_item,
+    kept_audits,
     pending_audit_name,
     slot_prefix,
 )
@@ -90,17 +91,26 @@ class Ends(Writes):
             reason=reason,
         )
         if outcome.applied and audit is not None and not self._transactions:
-            # The record rode in the lock's item (``_end``): it moves to its own item now.
+            self._move_kept_audits(outcome, lease_id, audit)
+        return outcome
+
+    def _move_kept_audits(self, outcome: Outcome, lease_id: str, audit: dict[str, Any]) -> None:
+        """The force's record rode in the lock's item (``_end``): it moves to its own item
+        now, and so does any other the item keeps (of a force whose run died before moving
+        it), so that the item does not keep growing."""
+        kept = outcome.lock.extra if outcome.lock is not None else {}
+        others = [e for e in kept_audits(kept) if e.get("lease_id") != lease_id]
+        for entry in [audit, *others]:
             try:
-                self.put_audit(audit_key(lease_id), audit)
+                self.put_audit(audit_key(str(entry.get("lease_id"))), entry)
             except errors.StoreError as exc:  # the force took effect: that is the answer
                 log.debug(
                     "the audit record of the force-release of lease %s stays in the lock's "
                     "item, where `awsflock audit` lists it (%s)",
-                    lease_id,
+                    entry.get("lease_id"),
                     exc.one_line(),
                 )
-        return outcome
+                return
 
     def _end(
         self,

@@ -123,11 +123,17 @@ def pending_audit_name(lease_id: str) -> str:
 
 def pending_audits(item: dict[str, Any]) -> list[dict[str, Any]]:
     """The audit records a lock's item keeps (``PENDING_AUDIT_PREFIX``)."""
-    names = item.get(A_UNAUDITED, {}).get("SS", [])
+    return kept_audits({k: from_attr(a) for k, a in item.items()})
+
+
+def kept_audits(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+    """The audit records a lock's item keeps, from its attributes as read (a record's
+    ``extra``; the string set ``unaudited`` stays as DynamoDB gives it)."""
+    names = attributes.get(A_UNAUDITED)
     found = []
-    for name in names:
-        text = item.get(name, {}).get("S")
-        if text is not None:
+    for name in names.get("SS", []) if isinstance(names, dict) else []:
+        text = attributes.get(name)
+        if isinstance(text, str):
             found.append(json.loads(text))
     return found
 
