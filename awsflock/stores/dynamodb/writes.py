@@ -208,33 +208,44 @@ class Writes(TableBase):
         UpdateItem; refused, harmlessly, where the item keeps none)."""
         name = pending_audit_name(lease_id)
         update = f"REMOVE #{name} DELETE #{A_UNAUDITED} :unaudited"
-        values = {"unaudited": frozenset({name})}
-        self._conditional_update(
-            "audit_moved", lock_id, update, f"attribute_exists(#{name})", values, None
+        condition = f"attribute_exists(#{name})"
+        self._unless_refused(
+            "audit_moved",
+            "update_item",
+            TableName=self.table_name,
+            Key={A_LOCK_ID: {"S": lock_id}},
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            **_request(update, condition, values={"unaudited": frozenset({name})}),
         )
 
-    def _put_audit(self, key: str, entry: dict[str, Any]) -> None:
+    def _unless_refused(self, operation: str, method: str, **request: Any) -> None:
+        """One conditional write whose refusal is an answer, not an error (nothing to do)."""
         from botocore.exceptions import ClientError
 
+        def call() -> None:
+            try:
+                getattr(self.client, method)(**request)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+
+        self._send(operation, call)
+
+    def _put_audit(self, key: str, entry: dict[str, Any]) -> None:
         values = {":applied": {"S": AUDIT_APPLIED}}
         if entry.get("status") == AUDIT_APPLIED:
             condition = "attribute_not_exists(#s) OR #s <> :applied"
         else:
             condition = "attribute_not_exists(#s) OR NOT (#s IN (:applied, :void))"
             values[":void"] = {"S": AUDIT_VOID}
-        extra: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Item": audit_item(key, entry),
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": {"#s": "status"},
-            "ExpressionAttributeValues": values,
-        }
-
-        def call() -> None:
-            try:
-                self.client.put_item(**extra)
-            except ClientError as exc:  # refused: the record there stays, as it should
-                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                    raise
-
-        self._send("audit", call)
+        # Refused: the record there stays, as it should.
+        self._unless_refused(
+            "audit",
+            "put_item",
+            TableName=self.table_name,
+            Item=audit_item(key, entry),
+            ConditionExpression=condition,
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues=values,
+        )
