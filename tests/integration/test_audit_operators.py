@@ -69,10 +69,15 @@ def test_the_audit_names_the_operator_whose_force_ended_a_lease_still_on_record(
 def test_operators_racing_to_force_one_lease_leave_one_true_record(make):
     """Five operators force-release the same lease at once while a waiter takes the lock as
     soon as it is free, ten times: each lease has one audit record, naming the operator whose
-    force-release succeeded, never another: the force's own step writes it."""
+    force-release succeeded, never another: the force's own step writes it. Every answer is
+    true: a force told it succeeded is the one on record; one told it may have been applied
+    (transaction conflicts or a slow server exhausted its retries) may be; one refused or
+    failed plainly is not."""
     lock = _name()
     operators = [make(f"op{n}") for n in range(5)]
     won: dict[str, str] = {}
+    doubted: dict[str, set[str]] = {}
+    failed: list[str] = []
     lease = make("w").acquire(lock, lease=600, wait=0)
     for _ in range(10):
         start = threading.Barrier(len(operators) + 1)
@@ -83,6 +88,11 @@ def test_operators_racing_to_force_one_lease_leave_one_true_record(make):
             try:
                 force_release(operators[n], lock, reason=f"r{n}", lease_id=lease_id, actor=f"o{n}")
             except errors.NotHeld:
+                return
+            except errors.StoreError as exc:
+                failed.append(f"o{n} on {lease_id}: {exc.one_line()}")
+                if exc.maybe_applied:
+                    doubted.setdefault(lease_id, set()).add(f"o{n}")
                 return
             won[lease_id] = f"o{n}"
 
@@ -96,10 +106,14 @@ def test_operators_racing_to_force_one_lease_leave_one_true_record(make):
             thread.start()
         for thread in threads:
             thread.join(30)
+        assert taken, failed
         lease = taken[0]
     records = {r["lease_id"]: r["actor"] for r in audit_records(make("op"), lock)}
-    assert set(records) == set(won) and len(won) == 10
-    assert records == won
+    assert len(records) == 10, failed
+    for lease_id, actor in records.items():
+        told = {won[lease_id]} if lease_id in won else doubted.get(lease_id, set())
+        assert actor in told, failed
+    assert set(won) <= set(records)
 
 
 def test_a_run_killed_right_after_its_force_leaves_its_record(make):

@@ -152,16 +152,37 @@ def test_a_killed_subscription_still_lets_the_waiter_take_the_lock_by_polling(ta
     _listening(redis_server, name)
     client = redis_server.client()
     assert client.client_kill_filter(_type="pubsub") >= 1
+    # redis-py's pub/sub connects again by itself and subscribes again: a killer keeps the
+    # subscription down (killing it as it comes back) until the waiter is granted.
+    granted = threading.Event()
+    killer = threading.Thread(target=_keep_killing_subscriptions, args=(redis_server, granted))
+    killer.start()
     channel = layout.wake_channel("awsflock", name).encode()
+    deadline = time.monotonic() + 10
+    while dict(client.pubsub_numsub(channel)).get(channel, 0) and time.monotonic() < deadline:
+        time.sleep(0.001)
     assert dict(client.pubsub_numsub(channel)).get(channel, 0) == 0
     held.release()
     released = time.monotonic()
-    lease = waiter.join()
+    try:
+        lease = waiter.join()
+    finally:
+        granted.set()
+        killer.join(10)
     # The message went nowhere: the usual poll, about a second, found the lock free.
     assert waiter.granted - released < 1.25 + 0.5
     assert lease.fencing_token > held.fencing_token
     lease.release()
     client.close()
+
+
+def _keep_killing_subscriptions(redis_server: RedisServer, stop: threading.Event) -> None:
+    client = redis_server.client()
+    try:
+        while not stop.wait(0.002):
+            client.client_kill_filter(_type="pubsub")
+    finally:
+        client.close()
 
 
 def test_the_script_publishes_only_when_a_step_may_let_a_waiter_in(tables, redis_server):
