@@ -12,6 +12,7 @@ from click.testing import CliRunner
 import awsflock
 from awsflock import FakeClock, LockBusy, UsageError, connect
 from awsflock.cli import cli
+from tests.docs import recipe
 
 #: What connect() reads from the environment (tests/conftest.py clears the AWS ones).
 ENV = ("AWSFLOCK_STORE", "AWSFLOCK_TABLE", "AWSFLOCK_REQUEST_TIMEOUT")
@@ -214,3 +215,9 @@ def test_a_dynamodb_url_takes_and_releases_locks(moto):
     with table.hold("deploy", lease=30) as held:
         assert table.state("deploy").lease_id == held.lease_id
     assert table.state("deploy").owner == "svc"
+
+
+def test_the_services_guide_s_memory_example_runs(monkeypatch):
+    monkeypatch.setenv("AWSFLOCK_STORE", "")  # the example sets it: put back after the test
+    example = recipe("guides/python-services.md", "connect-memory")
+    exec(compile(example, "python-services.md", "exec"), {})
