@@ -140,6 +140,9 @@ def test_the_environment_fills_in_what_neither_the_url_nor_the_caller_says(monke
         (None, {"endpoint_url": "127.0.0.1:8000"}, "endpoint_url= needs a scheme: http://"),
         ("memory://t?colour=red", {}, "bad store URL 'memory://t?colour=red': unknown parameter"),
         ("memory://", {"request_timeout": "0s"}, "request timeout '0s' is out of range"),
+        ("memory://", {"request_timeout": True}, "connect: request_timeout must be seconds"),
+        (b"memory://", {}, "connect: url must be a string, not bytes"),
+        ("memory://", {"table": 7}, "connect: table must be a string, not int"),
     ],
 )
 def test_arguments_that_contradict_the_url_or_do_not_apply_are_refused_in_one_line(

@@ -47,6 +47,9 @@ def connect(
     which, as the CLI refuses the option. Nothing connects until the table's first request.
     """
     location = {"region": region, "profile": profile, "endpoint_url": endpoint_url}
+    for name, value in (("url", url), ("table", table), ("owner", owner), *location.items()):
+        if value is not None:
+            kinds.check_type("connect", name, value, (str,), "a string")
     said = resolve.from_arguments(url, table, location, skew=skew)
     found = resolve.where(said)
     return open_table(
