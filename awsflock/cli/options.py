@@ -126,19 +126,19 @@ def _where_options(before: bool) -> list[Callable[[F], F]]:
     return [
         option(
             "--store",
-            envvar="AWSFLOCK_STORE",
+            envvar=resolve.STORE_ENV,
             metavar="URL",
             help=f"Where the locks live: {kinds.forms()} (default: "
             f"{kinds.DEFAULT.title.split()[0]}, named by the options below) [env AWSFLOCK_STORE].",
         ),
         option(
             "--tablename",
-            envvar="AWSFLOCK_TABLE",
+            envvar=resolve.TABLE_ENV,
             default=DEFAULT_TABLE,
             show_default=True,
             help="Lock table name [env AWSFLOCK_TABLE].",
         ),
-        option("--region", envvar="AWS_REGION", help="AWS region [env AWS_REGION]."),
+        option("--region", envvar=resolve.REGION_ENV, help="AWS region [env AWS_REGION]."),
         option("--profile", help="AWS profile from ~/.aws/config [env AWS_PROFILE]."),
         option(
             "--endpoint-url",
@@ -162,9 +162,9 @@ def _how_options(before: bool) -> list[Callable[[F], F]]:
         ),
         option(
             "--request-timeout",
-            envvar="AWSFLOCK_REQUEST_TIMEOUT",
+            envvar=resolve.TIMEOUT_ENV,
             type=DurationType(durations.request_timeout_seconds),
-            default="5s",
+            default=resolve.DEFAULT_REQUEST_TIMEOUT,
             show_default=True,
             help="How long one request to DynamoDB may take, retries included (unless the wait "
             "is longer) [env AWSFLOCK_REQUEST_TIMEOUT].",
