@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         Throttled,
         UsageError,
     )
+    from awsflock.lock.connect import connect
     from awsflock.lock.heartbeat import Hold
     from awsflock.lock.lease import Lease, LockTable
     from awsflock.protocol import Attempt, LockStore, Outcome
@@ -83,6 +84,7 @@ _WHERE = {
     "TableMissing": "errors",
     "Throttled": "errors",
     "UsageError": "errors",
+    "connect": "lock.connect",
     "fenced_update": "stores.dynamodb.fencing",
 }
 
@@ -120,6 +122,7 @@ __all__ = [
     "Throttled",
     "UsageError",
     "Waiter",
+    "connect",
     "fenced_update",
 ]
 

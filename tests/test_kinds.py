@@ -25,17 +25,17 @@ def test_every_kind_can_parse_open_and_run_its_commands(kind):
         assert kind.parse(f"{scheme}://x").kind == kind.name
 
 
-#: A URL of each kind (none for the in-memory store), whose store opens without connecting.
+#: A URL of each kind, whose store opens without connecting.
 URLS = {
     "dynamodb": "dynamodb://t?region=eu-west-1",
     "postgresql": "postgresql://h/db",
     "redis": "redis://h:6379/0",
-    "memory": "",
+    "memory": "memory://",
 }
 
 
 def _open(kind: kinds.Kind, **extra: object) -> LockStore:
-    named = kinds.parse(URLS[kind.name]) if kind.schemes else kinds.Named(kind.name)
+    named = kinds.parse(URLS[kind.name], in_process=True)
     return kind.open(named, kinds.Settings("t", 5.0, extra=extra))
 
 
@@ -70,11 +70,14 @@ def test_a_kind_whose_module_is_no_kind_module_is_refused():
         kind.hooks()
 
 
-def test_no_url_names_the_in_memory_store():
+def test_memory_urls_name_the_in_memory_store_for_the_library_only():
     assert kinds.MEMORY in kinds.ALL and kinds.MEMORY not in kinds.KINDS
-    assert "MemoryStore" not in kinds.forms()
-    with pytest.raises(errors.UsageError, match="unknown store memory://"):
+    assert "memory" not in kinds.forms()  # the CLI's help names the shared stores only
+    with pytest.raises(errors.UsageError, match="memory:// is the in-memory store, for the lib"):
         kinds.parse("memory://t")
+    named = kinds.parse("memory://t?table=locks", in_process=True)
+    assert (named.kind, named.table, dict(named.settings)) == ("memory", "locks", {"name": "t"})
+    assert kinds.parse("MEMORY://", in_process=True).settings == {}
 
 
 def test_urls_name_their_kind_and_table():

@@ -17,6 +17,9 @@ DYNAMODB = "awsflock.stores.dynamodb"
 DYNAMODB_USERS = {"awsflock"}
 #: The modules of ``awsflock.stores`` that are not a backend.
 NOT_BACKENDS = {"awsflock.stores", "awsflock.stores.kinds", "awsflock.stores.programs"}
+#: ... nor the rules that find the store a caller names (the CLI's and ``connect()``'s).
+RESOLVE = "awsflock.stores.resolve"
+NOT_BACKENDS |= {RESOLVE}
 
 
 def _modules() -> dict[str, Path]:
@@ -283,7 +286,8 @@ def test_the_data_file_rule_finds_a_planted_violation(tmp_path):
 
 #: The layers, lowest first: a module may import its own layer and those below, never above.
 #: The lock logic reaches stores only through the registry (``stores.kinds``), which it may
-#: use to open the default store.
+#: use to open the default store, and the rules that find the store a URL names
+#: (``stores.resolve``, for ``connect()``).
 LAYERS = (
     (
         "core",
@@ -328,7 +332,7 @@ def _upward(graph: dict[str, set[str]]) -> list[str]:
             if target > rank or (
                 LAYERS[rank][0] == "lock"
                 and LAYERS[target][0] == "stores"
-                and other not in ("awsflock.stores", "awsflock.stores.kinds")
+                and other not in ("awsflock.stores", "awsflock.stores.kinds", RESOLVE)
             ):
                 found.append(f"{name} -> {other}")
     return found

@@ -144,9 +144,9 @@ def test_every_kind_s_store_is_counted_under_its_kind_s_name(reader):
     from awsflock.stores import kinds
 
     urls = {"dynamodb": "dynamodb://t?region=eu-west-1", "postgresql": "postgresql://h/db"}
-    urls["redis"] = "redis://h:6379/0"
+    urls |= {"redis": "redis://h:6379/0", "memory": "memory://"}
     for kind in kinds.ALL:  # opening connects to nothing
-        named = kinds.parse(urls[kind.name]) if kind.schemes else kinds.Named(kind.name)
+        named = kinds.parse(urls[kind.name], in_process=True)
         store = kind.open(named, kinds.Settings("t", 5.0))
         metrics.record("awsflock.force_releases", 1, None, store)
     for kind in kinds.ALL:

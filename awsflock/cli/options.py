@@ -9,20 +9,15 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import click
 
 from awsflock import durations, errors
-from awsflock.stores import kinds
+from awsflock.stores import kinds, resolve
 
 if TYPE_CHECKING:
     from awsflock.lock.lease import LockTable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_TABLE = "awsflock"
-ENDPOINT_ENV = (
-    "AWSFLOCK_ENDPOINT_URL",
-    "DYNAMO_ENDPOINT_URL",  # awsflock 0.2.0's variable
-    "AWS_ENDPOINT_URL_DYNAMODB",
-    "AWS_ENDPOINT_URL",
-)
+DEFAULT_TABLE = resolve.DEFAULT_TABLE
+ENDPOINT_ENV = resolve.ENDPOINT_ENV
 
 
 class DurationType(click.ParamType):  # type: ignore[type-arg]  # generic only in new click
@@ -86,11 +81,10 @@ class Common:
 
     def table(self, owner: str | None = None) -> LockTable:
         """The LockTable these options name (the import of the library happens here)."""
-        from awsflock.lock.lease import LockTable
+        from awsflock.lock.connect import open_table
 
-        settings = kinds.Settings(self.tablename, self.request_timeout, self.location())
-        store = self.kind.open(self.named, settings)
-        return LockTable(store=store, skew=self.skew, owner=owner)
+        found = resolve.Where(self.named, self.tablename, self.location())
+        return open_table(found, request_timeout=self.request_timeout, skew=self.skew, owner=owner)
 
 
 #: Set by the --debug option so the top-level error handler knows whether to show tracebacks.
@@ -132,19 +126,19 @@ def _where_options(before: bool) -> list[Callable[[F], F]]:
     return [
         option(
             "--store",
-            envvar="AWSFLOCK_STORE",
+            envvar=resolve.STORE_ENV,
             metavar="URL",
             help=f"Where the locks live: {kinds.forms()} (default: "
             f"{kinds.DEFAULT.title.split()[0]}, named by the options below) [env AWSFLOCK_STORE].",
         ),
         option(
             "--tablename",
-            envvar="AWSFLOCK_TABLE",
+            envvar=resolve.TABLE_ENV,
             default=DEFAULT_TABLE,
             show_default=True,
             help="Lock table name [env AWSFLOCK_TABLE].",
         ),
-        option("--region", envvar="AWS_REGION", help="AWS region [env AWS_REGION]."),
+        option("--region", envvar=resolve.REGION_ENV, help="AWS region [env AWS_REGION]."),
         option("--profile", help="AWS profile from ~/.aws/config [env AWS_PROFILE]."),
         option(
             "--endpoint-url",
@@ -168,9 +162,9 @@ def _how_options(before: bool) -> list[Callable[[F], F]]:
         ),
         option(
             "--request-timeout",
-            envvar="AWSFLOCK_REQUEST_TIMEOUT",
+            envvar=resolve.TIMEOUT_ENV,
             type=DurationType(durations.request_timeout_seconds),
-            default="5s",
+            default=resolve.DEFAULT_REQUEST_TIMEOUT,
             show_default=True,
             help="How long one request to DynamoDB may take, retries included (unless the wait "
             "is longer) [env AWSFLOCK_REQUEST_TIMEOUT].",
@@ -213,14 +207,14 @@ def common_options(func: F) -> F:
 
         names = (*VALUED, "verbose", "quiet", "debug")
         said, given = _merged({name: kwargs.pop(name) for name in names})
-        named = _named_store(said, given)
-        own = named.settings
+        rules = _said(said, given)
+        found = resolve.located(rules, resolve.named_store(rules))
         common = Common(
-            tablename=named.table or said["tablename"],
-            region=own.get("region") or said["region"] or None,
-            profile=own.get("profile") or said["profile"] or None,
-            endpoint_url=own.get("endpoint_url") or said["endpoint_url"] or None,
-            named=named,
+            tablename=found.table,
+            region=found.location["region"],
+            profile=found.location["profile"],
+            endpoint_url=found.location["endpoint_url"],
+            named=found.named,
             verbose=max(said["verbose"], 2) if said["debug"] else said["verbose"],
             quiet=said["quiet"],
             log_format=said["log_format"],
@@ -229,8 +223,7 @@ def common_options(func: F) -> F:
             request_timeout=said["request_timeout"],
         )
         logs.setup(common.verbose, common.quiet, common.log_format)
-        if "endpoint_url" in common.kind.location:
-            _check_endpoint_url(common.endpoint_url, _endpoint_source(named, given))
+        resolve.check_endpoint(found, rules)
         return func(*args, common=common, **kwargs)
 
     for add in reversed(_shared(before=False)):
@@ -268,70 +261,21 @@ def _merged(said: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     return merged, given | set(before)
 
 
-def _endpoint_source(named: kinds.Named, given: set[str]) -> str:
-    """What named the endpoint URL, for messages: the option, its variable, or the store URL."""
-    if named.settings.get("endpoint_url"):
-        return "the endpoint_url of the store URL"
+def _said(said: dict[str, Any], given: set[str]) -> resolve.Said:
+    """What the shared options say about the store, for the rules both the CLI and
+    ``awsflock.connect()`` follow (``awsflock.stores.resolve``); click read the environment."""
     ctx = click.get_current_context()
     environment = click.core.ParameterSource.ENVIRONMENT
+    endpoint_env = None
     if "endpoint_url" not in given and ctx.get_parameter_source("endpoint_url") == environment:
         import os
 
-        return next((name for name in ENDPOINT_ENV if os.environ.get(name)), ENDPOINT_ENV[0])
-    return "--endpoint-url"
-
-
-def _check_endpoint_url(url: str | None, source: str) -> None:
-    """A URL without a scheme (``127.0.0.1:8000``) would be read as no endpoint at all, and
-    the failure would name the region: refuse it here, naming the fix."""
-    if not url or "://" in url:
-        return
-    host = url.split("/")[0].rpartition(":")[0] or url.split("/")[0]
-    local = host.strip("[]") in ("localhost", "::1") or host.startswith("127.")
-    raise errors.UsageError(f"{source} needs a scheme: {'http' if local else 'https'}://{url}")
-
-
-def _named_store(said: dict[str, Any], on_line: set[str]) -> kinds.Named:
-    """The store ``--store`` names (the default kind, named by the other options, if none),
-    with options that do not apply to its kind, or contradict its URL, refused. ``said``: the
-    shared options; ``on_line``: those given on the command line."""
-    if not said["store"]:
-        return kinds.default()
-    named = kinds.parse(said["store"])
-    kind = kinds.get(named.kind)
-    tablename = said["tablename"]
-
-    def given(name: str) -> bool:
-        return name in on_line
-
-    # Where the URL came from, for the refusals: a URL in the environment never silently
-    # overrides what the command line says.
-    source = "--store" if given("store") else "AWSFLOCK_STORE"
-    if named.table and given("tablename") and tablename != named.table:
-        raise errors.UsageError(
-            f"--tablename {tablename} and the table of {source} ({named.table}) disagree",
-            hint="name the table in one place",
-        )
-    for name in ("region", "profile", "endpoint_url"):
-        value, own = said[name], named.settings.get(name)
-        if own and given(name) and value != own:
-            option = "--" + name.replace("_", "-")
-            raise errors.UsageError(
-                f"{option} {value} and the {name} of {source} ({own}) disagree",
-                hint=f"drop {option}, or the {name} from {source}",
-            )
-    foreign = [n for n in kinds.LOCATION_OPTIONS if given(n) and n not in kind.location]
-    if foreign:
-        options = [f"--{n.replace('_', '-')}" for n in foreign]
-        owners = sorted({kinds.applies_to(n) for n in foreign})
-        raise errors.UsageError(
-            f"{', '.join(options)} {'apply' if len(options) > 1 else 'applies'} to "
-            f"{' and '.join(owners)}, and {source} names a {kind.title}",
-            hint=f"drop {', '.join(options)}" + ("" if source == "--store" else f" or {source}"),
-        )
-    if kind.no_skew and given("skew"):
-        raise errors.UsageError(
-            f"--skew does not apply to the {kind.title.split()[0]} store: {kind.no_skew}",
-            hint="drop --skew",
-        )
-    return named
+        endpoint_env = next((n for n in ENDPOINT_ENV if os.environ.get(n)), ENDPOINT_ENV[0])
+    return resolve.Said(
+        store=said["store"],
+        table=said["tablename"],
+        location={name: said[name] for name in kinds.LOCATION_OPTIONS},
+        given=frozenset(given),
+        words=resolve.CLI,
+        endpoint_env=endpoint_env,
+    )

@@ -10,7 +10,8 @@ the CLI, the metrics and the tests alike), and the module of its sub-package (a 
 that parses its URLs, opens its store and runs its own commands (``iam-policy``,
 ``dev-server``, ``grants``). That module is imported only when a store of that kind is used,
 so the CLI never imports a backend package and no command pays for a backend it does not use.
-The in-memory store is a kind too (``MEMORY``, in ``ALL``), that no URL names.
+The in-memory store is a kind too (``MEMORY``, in ``ALL``), that ``memory://`` names for the
+library's callers (``awsflock.connect``) and never for the CLI's.
 
 A store says which kind it is (``LockStore.kind``, the kind's name); where a capability
 depends on what the store meets at run time (DynamoDB's transactions: dynalite has none), its
@@ -203,13 +204,14 @@ KINDS: tuple[Kind, ...] = (
 DEFAULT = KINDS[0]
 
 #: The in-memory store (``awsflock.stores.memory``): in one process, for tests and the
-#: simulator; no URL names it. As the DynamoDB store it is timed by its callers' clocks, and it
-#: can be made as one without transactions (``MemoryStore(transactions=False)``).
+#: simulator; ``memory://`` names it for the library's callers only (``parse``), never the
+#: CLI's. As the DynamoDB store it is timed by its callers' clocks, and it can be made as one
+#: without transactions (``MemoryStore(transactions=False)``).
 MEMORY = Kind(
     name="memory",
     title="in-memory store",
-    schemes=(),
-    form="MemoryStore()",
+    schemes=("memory",),
+    form="memory://[NAME][?table=NAME]",
     module="awsflock.stores.memory_kind",
     extra=None,
     transactions="varies",
@@ -258,8 +260,9 @@ def forms() -> str:
     return " or ".join(kind.form for kind in KINDS)
 
 
-def parse(url: str) -> Named:
-    """``url`` as the store it names; a UsageError (exit 2) naming the forms if none."""
+def parse(url: str, *, in_process: bool = False) -> Named:
+    """``url`` as the store it names; a UsageError (exit 2) naming the forms if none. The
+    in-memory store's ``memory://`` only ``in_process`` (a library caller's, not the CLI's)."""
     text = url.strip()
     try:
         scheme = urlsplit(text).scheme.lower()
@@ -268,6 +271,14 @@ def parse(url: str) -> Named:
     for kind in KINDS:
         if scheme in kind.schemes:
             return kind.parse(text)
+    if scheme in MEMORY.schemes:
+        if in_process:
+            return MEMORY.parse(text)
+        raise errors.UsageError(
+            f"{scheme}:// is the in-memory store, for the library's tests only "
+            "(awsflock.connect): each awsflock command would get an empty one of its own",
+            hint=f"use {forms()}",
+        )
     shown = f"{scheme}://" if scheme else repr(url)
     raise errors.UsageError(f"unknown store {shown}", hint=f"use {forms()}")
 
