@@ -1,4 +1,4 @@
-"""Keep a lease alive in the background: ``LockTable.hold()``.
+"""Keep a lease alive in the background: ``LockTable.lock()`` (``hold()``).
 
 A named daemon thread renews every lease/3, retries failed renewals with backoff, and declares
 the lease lost *before* it expires: at ``expires_at - margin`` if no renewal succeeded by then,
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from awsflock import errors, metrics
 from awsflock.clock import Clock, start_thread
 from awsflock.durations import lease_seconds
-from awsflock.lock import renewal
+from awsflock.lock import owners, renewal
 from awsflock.protocol import LockStore
 from awsflock.text import format_seconds
 
@@ -180,6 +180,8 @@ class Hold:
             cancel=self.cancel,
             fair=self.fair,
         )
+        if (self.slots or 1) == 1:
+            owners.enter(self.table.store, self.lock_id, self)
         self._next_renew = self._first_renewal(self._lease)
         return self._lease
 
@@ -211,6 +213,7 @@ class Hold:
     def stop(self, release: bool = True, join_timeout: float | None = None) -> None:
         """Stop renewing and (by default) release. Raises LeaseLost if the lease was lost."""
         self._stop.set()
+        owners.leave(self.table.store, self.lock_id, self)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             # A renewal in flight may be inside botocore's retries; the thread is a daemon and

@@ -1,4 +1,4 @@
-"""The library's entry point: ``LockTable`` (acquire, renew, release, hold, read) and ``Lease``.
+"""The library's entry point: ``LockTable`` (acquire, renew, release, lock, read) and ``Lease``.
 
 It speaks to any ``LockStore`` (``awsflock.protocol``). One acquire attempt and its clean-up
 live in ``awsflock.lock.acquisition``, the wait loop around them in ``awsflock.lock.waiting``,
@@ -18,7 +18,7 @@ from typing import Any, Callable
 from awsflock import errors, metrics
 from awsflock.clock import Clock, SystemClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
-from awsflock.lock import verdict, waiting
+from awsflock.lock import owners, verdict, waiting
 from awsflock.lock.acquisition import Acquisition, Grant, event_fields, new_lease_id
 from awsflock.lock.heartbeat import Hold, LostCallback
 from awsflock.lock.held import Lease
@@ -149,6 +149,8 @@ class LockTable:
         size = check_slots(lock_id, slots)
         lease_s = lease_seconds(lease)
         wait_s = None if wait is None else wait_limit(wait)
+        if size is None and wait_s != 0:
+            owners.refuse_reentry(self.store, lock_id)
         run = Acquisition(
             self.store,
             lock_id,
@@ -219,7 +221,7 @@ class LockTable:
         )
         return lease
 
-    def hold(
+    def lock(
         self,
         lock_id: str,
         *,
@@ -233,10 +235,13 @@ class LockTable:
         cancel: threading.Event | None = None,
         fair: bool = False,
     ) -> Hold:
-        """A lock held while you work, renewed every lease/3 in the background.
+        """The lock held while you work, renewed in the background (every lease/3).
 
-        ``with table.hold("x", lease=60) as held: ... held.check()``. Acquires on entry
-        (waiting up to ``wait``), releases on exit, raises LeaseLost on exit if it was lost.
+        ``with table.lock("x", lease="60s", wait="5m") as held: ... held.check()``: acquires on
+        entry (waiting up to ``wait``), releases on exit, after the body, and raises LeaseLost
+        on exit if the lease was lost. ``held.lost`` is set, and ``on_lost(held, error)``
+        called, once a renewal is refused or none succeeded by the lease's end less
+        ``margin``. Asking again for a lock this thread holds so raises UsageError at once.
         """
         return Hold(
             self,
@@ -251,6 +256,10 @@ class LockTable:
             cancel=cancel,
             fair=fair,
         )
+
+    def hold(self, lock_id: str, **options: Any) -> Hold:
+        """``lock()``'s earlier name, kept for the code that calls it."""
+        return self.lock(lock_id, **options)
 
     # -- renew and release -----------------------------------------------------------------
 
