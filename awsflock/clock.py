@@ -47,6 +47,10 @@ def start_thread(
     return thread
 
 
+#: How often an asynchronous wait on a ``threading.Event`` looks at it.
+EVENT_POLL = 0.05
+
+
 class SystemClock:
     """The real clocks of this host."""
 
@@ -62,6 +66,23 @@ class SystemClock:
 
     def wait(self, event: threading.Event, seconds: float) -> bool:
         return event.wait(max(0.0, seconds))
+
+    async def sleep_async(self, seconds: float) -> None:
+        import asyncio  # here: the command line never pays for its import
+
+        await asyncio.sleep(max(0.0, seconds))
+
+    async def wait_async(self, event: threading.Event, seconds: float) -> bool:
+        """A threading event (set from any thread) looked at every ``EVENT_POLL``."""
+        import asyncio
+
+        end = time.monotonic() + max(0.0, seconds)
+        while not event.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(EVENT_POLL, left))
+        return event.is_set()
 
 
 class FakeClock:
@@ -88,6 +109,13 @@ class FakeClock:
         self.sleeps.append(seconds)
         self.advance(max(0.0, seconds))
 
+    async def sleep_async(self, seconds: float) -> None:
+        """As ``sleep``, letting the event loop's other tasks run once."""
+        import asyncio
+
+        self.sleep(seconds)
+        await asyncio.sleep(0)
+
     def advance(self, seconds: float) -> None:
         """Move both clocks forward by ``seconds``, waking threads whose wait ran out."""
         with self._lock:
@@ -108,4 +136,14 @@ class FakeClock:
             until = self._mono + max(0.0, seconds)
             while not event.is_set() and self._mono < until:
                 self._lock.wait(0.01)
+        return event.is_set()
+
+    async def wait_async(self, event: threading.Event, seconds: float) -> bool:
+        """As ``wait``; the fake time is moved by another task or thread (real time passes
+        only in short polls for the event, the event loop free meanwhile)."""
+        import asyncio
+
+        until = self.monotonic() + max(0.0, seconds)
+        while not event.is_set() and self.monotonic() < until:
+            await asyncio.sleep(0.01)
         return event.is_set()

@@ -293,9 +293,11 @@ LAYERS = (
         "core",
         (
             "protocol",
+            "protocol_async",
             "records",
             "errors",
             "clock",
+            "clock_async",
             "durations",
             "text",
             "names",

@@ -4,6 +4,8 @@ holds so, which is refused at once instead of waiting on itself."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -138,3 +140,18 @@ def test_a_failed_release_still_forgets_the_hold(table):
     with pytest.raises(errors.LeaseLost):
         held.stop()
     table.acquire("x", wait=0).release()
+
+
+def test_the_synchronous_api_and_the_command_line_never_import_asyncio():
+    # Its import is about 40 ms of a command's start-up: only the asynchronous API pays it.
+    code = (
+        "import sys, awsflock\n"
+        "from awsflock.cli import main\n"
+        "table = awsflock.connect('memory://')\n"
+        "with table.lock('x', wait=0) as held:\n"
+        "    held.check()\n"
+        "try:\n    main(['acquire', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('asyncio' in sys.modules, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stderr.strip() == "False"

@@ -1,3 +1,4 @@
+# Made from acquisition_async.py by scripts/unasync: edit that file, then run scripts/unasync.
 """One acquisition of a lock, attempt by attempt; the wait loop around it is
 ``awsflock.lock.waiting``.
 

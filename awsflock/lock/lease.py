@@ -18,7 +18,7 @@ from typing import Any, Callable
 from awsflock import errors, metrics
 from awsflock.clock import Clock, SystemClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
-from awsflock.lock import owners, verdict, waiting
+from awsflock.lock import owners, telling, verdict, waiting
 from awsflock.lock.acquisition import Acquisition, Grant, event_fields, new_lease_id
 from awsflock.lock.heartbeat import Hold, LostCallback
 from awsflock.lock.held import Lease
@@ -174,7 +174,7 @@ class LockTable:
                 cancel=cancel,
             )
         except BaseException as exc:
-            failed = waiting.outcome(exc, wait_s)
+            failed = telling.outcome(exc, wait_s)
             metrics.record("awsflock.acquisitions", 1, lock_id, self.store, outcome=failed)
             raise
         metrics.record("awsflock.acquisitions", 1, lock_id, self.store, outcome=metrics.GRANTED)
@@ -203,7 +203,7 @@ class LockTable:
                 extra=event_fields("reclaimed_expired", lock_id, record),
             )
         log.log(
-            waiting.NOTICE if grant.contended else logging.INFO,
+            telling.NOTICE if grant.contended else logging.INFO,
             "acquired %r (fencing token %s) after %s and %d request(s)",
             lock_id,
             lease.fencing_token,

@@ -1,3 +1,4 @@
+# Made from line_async.py by scripts/unasync: edit that file, then run scripts/unasync.
 """Fair waiting (``--fair``): a line of waiters kept in the lock's record, served in order.
 
 A fair acquire first tries as any acquire does (one request when the lock is free and nobody
@@ -27,7 +28,8 @@ from typing import Callable
 from awsflock import errors, metrics
 from awsflock.clock import Clock
 from awsflock.lock.acquisition import Acquisition, Grant
-from awsflock.lock.waiting import NOTICE, Policy
+from awsflock.lock.telling import NOTICE
+from awsflock.lock.waiting import Policy
 from awsflock.protocol import LINE_LAPSE_MS, MAX_DROPS, Drops, Outcome
 from awsflock.records import Line, LockRecord, Waiter
 from awsflock.text import format_seconds, iso_utc
@@ -247,6 +249,9 @@ def _join(run: Acquisition, place: Place) -> bool:
     the next poll tries to take the lock)."""
     now_ms = round(run.clock.time() * 1000)
     waiter = Waiter(place.ticket, 0, run.identity, since_ms=now_ms, seen_ms=now_ms)
+    # From the moment it is sent, the join may land: a wait that ends before its answer (a
+    # cancellation, an error) leaves the place it may have taken (``tidy``).
+    place.state = "maybe"
     outcome = _send(run, place, lambda: run.store.join(run.lock_id, waiter), maybe="maybe")
     if outcome is None:
         return False
@@ -278,7 +283,10 @@ def _beat(run: Acquisition, place: Place) -> Outcome | None:
 
 
 def _send(
-    run: Acquisition, place: Place, call: Callable[[], Outcome], maybe: str | None = None
+    run: Acquisition,
+    place: Place,
+    call: Callable[[], Outcome],
+    maybe: str | None = None,
 ) -> Outcome | None:
     """One line request within the acquire's bounds; a transient error is left in
     ``run.error`` (and a join that may have landed leaves the place "maybe")."""
@@ -290,8 +298,8 @@ def _send(
             outcome: Outcome = call()
     except (errors.Throttled, errors.EndpointUnreachable) as err:
         run.error = err
-        if maybe is not None and err.maybe_applied:
-            place.state = maybe
+        if maybe is not None:
+            place.state = maybe if err.maybe_applied else "out"
         return None
     run.error = None
     return outcome

@@ -11,7 +11,8 @@ holder of one slot may take another while one is free.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import sys
 import threading
 import weakref
 from typing import Any
@@ -24,12 +25,18 @@ _open: dict[tuple[Any, str], list[tuple[weakref.ref[Any], weakref.ref[Any]]]] = 
 
 
 def owner() -> Any:
-    """The running asyncio task, else the current thread."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no event loop running in this thread
-        task = None
+    """The running asyncio task, else the current thread. (A process that never imported
+    asyncio runs no task: the command line does not pay for its import.)"""
+    asyncio = sys.modules.get("asyncio")
+    task = None
+    if asyncio is not None:
+        with contextlib.suppress(RuntimeError):  # no event loop running in this thread
+            task = asyncio.current_task()
     return task if task is not None else threading.current_thread()
+
+
+def _is_task(who: Any) -> bool:
+    return hasattr(who, "get_coro")
 
 
 def _place(store: Any, lock_id: str) -> tuple[Any, str]:
@@ -51,7 +58,7 @@ def _live(entries: list[tuple[weakref.ref[Any], weakref.ref[Any]]]) -> list[Any]
 
 
 def _alive(who: Any) -> bool:
-    return not who.done() if isinstance(who, asyncio.Task) else who.is_alive()
+    return not who.done() if _is_task(who) else who.is_alive()
 
 
 def enter(store: Any, lock_id: str, hold: Any) -> None:
@@ -83,7 +90,7 @@ def refuse_reentry(store: Any, lock_id: str) -> None:
         entries = _live(_open.get(key, []))
         held = any(o() is who for _h, o in entries)
     if held:
-        what = "task" if isinstance(who, asyncio.Task) else "thread"
+        what = "task" if _is_task(who) else "thread"
         raise errors.UsageError(
             f"lock {lock_id!r} is already held by this {what} (its table.lock() is still "
             "open): taking it again would wait on itself",

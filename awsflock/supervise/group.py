@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from awsflock import errors
-from awsflock.lock.waiting import NOTICE
+from awsflock.lock.telling import NOTICE
 from awsflock.supervise import processes
 from awsflock.supervise.tree import Guard, reap_group
 from awsflock.text import format_seconds

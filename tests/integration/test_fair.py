@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from awsflock.lock.waiting import POLL_INTERVAL, POLL_JITTER
+from awsflock.lock.telling import POLL_INTERVAL, POLL_JITTER
 from awsflock.protocol import LINE_LAPSE_MS
 from tests.integration.conftest import BIN, Cli
 

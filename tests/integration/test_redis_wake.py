@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from awsflock import errors
-from awsflock.lock import waiting
+from awsflock.lock import telling
 from awsflock.lock.held import Lease
 from awsflock.lock.lease import LockTable
 from awsflock.protocol import Attempt
@@ -84,7 +84,7 @@ def _listening(srv: RedisServer, name: str, count: int = 1) -> None:
 @pytest.fixture
 def slow_polls(monkeypatch: pytest.MonkeyPatch) -> None:
     """Polls 30 s apart: a grant within ``WITHIN`` of a release came from a wake."""
-    monkeypatch.setattr(waiting, "POLL_INTERVAL", 30.0)
+    monkeypatch.setattr(telling, "POLL_INTERVAL", 30.0)
 
 
 @pytest.mark.parametrize("fair", [False, True])
