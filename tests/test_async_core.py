@@ -202,3 +202,42 @@ def test_a_wait_cancelled_at_any_await_point_holds_nothing(name):
         # And the lock is free for the next (after the other holder's lease, if any).
         memory.clock.advance(60)
         LockTable(store=memory, owner="next").acquire(LOCK, wait=0, slots=run.size)
+
+
+def test_the_async_table_acquires_renews_and_releases(memory):
+    from awsflock.lock.table_async import LockTable as AsyncLockTable
+
+    async def main() -> None:
+        table = AsyncLockTable(store=AsyncMemoryStore(memory), owner="svc")
+        async with await table.acquire("x", lease=30, wait=0) as lease:
+            assert lease.remaining() == pytest.approx(30)
+            memory.clock.advance(10)
+            await lease.renew()
+            assert lease.remaining() == pytest.approx(30)
+            with pytest.raises(errors.LockBusy):
+                await table.acquire("x", wait=0)
+            state = await table.state("x")
+            assert state is not None and state.lease_id == lease.lease_id
+        assert lease.released
+        again = await table.acquire("x", wait=0)
+        assert again.fencing_token > lease.fencing_token
+        await again.release()
+        with pytest.raises(errors.NotHeld):
+            await table.renew(again)
+
+    asyncio.run(main())
+
+
+def test_a_sync_table_and_an_async_one_share_a_memory_store(memory):
+    from awsflock.lock.table_async import LockTable as AsyncLockTable
+
+    held = LockTable(store=memory, owner="sync").acquire("x", wait=0)
+
+    async def main() -> None:
+        table = AsyncLockTable(store=AsyncMemoryStore(memory), owner="async")
+        with pytest.raises(errors.LockBusy) as busy:
+            await table.acquire("x", wait=0)
+        assert busy.value.holder.owner == "sync"
+
+    asyncio.run(main())
+    held.release()

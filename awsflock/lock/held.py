@@ -1,3 +1,4 @@
+# Made from held_async.py by scripts/unasync: edit that file, then run scripts/unasync.
 """A lease the caller holds (``Lease``): what an acquire returns, renewed and released through
 its ``LockTable``."""
 

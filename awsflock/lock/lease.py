@@ -1,54 +1,48 @@
 """The library's entry point: ``LockTable`` (acquire, renew, release, lock, read) and ``Lease``.
 
-It speaks to any ``LockStore`` (``awsflock.protocol``). One acquire attempt and its clean-up
-live in ``awsflock.lock.acquisition``, the wait loop around them in ``awsflock.lock.waiting``,
-holding with a heartbeat in ``awsflock.lock.heartbeat``. What a refused renew or release means
-is ``awsflock.lock.verdict``'s to say; ``Lease`` is in ``awsflock.lock.held``.
+It speaks to any ``LockStore`` (``awsflock.protocol``). Its steps are ``awsflock.lock.table``'s
+(made from its asynchronous source, as ``awsflock.aio``'s are); this module adds what only the
+synchronous API has: building the DynamoDB store from its settings, holding with a heartbeat
+thread (``awsflock.lock.heartbeat``), listing, and creating the table. One acquire attempt and
+its clean-up live in ``awsflock.lock.acquisition``, the wait loop around them in
+``awsflock.lock.waiting``; what a refused renew or release means is ``awsflock.lock.verdict``'s
+to say; ``Lease`` is in ``awsflock.lock.held``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import random
 import threading
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from awsflock import errors, metrics
+from awsflock import errors
 from awsflock.clock import Clock, SystemClock
-from awsflock.durations import lease_seconds, skew_seconds, wait_limit
-from awsflock.lock import owners, telling, verdict, waiting
-from awsflock.lock.acquisition import Acquisition, Grant, event_fields, new_lease_id
+from awsflock.lock import table
+from awsflock.lock.acquisition import new_lease_id
 from awsflock.lock.heartbeat import Hold, LostCallback
 from awsflock.lock.held import Lease
-from awsflock.lock.line import Fair, new_ticket
-from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
+from awsflock.lock.table import DEFAULT_LEASE, DEFAULT_SKEW, DEFAULT_WAIT, WAIT_FOREVER
 from awsflock.protocol import DEFAULT_REQUEST_TIMEOUT, LockStore
 from awsflock.records import Identity, LockRecord, Pool
 from awsflock.stores import kinds
-from awsflock.text import format_seconds
 
 #: A botocore DynamoDB client (``LockTable(client=...)``), typed loosely here: the lock logic
 #: does not import a backend, not even for a type.
 DynamoDBClient = Any
 
-__all__ = ["WAIT_FOREVER", "Lease", "LockTable", "new_lease_id"]
-
-log = logging.getLogger("awsflock.lease")
-
-DEFAULT_SKEW = 5.0
-DEFAULT_LEASE = 2 * 3600.0  # awsflock 0.2.0's default for acquire and renew
-DEFAULT_WAIT = 60.0
-#: ``acquire(wait=WAIT_FOREVER)`` waits until the lock is free; ``wait=0`` does not wait.
-WAIT_FOREVER = None
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
+__all__ = [
+    "DEFAULT_LEASE",
+    "DEFAULT_SKEW",
+    "DEFAULT_WAIT",
+    "WAIT_FOREVER",
+    "Lease",
+    "LockTable",
+    "new_lease_id",
+]
 
 
-class LockTable:
+class LockTable(table.LockTable):
     """Locks in one store. ``LockTable(store=...)`` runs on any ``LockStore``;
     ``LockTable("name", region=..., endpoint_url=...)`` (or ``LockTable.dynamodb(...)``) builds
     the DynamoDB store. Cheap to make: no AWS client until the first request.
@@ -74,28 +68,18 @@ class LockTable:
         identity: Identity | None = None,
         request_timeout: float | None = None,
     ) -> None:
-        self.clock: Clock = clock or (store.clock if store is not None else SystemClock())
-        if store is not None and store.skew_free and self.clock is not store.clock:
-            # Its answers are put on the store's clock: a table on another would misread them.
-            raise errors.UsageError(
-                "the table's clock differs from its store's, whose clock times its answers",
-                hint="give the clock to the store only (the table then uses it)",
-            )
+        clock = clock or (store.clock if store is not None else SystemClock())
         store = kinds.for_table(
             store,
             table_name,
             request_timeout,
             {"region": region, "profile": profile, "endpoint_url": endpoint_url},
-            clock=self.clock,
+            clock=clock,
             client=client,
         )
-        self.store: LockStore = store
-        self.table_name = store.table_name
-        self.rng = rng or random.Random()
-        # A store whose leases are timed by one clock of its own (PostgreSQL's server) needs
-        # no window for the skew between holders' clocks.
-        self.skew = 0.0 if store.skew_free else skew_seconds(skew)
-        self.identity = identity or Identity.of_this_process(owner)
+        super().__init__(
+            store=store, clock=clock, rng=rng, skew=skew, owner=owner, identity=identity
+        )
 
     @classmethod
     def dynamodb(
@@ -120,106 +104,7 @@ class LockTable:
             **options,
         )
 
-    def now_ms(self) -> int:
-        """Now, by this table's clock, in epoch milliseconds."""
-        return _ms(self.clock.time())
-
     # -- acquire ---------------------------------------------------------------------------
-
-    def acquire(
-        self,
-        lock_id: str,
-        *,
-        lease: float | str = DEFAULT_LEASE,
-        wait: float | str | None = DEFAULT_WAIT,
-        identity: Identity | None = None,
-        slots: int | None = None,
-        cancel: threading.Event | None = None,
-        fair: bool = False,
-    ) -> Lease:
-        """Take the lock, waiting up to ``wait`` seconds (0: don't wait; ``WAIT_FOREVER``).
-
-        With ``slots=N`` (N > 1) the lock is a pool of N slots: up to N holders at once, each
-        told its slot (``Lease.slot``). With ``fair=True`` a waiting acquire takes a place in
-        the lock's line and is served in order of arrival (``awsflock.lock.line``); without it, it
-        never goes ahead of a live waiter in line. Raises LockBusy (with ``.holder``) when it
-        stayed held, and Cancelled (holding nothing) once ``cancel`` is set.
-        """
-        check_lock_id(lock_id)
-        size = check_slots(lock_id, slots)
-        lease_s = lease_seconds(lease)
-        wait_s = None if wait is None else wait_limit(wait)
-        if size is None and wait_s != 0:
-            owners.refuse_reentry(self.store, lock_id)
-        run = Acquisition(
-            self.store,
-            lock_id,
-            lease_s,
-            identity or self.identity,
-            size,
-            clock=self.clock,
-            rng=self.rng,
-            skew=self.skew,
-        )
-        # A fair acquire that does not wait takes no place: it is one plain try.
-        policy = Fair(run, new_ticket(self.rng)) if fair and wait_s != 0 else waiting.PLAIN
-        try:
-            grant = waiting.wait(
-                run,
-                policy,
-                wait_s=wait_s,
-                clock=self.clock,
-                rng=self.rng,
-                skew=self.skew,
-                cancel=cancel,
-            )
-        except BaseException as exc:
-            failed = telling.outcome(exc, wait_s)
-            metrics.record("awsflock.acquisitions", 1, lock_id, self.store, outcome=failed)
-            raise
-        metrics.record("awsflock.acquisitions", 1, lock_id, self.store, outcome=metrics.GRANTED)
-        metrics.record("awsflock.acquire.wait", grant.waited, lock_id, self.store)
-        return self._granted(lock_id, grant)
-
-    def _granted(self, lock_id: str, grant: Grant) -> Lease:
-        record = grant.record
-        # The lease it replaced ran out and was taken over (not released, not forced).
-        reclaimed = record if record.history and not record.history[0][1] else None
-        lease = Lease.of_record(
-            self,
-            record,
-            lock_id,
-            grant.lease_id,
-            grant.to_mono,
-            waited=grant.waited,
-            reclaimed=reclaimed,
-            slot=grant.slot,
-        )
-        if reclaimed is not None:
-            metrics.record("awsflock.leases.reclaimed", 1, lock_id, self.store)
-            log.info(
-                "reclaimed %r from an expired lease",
-                lock_id,
-                extra=event_fields("reclaimed_expired", lock_id, record),
-            )
-        log.log(
-            telling.NOTICE if grant.contended else logging.INFO,
-            "acquired %r (fencing token %s) after %s and %d request(s)",
-            lock_id,
-            lease.fencing_token,
-            format_seconds(grant.waited),
-            grant.attempts,
-            extra={
-                **event_fields("acquired", lock_id, record),
-                "waited_s": round(grant.waited, 3),
-                "attempts": grant.attempts,
-                "slot": grant.slot,
-                "expires_in_s": round(record.expires_at - self.clock.time(), 3),
-                "handoff_s": None if grant.handoff is None else round(grant.handoff, 3),
-                "outcome": metrics.GRANTED,
-            },
-        )
-        return lease
 
     def lock(
         self,
@@ -263,120 +148,7 @@ class LockTable:
 
     # -- renew and release -----------------------------------------------------------------
 
-    def renew(self, held: Lease, *, lease: float | str | None = None) -> Lease:
-        """Extend ``held`` from now (by its own duration unless ``lease`` is given), in place."""
-        left = held.expires_mono - self.clock.monotonic()
-        fresh = self.renew_lease(
-            held.lock_id, held.lease_id, lease=held.lease_duration if lease is None else lease
-        )
-        metrics.record("awsflock.renew.margin", max(0.0, left), held.lock_id, self.store)
-        held.renewed_by(fresh, wall_clock_ends=not self.store.skew_free)
-        return held
-
-    def release(self, held: Lease) -> None:
-        """End ``held``."""
-        self.release_lease(held.lock_id, held.lease_id, _held=held)
-        held.released = True
-
-    def renew_lease(
-        self,
-        lock_id: str,
-        lease_id: str,
-        *,
-        lease: float | str = DEFAULT_LEASE,
-        keeper: str | None = None,
-    ) -> Lease:
-        """Extend the lease ``lease_id`` on ``lock_id`` from now. Raises NotHeld if it is not
-        ours any more: released, force-released, expired, or taken by another. ``keeper``:
-        record who keeps it alive from now on (shown by ``status``)."""
-        check_lock_id(lock_id)
-        lease_id = check_lease_id(lease_id)
-        lease_s = lease_seconds(lease)
-        slot = slot_of(lease_id)
-        mono, now_ms = self.clock.monotonic(), self.now_ms()  # read together: see Lease.of_record
-        try:
-            outcome = self.store.renew(
-                lock_id,
-                lease_id,
-                now_ms=now_ms,
-                lease_ms=_ms(lease_s),
-                skew_ms=_ms(self.skew),
-                slot=slot,
-                **({} if keeper is None else {"keeper": keeper}),
-            )
-        except errors.AwsflockError:
-            metrics.record("awsflock.renewals", 1, lock_id, self.store, outcome=metrics.TRANSIENT)
-            raise
-        record = outcome.record
-        if not outcome.applied and verdict.held_longer(record, lease_id, now_ms, _ms(lease_s)):
-            # Refused because a renew made later (another host's, or ours before a clock step
-            # back) already holds the lease past what this one asks: it is renewed.
-            outcome = dataclasses.replace(outcome, applied=True)
-        if not outcome.applied or record is None:
-            metrics.record("awsflock.renewals", 1, lock_id, self.store, outcome=metrics.LOST)
-            refused = verdict.of(outcome, lock_id, lease_id, "renew", self.clock.time())
-            raise refused or errors.NotHeld(f"lease {lease_id} on {lock_id!r} was not renewed")
-        metrics.record("awsflock.renewals", 1, lock_id, self.store, outcome=metrics.OK)
-        log.info(
-            "renewed %r for %s",
-            lock_id,
-            format_seconds(lease_s),
-            extra={
-                **event_fields("renewed", lock_id, record),
-                "outcome": metrics.OK,
-                "expires_in_s": round(record.expires_at - self.clock.time(), 3),
-            },
-        )
-        to_mono = outcome.to_mono if outcome.to_mono is not None else mono - now_ms / 1000
-        return Lease.of_record(self, record, lock_id, lease_id, to_mono, slot=slot)
-
-    def release_lease(self, lock_id: str, lease_id: str, *, _held: Lease | None = None) -> None:
-        """End the lease ``lease_id`` on ``lock_id``. Raises NotHeld if it is not ours; a release
-        whose first try went through (or a second release) succeeds."""
-        check_lock_id(lock_id)
-        lease_id = check_lease_id(lease_id)
-        try:
-            outcome = self.store.release(
-                lock_id,
-                lease_id,
-                now_ms=self.now_ms(),
-                skew_ms=_ms(self.skew),
-                slot=slot_of(lease_id),
-            )
-        except errors.AwsflockError as exc:
-            failed = metrics.IN_DOUBT if exc.maybe_applied else metrics.FAILED
-            metrics.record("awsflock.releases", 1, lock_id, self.store, outcome=failed)
-            raise
-        record = outcome.record
-        if not outcome.applied:
-            refusal = verdict.of_release(outcome, lock_id, lease_id, self.clock.time())
-            if refusal is not None:
-                unknown = outcome.lock is None and outcome.in_doubt
-                said = metrics.IN_DOUBT if unknown else metrics.NOT_HELD
-                metrics.record("awsflock.releases", 1, lock_id, self.store, outcome=said)
-                raise refusal
-        metrics.record("awsflock.releases", 1, lock_id, self.store, outcome=metrics.RELEASED)
-        event = event_fields("released", lock_id, record)
-        event["outcome"] = metrics.RELEASED
-        acquired_at = record.acquired_at if record is not None else None
-        if record is None and _held is not None:
-            # A release that answers nothing (DynamoDB's transaction with the done item): what
-            # the lease it ended was, as its holder knows it.
-            event.update(owner=_held.owner, fencing_token=_held.fencing_token, lease_id=lease_id)
-            acquired_at = _held.acquired_at
-        if acquired_at is not None and outcome.applied:
-            event["held_s"] = round(self.clock.time() - acquired_at, 3)
-            metrics.record("awsflock.hold.duration", event["held_s"], lock_id, self.store)
-        log.info("released %r", lock_id, extra=event)
-
     # -- reading and administration ----------------------------------------------------------
-
-    def state(self, lock_id: str) -> LockRecord | Pool | None:
-        """What the store says of ``lock_id`` now: its record, its pool, or None (never taken,
-        or ended and removed since). One consistent read."""
-        check_lock_id(lock_id)
-        outcome = self.store.read(lock_id)
-        return outcome.pool if outcome.pool is not None else outcome.lock
 
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
         """Every lock and pool whose name starts with ``prefix``, streamed in the store's order."""

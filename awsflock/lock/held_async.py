@@ -1,0 +1,148 @@
+"""A lease the caller holds (``Lease``): what an acquire returns, renewed and released through
+its ``LockTable``."""
+
+from __future__ import annotations
+
+import asyncio  # async only
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from awsflock import errors
+from awsflock.clock_async import AsyncClock
+from awsflock.records import LockRecord
+from awsflock.text import iso_utc
+
+log = logging.getLogger("awsflock.lease")
+
+
+class Table(Protocol):
+    """What a lease needs of its ``LockTable`` (``awsflock.lock.lease``)."""
+
+    clock: AsyncClock
+
+    async def renew(self, held: Lease, *, lease: float | str | None = None) -> Lease: ...
+
+    async def release(self, held: Lease) -> None: ...
+
+
+@dataclass(repr=False)
+class Lease:
+    """A lease we hold (or held) on one lock. ``fencing_token`` only ever goes up per lock.
+
+    Its repr names the lock, token and expiry but not the lease id, which is the secret that
+    renews and releases it (a repr ends up in logs and tracebacks)."""
+
+    table: Table
+    lock_id: str
+    lease_id: str
+    fencing_token: int | None
+    expires_at: float
+    lease_duration: float
+    owner: str
+    acquired_at: float
+    waited: float = 0.0
+    reclaimed: LockRecord | None = field(default=None, repr=False)
+    released: bool = False
+    #: The pool slot this lease holds (None for a plain lock).
+    slot: int | None = None
+    #: ``expires_at`` on the table clock's monotonic time, taken when the store answered: what
+    #: the holder's own deadlines go by, so that a step of its wall clock (an NTP step, a
+    #: restored VM) cannot stretch its lease (0: not known).
+    expires_mono: float = 0.0
+    #: What turned the record's times into monotonic time for ``expires_mono`` (see
+    #: ``of_record``).
+    to_mono: float = 0.0
+
+    @classmethod
+    def of_record(
+        cls,
+        table: Table,
+        record: LockRecord,
+        lock_id: str,
+        lease_id: str,
+        to_mono: float | None,
+        **extra: Any,
+    ) -> Lease:
+        """A Lease as the record (just written) describes it. ``to_mono`` turns the record's
+        times into the table clock's monotonic time: the pair of clock readings the lease's
+        times were written from (the caller's ``now_ms``, or the store's when it sent), so that
+        a step of the wall clock while the request was on its way cannot stretch the lease."""
+        mono, wall = table.clock.monotonic(), table.clock.time()
+        if to_mono is None:
+            to_mono = mono - wall
+        return cls(
+            table=table,
+            lock_id=lock_id,
+            lease_id=lease_id,
+            fencing_token=record.fencing_token,
+            expires_at=record.expires_at,
+            lease_duration=record.lease_duration,
+            owner=record.owner,
+            acquired_at=record.acquired_at or wall,
+            expires_mono=record.expires_at + to_mono,
+            to_mono=to_mono,
+            **extra,
+        )
+
+    def renewed_by(self, fresh: Lease, *, wall_clock_ends: bool) -> None:
+        """Take on the end and length of ``fresh``, this lease as a renewal just wrote it.
+        ``wall_clock_ends``: the store writes ends from this host's wall clock."""
+        to_mono = fresh.to_mono
+        if wall_clock_ends and self.to_mono:
+            # A step of the wall clock back since the lease began makes others see the renewed
+            # end earlier by the step: never count on the end as this host's stepped clock
+            # wrote it (found by an adversarial review).
+            to_mono = min(to_mono, self.to_mono)
+        self.to_mono = to_mono
+        self.expires_at = fresh.expires_at
+        self.expires_mono = fresh.expires_at + to_mono
+        self.lease_duration = fresh.lease_duration
+
+    async def renew(self, lease: float | str | None = None) -> Lease:
+        """Extend the lease by ``lease`` (default: its current duration) from now."""
+        return await self.table.renew(self, lease=lease)
+
+    async def release(self) -> None:
+        """End the lease. Raises NotHeld if it was lost in the meantime."""
+        await self.table.release(self)
+
+    def __repr__(self) -> str:
+        slot = "" if self.slot is None else f", slot={self.slot}"
+        state = ", released" if self.released else ""
+        return (
+            f"Lease(lock_id={self.lock_id!r}{slot}, fencing_token={self.fencing_token}, "
+            f"owner={self.owner!r}, expires_at={iso_utc(self.expires_at)}, "
+            f"lease_id=<redacted>{state})"
+        )
+
+    def remaining(self) -> float:
+        return self.expires_at - self.table.clock.time()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The public fields, as ``acquire --json`` prints them (lease id included)."""
+        return {
+            "lock_id": self.lock_id,
+            "lease_id": self.lease_id,
+            "fencing_token": self.fencing_token,
+            "owner": self.owner,
+            "acquired_at": round(self.acquired_at, 3),
+            "expires_at": round(self.expires_at, 3),
+            "lease_duration": self.lease_duration,
+            **({} if self.slot is None else {"slot": self.slot}),
+        }
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        # Never swallow the caller's exception; a failed release is logged, not raised over it.
+        # A release after a cancellation is not cut short by another.  # async only
+        if self.released:
+            return
+        try:
+            await asyncio.shield(self.release())  # sync: self.release()
+        except errors.AwsflockError as err:
+            if exc[0] is None:
+                raise
+            log.warning("release of %r failed: %s", self.lock_id, err.one_line())
