@@ -186,9 +186,8 @@ def test_refused_renewal_is_loss_at_once(make_table, moto, clock):
 def test_check_fails_past_the_deadline_even_if_the_thread_is_stuck(make_table, clock):
     held = make_table().hold("stuck", lease=60, margin=5)
     held.start()
-    # The heartbeat dies (simulated): check() must still notice the deadline by the clock.
-    held._stop.set()
-    held._thread.join(5)
+    # The renewer loses it (simulated): check() must still notice the deadline by the clock.
+    held.table.renewer().remove(held)
     clock.advance(54)
     held.check()
     clock.advance(1.5)
@@ -210,24 +209,41 @@ def test_exit_raises_lease_lost_when_the_lease_was_lost_silently(make_table, mot
         time.sleep(0.2)
 
 
-def test_thread_is_named_daemon_and_joined_on_stop(make_table):
-    held = make_table().hold("t", lease=60)
+def _renewer_threads(table) -> list[threading.Thread]:
+    name = f"awsflock-renewer:{table.table_name}"
+    return [t for t in threading.enumerate() if t.name.startswith(name)]
+
+
+def test_the_renewer_threads_are_named_daemons_that_end_with_the_last_hold(make_table, clock):
+    table = make_table()
+    held = table.hold("t", lease=60)
     held.start()
-    thread = held._thread
-    assert thread is not None and thread.daemon and thread.name == "awsflock-heartbeat:t"
+    clock.advance(20)
+    eventually(lambda: held.renewals == 1)
+    threads = _renewer_threads(table)
+    assert {t.name for t in threads} == {
+        "awsflock-renewer:awsflock",
+        "awsflock-renewer:awsflock-worker",
+    }
+    assert all(t.daemon for t in threads)
     held.stop()
-    assert not thread.is_alive()
+    for thread in threads:
+        thread.join(5)
+        assert not thread.is_alive()
 
 
 def test_a_dropped_hold_does_not_keep_itself_alive(make_table, clock):
-    held = make_table().hold("drop", lease=60)
+    table = make_table()
+    held = table.hold("drop", lease=60)
     held.start()
-    thread = held._thread
+    threads = _renewer_threads(table)
+    assert threads
     del held
     gc.collect()
     clock.advance(20)
-    thread.join(5)
-    assert not thread.is_alive()
+    for thread in threads:
+        thread.join(5)
+        assert not thread.is_alive()
 
 
 def test_stop_from_the_lost_callback_does_not_join_itself(make_table, moto, clock):

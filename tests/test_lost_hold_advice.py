@@ -92,9 +92,7 @@ def test_a_lease_ended_by_its_keep_alive_renewer_says_why(table):
 
 def test_a_hold_lost_by_expiry_still_says_to_check_the_work_and_retry(table):
     held = table.hold("deploy", lease=30, margin=5).start()
-    held._stop.set()  # the heartbeat stopped (a paused process): no renewal comes
-    assert held._thread is not None
-    held._thread.join(5)
+    table.renewer().remove(held)  # no renewal comes (a paused process)
     table.clock.advance(26)  # type: ignore[attr-defined]
     with pytest.raises(LeaseLost) as lost:
         held.check()

@@ -1,23 +1,24 @@
+# Made from heartbeat_async.py by scripts/unasync: edit that file, then run scripts/unasync.
 """Keep a lease alive in the background: ``LockTable.lock()`` (``hold()``).
 
-A named daemon thread renews every lease/3, retries failed renewals with backoff, and declares
-the lease lost *before* it expires: at ``expires_at - margin`` if no renewal succeeded by then,
-or at once if a renewal is refused. The thread holds only a weak reference to its ``Hold``, so a
-dropped hold does not stay alive (and stops being renewed); it is joined with a timeout on
-release, never from itself.
+A hold renews every lease/3, retries failed renewals with backoff, and declares the lease lost
+*before* it expires: at ``expires_at - margin`` if no renewal succeeded by then, or at once if
+a renewal is refused. Its steps are run by its table's renewer (``awsflock.lock.renewer``: one
+for all the table's holds), which holds it weakly, so a dropped hold stops being renewed; on
+release, a step of it still running is waited for, with a timeout.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from awsflock import errors, metrics
-from awsflock.clock import Clock, start_thread
+from awsflock.clock import Clock
 from awsflock.durations import lease_seconds
 from awsflock.lock import owners, renewal
+from awsflock.lock.renewer import Renewer
 from awsflock.protocol import LockStore
 from awsflock.text import format_seconds
 
@@ -52,6 +53,8 @@ class Leases(Protocol):
 
     clock: Clock
     store: LockStore
+
+    def renewer(self) -> Renewer: ...
 
     def acquire(
         self,
@@ -112,7 +115,12 @@ class Hold:
         self._failures = 0
         self._lost_error: errors.LeaseLost | None = None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._renewing = False
+        #: Set while no step of this hold runs (its renewer waits on it), and the thread
+        #: that ran the last one.
+        self.idle = threading.Event()
+        self.idle.set()
+        self.step_thread: threading.Thread | None = None
 
     # -- the caller's view ---------------------------------------------------------------------
 
@@ -199,26 +207,23 @@ class Hold:
         return lease.expires_mono - self.lease_s + self.interval
 
     def start_renewing(self) -> None:
-        """The second half of ``start()``: the renewal thread."""
-        if self._thread is not None:
+        """The second half of ``start()``: renewals, by the table's renewer."""
+        if self._renewing:
             return
-        first = max(0.0, self._next_renew - self.clock.monotonic())
-        self._thread = start_thread(
-            self.clock,
-            _heartbeat,
-            (weakref.ref(self), self._stop, self.clock, first),
-            f"awsflock-heartbeat:{self.lock_id}",
-        )
+        self._renewing = True
+        self.table.renewer().add(self)
 
     def stop(self, release: bool = True, join_timeout: float | None = None) -> None:
         """Stop renewing and (by default) release. Raises LeaseLost if the lease was lost."""
         self._stop.set()
         owners.leave(self.table.store, self.lock_id, self)
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            # A renewal in flight may be inside botocore's retries; the thread is a daemon and
-            # stops at its next step, so it need not be waited for long.
-            thread.join(self.join_timeout if join_timeout is None else join_timeout)
+        if self._renewing:
+            renewer = self.table.renewer()
+            renewer.remove(self)
+            # A renewal in flight may be inside its retries; it ends by its budget, so it need
+            # not be waited for long.
+            timeout = self.join_timeout if join_timeout is None else join_timeout
+            renewer.wait_idle(self, timeout)
         if not release or self._lease is None or self._lease.released:
             return
         if self.lost.is_set():
@@ -278,25 +283,45 @@ class Hold:
         except errors.AwsflockError as err:
             log.warning("release of %r failed: %s", self.lock_id, err.one_line())
 
-    # -- the heartbeat -------------------------------------------------------------------------
+    # -- the steps, run by the table's renewer ------------------------------------------------
 
-    def _tick(self) -> float | None:
-        """One heartbeat step: renew if due. Returns the delay to the next step, None to stop."""
-        if self.lost.is_set():
+    def wake_at(self) -> float | None:
+        """When this hold next needs a step (monotonic): its next renewal, or its deadline if
+        that comes first. None once it needs none (lost, or stopped)."""
+        if self.lost.is_set() or self._stop.is_set() or self._lease is None:
             return None
-        now = self.clock.monotonic()
-        if now >= self.mono_deadline():
+        with self._state:
+            return min(self._next_renew, self.lease.expires_mono - self.margin)
+
+    def deadline_at(self) -> float | None:
+        """When the lease counts as lost without a renewal (None: lost, or stopped)."""
+        if self.lost.is_set() or self._stop.is_set() or self._lease is None:
+            return None
+        return self.mono_deadline()
+
+    def overdue(self) -> None:
+        """The deadline passed while a step still runs (a renewal still on its way): the
+        lease counts as lost now, whatever that renewal's answer."""
+        if not self.lost.is_set() and self.clock.monotonic() >= self.mono_deadline():
             self._lose("no successful renewal before the safety deadline", metrics.EXPIRED)
-            return None
-        with self._state:
-            due = now >= self._next_renew
-        if due:
-            self._renew_once(now)
-        if self.lost.is_set():
-            return None
-        with self._state:
-            wake = min(self._next_renew, self.lease.expires_mono - self.margin)
-        return max(0.0, wake - self.clock.monotonic())
+
+    def _tick(self) -> None:
+        """One step: count the lease lost past its deadline; renew it when due."""
+        self.idle.clear()
+        self.step_thread = threading.current_thread()
+        try:
+            if self.lost.is_set() or self._stop.is_set():
+                return
+            now = self.clock.monotonic()
+            if now >= self.mono_deadline():
+                self._lose("no successful renewal before the safety deadline", metrics.EXPIRED)
+                return
+            with self._state:
+                due = now >= self._next_renew
+            if due:
+                self._renew_once(now)
+        finally:
+            self.idle.set()
 
     def _renew_once(self, now: float) -> None:
         lease = self.lease
@@ -345,6 +370,10 @@ class Hold:
                 },
             )
 
+    def _lost_now(self) -> None:
+        """Called once, as the loss is declared, before ``on_lost``: the asynchronous hold
+        cancels its body here (``awsflock.aio``)."""
+
     def _lose(self, why: str, reason: str, advice: str = "") -> None:
         """Declare the lease lost. ``advice``: what to do about it, where the reason calls for
         more than checking the work and trying again (a force-release: ended on purpose)."""
@@ -373,24 +402,9 @@ class Hold:
                 },
             )
             self.lost.set()
+        self._lost_now()
         if self.on_lost is not None:
             try:
                 self.on_lost(self, self._lost_error)
             except Exception:  # a broken callback must not kill the heartbeat silently
                 log.exception("on_lost callback for %r failed", self.lock_id)
-
-
-def _heartbeat(
-    ref: weakref.ReferenceType[Hold], stop: threading.Event, clock: Clock, first: float
-) -> None:
-    delay: float | None = first
-    while delay is not None:
-        if clock.wait(stop, delay):
-            return
-        hold = ref()
-        if hold is None:  # dropped without stop(): let the lease expire
-            return
-        try:
-            delay = hold._tick()
-        finally:
-            del hold

@@ -18,12 +18,14 @@ from awsflock.lock import owners, telling, verdict, waiting
 from awsflock.lock.acquisition import Acquisition, Grant, event_fields
 from awsflock.lock.held import Lease
 from awsflock.lock.line import Fair, new_ticket
+from awsflock.lock.renewer import Renewer
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import LockStore
 from awsflock.records import Identity, LockRecord, Pool
 from awsflock.text import format_seconds
 
 log = logging.getLogger("awsflock.lease")
+_MAKING = threading.Lock()
 
 DEFAULT_SKEW = 5.0
 DEFAULT_LEASE = 2 * 3600.0  # awsflock 0.2.0's default for acquire and renew
@@ -65,6 +67,14 @@ class LockTable:
         # no window for the skew between holders' clocks.
         self.skew = 0.0 if store.skew_free else skew_seconds(skew)
         self.identity = identity or Identity.of_this_process(owner)
+        self._renewer: Renewer | None = None
+
+    def renewer(self) -> Renewer:
+        """What renews this table's holds: one for all of them, made on first use."""
+        with _MAKING:
+            if self._renewer is None:
+                self._renewer = Renewer(self.clock, f"awsflock-renewer:{self.table_name}")
+            return self._renewer
 
     def now_ms(self) -> int:
         """Now, by this table's clock, in epoch milliseconds."""

@@ -17,12 +17,14 @@ from awsflock.lock import owners, telling, verdict, waiting_async
 from awsflock.lock.acquisition_async import Acquisition, Grant, event_fields
 from awsflock.lock.held_async import Lease
 from awsflock.lock.line_async import Fair, new_ticket
+from awsflock.lock.renewer import AsyncRenewer
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol_async import AsyncLockStore
 from awsflock.records import Identity, LockRecord, Pool
 from awsflock.text import format_seconds
 
 log = logging.getLogger("awsflock.lease")
+_MAKING = threading.Lock()
 
 DEFAULT_SKEW = 5.0
 DEFAULT_LEASE = 2 * 3600.0  # awsflock 0.2.0's default for acquire and renew
@@ -64,6 +66,14 @@ class LockTable:
         # no window for the skew between holders' clocks.
         self.skew = 0.0 if store.skew_free else skew_seconds(skew)
         self.identity = identity or Identity.of_this_process(owner)
+        self._renewer: AsyncRenewer | None = None
+
+    def renewer(self) -> AsyncRenewer:
+        """What renews this table's holds: one for all of them, made on first use."""
+        with _MAKING:
+            if self._renewer is None:
+                self._renewer = AsyncRenewer(self.clock, f"awsflock-renewer:{self.table_name}")
+            return self._renewer
 
     def now_ms(self) -> int:
         """Now, by this table's clock, in epoch milliseconds."""

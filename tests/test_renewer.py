@@ -1,0 +1,76 @@
+"""One renewer for all the holds of a table (``awsflock.lock.renewer``): 1,000 holds take a
+handful of threads, each renewed on its schedule; a renewal that hangs neither delays the
+others nor keeps its own hold from being declared lost at its deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from awsflock.clock import FakeClock
+from awsflock.lock import renewer
+from awsflock.lock.lease import LockTable
+from awsflock.stores.memory import MemoryStore
+
+
+def eventually(condition: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def _threads(name: str = "awsflock-renewer:t") -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith(name))
+
+
+def test_a_thousand_holds_take_a_few_threads_and_all_are_renewed():
+    clock = FakeClock()
+    table = LockTable(store=MemoryStore("t", clock=clock))
+    before = threading.active_count()
+    holds = [table.lock(f"lock-{n}", lease=60).start() for n in range(1000)]
+    for turn in range(1, 4):
+        clock.advance(20)  # every hold is due
+        eventually(lambda turn=turn: all(h.renewals >= turn for h in holds))
+        assert _threads() <= 1 + renewer.MAX_WORKERS
+    assert threading.active_count() - before <= 1 + renewer.MAX_WORKERS
+    assert not any(h.lost.is_set() for h in holds)
+    for hold in holds:
+        hold.stop()
+    eventually(lambda: _threads() == 0)
+
+
+class Hanging(MemoryStore):
+    """A renewal of ``hung`` hangs (real time) until ``go`` is set; the rest answer at once."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__("t", clock=clock)
+        self.go = threading.Event()
+        self.hung = "slow"
+
+    def renew(self, lock_id: str, lease_id: str, **step: Any) -> Any:
+        if lock_id == self.hung:
+            self.go.wait(30)
+        return super().renew(lock_id, lease_id, **step)
+
+
+def test_a_hanging_renewal_delays_no_other_hold_and_loses_its_own_at_its_deadline():
+    clock = FakeClock()
+    store = Hanging(clock)
+    table = LockTable(store=store)
+    slow = table.lock("slow", lease=60, margin=10).start()
+    others = [table.lock(f"ok-{n}", lease=60, margin=10).start() for n in range(20)]
+    clock.advance(20)  # all due: "slow"'s renewal hangs
+    eventually(lambda: all(h.renewals == 1 for h in others))
+    assert slow.renewals == 0 and not slow.lost.is_set()
+    clock.advance(20)
+    eventually(lambda: all(h.renewals == 2 for h in others))
+    clock.advance(10.5)  # past "slow"'s deadline (60 - 10): lost, its renewal still hanging
+    eventually(slow.lost.is_set)
+    assert not store.go.is_set()
+    assert not any(h.lost.is_set() for h in others)
+    store.go.set()
+    slow.stop(release=False, join_timeout=5)
+    for hold in others:
+        hold.stop()
