@@ -306,7 +306,7 @@ LAYERS = (
         ),
     ),
     ("stores", ("stores",)),
-    ("lock", ("lock",)),
+    ("lock", ("lock", "aio")),
     ("supervise", ("supervise",)),
     ("cli", ("cli", "__main__")),
 )

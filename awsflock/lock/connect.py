@@ -1,6 +1,6 @@
 """``awsflock.connect()``: a ``LockTable`` on the store a URL names, found as the CLI finds it
-(the rules are ``awsflock.stores.resolve``'s, the CLI's own), and ``open_table``, which both
-use to open it."""
+(the rules are ``awsflock.stores.resolve``'s, the CLI's own); ``open_store``, what it and
+``awsflock.aio.connect`` open; and ``open_table``, the CLI's."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from awsflock.stores import kinds, resolve
 if TYPE_CHECKING:
     from awsflock.clock import Clock
     from awsflock.lock.lease import LockTable
+    from awsflock.protocol import LockStore
 
 
 def connect(
@@ -46,19 +47,56 @@ def connect(
     Redis URL, ``skew=`` with a server-timed store), is refused with a ``UsageError`` saying
     which, as the CLI refuses the option. Nothing connects until the table's first request.
     """
+    if owner is not None:
+        kinds.check_type("connect", "owner", owner, (str,), "a string")
+    store, skew_s = open_store(
+        url,
+        table=table,
+        region=region,
+        profile=profile,
+        endpoint_url=endpoint_url,
+        request_timeout=request_timeout,
+        skew=skew,
+        clock=clock,
+    )
+    from awsflock.lock.lease import LockTable
+
+    return LockTable(store=store, skew=skew_s, owner=owner)
+
+
+def open_store(
+    url: str | None,
+    *,
+    table: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    endpoint_url: str | None = None,
+    request_timeout: float | str | None = None,
+    skew: float | str | None = None,
+    clock: Clock | None = None,
+) -> tuple[LockStore, float | str]:
+    """The store ``connect`` (and ``awsflock.aio.connect``) opens for these arguments, and
+    the skew window its table takes."""
     location = {"region": region, "profile": profile, "endpoint_url": endpoint_url}
-    for name, value in (("url", url), ("table", table), ("owner", owner), *location.items()):
+    for name, value in (("url", url), ("table", table), *location.items()):
         if value is not None:
             kinds.check_type("connect", name, value, (str,), "a string")
     said = resolve.from_arguments(url, table, location, skew=skew)
     found = resolve.where(said)
-    return open_table(
-        found,
-        request_timeout=resolve.request_timeout(request_timeout),
-        skew=skew,
-        owner=owner,
-        clock=clock,
-    )
+    store = _open(found, resolve.request_timeout(request_timeout), clock)
+    return store, _skew(skew)
+
+
+def _open(found: resolve.Where, request_timeout: float, clock: Clock | None) -> LockStore:
+    """The store ``found`` names (the import of the store's driver is here)."""
+    settings = kinds.Settings(found.table, request_timeout, found.location, clock=clock)
+    return found.kind.open(found.named, settings)
+
+
+def _skew(skew: float | str | None) -> float | str:
+    from awsflock.lock.table import DEFAULT_SKEW
+
+    return DEFAULT_SKEW if skew is None else skew
 
 
 def open_table(
@@ -69,10 +107,8 @@ def open_table(
     owner: str | None = None,
     clock: Clock | None = None,
 ) -> LockTable:
-    """The lock table on the store ``found`` names (the import of the store's driver is
-    here); its clock is the store's, its ``skew`` the default if None."""
-    from awsflock.lock.lease import DEFAULT_SKEW, LockTable
+    """The lock table on the store ``found`` names (the CLI's); its clock is the store's, its
+    ``skew`` the default if None."""
+    from awsflock.lock.lease import LockTable
 
-    settings = kinds.Settings(found.table, request_timeout, found.location, clock=clock)
-    store = found.kind.open(found.named, settings)
-    return LockTable(store=store, skew=DEFAULT_SKEW if skew is None else skew, owner=owner)
+    return LockTable(store=_open(found, request_timeout, clock), skew=_skew(skew), owner=owner)

@@ -372,3 +372,15 @@ def for_table(
         extra={} if client is None else {"client": client},
     )
     return DEFAULT.open(default(), settings)
+
+
+def awaited(store: LockStore) -> Any:
+    """``store`` with its steps awaited, for ``awsflock.aio``: as its kind's module makes it
+    (``awaited(store)``: the in-memory store's answers at once), else in worker threads
+    (``threaded_async``), never blocking the event loop."""
+    own = getattr(of(store).hooks(), "awaited", None)
+    if own is not None:
+        return own(store)
+    from awsflock.stores.threaded_async import AsyncThreadedStore
+
+    return AsyncThreadedStore(store)

@@ -70,4 +70,11 @@ def _new(table: str, settings: Settings) -> MemoryStore:
     )
 
 
+def awaited(store: MemoryStore) -> Any:
+    """The store, its steps awaited (``awsflock.aio``)."""
+    from awsflock.stores.memory_async import AsyncMemoryStore
+
+    return AsyncMemoryStore(store)
+
+
 COMMANDS: Mapping[str, Callable[..., Any]] = {}

@@ -1,0 +1,128 @@
+"""A synchronous store awaited: each step runs in a bounded pool of worker threads, so the
+event loop is never blocked by it (``awsflock.aio`` on DynamoDB: botocore has no asynchronous
+client).
+
+A step's budget (``budget``) is the awaiting task's, carried into the thread that runs it. A
+step whose task is cancelled while it runs is not abandoned on the wire: the cancellation waits
+for the thread's step to end (within its budget), then goes on. So the clean-up that follows
+(the release of an attempt that may have been granted) is always sent after the step it
+cleans up has landed or failed, never before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from awsflock.clock_async import AsyncClock
+from awsflock.protocol import Attempt, Drops, LockStore, Outcome
+from awsflock.protocol_async import AsyncSleeper, AsyncWaker
+from awsflock.records import Waiter
+
+#: Steps of one store running at once, at most (each a thread while it runs).
+MAX_THREADS = 16
+
+_BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "awsflock_step_budget", default=None
+)
+
+
+class AsyncThreadedStore:
+    """``store``'s steps awaited, each run in one of at most ``MAX_THREADS`` threads."""
+
+    def __init__(self, store: LockStore) -> None:
+        self.sync = store
+        self.kind = store.kind
+        self.table_name = store.table_name
+        self.request_timeout = store.request_timeout
+        clock: Any = store.clock
+        self.clock: AsyncClock = clock
+        self._pool: ThreadPoolExecutor | None = None
+        self._making = threading.Lock()
+
+    @property
+    def skew_free(self) -> bool:
+        return bool(self.sync.skew_free)
+
+    def where(self) -> str:
+        return self.sync.where()
+
+    @contextlib.contextmanager
+    def budget(self, end: float) -> Iterator[None]:
+        """The steps this task awaits inside end by ``end`` (an outer, earlier end wins)."""
+        outer = _BUDGET.get()
+        token = _BUDGET.set(end if outer is None else min(outer, end))
+        try:
+            yield
+        finally:
+            _BUDGET.reset(token)
+
+    async def take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        return await self._run(self.sync.take, lock_id, attempt)
+
+    async def join(self, lock_id: str, waiter: Waiter) -> Outcome:
+        return await self._run(self.sync.join, lock_id, waiter)
+
+    async def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
+        return await self._run(self.sync.beat, lock_id, ticket, now_ms=now_ms, drop=drop)
+
+    async def leave(self, lock_id: str, ticket: str) -> Outcome:
+        return await self._run(self.sync.leave, lock_id, ticket)
+
+    async def renew(self, lock_id: str, lease_id: str, **step: Any) -> Outcome:
+        return await self._run(self.sync.renew, lock_id, lease_id, **step)
+
+    async def release(self, lock_id: str, lease_id: str, **step: Any) -> Outcome:
+        return await self._run(self.sync.release, lock_id, lease_id, **step)
+
+    async def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
+        return await self._run(self.sync.read, lock_id, lease_id)
+
+    def waker(self, lock_id: str) -> AsyncWaker:
+        return AsyncSleeper()
+
+    def close(self) -> None:
+        """Let the worker threads end (a step running finishes) and close the store."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+        close = getattr(self.sync, "close", None)
+        if close is not None:
+            close()
+
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._making:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(MAX_THREADS, "awsflock-step")
+            return self._pool
+
+    async def _run(self, step: Callable[..., Outcome], *args: Any, **kwargs: Any) -> Outcome:
+        end = _BUDGET.get()
+        call = functools.partial(_bounded, self.sync, end, step, args, kwargs)
+        future = asyncio.get_running_loop().run_in_executor(self._threads(), call)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The step may be on the wire: let it land (or fail) before anything follows it.
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(future)
+            raise
+
+
+def _bounded(
+    store: LockStore,
+    end: float | None,
+    step: Callable[..., Outcome],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Outcome:
+    if end is None:
+        return step(*args, **kwargs)
+    with store.budget(end):
+        return step(*args, **kwargs)
