@@ -217,3 +217,10 @@ def test_waiting_again_for_a_lock_this_task_holds_is_refused_at_once():
             await asyncio.create_task(other_task())
 
     asyncio.run(main())
+
+
+def test_the_services_guide_s_asyncio_example_runs():
+    from tests.docs import recipe
+
+    example = recipe("guides/python-services.md", "aio-lost")
+    exec(compile(example, "python-services.md", "exec"), {})
