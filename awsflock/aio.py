@@ -19,15 +19,17 @@ moment of the grant, or while a step is on the wire holds nothing afterwards.
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.clock import Clock
 from awsflock.lock import heartbeat_async, table_async
+from awsflock.lock.election_async import Election, Term
 from awsflock.lock.table_async import DEFAULT_WAIT, WAIT_FOREVER
-from awsflock.records import Identity
+from awsflock.records import Identity, LockRecord
 
-__all__ = ["WAIT_FOREVER", "Hold", "LockTable", "connect"]
+__all__ = ["WAIT_FOREVER", "Election", "Hold", "LockTable", "Term", "connect"]
 
 #: ``on_lost(hold, error)``: called once, as the loss is declared (the body's cancellation
 #: is asked for just before; it takes effect at the body's next await).
@@ -99,6 +101,7 @@ class LockTable(table_async.LockTable):
         identity: Identity | None = None,
         slots: int | None = None,
         fair: bool = False,
+        cancel: threading.Event | None = None,
     ) -> Hold:
         """``async with table.lock("x", lease=30, wait=10) as held:``. Acquires on entry
         (waiting up to ``wait``), renews in the background, and on exit, once the body has
@@ -115,6 +118,28 @@ class LockTable(table_async.LockTable):
             identity=identity,
             slots=slots,
             fair=fair,
+            cancel=cancel,
+        )
+
+    def election(
+        self,
+        name: str,
+        *,
+        lease: float | str = 15.0,
+        on_started: Callable[[Term], Any] | None = None,
+        on_stopped: Callable[[Term, BaseException | None], Any] | None = None,
+        on_new_leader: Callable[[LockRecord | None], Any] | None = None,
+    ) -> Election:
+        """A campaign for leadership of ``name``: ``await election.run(lead)`` calls
+        ``await lead(term)`` while this process leads (cancelled if the term's lease is lost),
+        and campaigns again; ``await election.leader()`` says who leads now."""
+        return Election(
+            self,
+            name,
+            lease=lease,
+            on_started=on_started,
+            on_stopped=on_stopped,
+            on_new_leader=on_new_leader,
         )
 
     def close(self) -> None:

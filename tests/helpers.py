@@ -36,6 +36,40 @@ class ScheduledClock(FakeClock):
         self.advance(max(0.0, target - self.time()))
 
 
+class DrivenClock(FakeClock):
+    """A fake clock for several tasks at once: an awaited pause waits for the test to move
+    the clock (``drive``), as every other task's does, instead of moving it itself (which
+    would let one task's pauses race the others' time forward). Each step of ``drive`` lets
+    every ready task run once."""
+
+    async def sleep_async(self, seconds: float) -> None:
+        import asyncio
+
+        until = self.monotonic() + max(0.0, seconds)
+        while self.monotonic() < until:
+            await asyncio.sleep(0)
+
+    async def wait_async(self, event: Any, seconds: float) -> bool:
+        import asyncio
+
+        until = self.monotonic() + max(0.0, seconds)
+        while not event.is_set() and self.monotonic() < until:
+            await asyncio.sleep(0)
+        return bool(event.is_set())
+
+    async def drive(self, done: Callable[[], bool], step: float = 0.05, limit: float = 600) -> None:
+        """Move the clock on by ``step``, letting the tasks run between steps, until
+        ``done()`` (an AssertionError after ``limit`` seconds of it)."""
+        import asyncio
+
+        end = self.monotonic() + limit
+        while not done():
+            assert self.monotonic() < end, "not reached"
+            self.advance(step)
+            for _ in range(3):
+                await asyncio.sleep(0)
+
+
 class CountingClient:
     """Wraps a DynamoDB client and counts calls per operation."""
 
