@@ -158,8 +158,14 @@ def test_the_command_status_passes_through_once_the_group_is_empty(
 
 
 def test_a_daemon_that_calls_setsid_is_not_waited_for(awsflock: Cli, lock_name, tmp_path, pids):
-    # Like a daemon, it lets go of the command's output too.
-    script = f"setsid -f sh -c '{_worker(tmp_path)}' </dev/null >/dev/null 2>&1; echo started"
+    # Like a daemon, it lets go of the command's output too. The command exits once the daemon
+    # runs in its own session (its pid file is written there): before that, the child setsid
+    # forks is still in the command's group, and run rightly waits for it (a CI failure).
+    pid = tmp_path / "bg.pid"
+    script = (
+        f"setsid -f sh -c '{_worker(tmp_path)}' </dev/null >/dev/null 2>&1; "
+        f"until [ -e {pid} ]; do sleep 0.02; done; echo started"
+    )
     result = awsflock("run", lock_name, "-c", script, timeout=30)
     daemon = _started(tmp_path, pids)
     assert result.returncode == 0, result.stderr
