@@ -28,10 +28,13 @@ BOB = Identity(owner="bob", host="build-8", pid=42)
 
 
 class Ticking(ScheduledClock):
-    """Fake time that a wait on an event moves forward, as a sleep does (the CLI's acquire
-    waits on its cancel event between polls)."""
+    """Fake time that the command's wait on an event moves forward, as a sleep does (the
+    CLI's acquire waits on its cancel event between polls). Other threads (the renewer's) wait
+    for it as on any fake clock: they must not race the time on by themselves."""
 
     def wait(self, event: threading.Event, seconds: float) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return super().wait(event, seconds)
         if not event.is_set():
             self.sleep(seconds)
         return event.is_set()

@@ -17,6 +17,7 @@ from awsflock import errors, metrics
 from awsflock.clock_async import AsyncClock
 from awsflock.durations import lease_seconds
 from awsflock.lock import owners, renewal
+from awsflock.lock.holding import HoldState
 from awsflock.lock.renewer import AsyncRenewer
 from awsflock.protocol_async import AsyncLockStore
 from awsflock.text import format_seconds
@@ -68,7 +69,7 @@ class Leases(Protocol):
     ) -> HeldLease: ...
 
 
-class Hold:
+class Hold(HoldState):
     """A lock held while the caller works, renewed in the background.
 
     Use as a context manager (``with table.hold("x") as held:``) or call ``start()`` and
@@ -121,50 +122,12 @@ class Hold:
         self.idle.set()
         self.step_thread: threading.Thread | None = None
 
-    # -- the caller's view ---------------------------------------------------------------------
-
     @property
     def lease(self) -> HeldLease:
+        """The lease held (``UsageError`` before the hold is started)."""
         if self._lease is None:
             raise errors.UsageError("the hold has not been started", hint="call start() first")
         return self._lease
-
-    @property
-    def fencing_token(self) -> int | None:
-        return self.lease.fencing_token
-
-    @property
-    def lease_id(self) -> str:
-        return self.lease.lease_id
-
-    @property
-    def slot(self) -> int | None:
-        """The pool slot held (None for a plain lock)."""
-        return self.lease.slot
-
-    @property
-    def clock(self) -> AsyncClock:
-        return self.table.clock
-
-    def deadline(self) -> float:
-        """Wall-clock time after which the lease counts as lost without a renewal (as the
-        wall clock reads now: the hold itself goes by ``mono_deadline``)."""
-        return self.clock.time() + (self.mono_deadline() - self.clock.monotonic())
-
-    def mono_deadline(self) -> float:
-        """The clock's monotonic time after which the lease counts as lost without a renewal:
-        its end as the store answered, less the margin. Monotonic, so that a step of the wall
-        clock can neither stretch the lease nor stop its renewals."""
-        with self._state:
-            return self.lease.expires_mono - self.margin
-
-    def check(self) -> None:
-        """Raise LeaseLost if the lease was lost, or may be about to be (past the deadline)."""
-        if not self.lost.is_set() and self.clock.monotonic() >= self.mono_deadline():
-            self._lose("no successful renewal before the safety deadline", metrics.EXPIRED)
-        if self.lost.is_set():
-            assert self._lost_error is not None
-            raise self._lost_error
 
     # -- start and stop ------------------------------------------------------------------------
 
@@ -246,29 +209,6 @@ class Hold:
                 self.check()
             log.debug("held %r for %s", self.lock_id, format_seconds(held))
 
-    def _name_unreleased(self, exc: errors.AwsflockError) -> None:
-        """Say, with what frees it, that a lease declared lost could not be released: a renewal
-        sent before the loss may still land and keep the lock held for up to a lease."""
-        lease = self.lease
-        log.warning(
-            "could not release %r after losing it (%s): a renewal still on its way may keep it "
-            "held for up to %s after it lands, under LEASE_ID %s: free it with "
-            "`awsflock release %s %s`",
-            self.lock_id,
-            exc.one_line(),
-            format_seconds(self.lease_s),
-            lease.lease_id,
-            self.lock_id,
-            lease.lease_id,
-            extra={
-                "event": "release_failed",
-                "lock_id": self.lock_id,
-                "lease_id": lease.lease_id,
-                "slot": lease.slot,
-                "error": type(exc).__name__,
-            },
-        )
-
     async def __aenter__(self) -> Hold:
         return await self.start()
 
@@ -283,26 +223,6 @@ class Hold:
             log.warning("release of %r failed: %s", self.lock_id, err.one_line())
 
     # -- the steps, run by the table's renewer ------------------------------------------------
-
-    def wake_at(self) -> float | None:
-        """When this hold next needs a step (monotonic): its next renewal, or its deadline if
-        that comes first. None once it needs none (lost, or stopped)."""
-        if self.lost.is_set() or self._stop.is_set() or self._lease is None:
-            return None
-        with self._state:
-            return min(self._next_renew, self.lease.expires_mono - self.margin)
-
-    def deadline_at(self) -> float | None:
-        """When the lease counts as lost without a renewal (None: lost, or stopped)."""
-        if self.lost.is_set() or self._stop.is_set() or self._lease is None:
-            return None
-        return self.mono_deadline()
-
-    def overdue(self) -> None:
-        """The deadline passed while a step still runs (a renewal still on its way): the
-        lease counts as lost now, whatever that renewal's answer."""
-        if not self.lost.is_set() and self.clock.monotonic() >= self.mono_deadline():
-            self._lose("no successful renewal before the safety deadline", metrics.EXPIRED)
 
     async def _tick(self) -> None:
         """One step: count the lease lost past its deadline; renew it when due."""
@@ -340,70 +260,3 @@ class Hold:
             self._failures = 0
             self._next_renew = now + self.interval
             self.renewals += 1
-
-    def _renewal_failed(self, exc: errors.AwsflockError, now: float) -> None:
-        """A renewal failed and will be retried. Said under the state lock, as the loss is: the
-        lines come out in the order of the events (a renewal cut off at the safety deadline
-        fails as the caller's own check declares the loss, in another thread)."""
-        with self._state:
-            self._failures += 1
-            backoff = min(self.interval, 0.5 * 2 ** (self._failures - 1))
-            self._next_renew = now + backoff
-            left = self.lease.expires_mono - self.clock.monotonic()
-            if self.lost.is_set():
-                # Nothing will be retried: the loss, said already, is the news.
-                log.debug("renewal of %r failed after its loss: %s", self.lock_id, exc.message)
-                return
-            log.warning(
-                "renewal of %r failed (%s); %s of the lease left, retrying in %s",
-                self.lock_id,
-                exc.one_line(),
-                format_seconds(max(left, 0.0)),
-                format_seconds(backoff),
-                extra={
-                    "event": "renew_failed",
-                    "outcome": metrics.TRANSIENT,
-                    "lock_id": self.lock_id,
-                    "error": exc.message,
-                    "expires_in_s": round(left, 3),
-                },
-            )
-
-    def _lost_now(self) -> None:
-        """Called once, as the loss is declared, before ``on_lost``: the asynchronous hold
-        cancels its body here (``awsflock.aio``)."""
-
-    def _lose(self, why: str, reason: str, advice: str = "") -> None:
-        """Declare the lease lost. ``advice``: what to do about it, where the reason calls for
-        more than checking the work and trying again (a force-release: ended on purpose)."""
-        with self._state:
-            if self.lost.is_set():
-                return
-            metrics.record("awsflock.leases.lost", 1, self.lock_id, self.table.store, reason=reason)
-            lease = self._lease
-            if reason != metrics.FORCE_RELEASED or not advice:
-                advice = "check it and retry"
-            self._lost_error = errors.LeaseLost(
-                f"lease on {self.lock_id!r} was lost: {why}",
-                hint=f"the work done under it may be unprotected; {advice}",
-            )
-            # Said before ``lost`` is set: a caller that sees it set (``run``, which then stops
-            # its command and says so) writes its lines after this one.
-            log.error(
-                "lost the lock %r: %s",
-                self.lock_id,
-                why,
-                extra={
-                    "event": "lost",
-                    "lock_id": self.lock_id,
-                    "fencing_token": lease.fencing_token if lease else None,
-                    "outcome": reason,
-                },
-            )
-            self.lost.set()
-        self._lost_now()
-        if self.on_lost is not None:
-            try:
-                self.on_lost(self, self._lost_error)
-            except Exception:  # a broken callback must not kill the heartbeat silently
-                log.exception("on_lost callback for %r failed", self.lock_id)
