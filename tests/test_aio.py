@@ -224,3 +224,48 @@ def test_the_services_guide_s_asyncio_example_runs():
 
     example = recipe("guides/python-services.md", "aio-lost")
     exec(compile(example, "python-services.md", "exec"), {})
+
+
+class LoopNoting(AsyncMemoryStore):
+    """Notes the event loop each renewal of a lock ran in."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store)
+        self.loops: dict[str, set[int]] = {}
+
+    async def renew(self, lock_id: str, lease_id: str, **step: Any) -> Any:
+        self.loops.setdefault(lock_id, set()).add(id(asyncio.get_running_loop()))
+        return await super().renew(lock_id, lease_id, **step)
+
+
+def test_one_table_in_two_event_loops_renews_each_loop_s_holds_in_that_loop():
+    import threading
+    import time
+
+    clock = FakeClock()
+    store = LoopNoting(MemoryStore("t", clock=clock))
+    table = aio.LockTable(store=store)
+    own: dict[str, int] = {}
+    done: list[str] = []
+
+    def in_a_thread(name: str) -> None:
+        async def main() -> None:
+            own[name] = id(asyncio.get_running_loop())
+            async with table.lock(name, lease=60) as held:
+                while held.renewals < 3:
+                    await asyncio.sleep(0.005)
+            done.append(name)
+
+        asyncio.run(main())
+
+    threads = [threading.Thread(target=in_a_thread, args=(n,)) for n in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    end = time.monotonic() + 20
+    while len(done) < 2 and time.monotonic() < end:
+        clock.advance(1)
+        time.sleep(0.005)
+    for thread in threads:
+        thread.join(10)
+    assert sorted(done) == ["a", "b"]
+    assert store.loops == {"a": {own["a"]}, "b": {own["b"]}}  # each in its own loop

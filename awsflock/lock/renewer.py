@@ -13,8 +13,9 @@ only runs steps when they are due, and never lets one hold's slow step hold up a
   ``IDLE`` seconds without work), and the next hold starts them again. So a process
   holding 1,000 locks runs one scheduler and at most ``MAX_WORKERS`` workers, not 1,000
   threads.
-- ``AsyncRenewer``: one task per event loop does the scheduling, and each due step is a task
-  of its own.
+- ``AsyncRenewer``: in each event loop that holds locks, one task does the scheduling, and
+  each due step is a task of its own (a table shared by several loops, each in its thread,
+  renews each loop's holds in that loop).
 
 A renewer holds its holds weakly: a hold dropped without being stopped stops being renewed,
 and its lease runs out.
@@ -214,29 +215,30 @@ class Renewer:
 
 
 class AsyncRenewer:
-    """The renewer of an asynchronous table: one task schedules, each step is a task."""
+    """The renewer of an asynchronous table: in each event loop that holds locks, one task
+    schedules and each step is a task (a hold's steps run in its own loop, where its store's
+    connections and its body are)."""
 
     def __init__(self, clock: Any, name: str = "awsflock-renewer") -> None:
         self.clock = clock
         self.name = name
-        self.schedule = _Schedule()
-        self._wake = threading.Event()
-        self._task: Any = None
-        self._steps: set[Any] = set()  # the running step tasks (held: tasks are weak)
+        self._loops: weakref.WeakKeyDictionary[Any, _LoopRenewer] = weakref.WeakKeyDictionary()
+        self._where: weakref.WeakKeyDictionary[Any, _LoopRenewer] = weakref.WeakKeyDictionary()
 
     def add(self, hold: Any) -> None:
         import asyncio
 
-        self.schedule.add(hold)
         loop = asyncio.get_running_loop()
-        task = self._task
-        if task is None or task.done() or task.get_loop() is not loop:
-            self._task = loop.create_task(self._schedule(), name=self.name)
-        self._wake.set()
+        renewer = self._loops.get(loop)
+        if renewer is None:
+            renewer = self._loops[loop] = _LoopRenewer(self.clock, self.name)
+        self._where[hold] = renewer
+        renewer.add(hold, loop)
 
     def remove(self, hold: Any) -> None:
-        self.schedule.remove(hold)
-        self._wake.set()
+        renewer = self._where.pop(hold, None)
+        if renewer is not None:
+            renewer.remove(hold)
 
     async def wait_idle(self, hold: Any, timeout: float) -> None:
         """Wait until no step of ``hold`` runs, for ``timeout`` seconds at most (real time)."""
@@ -246,6 +248,29 @@ class AsyncRenewer:
         end = time.monotonic() + timeout
         while not hold.idle.is_set() and time.monotonic() < end:
             await asyncio.sleep(0.005)
+
+
+class _LoopRenewer:
+    """The holds of one event loop: their scheduling task, and their step tasks."""
+
+    def __init__(self, clock: Any, name: str) -> None:
+        self.clock = clock
+        self.name = name
+        self.schedule = _Schedule()
+        self._wake = threading.Event()
+        self._task: Any = None
+        self._steps: set[Any] = set()  # the running step tasks (held: tasks are weak)
+
+    def add(self, hold: Any, loop: Any) -> None:
+        self.schedule.add(hold)
+        task = self._task
+        if task is None or task.done():
+            self._task = loop.create_task(self._schedule(), name=self.name)
+        self._wake.set()
+
+    def remove(self, hold: Any) -> None:
+        self.schedule.remove(hold)
+        self._wake.set()
 
     async def _schedule(self) -> None:
         import asyncio
