@@ -702,15 +702,26 @@ def main() -> int:
         " it) beside --new (without it), on moto's server; needs no --old",
     )
     parser.add_argument(
+        "--library",
+        action="store_true",
+        help="only the library in a service: sync and asyncio cycles beside redis-py's Lock,"
+        " pg_advisory_lock and a row lease; 1,000 holds; the event loop's worst stall",
+    )
+    parser.add_argument(
         "--startup",
         action="store_true",
         help="only start-up: whole commands and their phases beside 0.2.0, on DynamoDB Local"
         " and moto's server",
     )
     args = parser.parse_args()
-    if args.old is None and not (args.only_stores or args.floors) and args.otel is None:
+    if (
+        args.old is None
+        and not (args.only_stores or args.floors or args.library)
+        and args.otel is None
+    ):
         parser.error(
-            "--old (awsflock 0.2.0's executable) is needed, except with --only-stores or --floors"
+            "--old (awsflock 0.2.0's executable) is needed, except with --only-stores, --floors"
+            " or --library"
         )
     new_bin: Path = args.new
     repeats = 3 if args.quick else 10
@@ -733,6 +744,11 @@ def main() -> int:
         import bench_floors
 
         report(results, [], [], [], bench_floors.floors(args.quick, results))
+        return 0
+    if args.library:
+        import bench_library
+
+        report(results, [], [], [], bench_library.library(args.quick, results))
         return 0
     if args.startup:
         report(results, startup(args.old, new_bin, repeats, results), [], [])

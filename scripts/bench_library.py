@@ -1,0 +1,240 @@
+"""The library as a service uses it (``scripts/bench --library``), on a redis-server and a
+PostgreSQL 15 in /dev/shm, each in this process:
+
+- acquire+release, synchronous and with asyncio (``awsflock.aio``), interleaved with what a
+  user would pick instead on the same server (redis-py's ``Lock``; ``pg_advisory_lock``, and a
+  plain durable row lease): medians and 90th percentiles, and the ratios;
+- 1,000 locks held at once, renewed in the background (lease 6 s: a renewal every 2 s each):
+  the threads the process runs, its memory, and how late the renewals come (the most any
+  renewal came after it was due) over ``HOLD_FOR`` seconds, synchronous and with asyncio;
+- the event loop's worst stall while 200 tasks take and release locks with asyncio: a ticker
+  task that asks to wake every millisecond notes the longest gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import resource
+import statistics
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+import bench_floors
+
+from tests.servers import PostgresServer, RedisServer
+
+HOLDS = 1000
+HOLD_LEASE = 6.0
+HOLD_FOR = 20.0
+TASKS = 200
+ROUNDS = 10
+
+
+def _name() -> str:
+    return "lib-" + uuid.uuid4().hex[:10]
+
+
+def aio_maker(table: Any, loop: asyncio.AbstractEventLoop) -> bench_floors.Maker:
+    def make() -> Callable[[], None]:
+        name = _name()
+
+        async def cycle() -> None:
+            lease = await table.acquire(name, wait=0)
+            await lease.release()
+
+        return lambda: loop.run_until_complete(cycle())
+
+    return make
+
+
+def advisory_maker(conn: Any) -> bench_floors.Maker:
+    def make() -> Callable[[], None]:
+        key = _name()
+
+        def cycle() -> None:
+            if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]:
+                raise RuntimeError("pg_advisory_lock found a fresh key taken")
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+
+        return cycle
+
+    return make
+
+
+def aio_table(url: str, stack: contextlib.ExitStack) -> Any:
+    from awsflock import aio
+
+    table = aio.connect(url, table="bench")
+    stack.callback(table.close)
+    return table
+
+
+def cycles(url: str, floors: dict[str, bench_floors.Maker], repeats: int) -> dict[str, Any]:
+    """Sync and asyncio acquire+release on ``url`` beside ``floors``, interleaved."""
+    loop = asyncio.new_event_loop()
+    try:
+        with contextlib.ExitStack() as stack:
+            makers = {
+                "library": bench_floors.library_maker(bench_floors.open_table(url, stack)),
+                "library, asyncio": aio_maker(aio_table(url, stack), loop),
+                **floors,
+            }
+            samples = bench_floors.interleave(makers, repeats, repeats // 10)
+    finally:
+        loop.close()
+    timing = {name: bench_floors.summary(values) for name, values in samples.items()}
+    return {"timing": timing}
+
+
+def _threads() -> int:
+    return threading.active_count()
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def holds_sync(url: str) -> dict[str, Any]:
+    """1,000 locks held at once with ``table.lock()``: threads, memory, lateness."""
+    with contextlib.ExitStack() as stack:
+        table = bench_floors.open_table(url, stack)
+        before, rss = _threads(), _rss_mb()
+        holds = [table.lock(_name(), lease=HOLD_LEASE, wait=0).start() for _ in range(HOLDS)]
+        late = _watch(holds, lambda: time.sleep(0.05))
+        threads = _threads() - before
+        lost = sum(h.lost.is_set() for h in holds)
+        for hold in holds:
+            hold.stop()
+    return {"threads": threads, "rss_mb": _rss_mb() - rss, "late_max_s": late, "lost": lost}
+
+
+def holds_aio(url: str) -> dict[str, Any]:
+    """The same with asyncio: ``async with table.lock()`` in 1,000 tasks."""
+
+    async def main() -> dict[str, Any]:
+        with contextlib.ExitStack() as stack:
+            table = aio_table(url, stack)
+            before, rss = _threads(), _rss_mb()
+            holds = [table.lock(_name(), lease=HOLD_LEASE, wait=0) for _ in range(HOLDS)]
+            for hold in holds:
+                await hold.start()
+            late = 0.0
+            end = time.monotonic() + HOLD_FOR
+            while time.monotonic() < end:
+                late = max(late, _lateness(holds))
+                await asyncio.sleep(0.05)
+            threads = _threads() - before
+            lost = sum(h.lost.is_set() for h in holds)
+            for hold in holds:
+                await hold.stop()
+        return {"threads": threads, "rss_mb": _rss_mb() - rss, "late_max_s": late, "lost": lost}
+
+    return asyncio.run(main())
+
+
+def _lateness(holds: list[Any]) -> float:
+    """How far past its next renewal the most overdue hold is now (0: none is)."""
+    now = time.monotonic()
+    due = [h.wake_at() for h in holds]
+    return max([0.0] + [now - d for d in due if d is not None])
+
+
+def _watch(holds: list[Any], pause: Callable[[], None]) -> float:
+    late, end = 0.0, time.monotonic() + HOLD_FOR
+    while time.monotonic() < end:
+        late = max(late, _lateness(holds))
+        pause()
+    return late
+
+
+def stall(url: str) -> dict[str, Any]:
+    """The event loop's longest gap while ``TASKS`` tasks take and release locks."""
+
+    async def main() -> dict[str, Any]:
+        with contextlib.ExitStack() as stack:
+            table = aio_table(url, stack)
+            gaps: list[float] = []
+            running = True
+
+            async def ticker() -> None:
+                last = time.perf_counter()
+                while running:
+                    await asyncio.sleep(0.001)
+                    now = time.perf_counter()
+                    gaps.append(now - last)
+                    last = now
+
+            async def worker() -> None:
+                for _ in range(ROUNDS):
+                    lease = await table.acquire(_name(), wait=0)
+                    await lease.release()
+
+            tick = asyncio.create_task(ticker())
+            began = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(TASKS)))
+            took = time.perf_counter() - began
+            running = False
+            await tick
+        return {
+            "cycles_per_s": TASKS * ROUNDS / took,
+            "worst_gap_ms": max(gaps) * 1e3,
+            "p99_gap_ms": statistics.quantiles(gaps, n=100)[-1] * 1e3,
+        }
+
+    return asyncio.run(main())
+
+
+def library(quick: bool, results: dict[str, Any]) -> list[str]:
+    """Measure it all; the numbers go in ``results["library"]``; the report's lines back."""
+    repeats = 100 if quick else 500
+    out: dict[str, Any] = {}
+    redis = RedisServer().start()
+    try:
+        with contextlib.closing(redis.client()) as client:
+            floors = {"redis-py Lock": bench_floors.redis_lock_maker(client)}
+            out["redis"] = cycles(redis.url, floors, repeats)
+        out["redis"]["holds, sync"] = holds_sync(redis.url)
+        out["redis"]["holds, asyncio"] = holds_aio(redis.url)
+        out["redis"]["stall"] = stall(redis.url)
+    finally:
+        redis.stop()
+    pg = PostgresServer()
+    try:
+        pg.start()
+        url = f"{pg.url}?table=bench"
+        with contextlib.ExitStack() as stack:
+            conn = stack.enter_context(bench_floors.row_connection(pg.url))
+            floors = {
+                "pg_advisory_lock": advisory_maker(conn),
+                "row lease": bench_floors.row_lease_maker(conn),
+            }
+            out["pg"] = cycles(url, floors, repeats)
+        out["pg"]["stall"] = stall(url)
+    finally:
+        pg.stop()
+    results["library"] = out
+    return report(out)
+
+
+def report(out: dict[str, Any]) -> list[str]:
+    lines = ["\nthe library in a service (in one process; ms)"]
+    for key, title in (("redis", "Redis (appendfsync always), tmpfs"), ("pg", "PostgreSQL 15")):
+        got = out[key]
+        for name, t in got["timing"].items():
+            lines.append(f"{title + ': ' + name:<60} {t['median_ms']:8.2f} {t['p90_ms']:8.2f}")
+        for name in ("holds, sync", "holds, asyncio"):
+            if name in got:
+                h = got[name]
+                lines.append(
+                    f"{title}: {HOLDS} {name}: {h['threads']} threads, {h['rss_mb']:.0f} MB more,"
+                    f" renewals at most {h['late_max_s']:.2f} s late, {h['lost']} lost"
+                )
+        s = got["stall"]
+        lines.append(
+            f"{title}: {TASKS} tasks: {s['cycles_per_s']:.0f} cycles/s, event loop worst gap"
+            f" {s['worst_gap_ms']:.1f} ms (p99 {s['p99_gap_ms']:.1f})"
+        )
+    return lines
