@@ -1,12 +1,17 @@
 """The conformance suite (tests/conformance/suite.py) on the in-memory store and on the DynamoDB
-store over in-process moto. The DynamoDB servers run it in tests/integration/."""
+store over in-process moto; the in-memory store also as ``awsflock.aio`` awaits it
+(tests/conformance/awaited.py). The servers run it, both ways, in tests/integration/."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from awsflock.stores import kinds
 from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.memory import MemoryStore
+from tests.conformance.awaited import Awaited
 from tests.conformance.suite import StoreConformance
 
 
@@ -25,3 +30,11 @@ class TestDynamoDBStoreOnMoto(StoreConformance):
     @pytest.fixture
     def store(self, moto: object) -> DynamoDBStore:
         return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]
+
+
+class TestMemoryStoreAwaited(StoreConformance):
+    """The in-memory store as ``awsflock.aio`` awaits it."""
+
+    @pytest.fixture
+    def store(self) -> Any:
+        return Awaited(kinds.awaited(MemoryStore()))

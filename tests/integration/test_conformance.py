@@ -1,15 +1,18 @@
 """The conformance suite (tests/conformance/suite.py) on the DynamoDB store over HTTP: moto's
 server, dynalite and DynamoDB Local, one table per session, a name prefix per test; and the
-PostgreSQL store on a real PostgreSQL server."""
+PostgreSQL store on a real PostgreSQL server; each also as ``awsflock.aio`` awaits it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from awsflock.stores import kinds
 from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.postgresql import PostgresStore
+from tests.conformance.awaited import Awaited
 from tests.conformance.suite import StoreConformance
 from tests.servers import PostgresServer, Server, local_client
 
@@ -32,3 +35,26 @@ class TestPostgresStore(StoreConformance):
         store = PostgresStore(postgres.url, pg_table, server_time=False)
         yield store
         store.close()
+
+
+@pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
+class TestDynamoDBStoreOnServersAwaited(StoreConformance):
+    """As ``awsflock.aio`` awaits it (tests/conformance/awaited.py)."""
+
+    @pytest.fixture
+    def store(self, server: Server, shared_table: str) -> Iterator[Any]:
+        awaited = kinds.awaited(DynamoDBStore(shared_table, local_client(server.url)))
+        yield Awaited(awaited)
+        awaited.close()
+
+
+class TestPostgresStoreAwaited(StoreConformance):
+    """As ``awsflock.aio`` awaits it (tests/conformance/awaited.py)."""
+
+    bars = True
+
+    @pytest.fixture
+    def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[Any]:
+        awaited = kinds.awaited(PostgresStore(postgres.url, pg_table, server_time=False))
+        yield Awaited(awaited)
+        awaited.close()

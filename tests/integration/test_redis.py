@@ -22,6 +22,7 @@ from awsflock.protocol import Attempt, audit_key
 from awsflock.records import Identity
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
+from tests.conformance.awaited import Awaited
 from tests.conformance.suite import StoreConformance
 from tests.integration.conftest import BIN, UrlCli
 from tests.servers import REDIS_DURABLE, REDIS_PASSWORD, RedisServer, ValkeyServer
@@ -47,6 +48,18 @@ class TestRedisStore(StoreConformance):
         store = _store(redis_server, server_time=False)
         yield store
         store.close()
+
+
+class TestRedisStoreAwaited(StoreConformance):
+    """As ``awsflock.aio`` awaits it (tests/conformance/awaited.py)."""
+
+    bars = True
+
+    @pytest.fixture
+    def store(self, redis_server: RedisServer) -> Iterator[Any]:
+        awaited = kinds.awaited(_store(redis_server, server_time=False))
+        yield Awaited(awaited)
+        awaited.close()
 
 
 @pytest.fixture
