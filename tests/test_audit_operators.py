@@ -109,3 +109,20 @@ def test_force_release_returns_its_record_as_the_audit_log_shows_it(make_any_tab
     lease = held.acquire("nohost", lease=600, wait=0)
     told = force_release(make_any_table("op"), "nohost", reason="r", lease_id=lease.lease_id)
     assert audit_records(make_any_table("op"), "nohost") == [told]
+
+
+@pytest.mark.parametrize("option", ["reason", "actor"])
+def test_a_reason_or_actor_over_a_thousand_characters_is_refused_and_nothing_changes(
+    make_any_table, option
+):
+    holder = make_any_table("holder")
+    lease = holder.acquire("long-text", lease=600, wait=0)
+    texts = {"reason": "r", "actor": "a", option: "x" * 1001}
+    with pytest.raises(errors.UsageError) as refused:
+        force_release(
+            make_any_table("ops"), "long-text", lease_id=lease.lease_id, **texts
+        )  # fmt: skip
+    assert refused.value.one_line().startswith(f"--{option} is 1001 characters; at most 1000")
+    assert holder.state("long-text").lease_id == lease.lease_id  # still held
+    texts[option] = "x" * 1000
+    force_release(make_any_table("ops"), "long-text", lease_id=lease.lease_id, **texts)

@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 @cli.command("force-release", context_settings=CONTEXT)
 @click.argument("lock_id", metavar="LOCK_ID")
 @common_options
-@click.option("--reason", required=True, help="Why; kept in the audit record. Required.")
+@click.option(
+    "--reason",
+    required=True,
+    help="Why; kept in the audit record. Required (at most 1,000 characters).",
+)
 @click.option("--lease-id", help="The lease to end (as `status --show-lease-id` shows it).")
 @click.option("--yes", is_flag=True, help="Do not ask; end whatever lease holds it now.")
 @click.option("--actor", help="Who is doing this (default: AWS caller identity, or user@host).")

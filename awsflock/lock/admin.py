@@ -12,6 +12,10 @@ from awsflock.protocol import AUDIT_APPLIED, AUDIT_VOID, Outcome, audit_key
 from awsflock.records import ENDED_FORCED, KEEPALIVE_FORCE, LockRecord, kept_audit
 from awsflock.text import iso_utc
 
+#: The longest ``--reason`` and ``--actor``: they are kept with the lock (a DynamoDB item holds
+#: at most 400 KB, and every forced lease it remembers carries its reason) and in the audit.
+MAX_TEXT = 1000
+
 if TYPE_CHECKING:
     from awsflock.lock.lease import LockTable
 
@@ -43,7 +47,7 @@ def force_release(
     write is conditional on exactly that lease, so a new holder that acquired in between is
     never affected. Returns the audit record written.
     """
-    lease_id, slot = _checked(lock_id, reason, lease_id, confirm, slot)
+    lease_id, slot = _checked(lock_id, reason, lease_id, confirm, slot, actor)
     # With the lease named, the store also says how it ended if it is no longer current (a
     # re-run after a lost answer: was it this force, another, or its holder's release?).
     current = table.store.read(lock_id, lease_id)
@@ -89,6 +93,7 @@ def _checked(
     lease_id: str | None,
     confirm: Callable[[LockRecord], bool] | None,
     slot: int | None,
+    actor: str | None,
 ) -> tuple[str | None, int | None]:
     """A force-release's request, checked: (the lease id, the slot: a named pool lease's own)."""
     check_lock_id(lock_id)
@@ -97,6 +102,12 @@ def _checked(
         slot = slot_of(lease_id) if slot is None else slot
     if not reason or not reason.strip():
         raise errors.UsageError("--reason is required", hint="say why, e.g. --reason 'runner died'")
+    for option, text in (("--reason", reason), ("--actor", actor or "")):
+        if len(text) > MAX_TEXT:
+            raise errors.UsageError(
+                f"{option} is {len(text)} characters; at most {MAX_TEXT}",
+                hint="say it shorter (it is kept with the lock and in the audit record)",
+            )
     if lease_id is None and confirm is None:
         raise errors.UsageError(
             "force-release needs the lease named",

@@ -83,6 +83,12 @@ CASES = [
         "--reason is required",
     ),
     ("force-release-unnamed", ["force-release", "l", "--reason", "x"], 2, "--lease-id"),
+    (
+        "force-release-long-reason",
+        ["force-release", "l", "--reason", "x" * 1001, "--yes"],
+        2,
+        "--reason is 1001 characters; at most 1000",
+    ),
     ("unknown-command", ["frobnicate"], 2, "No such command"),
     ("unknown-option", ["acquire", "l", "--frob"], 2, "No such option"),
     ("bad-log-format", ["acquire", "l", "--log-format", "xml"], 2, "--log-format"),
