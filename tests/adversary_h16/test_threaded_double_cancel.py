@@ -7,6 +7,7 @@ left held by nobody for a whole lease (promise 3)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import Any
 
@@ -42,10 +43,8 @@ def test_a_second_cancellation_while_a_take_is_on_the_wire_leaks_nothing() -> No
         task.cancel()
         await asyncio.sleep(0.02)
         task.cancel()  # a second one: a timeout around, a TaskGroup, a shutdown
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
         memory.gate.set()  # the take lands now
         await asyncio.sleep(0.2)
 
@@ -84,10 +83,8 @@ def test_a_second_cancellation_while_a_fair_join_is_on_the_wire_leaves_no_place(
         task.cancel()
         await asyncio.sleep(0.02)
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
         memory.gate.set()  # the join lands now
         await asyncio.sleep(0.2)
 
