@@ -24,11 +24,15 @@ class SlowTake(MemoryStore):
         super().__init__(*args, **kwargs)
         self.gate = threading.Event()
         self.on_wire = threading.Event()
+        self.landed = threading.Event()
 
     def take(self, lock_id: str, attempt: Any) -> Any:
         self.on_wire.set()
         self.gate.wait(5)
-        return super().take(lock_id, attempt)
+        try:
+            return super().take(lock_id, attempt)
+        finally:
+            self.landed.set()
 
 
 def test_a_second_cancellation_while_a_take_is_on_the_wire_leaks_nothing() -> None:
@@ -43,12 +47,13 @@ def test_a_second_cancellation_while_a_take_is_on_the_wire_leaks_nothing() -> No
         task.cancel()
         await asyncio.sleep(0.02)
         task.cancel()  # a second one: a timeout around, a TaskGroup, a shutdown
+        threading.Timer(0.3, memory.gate.set).start()  # the take lands a little later
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        memory.gate.set()  # the take lands now
         await asyncio.sleep(0.2)
 
     asyncio.run(main())
+    assert memory.landed.wait(5)
     store.close()
     record = memory.read("job").lock
     assert record is None or record.released, f"left held by a cancelled task: {record}"
@@ -61,11 +66,15 @@ class SlowJoin(MemoryStore):
         super().__init__(*args, **kwargs)
         self.gate = threading.Event()
         self.on_wire = threading.Event()
+        self.landed = threading.Event()
 
     def join(self, lock_id: str, waiter: Any) -> Any:
         self.on_wire.set()
         self.gate.wait(5)
-        return super().join(lock_id, waiter)
+        try:
+            return super().join(lock_id, waiter)
+        finally:
+            self.landed.set()
 
 
 def test_a_second_cancellation_while_a_fair_join_is_on_the_wire_leaves_no_place() -> None:
@@ -83,12 +92,13 @@ def test_a_second_cancellation_while_a_fair_join_is_on_the_wire_leaves_no_place(
         task.cancel()
         await asyncio.sleep(0.02)
         task.cancel()
+        threading.Timer(0.3, memory.gate.set).start()  # the join lands a little later
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        memory.gate.set()  # the join lands now
         await asyncio.sleep(0.2)
 
     asyncio.run(main())
+    assert memory.landed.wait(5)
     store.close()
     line = memory.read("job").line
     holder.release()
