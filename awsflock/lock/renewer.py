@@ -160,10 +160,8 @@ class Renewer:
         while True:
             self._wake.clear()
             now = self.clock.monotonic()
-            ready, soonest = self.schedule.due(now, self._tell)
-            for hold in ready:
-                self._hand(hold)
-            if soonest is None and not ready:
+            handed, soonest = self._hand_due(now)
+            if soonest is None and not handed:
                 with self._state:
                     if self.schedule.holds:  # one came in meanwhile: go on
                         continue
@@ -176,6 +174,14 @@ class Renewer:
             wait = LOOK_EVERY if soonest is None else min(soonest - now, LOOK_EVERY)
             if wait > 0:
                 self.clock.wait(self._wake, wait)
+
+    def _hand_due(self, now: float) -> tuple[bool, float | None]:
+        """Hand the due steps to workers: whether any was, and when the next is due. (In a
+        frame of its own: the scheduler's waits keep no hold alive, so a dropped one goes.)"""
+        ready, soonest = self.schedule.due(now, self._tell)
+        for hold in ready:
+            self._hand(hold)
+        return bool(ready), soonest
 
     def _tell(self, holds: list[Any]) -> None:
         """Run what follows the losses the scheduler declared (``on_lost``, which may stop its
@@ -295,21 +301,26 @@ class _LoopRenewer:
         self._wake.set()
 
     async def _schedule(self) -> None:
-        import asyncio
-
         while True:
             self._wake.clear()
             now = self.clock.monotonic()
-            ready, soonest = self.schedule.due(now)
-            for hold in ready:
-                step = asyncio.get_running_loop().create_task(self._step(hold))
-                self._steps.add(step)
-                step.add_done_callback(self._steps.discard)
-            if soonest is None and not ready and not self.schedule.holds:
+            started, soonest = self._start_due(now)
+            if soonest is None and not started and not self.schedule.holds:
                 return
             wait = LOOK_EVERY if soonest is None else min(soonest - now, LOOK_EVERY)
             if wait > 0:
                 await self.clock.wait_async(self._wake, wait)
+
+    def _start_due(self, now: float) -> tuple[bool, float | None]:
+        """Start a task for each due step (in a frame of its own, as ``Renewer._hand_due``)."""
+        import asyncio
+
+        ready, soonest = self.schedule.due(now)
+        for hold in ready:
+            step = asyncio.get_running_loop().create_task(self._step(hold))
+            self._steps.add(step)
+            step.add_done_callback(self._steps.discard)
+        return bool(ready), soonest
 
     async def _step(self, hold: Any) -> None:
         try:
