@@ -301,15 +301,23 @@ class _LoopRenewer:
         self._wake.set()
 
     async def _schedule(self) -> None:
-        while True:
-            self._wake.clear()
-            now = self.clock.monotonic()
-            started, soonest = self._start_due(now)
-            if soonest is None and not started and not self.schedule.holds:
-                return
-            wait = LOOK_EVERY if soonest is None else min(soonest - now, LOOK_EVERY)
-            if wait > 0:
-                await self.clock.wait_async(self._wake, wait)
+        import asyncio
+
+        try:
+            while True:
+                self._wake.clear()
+                now = self.clock.monotonic()
+                started, soonest = self._start_due(now)
+                if soonest is None and not started and not self.schedule.holds:
+                    return
+                wait = LOOK_EVERY if soonest is None else min(soonest - now, LOOK_EVERY)
+                if wait > 0:
+                    await self.clock.wait_async(self._wake, wait)
+        finally:
+            # Done: the task (and through it its loop, this renewer's key) is let go, so that
+            # each ``asyncio.run`` on a long-lived table does not leave its loop behind.
+            if self._task is asyncio.current_task():
+                self._task = None
 
     def _start_due(self, now: float) -> tuple[bool, float | None]:
         """Start a task for each due step (in a frame of its own, as ``Renewer._hand_due``)."""
