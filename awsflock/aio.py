@@ -19,6 +19,7 @@ moment of the grant, or while a step is on the wire holds nothing afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import Any, Callable
 
@@ -42,15 +43,33 @@ class Hold(heartbeat_async.Hold):
     ``LeaseLost`` (a cancellation of the task from elsewhere stays a cancellation)."""
 
     _body: asyncio.Task[Any] | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
     _cancelled_body = False
     _exiting = False
 
     async def __aenter__(self) -> Hold:
         self._body = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
         await self.start()
         return self
 
     def _lost_now(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._cancel_body()
+            return
+        # Declared in another thread (``check()`` from work run with ``asyncio.to_thread``):
+        # the body is cancelled in its own loop.
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs in it
+            loop.call_soon_threadsafe(self._cancel_body)
+
+    def _cancel_body(self) -> None:
         body = self._body
         if body is None or self._exiting or body.done():
             return
@@ -69,8 +88,10 @@ class Hold(heartbeat_async.Hold):
         try:
             await asyncio.shield(self.stop())
         except errors.LeaseLost as lost:
+            if still_cancelled and exc_type is None:
+                raise asyncio.CancelledError from lost  # the body swallowed one from elsewhere
             if still_cancelled or (exc_type is not None and not _ours(exc, self)):
-                raise  # the body's own error, or a cancellation from elsewhere, comes first
+                return  # the body's own error, or a cancellation from elsewhere, comes first
             raise lost from exc
         except errors.AwsflockError as err:
             if exc_type is None:

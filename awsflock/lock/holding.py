@@ -103,11 +103,15 @@ class HoldState:
             return None
         return self.mono_deadline()
 
-    def overdue(self) -> None:
+    def overdue(self, tell: bool = True) -> bool:
         """The deadline passed while a step still runs (a renewal still on its way): the
-        lease counts as lost now, whatever that renewal's answer."""
+        lease counts as lost now, whatever that renewal's answer. True if declared by this
+        call; with ``tell=False`` the caller calls ``_tell_lost()`` then (elsewhere: the
+        renewer's scheduler must not run the callback itself)."""
         if not self.lost.is_set() and self.clock.monotonic() >= self.mono_deadline():
-            self._lose("no successful renewal before the safety deadline", metrics.EXPIRED)
+            why = "no successful renewal before the safety deadline"
+            return self._lose(why, metrics.EXPIRED, tell=tell)
+        return False
 
     def _name_unreleased(self, exc: errors.AwsflockError) -> None:
         """Say, with what frees it, that a lease declared lost could not be released: a renewal
@@ -164,12 +168,13 @@ class HoldState:
         """Called once, as the loss is declared, before ``on_lost``: the asynchronous hold
         cancels its body here (``awsflock.aio``)."""
 
-    def _lose(self, why: str, reason: str, advice: str = "") -> None:
-        """Declare the lease lost. ``advice``: what to do about it, where the reason calls for
-        more than checking the work and trying again (a force-release: ended on purpose)."""
+    def _lose(self, why: str, reason: str, advice: str = "", tell: bool = True) -> bool:
+        """Declare the lease lost (True: by this call). ``advice``: what to do about it, where
+        the reason calls for more than checking the work and trying again (a force-release:
+        ended on purpose). ``tell=False``: ``_tell_lost()`` is left to the caller."""
         with self._state:
             if self.lost.is_set():
-                return
+                return False
             metrics.record("awsflock.leases.lost", 1, self.lock_id, self.table.store, reason=reason)
             lease = self._lease
             if reason != metrics.FORCE_RELEASED or not advice:
@@ -192,7 +197,14 @@ class HoldState:
                 },
             )
             self.lost.set()
+        if tell:
+            self._tell_lost()
+        return True
+
+    def _tell_lost(self) -> None:
+        """What follows a declared loss: the body's cancellation (aio), then ``on_lost``."""
         self._lost_now()
+        assert self._lost_error is not None
         if self.on_lost is not None:
             try:
                 self.on_lost(self, self._lost_error)

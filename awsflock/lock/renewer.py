@@ -27,7 +27,7 @@ import collections
 import logging
 import threading
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from awsflock.clock import Clock, start_thread
 
@@ -59,9 +59,12 @@ class _Schedule:
             if ref is not None and ref() is hold:
                 del self.holds[id(hold)]
 
-    def due(self, now: float) -> tuple[list[Any], float | None]:
+    def due(
+        self, now: float, tell: Callable[[list[Any]], None] | None = None
+    ) -> tuple[list[Any], float | None]:
         """The holds whose step is due now (marked busy), and when the next one is due (None:
-        no hold left). A busy hold past its deadline is declared lost here."""
+        no hold left). A busy hold past its deadline is declared lost here; ``tell`` then runs
+        what follows the losses (their ``on_lost``), if given, instead of this thread."""
         ready, overdue, soonest = [], [], None
         with self.lock:
             for key, ref in list(self.holds.items()):
@@ -91,8 +94,13 @@ class _Schedule:
                     soonest = when
             if not self.holds:
                 return ready, None
-        for hold in overdue:
-            hold.overdue()
+        if tell is None:
+            for hold in overdue:
+                hold.overdue()
+        else:
+            declared = [hold for hold in overdue if hold.overdue(tell=False)]
+            if declared:
+                tell(declared)
         if overdue and soonest is None:
             soonest = now + LOOK_EVERY
         return ready, soonest
@@ -152,10 +160,8 @@ class Renewer:
         while True:
             self._wake.clear()
             now = self.clock.monotonic()
-            ready, soonest = self.schedule.due(now)
-            for hold in ready:
-                self._hand(hold)
-            if soonest is None and not ready:
+            handed, soonest = self._hand_due(now)
+            if soonest is None and not handed:
                 with self._state:
                     if self.schedule.holds:  # one came in meanwhile: go on
                         continue
@@ -168,6 +174,20 @@ class Renewer:
             wait = LOOK_EVERY if soonest is None else min(soonest - now, LOOK_EVERY)
             if wait > 0:
                 self.clock.wait(self._wake, wait)
+
+    def _hand_due(self, now: float) -> tuple[bool, float | None]:
+        """Hand the due steps to workers: whether any was, and when the next is due. (In a
+        frame of its own: the scheduler's waits keep no hold alive, so a dropped one goes.)"""
+        ready, soonest = self.schedule.due(now, self._tell)
+        for hold in ready:
+            self._hand(hold)
+        return bool(ready), soonest
+
+    def _tell(self, holds: list[Any]) -> None:
+        """Run what follows the losses the scheduler declared (``on_lost``, which may stop its
+        hold and so wait for its step) in a thread of their own: never in the scheduler's,
+        which every other hold's renewals wait for."""
+        start_thread(self.clock, _tell_lost, (holds,), f"{self.name}-lost")
 
     def _hand(self, hold: Any) -> None:
         """Queue ``hold``'s step for an idle worker, or a new one (up to ``MAX_WORKERS``;
@@ -212,6 +232,14 @@ class Renewer:
         finally:
             self.schedule.done(hold)
             self._wake.set()
+
+
+def _tell_lost(holds: list[Any]) -> None:
+    for hold in holds:
+        try:
+            hold._tell_lost()
+        except Exception:
+            log.exception("telling the loss of %r failed", getattr(hold, "lock_id", hold))
 
 
 class AsyncRenewer:
@@ -275,19 +303,32 @@ class _LoopRenewer:
     async def _schedule(self) -> None:
         import asyncio
 
-        while True:
-            self._wake.clear()
-            now = self.clock.monotonic()
-            ready, soonest = self.schedule.due(now)
-            for hold in ready:
-                step = asyncio.get_running_loop().create_task(self._step(hold))
-                self._steps.add(step)
-                step.add_done_callback(self._steps.discard)
-            if soonest is None and not ready and not self.schedule.holds:
-                return
-            wait = LOOK_EVERY if soonest is None else min(soonest - now, LOOK_EVERY)
-            if wait > 0:
-                await self.clock.wait_async(self._wake, wait)
+        try:
+            while True:
+                self._wake.clear()
+                now = self.clock.monotonic()
+                started, soonest = self._start_due(now)
+                if soonest is None and not started and not self.schedule.holds:
+                    return
+                wait = LOOK_EVERY if soonest is None else min(soonest - now, LOOK_EVERY)
+                if wait > 0:
+                    await self.clock.wait_async(self._wake, wait)
+        finally:
+            # Done: the task (and through it its loop, this renewer's key) is let go, so that
+            # each ``asyncio.run`` on a long-lived table does not leave its loop behind.
+            if self._task is asyncio.current_task():
+                self._task = None
+
+    def _start_due(self, now: float) -> tuple[bool, float | None]:
+        """Start a task for each due step (in a frame of its own, as ``Renewer._hand_due``)."""
+        import asyncio
+
+        ready, soonest = self.schedule.due(now)
+        for hold in ready:
+            step = asyncio.get_running_loop().create_task(self._step(hold))
+            self._steps.add(step)
+            step.add_done_callback(self._steps.discard)
+        return bool(ready), soonest
 
     async def _step(self, hold: Any) -> None:
         try:

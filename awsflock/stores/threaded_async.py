@@ -109,10 +109,18 @@ class AsyncThreadedStore:
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            # The step may be on the wire: let it land (or fail) before anything follows it.
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(future)
+            # The step may be on the wire: let it land (or fail) before anything follows it,
+            # however many more cancellations come meanwhile (a timeout and a TaskGroup).
+            while not future.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await _landed(future)
             raise
+
+
+async def _landed(future: asyncio.Future[Outcome]) -> None:
+    """Wait for ``future`` to end, whatever its outcome (its error is its caller's)."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(future)
 
 
 def _bounded(

@@ -1,0 +1,16 @@
+"""h16's adversarial repros: some wait in real time or start a server, so all are left out of
+the fast tier (``slow``) until the lead moves each where it belongs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.slow)
