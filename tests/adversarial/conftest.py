@@ -1,5 +1,6 @@
-"""h16's adversarial repros: some wait in real time or start a server, so all are left out of
-the fast tier (``slow``) until the lead moves each where it belongs."""
+"""Repros from adversarial reviews, each a violation once found and fixed, kept as regression
+tests (the first: issue 40's asyncio, renewer and election review). Some wait in real time or
+start a server, so all are left out of the fast tier (``slow``); the full run has them."""
 
 from __future__ import annotations
 
