@@ -1,4 +1,4 @@
-"""h16 adversary, on a real redis-server through the fault proxy: a fair join that lands late
+"""On a real redis-server through the fault proxy: a fair join that lands late
 (``late:0.6``) while its task is cancelled twice must not leave a place in the line (the
 threaded store waits for the step on the wire whatever the cancellations). ~5 s; the server
 runs under ``nice``. Passes at f7b3df7 too: the Redis store's one connection makes the leave

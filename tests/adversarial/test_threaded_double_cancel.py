@@ -1,4 +1,4 @@
-"""h16 adversary: ``AsyncThreadedStore`` (aio on DynamoDB/PostgreSQL/Redis) promises that a
+"""``AsyncThreadedStore`` (aio on DynamoDB/PostgreSQL/Redis) promises that a
 step cancelled on the wire is let land before the clean-up that follows. A second cancellation
 (TaskGroup + timeout, ``task.cancel()`` twice, shutdown) cuts that wait short: the clean-up
 release is sent while the take is still on the wire, the take lands after it, and the lock is
