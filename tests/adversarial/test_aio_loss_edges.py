@@ -1,4 +1,4 @@
-"""edges of ``awsflock.aio``'s loss handling (promise 4: an outside
+"""Edges of ``awsflock.aio``'s loss handling (promise 4: an outside
 cancellation stays a CancelledError, the task is not left "cancelling"; the body's own error
 comes first; a loss declared anywhere cancels the body). In-memory store, fake clock."""
 

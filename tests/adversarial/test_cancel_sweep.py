@@ -1,4 +1,4 @@
-"""cancel an ``await table.acquire()`` / ``async with table.lock()`` at every
+"""Cancel an ``await table.acquire()`` / ``async with table.lock()`` at every
 event-loop step of its life (before a request is sent, after it landed but before its answer
 is read, in the settle, in the line's clean-up), with the lock freed by its holder at several
 moments: a cancelled task must hold nothing afterwards, neither a lease nor a place in the

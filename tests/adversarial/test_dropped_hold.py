@@ -1,4 +1,4 @@
-""""a hold dropped without stop stops being renewed" (promise 6). The existing
+"""A hold dropped without stop stops being renewed (promise 6). The existing
 test drops a hold before its first renewal; here it is dropped after one, so it has been in the
 scheduler's ``ready`` list, which is still bound while the scheduler waits and while it calls
 ``due()`` again. Fake clock; bounded real-time polls."""

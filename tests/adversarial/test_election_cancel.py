@@ -1,4 +1,4 @@
-"""an election cancelled from outside (shutdown: ``task.cancel()``) while its
+"""An election cancelled from outside (shutdown: ``task.cancel()``) while its
 term's lock was taken from it behind its back keeps campaigning instead of ending: the
 release finds the lock gone, ``LeaseLost`` replaces the cancellation, and ``_serve`` takes
 that for a lost term. In-memory store, fake clock."""

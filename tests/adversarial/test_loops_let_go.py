@@ -1,4 +1,4 @@
-"""a long-lived ``aio.LockTable`` used from one ``asyncio.run`` after another
+"""A long-lived ``aio.LockTable`` used from one ``asyncio.run`` after another
 (a sync program calling into async code) keeps every closed event loop alive: the renewer's
 per-loop entry (a WeakKeyDictionary value) holds its scheduling task, which holds the loop,
 its key. In-memory store, fake clock."""

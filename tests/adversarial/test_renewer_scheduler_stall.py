@@ -1,4 +1,4 @@
-"""the synchronous renewer declares an overdue hold lost *on its scheduler
+"""The synchronous renewer declares an overdue hold lost *on its scheduler
 thread* (``_Schedule.due`` -> ``overdue`` -> ``_lose`` -> ``on_lost``). An ``on_lost`` that
 stops its hold (which waits for the hanging step, then releases) holds up the scheduler, and
 with it every other hold's renewals: a healthy lock is lost because another one's renewal hung
