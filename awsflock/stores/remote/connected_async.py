@@ -39,6 +39,9 @@ TRY_GRACE = 0.5
 _END: contextvars.ContextVar[float | None] = contextvars.ContextVar("awsflock_end", default=None)
 _DOUBT: contextvars.ContextVar[bool] = contextvars.ContextVar("awsflock_doubt", default=False)
 _TIMEOUT: contextvars.ContextVar[float] = contextvars.ContextVar("awsflock_try", default=0.0)
+_SEND_BY: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "awsflock_send_by", default=None
+)
 
 
 class AsyncLink(Protocol[C]):
@@ -96,6 +99,12 @@ class AsyncConnected(Generic[C]):
     def _try_timeout(self) -> float:
         """The current try's time, for a link's own waits."""
         return _TIMEOUT.get()
+
+    def may_send(self) -> bool:
+        """Whether the current try's gate is still open (a link that sends again within one
+        try asks first: Redis's step, after the server lost its script)."""
+        send_by = _SEND_BY.get()
+        return send_by is None or asyncio.get_running_loop().time() < send_by
 
     def _in_doubt(self) -> bool:
         """Whether the task's last call had a try that may have reached the store."""
@@ -209,7 +218,8 @@ class AsyncConnected(Generic[C]):
                 )
             sent = True
             _TIMEOUT.set(timeout)
-            return await asyncio.wait_for(call(line.conn), send_by + TRY_GRACE - loop.time())
+            _SEND_BY.set(send_by)
+            return await self._answer(asyncio.ensure_future(call(line.conn)), send_by, line)
         except errors.AwsflockError as err:
             if err.maybe_applied:
                 await self._drop(line)
@@ -223,10 +233,42 @@ class AsyncConnected(Generic[C]):
             late.maybe_applied = sent
             raise late from None
         except asyncio.CancelledError:
-            await asyncio.shield(self._drop(line))  # mid-reply: never used again
+            if not sent:
+                await asyncio.shield(self._drop(line))  # a connect cut short
             raise
         except Exception as exc:
             mapped = self.link.translate(exc, operation=operation, sent=sent)
             if mapped.broken:
                 await self._drop(line)
             raise mapped.error from exc
+
+    async def _answer(self, step: asyncio.Future[_T], send_by: float, line: _Line) -> _T:
+        """The sent step's answer, by its time plus a grace (``TimeoutError`` after). Cancelled
+        meanwhile, however many times, the step is let land (or fail) within that time before
+        the cancellation goes on: the clean-up that follows (an attempt's release, a place's
+        leave) is sent after it, never before. One still on the wire then is cut off, and its
+        connection closed (it is mid-reply)."""
+        loop = asyncio.get_running_loop()
+        deadline = send_by + TRY_GRACE
+        cancelled = False
+        while not step.done():
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            try:
+                await asyncio.wait((step,), timeout=left)
+            except asyncio.CancelledError:
+                cancelled = True
+        if not step.done():
+            step.cancel()
+            await asyncio.shield(self._drop(line))
+            if cancelled:
+                raise asyncio.CancelledError
+            raise asyncio.TimeoutError
+        if cancelled:
+            if step.exception() is not None and not isinstance(
+                step.exception(), errors.AwsflockError
+            ):
+                await asyncio.shield(self._drop(line))
+            raise asyncio.CancelledError
+        return step.result()
