@@ -163,11 +163,27 @@ class LockTable(table_async.LockTable):
             on_new_leader=on_new_leader,
         )
 
+    async def aclose(self) -> None:
+        """Close the store's connections: this event loop's (PostgreSQL), and the worker
+        threads and connections of the stores run in threads (DynamoDB, Redis). A service
+        calls it at shutdown, in the loop that used the table (or uses ``async with``)."""
+        close_async = getattr(self.store, "close_async", None)
+        if close_async is not None:
+            await close_async()
+        self.close()
+
     def close(self) -> None:
-        """Close the store's connections (and its worker threads, on DynamoDB)."""
+        """What can be closed outside an event loop: worker threads and their connections,
+        and the store beneath. A connection an event loop made is closed by ``aclose``."""
         close = getattr(self.store, "close", None)
         if close is not None:
             close()
+
+    async def __aenter__(self) -> LockTable:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def connect(

@@ -269,3 +269,16 @@ def test_one_table_in_two_event_loops_renews_each_loop_s_holds_in_that_loop():
         thread.join(10)
     assert sorted(done) == ["a", "b"]
     assert store.loops == {"a": {own["a"]}, "b": {own["b"]}}  # each in its own loop
+
+
+def test_a_table_opened_with_async_with_is_closed_at_its_end():
+    closed: list[bool] = []
+
+    async def main() -> None:
+        async with aio.connect("memory://", clock=FakeClock()) as table:
+            table.store.close = lambda: closed.append(True)  # type: ignore[method-assign]
+            async with table.lock("x", wait=0) as held:
+                assert held.fencing_token is not None
+        assert closed == [True]
+
+    asyncio.run(main())

@@ -37,4 +37,6 @@ class TestMemoryStoreAwaited(StoreConformance):
 
     @pytest.fixture
     def store(self) -> Any:
-        return Awaited(kinds.awaited(MemoryStore()))
+        adapter = Awaited(kinds.awaited(MemoryStore()))
+        yield adapter
+        adapter.close()

@@ -64,3 +64,6 @@ class AsyncMemoryStore:
 
     def waker(self, lock_id: str) -> AsyncWaker:
         return AsyncSleeper()
+
+    def close(self) -> None:
+        """Nothing to close: the store is in this process's memory."""

@@ -81,7 +81,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
         campaign.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await campaign
-        table.close()
+        await table.aclose()
 
 
 app = Starlette(

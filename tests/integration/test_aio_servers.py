@@ -73,7 +73,7 @@ def test_tasks_take_turns_and_never_hold_together(at):
                     await asyncio.sleep(0.02)
                     inside.remove(f"w{n}")
         finally:
-            table.close()
+            await table.aclose()
 
     async def main() -> None:
         await asyncio.gather(*(worker(n) for n in range(3)))
@@ -102,7 +102,7 @@ def test_a_force_release_cancels_the_body_and_the_block_raises_lease_lost(at):
                         seen.append("cancelled")
                         raise
         finally:
-            table.close()
+            await table.aclose()
 
     try:
         asyncio.run(main())
@@ -124,7 +124,7 @@ def test_a_wait_cut_short_by_a_timeout_holds_nothing(at):
                 await asyncio.wait_for(table.acquire(lock, wait=None, fair=True), 1.5)
             return await table.state(lock)
         finally:
-            table.close()
+            await table.aclose()
 
     try:
         state = asyncio.run(main())

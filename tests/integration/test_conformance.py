@@ -44,8 +44,9 @@ class TestDynamoDBStoreOnServersAwaited(StoreConformance):
     @pytest.fixture
     def store(self, server: Server, shared_table: str) -> Iterator[Any]:
         awaited = kinds.awaited(DynamoDBStore(shared_table, local_client(server.url)))
-        yield Awaited(awaited)
-        awaited.close()
+        adapter = Awaited(awaited)
+        yield adapter
+        adapter.close()
 
 
 class TestPostgresStoreAwaited(StoreConformance):
@@ -56,5 +57,6 @@ class TestPostgresStoreAwaited(StoreConformance):
     @pytest.fixture
     def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[Any]:
         awaited = kinds.awaited(PostgresStore(postgres.url, pg_table, server_time=False))
-        yield Awaited(awaited)
-        awaited.close()
+        adapter = Awaited(awaited)
+        yield adapter
+        adapter.close()

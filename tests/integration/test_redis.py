@@ -58,8 +58,9 @@ class TestRedisStoreAwaited(StoreConformance):
     @pytest.fixture
     def store(self, redis_server: RedisServer) -> Iterator[Any]:
         awaited = kinds.awaited(_store(redis_server, server_time=False))
-        yield Awaited(awaited)
-        awaited.close()
+        adapter = Awaited(awaited)
+        yield adapter
+        adapter.close()
 
 
 @pytest.fixture

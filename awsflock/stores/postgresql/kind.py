@@ -26,6 +26,13 @@ def open(named: Named, settings: Settings) -> PostgresStore:
     return opened(PostgresStore, named.url, settings.table, settings)
 
 
+def awaited(store: PostgresStore) -> Any:
+    """The store's lock steps awaited on psycopg's asynchronous connection (``awsflock.aio``)."""
+    from awsflock.stores.postgresql.aio import AsyncPostgresStore
+
+    return AsyncPostgresStore(store)
+
+
 def grants(table: str, role: str, *, read_only: bool) -> str:
     return schema.grants(schema.check_name(table), role, read_only=read_only)
 

@@ -27,6 +27,13 @@ def open(named: Named, settings: Settings) -> RedisStore:
     return opened(RedisStore, named.url, named.table or settings.table, settings)
 
 
+def awaited(store: RedisStore) -> Any:
+    """The store's lock steps awaited on ``redis.asyncio`` (``awsflock.aio``)."""
+    from awsflock.stores.redis.aio import AsyncRedisStore
+
+    return AsyncRedisStore(store)
+
+
 def acl(prefix: str, user: str, *, read_only: bool) -> str:
     return acl_rules.acl(urls.check_prefix(prefix), user, read_only=read_only)
 

@@ -187,6 +187,11 @@ class Connected(RetryingStore, Generic[C]):
             self._drop()
         return value
 
+    def _try_timeout(self) -> float:
+        """The current try's time, for a link's own waits (Redis's WAIT)."""
+        timeout: float = self._local.try_timeout
+        return timeout
+
     def may_send(self) -> bool:
         """Whether the current try's gate is still open: a link that sends again within one
         try (Redis's step, after the server lost its script) asks first."""

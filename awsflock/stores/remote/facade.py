@@ -1,3 +1,4 @@
+# Made from facade_async.py by scripts/unasync: edit that file, then run scripts/unasync.
 """The ``LockStore`` of a store whose every lock step is one server-side call (PostgreSQL's
 step function, Redis's script): the steps' parameters, one call each through the request
 layer, and the answer read in the shared form (``answers``).
@@ -88,7 +89,7 @@ class StepStore(Connected[C], Generic[C]):
         def call(conn: C) -> tuple[Any, int, float]:
             # The caller's wall and monotonic clocks, read together when this try is sent.
             wall_ms, mono = round(self.clock.time() * 1000), self.clock.monotonic()
-            return link.step(conn, request, self._local.try_timeout), wall_ms, mono
+            return link.step(conn, request, self._try_timeout()), wall_ms, mono
 
         reply, wall_ms, mono = self._send(operation, call)
         answer = self.program.answer(reply, lock_id)
@@ -201,7 +202,7 @@ class StepStore(Connected[C], Generic[C]):
         self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
     ) -> bool:
         params = {**self._clock(now_ms, skew_ms), "old": old, "new": new}
-        return self._call("resize", "resize", lock_id, params).applied
+        return (self._call("resize", "resize", lock_id, params)).applied
 
 
 def listed(outcomes: Iterable[Outcome]) -> Iterator[LockRecord | Pool]:

@@ -1,0 +1,139 @@
+"""The Redis store for ``awsflock.aio``: the same script, durability wait and settings check,
+sent on ``redis.asyncio``'s connection (``AsyncRedisLink``), through the asynchronous request
+layer (``stores.remote.connected_async``) and the step facade's asynchronous source. What a step
+sends and what its answers mean stay the synchronous link's (``RedisLink.plan`` and ``read``);
+only the sending is awaited. Made from a ``RedisStore`` (``awaited``), which it keeps for the
+calls that are not lock steps."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from awsflock import errors
+from awsflock.stores.redis import durability, wire
+from awsflock.stores.redis.link import RedisConn, RedisLink, _no_setinfo, log
+from awsflock.stores.redis.program import Request
+from awsflock.stores.redis.store import RedisStore
+from awsflock.stores.remote.facade_async import StepStore
+from awsflock.stores.remote.link import Translated, driver
+
+
+class AsyncRedisLink:
+    """``RedisLink``'s connections made and used with ``redis.asyncio``."""
+
+    def __init__(self, link: RedisLink, store: AsyncRedisStore) -> None:
+        self.sync = link
+        self.store = store
+
+    def where(self) -> str:
+        return self.sync.where()
+
+    async def connect(self, timeout: float) -> RedisConn:
+        """A connection, made and logged in now, its deployment checked (as ``RedisLink``)."""
+        driver("redis", "Redis", "redis-py", "redis")
+        import redis.asyncio as aredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        owner = self.sync.store
+        pool = aredis.ConnectionPool.from_url(
+            owner.url,
+            password=owner.password,
+            max_connections=1,
+            socket_timeout=owner.request_timeout + 1,
+            socket_connect_timeout=max(1.0, timeout),
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=0,
+            protocol=2,
+            **_no_setinfo(),
+        )
+        conn = RedisConn(aredis.Redis(connection_pool=pool))
+        try:
+            pipe = conn.client.pipeline(transaction=False)
+            durability.ask_check(pipe, owner.prefix)
+            conn.facts, conn.layout = durability.read_check(
+                await pipe.execute(raise_on_error=False)
+            )
+            conn.deployment = self.sync.classify(conn.facts)
+            for note in conn.deployment.notes:
+                log.warning("%s", note)
+            conn.checked_mono = time.monotonic()
+        except BaseException:
+            await self.close(conn)
+            raise
+        return conn
+
+    async def close(self, conn: RedisConn) -> None:
+        with contextlib.suppress(Exception):
+            await conn.client.connection_pool.disconnect()
+
+    def translate(self, exc: BaseException, *, operation: str, sent: bool) -> Translated:
+        return self.sync.translate(exc, operation=operation, sent=sent)
+
+    async def step(self, conn: RedisConn, request: Request, timeout: float) -> Any:
+        """One step, as ``RedisLink.step``: the plan sent in one round trip, the script sent
+        whole once if the server lost it (while the try's time lasts), the answers read."""
+        plan = self.sync.plan(conn, request, timeout)
+        answers = await _call(conn.client, plan.commands)
+        if plan.lost_script(answers):
+            if not self.store.may_send():
+                raise errors.EndpointUnreachable(
+                    f"{self.where()} had lost awsflock's script, and the try's time ran out "
+                    "before it could be sent again",
+                    hint="retry",
+                )
+            answers = await _call(conn.client, plan.commands_with_the_script())
+        return self.sync.read(conn, plan, answers)
+
+
+async def _call(client: Any, commands: list[wire.Command]) -> list[Any]:
+    """``wire.call``, awaited: the commands in one send, each reply (an error reply in its
+    place) read in turn; a failure of the connection itself raised, the connection closed."""
+    import redis.exceptions as rx
+
+    pool = client.connection_pool
+    conn = await pool.get_connection()
+    try:
+        await conn.send_packed_command([wire.pack(commands)], check_health=False)
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await conn.read_response())
+            except rx.ResponseError as refused:
+                replies.append(refused)
+            except (rx.BusyLoadingError, rx.AuthenticationError) as refused:
+                replies.append(refused)
+                closed = rx.ConnectionError("the connection was closed after an error reply")
+                replies.extend(closed for _ in commands[len(replies) :])
+                break
+    except BaseException:
+        await conn.disconnect()
+        raise
+    finally:
+        await pool.release(conn)
+    return replies
+
+
+class AsyncRedisStore(StepStore[Any]):
+    """``store``'s lock steps, awaited on a ``redis.asyncio`` connection of its own."""
+
+    kind = "redis"
+
+    def __init__(self, store: RedisStore) -> None:
+        self.sync = store
+        self.table_name = store.table_name
+        self.prefix = store.prefix
+        self.request_timeout = store.request_timeout
+        clock: Any = store.clock
+        self.clock = clock
+        self.server_time = store.server_time
+        self.link: Any = AsyncRedisLink(store.link, self)
+        self.program = store.program
+        self._connected_init()
+
+    def close(self) -> None:
+        """Close the synchronous store's connection. An event loop's own connection is closed
+        by ``close_async``, in that loop."""
+        self.sync.close()

@@ -1,0 +1,274 @@
+"""The request layer of ``awsflock.aio`` for a store that reaches its server through an
+asynchronous link (``AsyncLink``): what ``requests`` and ``connected`` do for threads, for
+tasks. One try at a time per event loop uses the loop's one connection.
+
+- A call's budget (``budget``) is the task's (a context variable); each try is bounded by what
+  is left of it, retries back off with jitter, and a retry goes only if ``MIN_TRY`` of the
+  budget is left when it is about to be sent (after a pause of the process too).
+- The gate: a try is sent only if its time is not over once it holds the connection (made if
+  need be); one refused there was never sent. A try past the gate that fails may have been
+  applied (``maybe_applied``); so may one that times out, or whose task is cancelled while it
+  is on the wire: its connection is closed (it is mid-reply) and never used again, and the
+  cancellation goes on. The lock logic counts such a step as sent: its attempt stays
+  unsettled until released.
+- A later try answered does not make an earlier one's late landing forgotten: the call is *in
+  doubt* (``_in_doubt``) and its answer says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import random
+import weakref
+from collections.abc import Awaitable, Iterator
+from typing import Any, Callable, Generic, Protocol, TypeVar
+
+from awsflock import errors, metrics
+from awsflock.clock_async import AsyncClock
+from awsflock.protocol import MIN_TRY
+from awsflock.protocol_async import AsyncSleeper, AsyncWaker
+from awsflock.stores.remote.link import C, Translated
+from awsflock.stores.remote.requests import backoff, retry_fits, still_fits
+
+_T = TypeVar("_T")
+#: Real time a try is given beyond its timeout before it counts as unanswered.
+TRY_GRACE = 0.5
+
+_END: contextvars.ContextVar[float | None] = contextvars.ContextVar("awsflock_end", default=None)
+_DOUBT: contextvars.ContextVar[bool] = contextvars.ContextVar("awsflock_doubt", default=False)
+_TIMEOUT: contextvars.ContextVar[float] = contextvars.ContextVar("awsflock_try", default=0.0)
+_SEND_BY: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "awsflock_send_by", default=None
+)
+
+
+class AsyncLink(Protocol[C]):
+    """``awsflock.stores.remote.link.Link``, its connect and close awaited."""
+
+    def where(self) -> str: ...
+
+    async def connect(self, timeout: float) -> C: ...
+
+    async def close(self, conn: C) -> None: ...
+
+    def translate(self, exc: BaseException, *, operation: str, sent: bool) -> Translated: ...
+
+
+class _Line:
+    """One event loop's connection, and the lock its tries take turns on."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.lock = asyncio.Lock()
+
+
+class AsyncConnected(Generic[C]):
+    """A store whose calls go through ``link``; a subclass sets ``link``, ``clock`` and
+    ``request_timeout``, and calls ``_connected_init``."""
+
+    link: AsyncLink[C]
+    clock: AsyncClock
+    request_timeout: float
+    #: Where backoff pauses draw their jitter.
+    _retry_rng: random.Random = random.Random()
+
+    def _connected_init(self) -> None:
+        self._lines: weakref.WeakKeyDictionary[Any, _Line] = weakref.WeakKeyDictionary()
+
+    def where(self) -> str:
+        return self.link.where()
+
+    def actor(self) -> str | None:
+        return None
+
+    def waker(self, lock_id: str) -> AsyncWaker:
+        return AsyncSleeper()
+
+    @contextlib.contextmanager
+    def budget(self, end: float) -> Iterator[None]:
+        """Calls of this task made inside end by ``end`` (an outer, earlier end wins)."""
+        outer = _END.get()
+        token = _END.set(end if outer is None else min(outer, end))
+        try:
+            yield
+        finally:
+            _END.reset(token)
+
+    def _try_timeout(self) -> float:
+        """The current try's time, for a link's own waits."""
+        return _TIMEOUT.get()
+
+    def may_send(self) -> bool:
+        """Whether the current try's gate is still open (a link that sends again within one
+        try asks first: Redis's step, after the server lost its script)."""
+        send_by = _SEND_BY.get()
+        return send_by is None or asyncio.get_running_loop().time() < send_by
+
+    def _in_doubt(self) -> bool:
+        """Whether the task's last call had a try that may have reached the store."""
+        return _DOUBT.get()
+
+    async def close_async(self) -> None:
+        """Close this loop's connection (a try using it now finishes first)."""
+        line = self._lines.pop(asyncio.get_running_loop(), None)
+        if line is not None:
+            async with line.lock:
+                await self._drop(line)
+
+    async def _drop(self, line: _Line) -> None:
+        conn, line.conn = line.conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await self.link.close(conn)
+
+    async def _send(self, operation: str, call: Callable[[C], Awaitable[_T]]) -> _T:
+        """Make one call, retrying throttling and transient failures while the budget lasts;
+        a final failure carries ``maybe_applied`` if any try may have reached the store."""
+        start = self.clock.monotonic()
+        try:
+            answer = await self._tries(operation, call, start)
+        except errors.AwsflockError as err:
+            self._measured(operation, start, type(err).__name__)
+            raise
+        self._measured(operation, start, "ok")
+        return answer
+
+    def _measured(self, operation: str, start: float, outcome: str) -> None:
+        took = self.clock.monotonic() - start
+        metrics.record(
+            "awsflock.store.request.duration", took, None, self, step=operation, outcome=outcome
+        )
+
+    async def _tries(self, operation: str, call: Callable[[C], Awaitable[_T]], start: float) -> _T:
+        end = _END.get()
+        if end is None:
+            end = start + self.request_timeout
+        _DOUBT.set(False)
+        tries = 0
+        while True:
+            tries += 1
+            timeout = max(MIN_TRY, min(self.request_timeout, end - self.clock.monotonic()))
+            try:
+                return await self._attempt(operation, call, timeout)
+            except (errors.Throttled, errors.EndpointUnreachable) as err:
+                if err.maybe_applied:
+                    _DOUBT.set(True)
+                pause = backoff(tries, self._retry_rng)
+                if retry_fits(self.clock.monotonic() + pause, end):
+                    await self.clock.sleep_async(pause)
+                    if still_fits(self.clock.monotonic(), end):
+                        continue
+                err.maybe_applied = _DOUBT.get()
+                took = self.clock.monotonic() - start
+                err.message += f" ({tries} {'try' if tries == 1 else 'tries'} in {took:.1f}s)"
+                raise
+            except errors.AwsflockError as err:
+                err.maybe_applied = err.maybe_applied or _DOUBT.get()
+                raise
+            except asyncio.CancelledError:
+                _DOUBT.set(True)
+                raise
+
+    def _line(self) -> _Line:
+        loop = asyncio.get_running_loop()
+        line = self._lines.get(loop)
+        if line is None:
+            line = self._lines[loop] = _Line()
+        return line
+
+    async def _attempt(
+        self, operation: str, call: Callable[[C], Awaitable[_T]], timeout: float
+    ) -> _T:
+        """One try: the connection (waited for, made if need be) within its time, the gate,
+        then the call on the wire, bounded by its time plus a grace."""
+        loop = asyncio.get_running_loop()
+        send_by = loop.time() + timeout
+        line = self._line()
+        try:
+            await asyncio.wait_for(line.lock.acquire(), timeout)
+        except asyncio.TimeoutError:
+            raise errors.EndpointUnreachable(
+                f"{self.where()} did not answer in time (another try held the connection)",
+                hint="check that the server is up and reachable, and retry",
+            ) from None
+        try:
+            return await self._on_wire(operation, call, timeout, send_by, line)
+        finally:
+            line.lock.release()
+
+    async def _on_wire(
+        self,
+        operation: str,
+        call: Callable[[C], Awaitable[_T]],
+        timeout: float,
+        send_by: float,
+        line: _Line,
+    ) -> _T:
+        loop = asyncio.get_running_loop()
+        sent = False
+        try:
+            if line.conn is None:
+                left = max(0.0, send_by - loop.time())
+                line.conn = await asyncio.wait_for(self.link.connect(timeout), left)
+            if loop.time() >= send_by:
+                raise errors.EndpointUnreachable(
+                    f"{self.where()}: the try was given up before it was sent", hint="retry"
+                )
+            sent = True
+            _TIMEOUT.set(timeout)
+            _SEND_BY.set(send_by)
+            return await self._answer(asyncio.ensure_future(call(line.conn)), send_by, line)
+        except errors.AwsflockError as err:
+            if err.maybe_applied:
+                await self._drop(line)
+            raise
+        except asyncio.TimeoutError:
+            await self._drop(line)
+            late = errors.EndpointUnreachable(
+                f"{self.where()} did not answer in time" + ("" if sent else " (connecting)"),
+                hint="check that the server is up and reachable, and retry",
+            )
+            late.maybe_applied = sent
+            raise late from None
+        except asyncio.CancelledError:
+            if not sent:
+                await asyncio.shield(self._drop(line))  # a connect cut short
+            raise
+        except Exception as exc:
+            mapped = self.link.translate(exc, operation=operation, sent=sent)
+            if mapped.broken:
+                await self._drop(line)
+            raise mapped.error from exc
+
+    async def _answer(self, step: asyncio.Future[_T], send_by: float, line: _Line) -> _T:
+        """The sent step's answer, by its time plus a grace (``TimeoutError`` after). Cancelled
+        meanwhile, however many times, the step is let land (or fail) within that time before
+        the cancellation goes on: the clean-up that follows (an attempt's release, a place's
+        leave) is sent after it, never before. One still on the wire then is cut off, and its
+        connection closed (it is mid-reply)."""
+        loop = asyncio.get_running_loop()
+        deadline = send_by + TRY_GRACE
+        cancelled = False
+        while not step.done():
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            try:
+                await asyncio.wait((step,), timeout=left)
+            except asyncio.CancelledError:
+                cancelled = True
+        if not step.done():
+            step.cancel()
+            await asyncio.shield(self._drop(line))
+            if cancelled:
+                raise asyncio.CancelledError
+            raise asyncio.TimeoutError
+        if cancelled:
+            if step.exception() is not None and not isinstance(
+                step.exception(), errors.AwsflockError
+            ):
+                await asyncio.shield(self._drop(line))
+            raise asyncio.CancelledError
+        return step.result()

@@ -1,0 +1,248 @@
+"""The ``LockStore`` of a store whose every lock step is one server-side call (PostgreSQL's
+step function, Redis's script): the steps' parameters, one call each through the request
+layer, and the answer read in the shared form (``answers``).
+
+A backend gives a ``link`` whose ``step(conn, request)`` sends one step, and a ``program``
+(``StepProgram``): the request a step sends and its reply in the shared form. Both are plain
+data in, data out, so an asynchronous transport sends the same requests and reads the same
+replies. The calls that are not lock steps (scans, audit, set-up) are the backend's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterable, Iterator
+from typing import Any, Callable, Generic, Protocol, TypeVar
+
+from awsflock import errors
+from awsflock.names import slot_of
+from awsflock.protocol import (
+    AUDIT_PREFIX,
+    MAX_DROPS,
+    RENEW_ORDER_MS,
+    Attempt,
+    Drops,
+    Outcome,
+    audit_key,
+)
+from awsflock.records import (
+    ENDED_FORCED,
+    ENDED_RELEASED,
+    Identity,
+    LockRecord,
+    Pool,
+    Waiter,
+    kept_audit,
+)
+from awsflock.stores import kinds
+from awsflock.stores.remote import answers
+from awsflock.stores.remote.connected_async import AsyncConnected
+from awsflock.stores.remote.link import C
+
+_S = TypeVar("_S")
+
+
+class StepProgram(Protocol):
+    """What a backend's steps send, and how their replies read."""
+
+    def request(self, op: str, lock_id: str, params: dict[str, Any]) -> Any:
+        """The request of step ``op`` (take, renew, end, join, beat, leave, read, resize) on
+        ``lock_id`` with ``params`` (JSON-able; the ``LockStore`` method's arguments)."""
+        ...
+
+    def answer(self, reply: Any, lock_id: str) -> answers.Answer:
+        """The server's ``reply`` to a step on ``lock_id``, in the shared form."""
+        ...
+
+
+class StepLink(Protocol):
+    """The one method a ``Link`` adds for a step store."""
+
+    async def step(self, conn: Any, request: Any, timeout: float) -> Any:
+        """Send one step's ``request`` on ``conn`` within ``timeout``; the server's reply."""
+        ...
+
+
+class StepStore(AsyncConnected[C], Generic[C]):
+    """A ``LockStore`` whose every lock step is one call of ``program`` sent by ``link``.
+    ``server_time`` False: steps carry the caller's ``now_ms`` and ``skew_ms`` instead of the
+    server's clock (for tests and simulations in virtual time)."""
+
+    program: StepProgram
+    server_time: bool
+    #: The store's kind (``stores.kinds``), which declares its capabilities.
+    kind: str
+
+    @property
+    def skew_free(self) -> bool:
+        """As its kind's (``kinds.Kind.skew_free``: the server's clock times the leases), unless
+        the store is in its callers' time (``server_time`` False)."""
+        return self.server_time and kinds.get(self.kind).skew_free
+
+    async def _call(self, operation: str, op: str, lock_id: str, params: dict[str, Any]) -> Outcome:
+        """One step; its answer as an Outcome in the caller's clock."""
+        request = self.program.request(op, lock_id, params)
+        link: Any = self.link
+
+        async def call(conn: C) -> tuple[Any, int, float]:
+            # The caller's wall and monotonic clocks, read together when this try is sent.
+            wall_ms, mono = round(self.clock.time() * 1000), self.clock.monotonic()
+            return await link.step(conn, request, self._try_timeout()), wall_ms, mono
+
+        reply, wall_ms, mono = await self._send(operation, call)
+        answer = self.program.answer(reply, lock_id)
+        shift, to_mono = 0, None
+        if self.server_time:
+            shift = wall_ms - answer.now_ms
+            # A lease's end on the caller's monotonic clock: when the try was sent plus what the
+            # server had left of it, so no step of the caller's wall clock can stretch it.
+            to_mono = mono - wall_ms / 1000
+        slot = params.get("slot")
+        outcome = answers.outcome(answer, lock_id, slot, shift, self._in_doubt(), to_mono)
+        if answer.ended is not None:
+            outcome = outcome.remembering(str(params["lease"]), answer.ended)
+        return outcome
+
+    def _clock(self, now_ms: int, skew_ms: int) -> dict[str, Any]:
+        return {} if self.server_time else {"now": now_ms, "skew": skew_ms}
+
+    async def take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        _check_drops(attempt.drop)
+        params = {
+            **self._clock(attempt.now_ms, attempt.skew_ms),
+            "lease": attempt.lease_id,
+            "who": _who(attempt.identity),
+            "lease_ms": attempt.lease_ms,
+            "sent": attempt.now_ms,
+            "slot": attempt.slot,
+            "slots": attempt.slots,
+            "ticket": attempt.ticket,
+            "drop": [list(d) for d in attempt.drop],
+        }
+        return await self._call("acquire", "take", lock_id, params)
+
+    async def renew(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        slot: int | None = None,
+        keeper: str | None = None,
+    ) -> Outcome:
+        params = {
+            **self._clock(now_ms, skew_ms),
+            "lease": lease_id,
+            "lease_ms": lease_ms,
+            "sent": now_ms,
+            "order": RENEW_ORDER_MS,
+            "slot": slot,
+            "keeper": keeper,
+        }
+        return await self._call("renew", "renew", lock_id, params)
+
+    async def release(
+        self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
+    ) -> Outcome:
+        params = {**self._clock(now_ms, skew_ms), "lease": lease_id, "slot": slot}
+        return await self._call("release", "end", lock_id, {**params, "ended": ENDED_RELEASED})
+
+    async def force_release(
+        self,
+        lock_id: str,
+        lease_id: str,
+        *,
+        force_id: str,
+        now_ms: int,
+        skew_ms: int,
+        actor: str,
+        reason: str,
+        slot: int | None = None,
+        audit: dict[str, Any] | None = None,
+    ) -> Outcome:
+        params = {
+            **self._clock(now_ms, skew_ms),
+            "lease": lease_id,
+            "slot": slot,
+            "ended": ENDED_FORCED + force_id,
+            "forced_by": actor,
+            "forced_reason": reason,
+        }
+        if audit is not None:  # written by the step itself, applied (protocol.force_release)
+            params["audit"] = {"key": audit_key(lease_id), "entry": kept_audit(audit)}
+        return await self._call("force_release", "end", lock_id, params)
+
+    async def join(self, lock_id: str, waiter: Waiter) -> Outcome:
+        params: dict[str, Any] = {
+            "ticket": waiter.ticket,
+            "who": dataclasses.asdict(waiter.identity),
+        }
+        if not self.server_time:
+            params.update(now=waiter.seen_ms, since=waiter.since_ms)
+        return await self._call("join", "join", lock_id, params)
+
+    async def beat(self, lock_id: str, ticket: str, *, now_ms: int, drop: Drops = ()) -> Outcome:
+        _check_drops(drop)
+        params = {**self._clock(now_ms, 0), "ticket": ticket, "drop": [list(d) for d in drop]}
+        return await self._call("beat", "beat", lock_id, params)
+
+    async def leave(self, lock_id: str, ticket: str) -> Outcome:
+        return await self._call("leave", "leave", lock_id, {"ticket": ticket})
+
+    async def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
+        if lease_id is None:
+            return await self._call("get", "read", lock_id, {})
+        return await self._call(
+            "get", "read", lock_id, {"lease": lease_id, "slot": slot_of(lease_id)}
+        )
+
+    async def resize_pool(
+        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+    ) -> bool:
+        params = {**self._clock(now_ms, skew_ms), "old": old, "new": new}
+        return (await self._call("resize", "resize", lock_id, params)).applied
+
+
+def listed(outcomes: Iterable[Outcome]) -> Iterator[LockRecord | Pool]:
+    """What ``locks`` yields of each lock's outcome: its pool, or its record."""
+    for outcome in outcomes:
+        if outcome.pool is not None:
+            yield outcome.pool
+        elif outcome.lock is not None:
+            yield outcome.lock
+
+
+def check_audit_key(key: str) -> None:
+    if not key.startswith(AUDIT_PREFIX):
+        raise errors.UsageError(f"audit key {key!r} is not under {AUDIT_PREFIX!r}")
+
+
+def opened(cls: Callable[..., _S], url: str, table: str | None, settings: Any) -> _S:
+    """A step store of class ``cls`` as its kind opens it (``stores.kinds.Settings``); with
+    ``server_time`` False in its ``extra``, its steps are timed by the callers' clocks instead
+    of the server's (simulations in virtual time)."""
+    return cls(
+        url,
+        table,
+        request_timeout=settings.request_timeout,
+        clock=settings.clock,
+        server_time=bool(settings.extra.get("server_time", True)),
+    )
+
+
+def _check_drops(drop: Drops) -> None:
+    if len(drop) > MAX_DROPS:
+        raise errors.UsageError(f"{len(drop)} places to drop at once; at most {MAX_DROPS}")
+
+
+def _who(identity: Identity) -> dict[str, Any]:
+    """``identity``'s fields, as a new dict (a process sends the same one with every take)."""
+    return dict(_fields(identity))
+
+
+@functools.lru_cache(maxsize=64)
+def _fields(identity: Identity) -> dict[str, Any]:
+    return dataclasses.asdict(identity)

@@ -1,0 +1,131 @@
+"""The asynchronous request layer (``stores/remote/connected_async.py``) on a fake link: a step
+cancelled while it is on the wire lands before the cancellation goes on (however many come),
+so nothing the caller sends next can overtake it; a step still unanswered at its time is cut
+off, its connection closed, and counted as maybe applied; a try refused at the gate was never
+sent."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from awsflock import errors
+from awsflock.clock import SystemClock
+from awsflock.stores.remote.connected_async import AsyncConnected
+from awsflock.stores.remote.link import Translated
+
+
+class FakeLink:
+    def __init__(self) -> None:
+        self.made = 0
+        self.closed: list[int] = []
+
+    def where(self) -> str:
+        return "the fake server"
+
+    async def connect(self, timeout: float) -> int:
+        self.made += 1
+        return self.made
+
+    async def close(self, conn: int) -> None:
+        self.closed.append(conn)
+
+    def translate(self, exc: BaseException, *, operation: str, sent: bool) -> Translated:
+        err = errors.EndpointUnreachable(str(exc))
+        err.maybe_applied = sent
+        return Translated(err, broken=True)
+
+
+class Store(AsyncConnected[int]):
+    def __init__(self, timeout: float = 5.0) -> None:
+        self.link = FakeLink()
+        self.clock: Any = SystemClock()
+        self.request_timeout = timeout
+        self._connected_init()
+
+
+def test_a_step_cancelled_on_the_wire_lands_before_the_cancellation_goes_on():
+    said: list[str] = []
+
+    async def main() -> None:
+        store = Store()
+        landing, sent = asyncio.Event(), asyncio.Event()
+
+        async def step(conn: int) -> str:
+            said.append("sent")
+            sent.set()
+            await landing.wait()
+            said.append("landed")
+            return "ok"
+
+        task = asyncio.create_task(store._send("take", step))
+        await sent.wait()
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()  # a second cancellation (a timeout and a TaskGroup)
+        await asyncio.sleep(0)
+        assert not task.done()  # still waiting for the step on the wire
+        landing.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        said.append("cancelled")
+        assert store.link.closed == []  # it answered: the connection is whole
+
+    asyncio.run(main())
+    assert said == ["sent", "landed", "cancelled"]
+
+
+def test_a_step_unanswered_at_its_time_is_cut_off_and_may_have_applied():
+    async def main() -> None:
+        store = Store(timeout=0.05)
+
+        async def step(conn: int) -> str:
+            await asyncio.Event().wait()  # never answers
+            return "never"
+
+        with pytest.raises(errors.EndpointUnreachable) as failed:
+            await store._send("take", step)
+        assert failed.value.maybe_applied
+        assert store.link.closed == [1]  # mid-reply: never used again
+        assert store._in_doubt()
+
+    asyncio.run(main())
+
+
+def test_a_try_whose_time_ran_out_before_it_was_sent_never_left():
+    async def main() -> None:
+        store = Store(timeout=0.05)
+        sent: list[int] = []
+        line = store._line()
+        await line.lock.acquire()  # another try holds the connection past this one's time
+
+        async def step(conn: int) -> str:
+            sent.append(conn)
+            return "ok"
+
+        with pytest.raises(errors.EndpointUnreachable) as failed:
+            await store._send("take", step)
+        line.lock.release()
+        assert not failed.value.maybe_applied and sent == []
+
+    asyncio.run(main())
+
+
+def test_the_budget_is_the_task_s_own():
+    async def main() -> None:
+        store = Store()
+        loop = asyncio.get_running_loop()
+
+        async def other() -> float | None:
+            from awsflock.stores.remote import connected_async
+
+            return connected_async._END.get()
+
+        with store.budget(loop.time() + 1):
+            inner = await asyncio.create_task(other())  # a task started inside inherits it
+        assert inner is not None
+        assert await asyncio.create_task(other()) is None  # one started outside does not
+
+    asyncio.run(main())
