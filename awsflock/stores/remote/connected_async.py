@@ -186,8 +186,12 @@ class AsyncConnected(Generic[C]):
         loop = asyncio.get_running_loop()
         send_by = loop.time() + timeout
         line = self._line()
+
+        async def give_back(_: bool) -> None:
+            line.lock.release()
+
         try:
-            await asyncio.wait_for(line.lock.acquire(), timeout)
+            await _within(line.lock.acquire(), timeout, give_back)
         except asyncio.TimeoutError:
             raise errors.EndpointUnreachable(
                 f"{self.where()} did not answer in time (another try held the connection)",
@@ -211,7 +215,7 @@ class AsyncConnected(Generic[C]):
         try:
             if line.conn is None:
                 left = max(0.0, send_by - loop.time())
-                line.conn = await asyncio.wait_for(self.link.connect(timeout), left)
+                line.conn = await _within(self.link.connect(timeout), left, self.link.close)
             if loop.time() >= send_by:
                 raise errors.EndpointUnreachable(
                     f"{self.where()}: the try was given up before it was sent", hint="retry"
@@ -272,3 +276,31 @@ class AsyncConnected(Generic[C]):
                 await asyncio.shield(self._drop(line))
             raise asyncio.CancelledError
         return step.result()
+
+
+async def _within(
+    started: Awaitable[_T], timeout: float, undo: Callable[[_T], Awaitable[None]]
+) -> _T:
+    """``started``'s result by ``timeout`` (``TimeoutError`` after), as ``asyncio.wait_for``
+    but never swallowing a cancellation: before Python 3.12, ``wait_for`` returns the result
+    of an awaitable that completes as its task is cancelled, and the cancellation is lost
+    (a task cancelled while it waits for the connection would go on and send its step). Cut
+    short, ``started`` is cancelled and waited for, and what it made anyway is undone."""
+    task = asyncio.ensure_future(started)
+    try:
+        await asyncio.wait((task,), timeout=timeout)
+    except asyncio.CancelledError:
+        await asyncio.shield(_ended(task, undo))
+        raise
+    if not task.done():
+        await asyncio.shield(_ended(task, undo))
+        raise asyncio.TimeoutError
+    return task.result()
+
+
+async def _ended(task: asyncio.Future[_T], undo: Callable[[_T], Awaitable[None]]) -> None:
+    """``task`` cancelled and ended; its result, if it made one all the same, undone."""
+    task.cancel()
+    await asyncio.wait((task,))
+    if not task.cancelled() and task.exception() is None:
+        await undo(task.result())
