@@ -1,11 +1,14 @@
 """Repros of h17's adversarial review of ``awsflock.aio`` on real servers (PostgreSQL and
-Redis): promise 2, a task cancelled while it waits for its loop's connection (another task's
-step is on it) holds nothing afterwards and ends cancelled."""
+Redis), through their wire fault proxies: a task cancelled while it waits for its loop's
+connection (another task's step is on it) holds nothing afterwards and ends cancelled; an
+``aclose()`` cut short while a step is on the connection still closes it."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import warnings
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,33 +16,46 @@ from typing import Any
 import pytest
 
 from awsflock import aio
+from tests.faultproxy import FaultProxy, Plan
 from tests.integration.conftest import PgCli, UrlCli
+from tests.pgproxy import PgFaultProxy
+from tests.redisproxy import RedisFaultProxy
 from tests.servers import PostgresServer, RedisServer, Server
 
 
 @pytest.fixture(scope="module", params=["postgresql", "redis"])
-def store(request: pytest.FixtureRequest) -> Iterator[tuple[Server, str]]:
-    """A server of each kind with a lock table made by ``table-create``: (server, table)."""
+def store(request: pytest.FixtureRequest) -> Iterator[tuple[Server, str, type[FaultProxy]]]:
+    """A server of each kind with a lock table made by ``table-create``, and its protocol's
+    fault proxy: (server, table, proxy class)."""
     if request.param == "postgresql":
         srv: Server = PostgresServer().start()
         table = "adv_" + uuid.uuid4().hex[:8]
         cli: Any = PgCli(srv, table)
+        proxy: type[FaultProxy] = PgFaultProxy
     else:
         srv = RedisServer().start()
         table = "adv" + uuid.uuid4().hex[:8]
         cli = UrlCli(srv, table)
+        proxy = RedisFaultProxy
     try:
         made = cli("table-create", "-q")
         assert made.returncode == 0, made.stderr
-        yield srv, table
+        yield srv, table, proxy
     finally:
         srv.stop()
 
 
-def _table(store: tuple[Server, str]) -> aio.LockTable:
-    srv, table = store
+def _table(store: tuple[Server, str, Any], proxy: FaultProxy | None = None) -> aio.LockTable:
+    srv, table, _ = store
     assert srv.store_url is not None
-    return aio.connect(srv.store_url, table=table, owner="adv")
+    url = srv.store_url if proxy is None else proxy.url_for(srv.store_url)
+    return aio.connect(url, table=table, owner="adv")
+
+
+def _proxy(store: tuple[Server, str, Any], plan: Plan) -> FaultProxy:
+    srv, _, kind = store
+    made: FaultProxy = kind(("127.0.0.1", srv.port), plan)
+    return made
 
 
 async def _holder(table: aio.LockTable, lock_id: str) -> str | None:
@@ -55,7 +71,7 @@ def _name() -> str:
 
 
 def test_a_task_cancelled_while_waiting_for_the_connection_ends_cancelled_holding_nothing(
-    store: tuple[Server, str],
+    store: tuple[Server, str, Any],
 ) -> None:
     """Task B waits for the loop's connection while task A's take is on it. A's take is
     answered and, in the same turn of the loop, B is cancelled (what a TaskGroup does when a
@@ -87,3 +103,34 @@ def test_a_task_cancelled_while_waiting_for_the_connection_ends_cancelled_holdin
     asyncio.run(main())
     assert seen["second"] is None, f"lock {second!r} is held after its task was cancelled"
     assert seen["cancelled"], "the cancelled task went on and took the lock"
+
+
+def test_an_aclose_cut_short_by_a_timeout_still_closes_the_connection(
+    store: tuple[Server, str, Any],
+) -> None:
+    """A service shuts down with a timeout around ``aclose()`` while another task's step is on
+    the connection (its answer late). The close must still happen once that step is done (or
+    at the latest when ``aclose()`` is called again): no connection is left open, to be found
+    by the garbage collector (a ResourceWarning)."""
+    slow = {"on": False}
+
+    def plan(target: str, n: int) -> str:
+        return "delay:1.0" if slow["on"] and target == "read" else "pass"
+
+    async def main(proxy: FaultProxy) -> None:
+        table = _table(store, proxy)
+        await table.state(_name())  # the loop's connection is made
+        slow["on"] = True
+        step = asyncio.create_task(table.state(_name()))  # its answer comes in 1 s
+        await asyncio.sleep(0.2)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(table.aclose(), 0.2)
+        await step
+        await table.aclose()  # again, the step done
+
+    with warnings.catch_warnings(record=True) as caught, _proxy(store, plan) as proxy:
+        warnings.simplefilter("always")
+        asyncio.run(main(proxy))
+        gc.collect()
+    left_open = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not left_open, left_open
