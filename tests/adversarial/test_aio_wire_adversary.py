@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-import warnings
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
