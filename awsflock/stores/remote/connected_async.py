@@ -111,11 +111,19 @@ class AsyncConnected(Generic[C]):
         return _DOUBT.get()
 
     async def close_async(self) -> None:
-        """Close this loop's connection (a try using it now finishes first)."""
-        line = self._lines.pop(asyncio.get_running_loop(), None)
+        """Close this loop's connection (a try using it now finishes first). Cut short (a
+        timeout around it), the close still goes on once that try is done; called again, it
+        waits for it."""
+        loop = asyncio.get_running_loop()
+        line = self._lines.get(loop)
         if line is not None:
-            async with line.lock:
-                await self._drop(line)
+            await asyncio.shield(self._close_line(loop, line))
+
+    async def _close_line(self, loop: Any, line: _Line) -> None:
+        async with line.lock:
+            if self._lines.get(loop) is line:
+                del self._lines[loop]
+            await self._drop(line)
 
     async def _drop(self, line: _Line) -> None:
         conn, line.conn = line.conn, None
