@@ -76,6 +76,8 @@ class AsyncConnected(Generic[C]):
 
     def _connected_init(self) -> None:
         self._lines: weakref.WeakKeyDictionary[Any, _Line] = weakref.WeakKeyDictionary()
+        #: Closes of forgotten lines still waiting for a try on them (``close_async``).
+        self._closing: set[asyncio.Task[None]] = set()
 
     def where(self) -> str:
         return self.link.where()
@@ -111,18 +113,21 @@ class AsyncConnected(Generic[C]):
         return _DOUBT.get()
 
     async def close_async(self) -> None:
-        """Close this loop's connection (a try using it now finishes first). Cut short (a
-        timeout around it), the close still goes on once that try is done; called again, it
-        waits for it."""
+        """Close this loop's connection (a try using it now finishes first; a try after this
+        makes a new one). Cut short (a timeout around it), the close still goes on once that
+        try is done; called again, it waits for that close."""
         loop = asyncio.get_running_loop()
-        line = self._lines.get(loop)
+        line = self._lines.pop(loop, None)
         if line is not None:
-            await asyncio.shield(self._close_line(loop, line))
+            closing = loop.create_task(self._close_line(line))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+        pending = [task for task in self._closing if task.get_loop() is loop]
+        if pending:
+            await asyncio.shield(asyncio.wait(pending))
 
-    async def _close_line(self, loop: Any, line: _Line) -> None:
+    async def _close_line(self, line: _Line) -> None:
         async with line.lock:
-            if self._lines.get(loop) is line:
-                del self._lines[loop]
             await self._drop(line)
 
     async def _drop(self, line: _Line) -> None:
