@@ -6,7 +6,9 @@ connection (another task's step is on it) holds nothing afterwards and ends canc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import threading
 import time
 import uuid
 import warnings
@@ -15,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from awsflock import aio
+import awsflock
+from awsflock import aio, errors
 from tests.faultproxy import FaultProxy, Plan
 from tests.integration.conftest import PgCli, UrlCli
 from tests.pgproxy import PgFaultProxy
@@ -134,3 +137,52 @@ def test_an_aclose_cut_short_by_a_timeout_still_closes_the_connection(
         gc.collect()
     left_open = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert not left_open, left_open
+
+
+def test_a_hold_whose_renewals_go_unanswered_stops_its_body_before_another_can_take_the_lock(
+    store: tuple[Server, str, Any],
+) -> None:
+    """Every renewal of an ``async with table.lock(...)`` block is blackholed. The body must be
+    cancelled by the safety deadline (``margin`` before the lease's end), not when the stuck
+    renewal is finally cut off (its try's time plus a grace later): meanwhile the lease ends
+    on the server and another client takes the lock while the body still runs."""
+    srv, table_name, _ = store
+    lock, seen = _name(), {}
+    blackholed = threading.Event()
+
+    def plan(target: str, n: int) -> str:
+        return "blackhole" if blackholed.is_set() and target == "renew" else "pass"
+
+    def other() -> None:
+        assert srv.store_url is not None
+        rival = awsflock.connect(srv.store_url, table=table_name)
+        try:
+            while "taken" not in seen and time.monotonic() < seen["start"] + 10:
+                try:
+                    rival.release(rival.acquire(lock, lease=5, wait=0))
+                    seen["taken"] = time.monotonic()
+                except errors.LockBusy:
+                    time.sleep(0.01)
+        finally:
+            rival.store.close()  # type: ignore[attr-defined]
+
+    async def main(proxy: FaultProxy) -> None:
+        table = _table(store, proxy)
+        with contextlib.suppress(errors.LeaseLost):
+            async with table.lock(lock, lease=3, margin=0.3):
+                blackholed.set()
+                seen["start"] = time.monotonic()
+                rival = threading.Thread(target=other, daemon=True)
+                rival.start()
+                try:
+                    await asyncio.sleep(30)
+                finally:
+                    seen["stopped"] = time.monotonic()
+        await table.aclose()
+        await asyncio.to_thread(rival.join, 15)
+
+    with _proxy(store, plan) as proxy:
+        asyncio.run(main(proxy))
+    assert "taken" in seen, "the rival never took the lock"
+    overlap = seen["stopped"] - seen["taken"]
+    assert overlap < 0, f"the body ran {overlap:.2f}s after another client took the lock"
