@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import threading
 import time
 import uuid
@@ -186,3 +187,34 @@ def test_a_hold_whose_renewals_go_unanswered_stops_its_body_before_another_can_t
     assert "taken" in seen, "the rival never took the lock"
     overlap = seen["stopped"] - seen["taken"]
     assert overlap < 0, f"the body ran {overlap:.2f}s after another client took the lock"
+
+
+def test_a_step_cut_off_unanswered_leaves_no_warning_from_the_driver(
+    store: tuple[Server, str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read whose answer never comes in time is cut off and reported (EndpointUnreachable,
+    in doubt); the driver must not add a warning of its own on stderr (psycopg's "query
+    cancellation interrupted (OperationalError): closing connection")."""
+    srv, table_name, _ = store
+
+    def plan(target: str, n: int) -> str:
+        return "delay:2.5" if target == "read" else "pass"
+
+    async def main(proxy: FaultProxy) -> None:
+        assert srv.store_url is not None
+        url = proxy.url_for(srv.store_url)
+        table = aio.connect(url, table=table_name, owner="adv", request_timeout=1)
+        try:
+            with pytest.raises(errors.EndpointUnreachable):
+                await table.state(_name())
+        finally:
+            await table.aclose()
+
+    with _proxy(store, plan) as proxy:
+        asyncio.run(main(proxy))
+    foreign = [
+        f"{r.name}: {r.getMessage()}"
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and not r.name.startswith("awsflock")
+    ]
+    assert not foreign, foreign
