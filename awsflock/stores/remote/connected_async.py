@@ -277,8 +277,11 @@ class AsyncConnected(Generic[C]):
             except asyncio.CancelledError:
                 cancelled = True
         if not step.done():
-            step.cancel()
+            # Closed first: cut off, the driver has nothing left to cancel on the server
+            # (psycopg would try, fail on the closed connection, and log a warning).
+            step.add_done_callback(_retrieved)
             await asyncio.shield(self._drop(line))
+            step.cancel()
             if cancelled:
                 raise asyncio.CancelledError
             raise asyncio.TimeoutError
@@ -317,3 +320,9 @@ async def _ended(task: asyncio.Future[_T], undo: Callable[[_T], Awaitable[None]]
     await asyncio.wait((task,))
     if not task.cancelled() and task.exception() is None:
         await undo(task.result())
+
+
+def _retrieved(step: asyncio.Future[Any]) -> None:
+    """A step cut off: its end (an error from its closed connection) is not news."""
+    if not step.cancelled():
+        step.exception()
