@@ -76,7 +76,8 @@ class AsyncConnected(Generic[C]):
 
     def _connected_init(self) -> None:
         self._lines: weakref.WeakKeyDictionary[Any, _Line] = weakref.WeakKeyDictionary()
-        #: Closes of forgotten lines still waiting for a try on them (``close_async``).
+        #: Closes of forgotten lines still waiting for a try on them (``close_async``), of
+        #: every loop (copied before it is read: a loop in another thread may change it).
         self._closing: set[asyncio.Task[None]] = set()
 
     def where(self) -> str:
@@ -122,7 +123,7 @@ class AsyncConnected(Generic[C]):
             closing = loop.create_task(self._close_line(line))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
-        pending = [task for task in self._closing if task.get_loop() is loop]
+        pending = [task for task in tuple(self._closing) if task.get_loop() is loop]
         if pending:
             await asyncio.shield(asyncio.wait(pending))
 
