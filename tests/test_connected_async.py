@@ -39,6 +39,9 @@ class FakeLink:
 
 
 class Store(AsyncConnected[int]):
+    #: Its name in metrics (recorded once anything in the process imported OpenTelemetry).
+    kind = "fake"
+
     def __init__(self, timeout: float = 5.0) -> None:
         self.link = FakeLink()
         self.clock: Any = SystemClock()

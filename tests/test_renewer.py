@@ -74,3 +74,27 @@ def test_a_hanging_renewal_delays_no_other_hold_and_loses_its_own_at_its_deadlin
     slow.stop(release=False, join_timeout=5)
     for hold in others:
         hold.stop()
+
+
+class _Due:
+    """A hold as the schedule sees it: when its next step is due, and its deadline."""
+
+    def __init__(self, wake: float, deadline: float) -> None:
+        self.wake, self.deadline = wake, deadline
+
+    def wake_at(self) -> float:
+        return self.wake
+
+    def deadline_at(self) -> float:
+        return self.deadline
+
+
+def test_a_hold_whose_step_starts_is_looked_at_again_by_its_deadline():
+    """Its renewal may hang past the deadline: the renewer must wake then to declare the loss
+    (and cancel an aio body), not only once the renewal gives up."""
+    schedule = renewer._Schedule()
+    hold = _Due(wake=5.0, deadline=40.0)
+    schedule.add(hold)
+    ready, soonest = schedule.due(5.0)
+    assert ready == [hold]
+    assert soonest == 40.0

@@ -89,7 +89,7 @@ class _Schedule:
                     if when <= now:
                         self.busy.add(key)
                         ready.append(hold)
-                        continue
+                        when = deadline  # its step may outlast it: looked at again by then
                 if when is not None and (soonest is None or when < soonest):
                     soonest = when
             if not self.holds:

@@ -76,6 +76,9 @@ class AsyncConnected(Generic[C]):
 
     def _connected_init(self) -> None:
         self._lines: weakref.WeakKeyDictionary[Any, _Line] = weakref.WeakKeyDictionary()
+        #: Closes of forgotten lines still waiting for a try on them (``close_async``), of
+        #: every loop (copied before it is read: a loop in another thread may change it).
+        self._closing: set[asyncio.Task[None]] = set()
 
     def where(self) -> str:
         return self.link.where()
@@ -111,11 +114,22 @@ class AsyncConnected(Generic[C]):
         return _DOUBT.get()
 
     async def close_async(self) -> None:
-        """Close this loop's connection (a try using it now finishes first)."""
-        line = self._lines.pop(asyncio.get_running_loop(), None)
+        """Close this loop's connection (a try using it now finishes first; a try after this
+        makes a new one). Cut short (a timeout around it), the close still goes on once that
+        try is done; called again, it waits for that close."""
+        loop = asyncio.get_running_loop()
+        line = self._lines.pop(loop, None)
         if line is not None:
-            async with line.lock:
-                await self._drop(line)
+            closing = loop.create_task(self._close_line(line))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+        pending = [task for task in tuple(self._closing) if task.get_loop() is loop]
+        if pending:
+            await asyncio.shield(asyncio.wait(pending))
+
+    async def _close_line(self, line: _Line) -> None:
+        async with line.lock:
+            await self._drop(line)
 
     async def _drop(self, line: _Line) -> None:
         conn, line.conn = line.conn, None
@@ -186,8 +200,12 @@ class AsyncConnected(Generic[C]):
         loop = asyncio.get_running_loop()
         send_by = loop.time() + timeout
         line = self._line()
+
+        async def give_back(_: bool) -> None:
+            line.lock.release()
+
         try:
-            await asyncio.wait_for(line.lock.acquire(), timeout)
+            await _within(line.lock.acquire(), timeout, give_back)
         except asyncio.TimeoutError:
             raise errors.EndpointUnreachable(
                 f"{self.where()} did not answer in time (another try held the connection)",
@@ -211,7 +229,7 @@ class AsyncConnected(Generic[C]):
         try:
             if line.conn is None:
                 left = max(0.0, send_by - loop.time())
-                line.conn = await asyncio.wait_for(self.link.connect(timeout), left)
+                line.conn = await _within(self.link.connect(timeout), left, self.link.close)
             if loop.time() >= send_by:
                 raise errors.EndpointUnreachable(
                     f"{self.where()}: the try was given up before it was sent", hint="retry"
@@ -260,8 +278,11 @@ class AsyncConnected(Generic[C]):
             except asyncio.CancelledError:
                 cancelled = True
         if not step.done():
-            step.cancel()
+            # Closed first: cut off, the driver has nothing left to cancel on the server
+            # (psycopg would try, fail on the closed connection, and log a warning).
+            step.add_done_callback(_retrieved)
             await asyncio.shield(self._drop(line))
+            step.cancel()
             if cancelled:
                 raise asyncio.CancelledError
             raise asyncio.TimeoutError
@@ -272,3 +293,37 @@ class AsyncConnected(Generic[C]):
                 await asyncio.shield(self._drop(line))
             raise asyncio.CancelledError
         return step.result()
+
+
+async def _within(
+    started: Awaitable[_T], timeout: float, undo: Callable[[_T], Awaitable[None]]
+) -> _T:
+    """``started``'s result by ``timeout`` (``TimeoutError`` after), as ``asyncio.wait_for``
+    but never swallowing a cancellation: before Python 3.12, ``wait_for`` returns the result
+    of an awaitable that completes as its task is cancelled, and the cancellation is lost
+    (a task cancelled while it waits for the connection would go on and send its step). Cut
+    short, ``started`` is cancelled and waited for, and what it made anyway is undone."""
+    task = asyncio.ensure_future(started)
+    try:
+        await asyncio.wait((task,), timeout=timeout)
+    except asyncio.CancelledError:
+        await asyncio.shield(_ended(task, undo))
+        raise
+    if not task.done():
+        await asyncio.shield(_ended(task, undo))
+        raise asyncio.TimeoutError
+    return task.result()
+
+
+async def _ended(task: asyncio.Future[_T], undo: Callable[[_T], Awaitable[None]]) -> None:
+    """``task`` cancelled and ended; its result, if it made one all the same, undone."""
+    task.cancel()
+    await asyncio.wait((task,))
+    if not task.cancelled() and task.exception() is None:
+        await undo(task.result())
+
+
+def _retrieved(step: asyncio.Future[Any]) -> None:
+    """A step cut off: its end (an error from its closed connection) is not news."""
+    if not step.cancelled():
+        step.exception()
