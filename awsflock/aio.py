@@ -164,9 +164,9 @@ class LockTable(table_async.LockTable):
         )
 
     async def aclose(self) -> None:
-        """Close the store's connections: this event loop's (PostgreSQL), and the worker
-        threads and connections of the stores run in threads (DynamoDB, Redis). A service
-        calls it at shutdown, in the loop that used the table (or uses ``async with``)."""
+        """Close the store's connections: this event loop's (PostgreSQL, Redis), and the
+        worker threads and connections of a store run in threads (DynamoDB). A service calls
+        it at shutdown, in the loop that used the table (or uses ``async with``)."""
         close_async = getattr(self.store, "close_async", None)
         if close_async is not None:
             await close_async()
