@@ -28,7 +28,7 @@ from awsflock.clock import Clock
 from awsflock.lock import heartbeat_async, table_async
 from awsflock.lock.election_async import Election, Term
 from awsflock.lock.table_async import DEFAULT_WAIT, WAIT_FOREVER
-from awsflock.records import Identity, LockRecord
+from awsflock.records import Identity
 
 __all__ = ["WAIT_FOREVER", "Election", "Hold", "LockTable", "Term", "connect"]
 
@@ -140,27 +140,6 @@ class LockTable(table_async.LockTable):
             slots=slots,
             fair=fair,
             cancel=cancel,
-        )
-
-    def election(
-        self,
-        name: str,
-        *,
-        lease: float | str = 15.0,
-        on_started: Callable[[Term], Any] | None = None,
-        on_stopped: Callable[[Term, BaseException | None], Any] | None = None,
-        on_new_leader: Callable[[LockRecord | None], Any] | None = None,
-    ) -> Election:
-        """A campaign for leadership of ``name``: ``await election.run(lead)`` calls
-        ``await lead(term)`` while this process leads (cancelled if the term's lease is lost),
-        and campaigns again; ``await election.leader()`` says who leads now."""
-        return Election(
-            self,
-            name,
-            lease=lease,
-            on_started=on_started,
-            on_stopped=on_stopped,
-            on_new_leader=on_new_leader,
         )
 
     async def aclose(self) -> None:

@@ -20,7 +20,6 @@ from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.lock import table
 from awsflock.lock.acquisition import new_lease_id
-from awsflock.lock.election import Election, Term
 from awsflock.lock.heartbeat import Hold, LostCallback
 from awsflock.lock.held import Lease
 from awsflock.lock.table import DEFAULT_LEASE, DEFAULT_SKEW, DEFAULT_WAIT, WAIT_FOREVER
@@ -141,27 +140,6 @@ class LockTable(table.LockTable):
             slots=slots,
             cancel=cancel,
             fair=fair,
-        )
-
-    def election(
-        self,
-        name: str,
-        *,
-        lease: float | str = 15.0,
-        on_started: Callable[[Term], Any] | None = None,
-        on_stopped: Callable[[Term, BaseException | None], Any] | None = None,
-        on_new_leader: Callable[[LockRecord | None], Any] | None = None,
-    ) -> Election:
-        """A campaign for leadership of ``name``: ``election.run(lead)`` calls ``lead(term)``
-        while this process leads, and campaigns again once it returns; ``lead`` watches
-        ``term.lost`` (it cannot be interrupted). ``election.leader()`` says who leads."""
-        return Election(
-            self,
-            name,
-            lease=lease,
-            on_started=on_started,
-            on_stopped=on_stopped,
-            on_new_leader=on_new_leader,
         )
 
     def hold(self, lock_id: str, **options: Any) -> Hold:

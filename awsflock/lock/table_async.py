@@ -9,12 +9,14 @@ import dataclasses
 import logging
 import random
 import threading
+from typing import Any, Callable
 
 from awsflock import errors, metrics
 from awsflock.clock_async import AsyncClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
 from awsflock.lock import owners, telling, verdict, waiting_async
 from awsflock.lock.acquisition_async import Acquisition, Grant, event_fields
+from awsflock.lock.election_async import Election, Term
 from awsflock.lock.held_async import Lease
 from awsflock.lock.line_async import Fair, new_ticket
 from awsflock.lock.renewer import AsyncRenewer
@@ -67,6 +69,28 @@ class LockTable:
         self.skew = 0.0 if store.skew_free else skew_seconds(skew)
         self.identity = identity or Identity.of_this_process(owner)
         self._renewer: AsyncRenewer | None = None
+
+    def election(
+        self,
+        name: str,
+        *,
+        lease: float | str = 15.0,
+        on_started: Callable[[Term], Any] | None = None,
+        on_stopped: Callable[[Term, BaseException | None], Any] | None = None,
+        on_new_leader: Callable[[LockRecord | None], Any] | None = None,
+    ) -> Election:
+        """A campaign for leadership of ``name``: ``election.run(lead)`` calls ``lead(term)``
+        while this process leads, and campaigns again when the term ends; ``election.leader()``
+        says who leads now. With asyncio a lost lease cancels ``lead``; a synchronous ``lead``
+        cannot be interrupted and watches ``term.lost``."""
+        return Election(
+            self,
+            name,
+            lease=lease,
+            on_started=on_started,
+            on_stopped=on_stopped,
+            on_new_leader=on_new_leader,
+        )
 
     def renewer(self) -> AsyncRenewer:
         """What renews this table's holds: one for all of them, made on first use."""
