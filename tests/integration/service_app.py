@@ -75,6 +75,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     app.state.table = table
     app.state.election = table.election("scheduler", lease=LEASE)
     campaign = asyncio.create_task(app.state.election.run(lead))
+    await ledger("/hello")
     try:
         yield
     finally:
