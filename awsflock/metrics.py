@@ -14,6 +14,7 @@ log uses), and where they apply ``reason`` and ``step``.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -130,7 +131,14 @@ def store_name(store: Any) -> str:
 
 def lock_attribute(lock_id: str) -> str | None:
     """The ``lock`` attribute of ``lock_id``, as ``AWSFLOCK_METRICS_LOCK`` says (None: none)."""
-    keep, _ = _lock_setting()
+    return _lock_attribute(lock_id, os.environ.get(LOCK_ENV, "full"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _lock_attribute(lock_id: str, setting: str) -> str | None:
+    """``lock_attribute`` under the setting's text ``setting`` (remembered: a lock's name is
+    cut on every recording, several times per acquire and release)."""
+    keep, _ = _lock_setting_of(setting)
     if keep is None:
         return None
     cuts = [m.start() for m in _SEPARATORS.finditer(lock_id)]
@@ -139,12 +147,12 @@ def lock_attribute(lock_id: str) -> str | None:
 
 def lock_setting_error() -> str:
     """What is wrong with ``AWSFLOCK_METRICS_LOCK`` ("" if nothing)."""
-    return _lock_setting()[1]
+    return _lock_setting_of(os.environ.get(LOCK_ENV, "full"))[1]
 
 
-def _lock_setting() -> tuple[int | None, str]:
+def _lock_setting_of(setting: str) -> tuple[int | None, str]:
     """(how many parts of a name to keep: 0 all, None no attribute; what is wrong, or "")."""
-    keep = os.environ.get(LOCK_ENV, "full").strip().lower()
+    keep = setting.strip().lower()
     if keep in ("", "full"):
         return 0, ""
     if keep == "none":
