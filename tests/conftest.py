@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -156,3 +157,27 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         )
         for reason in sorted(reasons):
             terminalreporter.write_line(f"not run on a server: {reason}", red=True, bold=True)
+    _time_by_file(terminalreporter, config)
+
+
+def _time_by_file(terminalreporter: Any, config: pytest.Config) -> None:
+    """With --durations (scripts/test's whole run, so CI's log): the time each test file took,
+    setup and teardown included, longest first. The budget of the whole run is kept with it."""
+    if not config.getoption("durations", None):
+        return
+    by_file: Counter[str] = Counter()
+    tests: Counter[str] = Counter()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            duration = getattr(report, "duration", None)
+            nodeid = getattr(report, "nodeid", "")
+            if duration is None or not nodeid:
+                continue
+            by_file[nodeid.split("::")[0]] += duration
+            tests[nodeid.split("::")[0]] += getattr(report, "when", "") == "call"
+    if not by_file:
+        return
+    terminalreporter.write_sep("=", "time by test file (all workers' seconds, top 40)")
+    for path, seconds in by_file.most_common(40):
+        terminalreporter.write_line(f"{seconds:8.1f}s {tests[path]:5d} tests  {path}")
+    terminalreporter.write_line(f"{sum(by_file.values()):8.1f}s in all")
