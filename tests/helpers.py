@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from awsflock.clock import FakeClock
@@ -186,3 +188,14 @@ def peak_rss_kb(argv: list[str], env: dict[str, str], timeout: float = 900) -> i
     )
     assert out.returncode == 0, out.stderr
     return int(out.stdout)
+
+
+@contextlib.contextmanager
+def every_connection_held(store: Any) -> Iterator[None]:
+    """Hold every connection slot of a network store (``stores.remote.connected``), as
+    other threads' tries would: a try of this one's must wait."""
+    with contextlib.ExitStack() as stack:
+        for slot in store._slots:
+            assert slot.lock.acquire(timeout=5)
+            stack.callback(slot.lock.release)
+        yield

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from awsflock.records import Identity
 from awsflock.stores.postgresql.store import PostgresStore
 from awsflock.stores.remote import deadline, worker
 from awsflock.stores.remote.connected import gate_open
+from tests.helpers import every_connection_held
 from tests.test_postgres_store import FakeConnection
 
 
@@ -37,7 +39,7 @@ def test_the_gate_is_shut_once_the_deadline_has_passed():
 
 
 def test_a_try_that_waited_past_its_deadline_for_the_connection_is_never_sent(monkeypatch):
-    # Another thread's try holds the store's one connection until this try's deadline has
+    # Other threads' tries hold every connection of the store until this try's deadline has
     # passed: this one fails as never sent, and sends nothing later.
     import psycopg
 
@@ -45,7 +47,7 @@ def test_a_try_that_waited_past_its_deadline_for_the_connection_is_never_sent(mo
     monkeypatch.setattr(psycopg, "connect", lambda *_a, **_k: FakeConnection(executed))
     store = PostgresStore("postgresql://u@h/db", request_timeout=0.1)
     attempt = Attempt("L1", Identity(owner="x"), now_ms=0, lease_ms=60_000, skew_ms=0)
-    with store._conn_lock, pytest.raises(errors.EndpointUnreachable) as raised:
+    with every_connection_held(store), pytest.raises(errors.EndpointUnreachable) as raised:
         store.take("lock", attempt)
     assert not raised.value.maybe_applied
     assert executed == []
@@ -74,3 +76,52 @@ def test_request_threads_are_kept_between_tries_and_a_given_up_one_is_not_reused
     release.set()
     assert set(names) == {"awsflock-request"}
     workers.close()
+
+
+def test_tries_from_other_threads_use_connections_of_their_own(monkeypatch):
+    # A table's renewer runs up to 8 workers and a service's threads share one table: with one
+    # connection per store, their tries went one at a time, and 1,000 holds' renewals came
+    # seconds late. A try stuck on the wire now holds up only its own connection; a thread
+    # that sends alone makes one more, and four threads at once are answered together.
+    import psycopg
+
+    from awsflock.stores.remote.connected import CONNECTIONS
+    from tests.test_postgres_store import StuckConnection
+
+    let_go = threading.Event()
+    together = threading.Barrier(4, timeout=30)  # four reads inside at once, or it breaks
+    executed: list[str] = []
+    made: list[FakeConnection] = []
+
+    class Together(FakeConnection):
+        def execute(self, sql: str, params: tuple[Any, ...]) -> Any:
+            if params[0] == "read":
+                together.wait()
+            return super().execute(sql, params)
+
+    def connect(*_a: object, **_k: object) -> FakeConnection:
+        conn = StuckConnection(executed, let_go) if not made else Together(executed)
+        made.append(conn)
+        return conn
+
+    monkeypatch.setattr(psycopg, "connect", connect)
+    store = PostgresStore("postgresql://u@h/db", request_timeout=30)
+    attempt = Attempt("L1", Identity(owner="x"), now_ms=0, lease_ms=60_000, skew_ms=0)
+    stuck = threading.Thread(target=store.take, args=("stuck", attempt), daemon=True)
+    stuck.start()
+    try:
+        deadline_ = time.monotonic() + 30
+        while not made:
+            assert time.monotonic() < deadline_
+            time.sleep(0.01)
+        assert made[0].inside.wait(30)  # type: ignore[attr-defined]
+        for _ in range(3):
+            assert store.take("free", attempt).applied
+        assert len(made) == 2 and executed == ["take"] * 3
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda n: store.read(f"r{n}"), range(4)))
+        assert len(answers) == 4 and len(made) == 5 <= CONNECTIONS
+    finally:
+        let_go.set()
+        stuck.join(30)
+    assert executed.count("take") == 4 and executed.count("read") == 4

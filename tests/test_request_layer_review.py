@@ -52,7 +52,7 @@ def test_close_while_a_try_ends_closes_the_connection(monkeypatch):
         let_go.set()
         taker.join(30)
 
-    store._conn_lock = _GivenBackAsCloseLooks(store._conn_lock, the_try_ends)  # type: ignore[assignment]
+    store._slots[0].lock = _GivenBackAsCloseLooks(store._slots[0].lock, the_try_ends)  # type: ignore[assignment]
     try:
         store.close()
     finally:

@@ -277,8 +277,8 @@ def test_this_servers_version_has_no_waitaof_so_steps_rely_on_appendfsync_always
     # appendfsync always here and waits for nothing after a step (replicas=0).
     version = redis_server.client().info("server")["redis_version"]
     _take(store, "dep-" + uuid.uuid4().hex[:8])
-    assert store._conn is not None and store._conn.deployment is not None
-    found = store._conn.deployment
+    assert store._connection_now() is not None and store._connection_now().deployment is not None
+    found = store._connection_now().deployment
     if tuple(int(x) for x in version.split(".")[:2]) < (7, 2):
         assert not found.waitaof
     assert (found.kind, found.waits, found.checked) == ("crash-safe without replicas", False, True)
@@ -574,9 +574,10 @@ def test_a_step_a_stopped_replica_never_acknowledged_is_a_lost_answer(kind, shor
         store = _store(primary, url=primary.url + "?replicas=1")
         name = "wait-" + uuid.uuid4().hex[:6]
         _, _, ok = _take(store, name)
-        assert ok and store._conn is not None and store._conn.deployment is not None
-        assert store._conn.deployment.kind == "durable" and store._conn.deployment.waits
-        assert store._conn.deployment.waitaof == (kind is ValkeyServer)
+        conn = store._connection_now()
+        assert ok and conn is not None and conn.deployment is not None
+        assert conn.deployment.kind == "durable" and conn.deployment.waits
+        assert conn.deployment.waitaof == (kind is ValkeyServer)
         assert replica.proc is not None
         os.kill(replica.proc.pid, signal.SIGSTOP)
         try:

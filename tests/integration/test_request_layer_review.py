@@ -16,6 +16,7 @@ from awsflock.protocol import Attempt
 from awsflock.stores import kinds
 from awsflock.stores.postgresql.store import PostgresStore
 from awsflock.stores.redis import RedisStore
+from tests.helpers import every_connection_held
 from tests.servers import REDIS_DURABLE, PostgresServer, RedisServer, ValkeyServer
 
 
@@ -203,13 +204,10 @@ def test_a_renewal_that_waited_for_the_connection_past_its_budget_is_never_sent(
         except errors.AwsflockError as exc:
             failed.append(exc)
 
-    assert store._conn_lock.acquire(timeout=5)  # another thread's try holds the connection
     renewer = threading.Thread(target=renew, daemon=True)
-    try:
+    with every_connection_held(store):  # other threads' tries hold the connections
         renewer.start()
         time.sleep(0.65)  # past the renewal's budget, within its timeout plus the grace
-    finally:
-        store._conn_lock.release()
     renewer.join(10)
     assert "renew" not in executed, "the renewal was sent after its budget ended"
     assert failed and not failed[0].maybe_applied

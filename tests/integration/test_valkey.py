@@ -76,7 +76,7 @@ def test_every_write_step_is_followed_by_a_waitaof_and_a_read_by_none(valkey: Va
         name = "w-" + uuid.uuid4().hex[:6]
         lease_id, ok = _take(store, name)
         assert ok
-        found = store._conn.deployment if store._conn else None
+        found = store._connection_now().deployment if store._connection_now() else None
         assert found is not None
         assert (found.kind, found.waitaof, found.why) == (
             "crash-safe without replicas",

@@ -86,6 +86,8 @@ class RedisLink:
     def __init__(self, store: Any) -> None:
         self.store = store
         self._said: str | None = None
+        #: The deployment's notes logged already (each once, whatever the connections made).
+        self._noted: set[str] = set()
 
     def where(self) -> str:
         if self._said is None:
@@ -120,7 +122,9 @@ class RedisLink:
             conn.facts, conn.layout = durability.read_check(pipe.execute(raise_on_error=False))
             conn.deployment = self.classify(conn.facts)
             for note in conn.deployment.notes:
-                log.warning("%s", note)
+                if note not in self._noted:
+                    self._noted.add(note)
+                    log.warning("%s", note)
             log.debug("%s: %s (%s)", self.where(), conn.deployment.kind, conn.deployment.why)
             conn.checked_mono = time.monotonic()
         except BaseException:

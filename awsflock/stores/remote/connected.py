@@ -1,5 +1,10 @@
-"""One try on the wire: the store's one cached connection, used by one try at a time, in the
-caller's own thread; bounded by a deadline (``deadline``); behind the gate.
+"""One try on the wire: one of the store's cached connections, each used by one try at a time,
+in the caller's own thread; bounded by a deadline (``deadline``); behind the gate.
+
+A store keeps up to ``CONNECTIONS`` connections, made as tries from several threads at once
+need them (the table's renewer runs up to 8 workers; a service's threads share one table): a
+try takes a free one, and waits only when every one is in use. A process that sends from one
+thread at a time (the command line) makes one.
 
 The gate: a try is sent only if its time (the caller's budget for it) is not over when it is
 about to go, after it waited for the connection (another thread's try may hold it) and made it
@@ -25,6 +30,20 @@ from awsflock.stores.remote.worker import request_thread
 _T = TypeVar("_T")
 #: Real time a try is given beyond its timeout before it is interrupted.
 TRY_GRACE = 0.5
+#: The connections a store keeps at most (as many as the renewer's workers).
+CONNECTIONS = 8
+
+
+class _Slot:
+    """A place for one connection, and the lock a try holds while it uses it."""
+
+    __slots__ = ("close_after", "conn", "lock")
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.lock = threading.Lock()
+        #: ``close`` was called while a try used the connection: that try closes it.
+        self.close_after = False
 
 
 def gate_open(deadline: float, now: float) -> bool:
@@ -69,13 +88,11 @@ class Connected(RetryingStore, Generic[C]):
     try_time: TryTime = REAL_TIME
 
     def _connected_init(self) -> None:
-        self._conn: C | None = None
-        #: Held by the try using the connection (one at a time, whatever the threads).
-        self._conn_lock = threading.Lock()
-        #: ``close`` was called while a try used the connection: that try closes it.
-        self._close_after = False
+        self._slots = [_Slot() for _ in range(CONNECTIONS)]
+        #: Where a try waits when every connection is in use (turn by turn).
+        self._turn = 0
         self._local = threading.local()
-        #: The process the connection belongs to (a forked child makes its own).
+        #: The process the connections belong to (a forked child makes its own).
         self._pid = os.getpid()
 
     def where(self) -> str:
@@ -88,38 +105,54 @@ class Connected(RetryingStore, Generic[C]):
         return None
 
     def close(self) -> None:
-        """Close the connection (a later call makes a new one), without waiting: a try using
-        it now closes it when it ends."""
+        """Close the connections (a later call makes new ones), without waiting: a try using
+        one now closes it when it ends."""
         self._forked()
-        self._close_after = True
-        self._close_if_asked()
+        for slot in self._slots:
+            slot.close_after = True
+            self._close_if_asked(slot)
 
-    def _close_if_asked(self) -> None:
-        """Close the connection if ``close`` asked and no try uses it. A try looks again once it
-        has given the connection back, so a ``close`` that met it in use is never missed."""
-        if self._close_after and self._conn_lock.acquire(blocking=False):
+    def _close_if_asked(self, slot: _Slot) -> None:
+        """Close ``slot``'s connection if ``close`` asked and no try uses it. A try looks again
+        once it has given the connection back, so a ``close`` that met it in use is never
+        missed."""
+        if slot.close_after and slot.lock.acquire(blocking=False):
             try:
-                if self._close_after:
-                    self._close_after = False
-                    self._drop()
+                if slot.close_after:
+                    slot.close_after = False
+                    self._drop(slot)
             finally:
-                self._conn_lock.release()
+                slot.lock.release()
 
     def _forked(self) -> None:
-        """In a child forked since the connection was made: forget the parent's connection
-        (closing it would end the parent's session; the driver leaves it to the parent) and
-        its lock (a thread of the parent may have held it as it forked)."""
+        """In a child forked since the connections were made: forget the parent's connections
+        (closing them would end the parent's sessions; the driver leaves them to the parent)
+        and their locks (a thread of the parent may have held one as it forked)."""
         if self._pid != os.getpid():
             self._pid = os.getpid()
-            self._conn = None
-            self._conn_lock = threading.Lock()
-            self._close_after = False
+            self._slots = [_Slot() for _ in range(CONNECTIONS)]
 
-    def _drop(self) -> None:
-        """Close the connection (the caller holds ``_conn_lock``)."""
-        conn, self._conn = self._conn, None
+    def _drop(self, slot: _Slot | None = None) -> None:
+        """Close ``slot``'s connection (default: the current try's; the caller holds its
+        lock)."""
+        if slot is None:
+            slot = self._local.slot
+        conn, slot.conn = slot.conn, None
         if conn is not None:
             self.link.close(conn)
+
+    def _pick(self) -> _Slot:
+        """The slot a try takes: a free one with a connection, else a free one without, else
+        the next in turn (to wait for)."""
+        slots = self._slots
+        free = [slot for slot in slots if not slot.lock.locked()]
+        for slot in free:
+            if slot.conn is not None:
+                return slot
+        if free:
+            return free[0]
+        self._turn = (self._turn + 1) % len(slots)
+        return slots[self._turn]
 
     def _try_may_have_applied(self, err: errors.StoreError) -> bool:
         return err.maybe_applied
@@ -130,19 +163,20 @@ class Connected(RetryingStore, Generic[C]):
         clock = self.try_time
         send_by = clock.monotonic() + timeout
         self._forked()
-        if not clock.acquire(self._conn_lock, max(0.0, send_by - clock.monotonic())):
+        slot = self._local.slot = self._pick()
+        if not clock.acquire(slot.lock, max(0.0, send_by - clock.monotonic())):
             raise errors.EndpointUnreachable(
-                f"{self.where()} did not answer in time (another try held the connection)",
+                f"{self.where()} did not answer in time (other tries held every connection)",
                 hint="check that the server is up and reachable, and retry",
             )
         try:
-            return self._on_wire(operation, call, timeout, send_by)
+            return self._on_wire(operation, call, timeout, send_by, slot)
         finally:
-            self._conn_lock.release()
-            self._close_if_asked()
+            slot.lock.release()
+            self._close_if_asked(slot)
 
     def _on_wire(
-        self, operation: str, call: Callable[[C], _T], timeout: float, send_by: float
+        self, operation: str, call: Callable[[C], _T], timeout: float, send_by: float, slot: _Slot
     ) -> _T:
         """The try, holding the connection: made if need be, then the gate, then sent."""
         sent = False
@@ -150,9 +184,9 @@ class Connected(RetryingStore, Generic[C]):
         end = send_by + TRY_GRACE
         watch = clock.watched(end, lambda: None)
         try:
-            conn = self._conn
+            conn = slot.conn
             if conn is None:
-                conn = self._conn = self._connect(timeout, send_by)
+                conn = slot.conn = self._connect(timeout, send_by)
             if not gate_open(send_by, clock.monotonic()):
                 raise errors.EndpointUnreachable(
                     f"{self.where()}: the try was given up before it was sent", hint="retry"
@@ -165,11 +199,11 @@ class Connected(RetryingStore, Generic[C]):
                 value = call(conn)
         except errors.AwsflockError as err:
             if err.maybe_applied or watch.fired:
-                self._drop()
+                self._drop(slot)
             raise
         except Exception as exc:
             if watch.fired:
-                self._drop()
+                self._drop(slot)
                 late = errors.EndpointUnreachable(
                     f"{self.where()} did not answer in time",
                     hint="check that the server is up and reachable, and retry",
@@ -178,13 +212,13 @@ class Connected(RetryingStore, Generic[C]):
                 raise late from exc
             mapped = self.link.translate(exc, operation=operation, sent=sent)
             if mapped.broken:
-                self._drop()
+                self._drop(slot)
             raise mapped.error from exc
         except BaseException:
-            self._drop()  # interrupted by a signal or a kill: the connection is mid-reply
+            self._drop(slot)  # interrupted by a signal or a kill: the connection is mid-reply
             raise
         if watch.fired:  # answered as it was interrupted: the answer stands, the socket not
-            self._drop()
+            self._drop(slot)
         return value
 
     def _try_timeout(self) -> float:
@@ -247,5 +281,5 @@ class Connected(RetryingStore, Generic[C]):
         return conn
 
     def _connection_now(self) -> Any:
-        """The cached connection, if any (for tests and set-up that read its facts)."""
-        return self._conn
+        """A cached connection, if any (for tests and set-up that read its facts)."""
+        return next((slot.conn for slot in self._slots if slot.conn is not None), None)
