@@ -101,8 +101,10 @@ def test_a_try_whose_time_ran_out_before_it_was_sent_never_left():
     async def main() -> None:
         store = Store(timeout=0.05)
         sent: list[int] = []
-        line = store._line()
-        await line.lock.acquire()  # another try holds the connection past this one's time
+        store._line()
+        lines = store._lines[asyncio.get_running_loop()].lines
+        for line in lines:  # other tries hold every connection past this one's time
+            await line.lock.acquire()
 
         async def step(conn: int) -> str:
             sent.append(conn)
@@ -110,7 +112,8 @@ def test_a_try_whose_time_ran_out_before_it_was_sent_never_left():
 
         with pytest.raises(errors.EndpointUnreachable) as failed:
             await store._send("take", step)
-        line.lock.release()
+        for line in lines:
+            line.lock.release()
         assert not failed.value.maybe_applied and sent == []
 
     asyncio.run(main())
@@ -130,5 +133,48 @@ def test_the_budget_is_the_task_s_own():
             inner = await asyncio.create_task(other())  # a task started inside inherits it
         assert inner is not None
         assert await asyncio.create_task(other()) is None  # one started outside does not
+
+    asyncio.run(main())
+
+
+def test_tasks_sending_at_once_use_connections_of_their_own():
+    # One connection per event loop made 200 lock tasks send one at a time. A step stuck on
+    # the wire now holds up only its own connection; tasks that send one after another keep
+    # reusing one; four at once are inside four connections together.
+    from awsflock.stores.remote.connected import CONNECTIONS
+
+    async def main() -> None:
+        store = Store(timeout=30)
+        let_go = asyncio.Event()
+        inside = asyncio.Event()
+        together = asyncio.Barrier(4) if hasattr(asyncio, "Barrier") else None
+        met: list[int] = []
+
+        async def stuck(conn: int) -> str:
+            inside.set()
+            await let_go.wait()
+            return "late"
+
+        async def quick(conn: int) -> int:
+            return conn
+
+        async def meet(conn: int) -> int:
+            met.append(conn)
+            if together is not None:
+                await asyncio.wait_for(together.wait(), 30)
+            else:
+                while len(met) < 4:
+                    await asyncio.sleep(0.001)
+            return conn
+
+        first = asyncio.create_task(store._send("take", stuck))
+        await asyncio.wait_for(inside.wait(), 30)
+        assert [await store._send("read", quick) for _ in range(3)] == [2, 2, 2]
+        got = await asyncio.gather(*(store._send("read", meet) for _ in range(4)))
+        assert len(set(got)) == 4 and store.link.made == 5 <= CONNECTIONS
+        let_go.set()
+        assert await first == "late"
+        await store.close_async()
+        assert sorted(store.link.closed) == [1, 2, 3, 4, 5]
 
     asyncio.run(main())

@@ -1,6 +1,7 @@
 """The request layer of ``awsflock.aio`` for a store that reaches its server through an
 asynchronous link (``AsyncLink``): what ``requests`` and ``connected`` do for threads, for
-tasks. One try at a time per event loop uses the loop's one connection.
+tasks. Each event loop has up to ``connected.CONNECTIONS`` connections of its own, made as its
+tasks send at once; one try at a time uses each.
 
 - A call's budget (``budget``) is the task's (a context variable); each try is bounded by what
   is left of it, retries back off with jitter, and a retry goes only if ``MIN_TRY`` of the
@@ -29,6 +30,7 @@ from awsflock import errors, metrics
 from awsflock.clock_async import AsyncClock
 from awsflock.protocol import MIN_TRY
 from awsflock.protocol_async import AsyncSleeper, AsyncWaker
+from awsflock.stores.remote.connected import CONNECTIONS
 from awsflock.stores.remote.link import C, Translated
 from awsflock.stores.remote.requests import backoff, retry_fits, still_fits
 
@@ -57,11 +59,31 @@ class AsyncLink(Protocol[C]):
 
 
 class _Line:
-    """One event loop's connection, and the lock its tries take turns on."""
+    """One connection of an event loop, and the lock its tries take turns on."""
 
     def __init__(self) -> None:
         self.conn: Any = None
         self.lock = asyncio.Lock()
+
+
+class _Lines:
+    """One event loop's connections."""
+
+    def __init__(self) -> None:
+        self.lines = [_Line() for _ in range(CONNECTIONS)]
+        self.turn = 0
+
+    def pick(self) -> _Line:
+        """The line a try takes: a free one with a connection, else a free one without, else
+        the next in turn (to wait for)."""
+        free = [line for line in self.lines if not line.lock.locked()]
+        for line in free:
+            if line.conn is not None:
+                return line
+        if free:
+            return free[0]
+        self.turn = (self.turn + 1) % len(self.lines)
+        return self.lines[self.turn]
 
 
 class AsyncConnected(Generic[C]):
@@ -75,7 +97,7 @@ class AsyncConnected(Generic[C]):
     _retry_rng: random.Random = random.Random()
 
     def _connected_init(self) -> None:
-        self._lines: weakref.WeakKeyDictionary[Any, _Line] = weakref.WeakKeyDictionary()
+        self._lines: weakref.WeakKeyDictionary[Any, _Lines] = weakref.WeakKeyDictionary()
         #: Closes of forgotten lines still waiting for a try on them (``close_async``), of
         #: every loop (copied before it is read: a loop in another thread may change it).
         self._closing: set[asyncio.Task[None]] = set()
@@ -114,12 +136,14 @@ class AsyncConnected(Generic[C]):
         return _DOUBT.get()
 
     async def close_async(self) -> None:
-        """Close this loop's connection (a try using it now finishes first; a try after this
-        makes a new one). Cut short (a timeout around it), the close still goes on once that
-        try is done; called again, it waits for that close."""
+        """Close this loop's connections (a try using one now finishes first; a try after this
+        makes a new one). Cut short (a timeout around it), the closes still go on once those
+        tries are done; called again, it waits for them."""
         loop = asyncio.get_running_loop()
-        line = self._lines.pop(loop, None)
-        if line is not None:
+        lines = self._lines.pop(loop, None)
+        for line in lines.lines if lines is not None else ():
+            if line.conn is None and not line.lock.locked():
+                continue
             closing = loop.create_task(self._close_line(line))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
@@ -187,10 +211,10 @@ class AsyncConnected(Generic[C]):
 
     def _line(self) -> _Line:
         loop = asyncio.get_running_loop()
-        line = self._lines.get(loop)
-        if line is None:
-            line = self._lines[loop] = _Line()
-        return line
+        lines = self._lines.get(loop)
+        if lines is None:
+            lines = self._lines[loop] = _Lines()
+        return lines.pick()
 
     async def _attempt(
         self, operation: str, call: Callable[[C], Awaitable[_T]], timeout: float
@@ -205,10 +229,16 @@ class AsyncConnected(Generic[C]):
             line.lock.release()
 
         try:
-            await _within(line.lock.acquire(), timeout, give_back)
+            if line.lock.locked():
+                await _within(line.lock.acquire(), timeout, give_back)
+            else:
+                # Taken at once, before another task picks it too (a free lock is taken without
+                # a pause; behind a waiter just woken, it waits for that try, which is bounded,
+                # and the gate below then refuses a try whose time ran out).
+                await line.lock.acquire()
         except asyncio.TimeoutError:
             raise errors.EndpointUnreachable(
-                f"{self.where()} did not answer in time (another try held the connection)",
+                f"{self.where()} did not answer in time (other tries held every connection)",
                 hint="check that the server is up and reachable, and retry",
             ) from None
         try:
