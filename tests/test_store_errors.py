@@ -53,3 +53,33 @@ def test_other_value_errors_are_not_mistaken_for_settings():
     store = Store("locks", region="eu-west-1")
     with pytest.raises(ValueError, match="a bug"), store.translate_errors("acquire"):
         raise ValueError("a bug")
+
+
+def _cancelled(*codes: str) -> bx.ClientError:
+    """A cancelled transaction, with one reason per item."""
+    reasons = [
+        {"Code": code, **({"Message": "Item size has exceeded the maximum allowed size"}
+                          if code == "ValidationError" else {})}
+        for code in codes
+    ]  # fmt: skip
+    response = {
+        "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+        "CancellationReasons": reasons,
+    }
+    return bx.ClientError(response, "TransactWriteItems")  # type: ignore[arg-type]
+
+
+def test_a_transaction_refused_for_an_item_too_large_is_no_conflict_to_wait_out():
+    # An item over 400 KB (a long audit reason, a record grown too big) cancels the whole
+    # transaction with a ValidationError reason: nothing was written, and the same request is
+    # refused every time. It must not be retried as a conflict until the budget runs out.
+    store = Store("locks", region="eu-west-1")
+    with pytest.raises(errors.AwsflockError) as caught, store.translate_errors("force-release"):
+        raise _cancelled("None", "ValidationError")
+    err = caught.value
+    assert type(err) is errors.StoreError and not err.maybe_applied
+    line = err.one_line()
+    assert "Item size has exceeded the maximum allowed size" in line
+    assert "nothing was written" in line
+    with pytest.raises(errors.Throttled), store.translate_errors("acquire"):  # a conflict
+        raise _cancelled("None", "TransactionConflict")
