@@ -53,6 +53,8 @@ class AsyncWake:
         self._making: asyncio.Task[Any] | None = None
         #: When (the clock's monotonic time) a failed subscription may be tried again.
         self._retry_at: float | None = None
+        #: Done once the pause reading from the subscription stops (None: none reads).
+        self._reading: asyncio.Future[None] | None = None
 
     async def pause(
         self, clock: AsyncClock, seconds: float, cancel: threading.Event | None
@@ -84,7 +86,7 @@ class AsyncWake:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        shut = _shut(making, pubsub)
+        shut = self._shut(making, pubsub)
         if running is not None and running is self.loop:
             self._closing(shut)
             return
@@ -145,12 +147,30 @@ class AsyncWake:
             left = end - clock.monotonic()
             if left <= 0:
                 break
-            message = await pubsub.get_message(
-                ignore_subscribe_messages=True, timeout=min(WAKE_CHECK, left)
-            )
+            self._reading = asyncio.get_running_loop().create_future()
+            try:
+                message = await pubsub.get_message(
+                    ignore_subscribe_messages=True, timeout=min(WAKE_CHECK, left)
+                )
+            finally:
+                reading, self._reading = self._reading, None
+                reading.set_result(None)
             if message is not None:
                 return True
         return False
+
+    async def _shut(self, making: asyncio.Task[Any] | None, pubsub: Any) -> None:
+        """End the subscribing task (what it made is closed) and close ``pubsub``, once a
+        pause reading from it has stopped (within ``WAKE_CHECK``: it sees ``closed``). Closed
+        under a read, redis-py would connect again and subscribe again, on its own."""
+        if making is not None:
+            making.cancel()
+            await asyncio.wait((making,))
+            if not making.cancelled() and making.exception() is None:
+                pubsub = pubsub or making.result()
+        while self._reading is not None:
+            await asyncio.wait((self._reading,))
+        await _aclose(pubsub)
 
     def _broken(self, clock: AsyncClock, exc: BaseException) -> None:
         pubsub, self._pubsub = self._pubsub, None
@@ -168,16 +188,6 @@ class AsyncWake:
 
 def _set(cancel: threading.Event | None) -> bool:
     return cancel is not None and cancel.is_set()
-
-
-async def _shut(making: asyncio.Task[Any] | None, pubsub: Any) -> None:
-    """End the subscribing task (what it made is closed) and close ``pubsub``."""
-    if making is not None:
-        making.cancel()
-        await asyncio.wait((making,))
-        if not making.cancelled() and making.exception() is None:
-            pubsub = pubsub or making.result()
-    await _aclose(pubsub)
 
 
 async def _aclose(pubsub: Any) -> None:
