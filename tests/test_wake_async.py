@@ -263,6 +263,7 @@ def test_a_table_closed_under_a_waiters_read_closes_its_subscription_once_the_re
         waker = store.waker("job")
         assert await waker.pause(clock, 1.0, None)
         made[0].gate = asyncio.Event()
+        start = clock.monotonic()
         pausing = asyncio.ensure_future(waker.pause(clock, 5.0, None))
         await made[0].listening.wait()
         closing = asyncio.ensure_future(store.close_async())
@@ -273,7 +274,7 @@ def test_a_table_closed_under_a_waiters_read_closes_its_subscription_once_the_re
         await closing
         assert made[0].closed and not made[0].closed_under_a_read
         assert not await pausing  # closed: the rest of the pause is slept out
-        assert len(made) == 1
+        assert clock.monotonic() - start == pytest.approx(5.0) and len(made) == 1
 
     asyncio.run(main())
 

@@ -62,9 +62,9 @@ class AsyncWake:
         end = clock.monotonic() + max(0.0, seconds)
         try:
             if self._pubsub is not None:
-                return await self._listen(self._pubsub, clock, end, cancel)
-            subscribing = not self.closed and self._may_subscribe(clock)
-            if subscribing and await self._subscribing(clock, end, cancel):
+                if await self._listen(self._pubsub, clock, end, cancel):
+                    return True
+            elif self._may_subscribe(clock) and await self._subscribing(clock, end, cancel):
                 return True  # poll once more: an end before the subscription is missed
         except Exception as exc:  # a broken subscription only costs the wake
             self._broken(clock, exc)
@@ -97,6 +97,8 @@ class AsyncWake:
             shut.close()
 
     def _may_subscribe(self, clock: AsyncClock) -> bool:
+        if self.closed:
+            return False
         return self._retry_at is None or clock.monotonic() >= self._retry_at
 
     async def _subscribing(
