@@ -7,15 +7,20 @@ calls that are not lock steps."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
+import weakref
+from collections.abc import Coroutine
 from typing import Any
 
 from awsflock import errors
-from awsflock.stores.redis import durability, wire
+from awsflock.protocol_async import AsyncSleeper, AsyncWaker
+from awsflock.stores.redis import durability, layout, wire
 from awsflock.stores.redis.link import RedisConn, RedisLink, _no_setinfo, log
 from awsflock.stores.redis.program import Request
 from awsflock.stores.redis.store import RedisStore
+from awsflock.stores.redis.wake_async import AsyncWake
 from awsflock.stores.remote.facade_async import StepStore
 from awsflock.stores.remote.link import Translated, driver
 
@@ -132,6 +137,53 @@ class AsyncRedisStore(StepStore[Any]):
         self.link: Any = AsyncRedisLink(store.link, self)
         self.program = store.program
         self._connected_init()
+        #: The wakers of waits going on (``close_async`` closes its loop's).
+        self._wakes: weakref.WeakSet[AsyncWake] = weakref.WeakSet()
+
+    def waker(self, lock_id: str) -> AsyncWaker:
+        """A waiter wakes as soon as the script publishes that the lock may have changed
+        (``wake_async``); in the caller's time (a simulation's), it sleeps as on any store."""
+        if not self.server_time:
+            return AsyncSleeper()
+        channel = layout.wake_channel(self.prefix, lock_id)
+        wake = AsyncWake(self._subscriber, channel, self.where(), self._in_background)
+        self._wakes.add(wake)
+        return wake
+
+    def _subscriber(self, timeout: float) -> Any:
+        """A ``redis.asyncio`` pub/sub client for one waiter, on a connection of its own."""
+        import redis.asyncio as aredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        owner = self.sync
+        pool = aredis.ConnectionPool.from_url(
+            owner.url,
+            password=owner.password,
+            max_connections=1,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=0,
+            protocol=2,
+            **_no_setinfo(),
+        )
+        return aredis.Redis(connection_pool=pool).pubsub()
+
+    def _in_background(self, closing: Coroutine[Any, Any, None]) -> None:
+        """Run a close in a task of this loop that ``close_async`` waits for."""
+        task = asyncio.get_running_loop().create_task(closing)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close_async(self) -> None:
+        """Close this loop's connection and its waiters' subscriptions (a waiter still
+        waiting goes on polling)."""
+        loop = asyncio.get_running_loop()
+        for wake in list(self._wakes):
+            if wake.loop is loop:
+                wake.close()
+        await super().close_async()
 
     def close(self) -> None:
         """Close the synchronous store's connection. An event loop's own connection is closed
