@@ -72,6 +72,31 @@ class DrivenClock(FakeClock):
                 await asyncio.sleep(0)
 
 
+class ParkingClock(FakeClock):
+    """A fake clock that knows which threads are parked on it: waiting (``wait``) for an event
+    not set yet, until a time not reached yet. A test moves time on only once every thread it
+    drives is parked (``parked``), so that no thread lags behind a clock that raced ahead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiting: list[tuple[Any, float]] = []
+
+    def wait(self, event: Any, seconds: float) -> bool:
+        with self._lock:
+            entry = (event, self._mono + max(0.0, seconds))
+            self._waiting.append(entry)
+        try:
+            return super().wait(event, seconds)
+        finally:
+            with self._lock:
+                self._waiting.remove(entry)
+
+    def parked(self) -> int:
+        """The threads waiting on the clock that nothing has woken yet."""
+        with self._lock:
+            return sum(not event.is_set() and self._mono < until for event, until in self._waiting)
+
+
 class CountingClient:
     """Wraps a DynamoDB client and counts calls per operation."""
 
