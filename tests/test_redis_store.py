@@ -356,3 +356,43 @@ def test_a_server_that_may_evict_is_refused_and_one_without_a_limit_is_not():
         ),
     ):
         assert dep.classify(fine, declared="", replicas=0, where="w").kind == dep.CRASH_SAFE
+
+
+# -- the settings read again with every grant -----------------------------------------------------
+
+
+def _recheck_answers(appendfsync: bytes = b"always", aof_size: int = 100) -> list[object]:
+    config = [b"appendonly", b"yes", b"appendfsync", appendfsync, b"maxmemory", b"0",
+              b"maxmemory-policy", b"noeviction", b"no-appendfsync-on-rewrite", b"no"]  # fmt: skip
+    info = (
+        b"# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:%d\r\n\r\n"
+        b"# Persistence\r\naof_enabled:1\r\naof_rewrite_in_progress:0\r\n"
+        b"aof_rewrite_scheduled:0\r\naof_current_size:%d\r\n" % (aof_size, aof_size)
+    )
+    return [config, info]
+
+
+def test_settings_read_again_are_judged_once_until_they_change(monkeypatch):
+    # Every grant reads the settings again; judging them costs more than the step's own
+    # decoding. The same settings (INFO's sizes and offsets aside) are judged once per
+    # connection, and a change is judged, and refused, at once.
+    from awsflock.stores.redis.link import RedisConn
+    from awsflock.stores.redis.store import RedisStore
+
+    store = RedisStore("redis://h:6379/0")
+    link = store.link
+    conn = RedisConn(None)
+    conn.facts = _server(maxmemory=0, eviction="noeviction", no_fsync_on_rewrite="no")
+    conn.deployment = link.classify(conn.facts)
+    judged: list[object] = []
+    real = link.classify
+    monkeypatch.setattr(link, "classify", lambda facts: judged.append(facts) or real(facts))
+    for size in (100, 200, 300):  # each write grows the AOF: the same settings
+        link._rechecked(conn, _recheck_answers(aof_size=size))
+    assert len(judged) == 1
+    for _ in range(2):  # weaker now: refused, every time
+        with pytest.raises(errors.EndpointUnreachable, match="appendfsync everysec") as failed:
+            link._rechecked(conn, _recheck_answers(b"everysec"))
+        assert failed.value.maybe_applied
+    link._rechecked(conn, _recheck_answers())  # set back: passes again
+    assert len(judged) == 3

@@ -127,6 +127,21 @@ def read_recheck(before: deployment.Server, answers: list[Any]) -> deployment.Se
     return settings(before, config, info, info)
 
 
+def recheck_key(answers: list[Any]) -> tuple[Any, ...] | None:
+    """What of ``ask_recheck``'s raw answers ``read_recheck`` reads, as a value to compare
+    (None: answers it does not remember, an error among them). INFO's other lines (sizes,
+    offsets) change with every write; these do not, unless the settings do."""
+    key: list[Any] = []
+    for answer in answers:
+        if isinstance(answer, list):
+            key.append(tuple(answer))
+        elif isinstance(answer, (bytes, str)):
+            key.append(tuple(_INFO_LINE.findall(_text(answer))))
+        else:
+            return None
+    return tuple(key)
+
+
 def ask_wait(found: deployment.Deployment, wait_ms: int) -> wire.Command:
     """The durability wait after a write step."""
     if found.waitaof:

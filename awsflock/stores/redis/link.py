@@ -45,6 +45,9 @@ class RedisConn:
         #: When the deployment was checked (real monotonic time: the delayed-restart rule
         #: counts the server's uptime, which no simulated clock moves).
         self.checked_mono = 0.0
+        #: The last settings read again with a grant (``durability.recheck_key``), and what
+        #: was wrong with them ("" nothing): the same answer is judged the same way.
+        self.rechecked: tuple[Any, str] | None = None
 
     def check_grant(self, lease_ms: int, where: str) -> None:
         """The deployment's delayed-restart rule, for a take or renew about to be sent."""
@@ -262,17 +265,13 @@ class RedisLink:
         before, then = conn.facts, conn.deployment
         if before is None or then is None:
             return
-        now = durability.read_recheck(before, answers)
-        if isinstance(now, str):
-            why = now
+        key = durability.recheck_key(answers)
+        if key is not None and conn.rechecked is not None and conn.rechecked[0] == key:
+            why = conn.rechecked[1]
         else:
-            try:
-                judged = self.classify(now)
-            except errors.AwsflockError as refused:
-                why = refused.one_line()
-            else:
-                weaker = KEPT.index(judged.kind) > KEPT.index(then.kind)
-                why = f"it is now {judged.kind}: {judged.why}" if weaker else ""
+            why = self._changed(before, then, answers)
+            if key is not None:
+                conn.rechecked = (key, why)
         if not why:
             return
         err = errors.EndpointUnreachable(
@@ -282,6 +281,20 @@ class RedisLink:
         )
         err.maybe_applied = True
         raise err
+
+    def _changed(
+        self, before: deployment.Server, then: deployment.Deployment, answers: list[Any]
+    ) -> str:
+        """What the settings read again show has changed for the worse ("": nothing)."""
+        now = durability.read_recheck(before, answers)
+        if isinstance(now, str):
+            return now
+        try:
+            judged = self.classify(now)
+        except errors.AwsflockError as refused:
+            return refused.one_line()
+        weaker = KEPT.index(judged.kind) > KEPT.index(then.kind)
+        return f"it is now {judged.kind}: {judged.why}" if weaker else ""
 
 
 def _no_setinfo() -> dict[str, None]:
