@@ -114,6 +114,12 @@ class AioClient(Client):
             if hold._lease is None:
                 self.checker.no_phantom(self.proc, name)
             raise
+        finally:
+            if hold._lease is not None and hold._lease.lease_id in self.store.releasing:
+                self.checker.fail(
+                    f"{self.proc.name}'s lock() block on {name!r} ended with the release of "
+                    f"{hold._lease.lease_id[:8]} still on its way"
+                )
 
     async def body(self, held: Any, key: Any, lease_s: float) -> None:
         """The work under a hold: fenced writes, each just after ``check()``; told to stop, a

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import math
 import selectors
 import threading
@@ -33,7 +34,7 @@ import warnings
 from collections.abc import Coroutine
 from typing import Any, Callable
 
-from tests.simulation.world import Killed, Proc, SimThread
+from tests.simulation.world import Proc, SimThread
 
 
 class _Selector(selectors.BaseSelector):
@@ -185,7 +186,7 @@ def run(proc: Proc, main: Coroutine[Any, Any, None]) -> None:
         if left:
             loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         loop.run_until_complete(loop.shutdown_asyncgens())
-    except Killed:
+    except BaseException:  # killed, or a violation found in one of its tasks
         _bury(loop)
         raise
     finally:
@@ -201,5 +202,9 @@ def _bury(loop: SimLoop) -> None:
         warnings.simplefilter("ignore")
         for task in asyncio.all_tasks(loop):
             task._log_destroy_pending = False  # type: ignore[attr-defined]
-            with contextlib.suppress(BaseException):
-                task.get_coro().close()  # type: ignore[union-attr]
+            coro: Any = task.get_coro()
+            for _ in range(20):  # a handler that awaits again is closed again, where it awaits
+                with contextlib.suppress(BaseException):
+                    coro.close()
+                if inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED:
+                    break
