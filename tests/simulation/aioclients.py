@@ -115,10 +115,15 @@ class AioClient(Client):
                 self.checker.no_phantom(self.proc, name)
             raise
         finally:
-            if hold._lease is not None and hold._lease.lease_id in self.store.releasing:
+            lease = hold._lease
+            if (
+                not self.proc.killed
+                and lease is not None
+                and lease.lease_id in self.store.releasing
+            ):
                 self.checker.fail(
                     f"{self.proc.name}'s lock() block on {name!r} ended with the release of "
-                    f"{hold._lease.lease_id[:8]} still on its way"
+                    f"{lease.lease_id[:8]} still on its way"
                 )
 
     async def body(self, held: Any, key: Any, lease_s: float) -> None:
