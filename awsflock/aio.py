@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Coroutine
 from typing import Any, Callable
 
 from awsflock import errors
@@ -86,7 +87,7 @@ class Hold(heartbeat_async.Hold):
             uncancel = getattr(self._body, "uncancel", None)  # Python 3.11+
             still_cancelled = uncancel is not None and uncancel() > 0
         try:
-            await asyncio.shield(self.stop())
+            await _to_the_end(self.stop(), self.lock_id)
         except errors.LeaseLost as lost:
             if still_cancelled and exc_type is None:
                 raise asyncio.CancelledError from lost  # the body swallowed one from elsewhere
@@ -97,6 +98,25 @@ class Hold(heartbeat_async.Hold):
             if exc_type is None:
                 raise
             heartbeat_async.log.warning("release of %r failed: %s", self.lock_id, err.one_line())
+
+
+async def _to_the_end(stop: Coroutine[Any, Any, None], lock_id: str) -> None:
+    """Await ``stop`` (the release) to its end, however many cancellations come meanwhile: a
+    block cancelled again while it releases does not end before its release has landed or
+    failed. A cancellation that came is raised then (over the release's own error, logged)."""
+    task = asyncio.ensure_future(stop)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as again:
+            cancelled = again
+    if cancelled is None:
+        return task.result()
+    failed = None if task.cancelled() else task.exception()
+    if isinstance(failed, errors.AwsflockError) and not isinstance(failed, errors.LeaseLost):
+        heartbeat_async.log.warning("release of %r failed: %s", lock_id, failed.one_line())
+    raise cancelled
 
 
 def _ours(exc: BaseException, hold: Hold) -> bool:

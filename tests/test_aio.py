@@ -282,3 +282,49 @@ def test_a_table_opened_with_async_with_is_closed_at_its_end():
         assert closed == [True]
 
     asyncio.run(main())
+
+
+class SlowRelease(AsyncMemoryStore):
+    """Releases wait for ``landed`` (a release on the wire), counted in ``releasing``."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store)
+        self.landed = asyncio.Event()
+        self.releasing = 0
+
+    async def release(self, lock_id: str, lease_id: str, **step: Any) -> Any:
+        self.releasing += 1
+        await self.landed.wait()
+        return await super().release(lock_id, lease_id, **step)
+
+
+def test_a_block_cancelled_again_while_it_releases_ends_only_once_the_release_landed():
+    # Found by the simulator: a body cancelled (on loss, or by a timeout), then its task
+    # cancelled again while the block released, ended at once with the release still on the
+    # wire, so the lock was held after the block had ended.
+    memory = MemoryStore("t", clock=FakeClock())
+
+    async def main() -> None:
+        store = SlowRelease(memory)
+        table = aio.LockTable(store=store)
+
+        async def hold() -> None:
+            async with table.lock("job", lease=60):
+                await asyncio.Event().wait()
+
+        task = asyncio.create_task(hold())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        task.cancel()
+        while not store.releasing:
+            await asyncio.sleep(0)
+        task.cancel()  # again, while the release is on its way
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not task.done()
+        store.landed.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert memory.read("job").lock.released
+
+    asyncio.run(main())

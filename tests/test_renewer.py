@@ -98,3 +98,29 @@ def test_a_hold_whose_step_starts_is_looked_at_again_by_its_deadline():
     ready, soonest = schedule.due(5.0)
     assert ready == [hold]
     assert soonest == 40.0
+
+
+def test_an_async_release_waits_for_a_renewal_in_flight_in_a_simulated_clock_s_time():
+    # Found by running awsflock.aio in the simulator: the wait for a renewal still in flight
+    # counted real seconds, so in virtual time it polled for as long as the machine took.
+    import asyncio
+    import types
+
+    from awsflock.lock.renewer import AsyncRenewer
+
+    class Simulated(FakeClock):
+        def __init__(self) -> None:
+            super().__init__()
+            self.waits: list[float] = []
+
+        def start_thread(self, target: Any, args: Any, name: str) -> None:
+            raise AssertionError("not started here")
+
+        async def wait_async(self, event: Any, seconds: float) -> bool:
+            self.waits.append(seconds)
+            return bool(event.is_set())
+
+    clock = Simulated()
+    hold = types.SimpleNamespace(idle=threading.Event())  # its renewal still runs
+    asyncio.run(AsyncRenewer(clock).wait_idle(hold, 0.05))
+    assert clock.waits == [0.05]

@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from tests.simulation.__main__ import run_many
-from tests.simulation.mutants import BENEATH, MUTANTS, NO_TRANSACTIONS, ORDER_ONLY
+from tests.simulation.mutants import AIO, BENEATH, MUTANTS, NO_TRANSACTIONS, ORDER_ONLY
 from tests.simulation.network import Faults
 from tests.test_simulation import HALF_BUDGET
 
@@ -50,7 +50,8 @@ def test_the_second_half_of_the_budget_keeps_every_invariant():
 
 
 #: The bugs looked for here: all but those looked for only on a server's store (integration tier).
-HERE = [n for n in MUTANTS if BENEATH.get(n, ("memory",))[0] in ("memory", "moto")]
+#: (The asynchronous API's are looked for with aio workers: ``test_simulation_aio.py``.)
+HERE = [n for n in MUTANTS if BENEATH.get(n, ("memory",))[0] in ("memory", "moto") and n not in AIO]
 
 
 @pytest.mark.timeout(600)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from awsflock.stores.memory import MemoryStore
-from tests.simulation.mutants import MUTANTS
+from tests.simulation.mutants import AIO, AIO_SHARE, MUTANTS
 from tests.simulation.network import Faults
 from tests.simulation.run import Result, simulate
 
@@ -208,12 +208,13 @@ def run_many(
     pg_url: str | None = None,
     redis_url: str | None = None,
     transactions: bool = True,
+    aio: float = 0.0,
 ) -> tuple[list[Result], Result | None]:
     """Simulate seed after seed until ``budget`` operations or ``duration`` seconds are spent,
     or a violation is found (returned second). ``store``: memory, moto, postgresql or redis (on
     the server at ``pg_url`` or ``redis_url``, else on a throw-away one); without
     ``transactions`` (memory, moto), as the DynamoDB store on an endpoint that has none
-    (dynalite)."""
+    (dynalite). ``aio``: the share of workers that run ``awsflock.aio``."""
     started = time.perf_counter()
     results: list[Result] = []
     done = 0
@@ -230,8 +231,12 @@ def run_many(
         elif store == "redis":
             make = stack.enter_context(redis_store(redis_url))
         for seed in seeds:
-            result = simulate(seed, clients=clients, ops=ops, make_store=make, faults=faults)
-            result.flags = "" if transactions else " --no-transactions"
+            result = simulate(
+                seed, clients=clients, ops=ops, make_store=make, faults=faults, aio=aio
+            )
+            result.flags = ("" if transactions else " --no-transactions") + (
+                f" --aio {aio}" if aio else ""
+            )
             results.append(result)
             done += result.operations
             if result.violation:
@@ -273,6 +278,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"--store redis on this server (default: ${REDIS_URL_ENV}, else a throw-away "
         "server started for the run); one key prefix per seed, its keys deleted afterwards",
     )
+    parser.add_argument(
+        "--aio",
+        type=float,
+        default=None,
+        help="the share of workers (drawn per seed) that run awsflock.aio in an event loop in "
+        "virtual time (default 0; 0.5 for a mutant of the asynchronous API)",
+    )
     parser.add_argument("--mutant", help="put a known bug back (a name's start: '4', 'C fenc')")
     parser.add_argument(
         "--late-by", type=float, help="how late a late request may land (default 5 s)"
@@ -295,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--mutant {args.mutant!r} names {len(names)} of: {', '.join(MUTANTS)}")
         mutant = MUTANTS[names[0]]()
         print(f"mutant: {names[0]}", file=sys.stderr)
+        if args.aio is None and names[0] in AIO:
+            args.aio = AIO_SHARE
     seeds: Iterator[int]
     if args.seed is not None:
         seeds = iter([args.seed])
@@ -315,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             pg_url=args.pg_url,
             redis_url=args.redis_url,
             transactions=not args.no_transactions,
+            aio=args.aio or 0.0,
         )
     wall = time.perf_counter() - started
     operations = sum(r.operations for r in results)
@@ -332,6 +347,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(r.fair_grants for r in results)} grants to the head of a line of fair waiters, "
         f"{sum(r.lapsed for r in results)} lapsed places removed from lines"
     )
+    if args.aio:
+        print(
+            f"{sum(r.aio_procs for r in results)} processes ran awsflock.aio: "
+            f"{sum(r.bodies for r in results)} bodies under its locks "
+            f"({sum(r.told for r in results)} told to stop), "
+            f"{sum(r.cancelled for r in results)} acquires cancelled by a timeout"
+        )
     why = WHY_OFF.get(args.store, {})
     left_out = sorted({what for r in results for what in r.off})
     if left_out:

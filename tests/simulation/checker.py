@@ -63,6 +63,7 @@ from typing import Any, NoReturn
 from awsflock.protocol import LINE_LAPSE_MS, Attempt, LockStore, Outcome
 from awsflock.records import Line, LockRecord, Waiter
 from awsflock.stores import kinds
+from tests.simulation.bodies import Bodies
 from tests.simulation.world import EPOCH, Proc, World
 
 Key = tuple[str, "int | None"]  # (lock name, slot)
@@ -117,6 +118,10 @@ class Checker:
         self.lapsed = 0
         #: Lease ids some client was told it holds (a lease it gave up is not a phantom).
         self.known: set[str] = set()
+        #: The bodies run under awsflock.aio's locks (``bodies``: their own invariants).
+        self.bodies = Bodies(self)
+        #: Acquires cancelled (a task's timeout) and checked to hold nothing afterwards.
+        self.cancelled = 0
 
     def fail(self, what: str) -> NoReturn:
         at = self.world.now - EPOCH
@@ -145,6 +150,7 @@ class Checker:
             key = (args[0], attempt.slot)
             self._check_take(key, attempt, before)
             self._check_line_take(args[0], attempt, before, made)
+            self.bodies.granted(key, attempt.lease_id)
             self.grants[key] = self.grants.get(key, 0) + 1
             record = result.record
             assert record is not None
@@ -190,6 +196,7 @@ class Checker:
                     self.forced_by[lease_id] = (args[2]["actor"], args[2]["force_id"])
                 elif operation == "release":
                     name = args[0]
+                    self.bodies.released(lease_id, (name, slot))
                     self.released[lease_id] = (
                         self.grants.get((name, slot), 0),
                         self.deletions.get(name, 0),
@@ -203,6 +210,7 @@ class Checker:
                 if record is not None and not _free(record, cutoff):
                     self.fail(f"pool {name!r} shrunk to {new} over held slot {slot}")
         elif operation == "legacy_put" and result:
+            self.bodies.granted((args[0], None), args[1])
             self.latest[(args[0], None)] = (args[1], None)
             # awsflock 0.2.0 writes the whole record: the leases it remembered are gone, as
             # when it is deleted (what a release retried afterwards can still tell).

@@ -14,6 +14,7 @@ connection, the gate) and its error translation unchanged, with two things swapp
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, Callable
 
@@ -249,7 +250,10 @@ class SimTime:
             left = deadline - clock.monotonic()
             if left <= 0:
                 return False
-            world.block(until=lambda: not lock.locked(), wake_at=world.now + left)
+            # Never "now" again: a deadline a rounding error away must still come (found with
+            # aio processes, whose steps wait for one connection in several threads at once).
+            wake = max(world.now + left, math.nextafter(world.now, math.inf))
+            world.block(until=lambda: not lock.locked(), wake_at=wake)
         fault = self.network.draw()
         if fault == "refused":
             self.store._drop()

@@ -21,6 +21,9 @@ from awsflock.stores.memory import MemoryStore
 from awsflock.stores.memory_records import _Lease, _Record
 from awsflock.stores.remote import connected
 from awsflock.stores.remote import requests as retrying
+from tests.simulation.mutants_aio import AIO_SHARE, MUTANTS_AIO
+
+__all__ = ["AIO_SHARE", "MUTANTS"]
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
 
@@ -515,7 +518,11 @@ MUTANTS: dict[str, Patch] = {
     "O timeout after sending said not applied": timeout_said_not_applied,
     "P audit put before the force": audit_before_force,
     "Q no-transaction audit after the end": audit_after_the_end_without_transactions,
+    **MUTANTS_AIO,
 }
+
+#: The mutants of the asynchronous API: looked for with a share of the workers on it.
+AIO = set(MUTANTS_AIO)
 
 #: The mutants of a store's own code, and the stores whose code they are in and where they are
 #: looked for: N and O in the request code (the in-memory store has none: its fault layer is the

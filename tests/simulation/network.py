@@ -144,6 +144,8 @@ class Tap:
         self.proc = proc
         self.watcher = watcher
         self._local = threading.local()
+        #: The lease ids whose release is on its way now (a call not returned).
+        self.releasing: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.store, name)
@@ -152,8 +154,15 @@ class Tap:
         reference = getattr(LockStore, name, None)
 
         def noted(*args: Any, **kw: Any) -> Any:
-            self._local.call = _call(OPERATIONS.get(name, name), reference, args, kw, self.world)
-            return value(*args, **kw)
+            call = _call(OPERATIONS.get(name, name), reference, args, kw, self.world)
+            self._local.call = call
+            if call.operation != "release":
+                return value(*args, **kw)
+            self.releasing.append(call.args[1])
+            try:
+                return value(*args, **kw)
+            finally:
+                self.releasing.remove(call.args[1])
 
         return noted
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from awsflock.stores.memory import MemoryStore
+from tests.simulation.aioclients import AioClient
 from tests.simulation.attach import Attach
 from tests.simulation.checker import Checker, Violation
 from tests.simulation.clients import SKEW, Client, Reported, Shared
@@ -58,8 +59,14 @@ class Result:
     #: What the simulation left out on this store (``NEEDS``).
     off: list[str] = field(default_factory=list)
 
-    #: Options the run needs beyond the store's (`` --no-transactions``).
+    #: Options the run needs beyond the store's (`` --no-transactions``, `` --aio 0.5``).
     flags: str = ""
+    #: Processes that ran awsflock.aio; bodies run under its locks, and those told to stop
+    #: (cancelled on loss, or LeaseLost); acquires cancelled by a task's timeout.
+    aio_procs: int = 0
+    bodies: int = 0
+    told: int = 0
+    cancelled: int = 0
 
     def replay(self, ops: int, store: str = "memory") -> str:
         return (
@@ -88,9 +95,11 @@ def simulate(
     chaos: bool = True,
     make_store: Callable[[], Any] | None = None,
     max_steps: int = 2_000_000,
+    aio: float = 0.0,
 ) -> Result:
     """Run ``clients`` processes (workers, one operator, one awsflock 0.2.0 client where the
-    store has them, else one more worker) for about ``ops`` operations each, on a fresh store."""
+    store has them, else one more worker) for about ``ops`` operations each, on a fresh store.
+    ``aio``: the share of the workers (drawn from the seed) that run ``awsflock.aio``."""
     started = time.perf_counter()
     world = World(seed)
     inner = make_store() if make_store is not None else MemoryStore()
@@ -103,8 +112,12 @@ def simulate(
     workers = []
     attach = Attach(inner, network, checker)
     for number, role in enumerate(roles[:clients] if clients >= 3 else ["worker"] * clients):
-        proc = world.process(f"{role[0]}{number}", CLOCK_ERROR)
-        client = Client(world, proc, attach.store(proc), checker, shared, ops)
+        kind: type[Client] = Client
+        if role == "worker" and aio > 0 and world.rng.random() < aio:
+            kind = AioClient
+            result.aio_procs += 1
+        proc = world.process(f"{'a' if kind is AioClient else role[0]}{number}", CLOCK_ERROR)
+        client = kind(world, proc, attach.store(proc), checker, shared, ops)
         world.spawn(proc, getattr(client, role))
         if role == "worker":
             workers.append(proc)
@@ -114,6 +127,8 @@ def simulate(
         try:
             while world.step():
                 _reap(world)
+                if world.blocked_loops:
+                    checker.fail(world.blocked_loops[0])
                 checker.check_step()
                 if world.steps > max_steps:
                     raise Violation(f"no end after {max_steps} steps (a livelock?)")
@@ -130,6 +145,8 @@ def simulate(
     result.writes = checker.writes
     result.fair_grants = checker.fair_grants
     result.lapsed = checker.lapsed
+    result.bodies, result.told = checker.bodies.started, checker.bodies.told
+    result.cancelled = checker.cancelled
     result.virtual_seconds = world.now - 1_900_000_000.0
     result.wall_seconds = time.perf_counter() - started
     result.trace = list(world.trace)

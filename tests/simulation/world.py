@@ -64,6 +64,17 @@ class SimClock:
             self.world.block(wake_at=self.world.now + max(0.0, seconds), event=event)
         return event.is_set()
 
+    async def sleep_async(self, seconds: float) -> None:
+        """An awaited pause: a timer of the process's event loop, in virtual time."""
+        import asyncio
+
+        await asyncio.sleep(max(0.0, seconds))
+
+    async def wait_async(self, event: threading.Event, seconds: float) -> bool:
+        from tests.simulation.aioloop import wait_event
+
+        return await wait_event(event, seconds)
+
     def start_thread(
         self, target: Callable[..., None], args: tuple[Any, ...], name: str
     ) -> threading.Thread:
@@ -84,9 +95,25 @@ class Proc:
             period=rng.uniform(30, 600),
             phase=rng.uniform(0, 2 * math.pi),
         )
-        self.paused_until = 0.0
+        self._paused_until = 0.0
+        #: (start, end) of each pause, in true time (what ``paused_since`` reads).
+        self.pauses: list[tuple[float, float]] = []
         self.killed = False
         self.threads: list[SimThread] = []
+
+    @property
+    def paused_until(self) -> float:
+        return self._paused_until
+
+    @paused_until.setter
+    def paused_until(self, until: float) -> None:
+        if until > self.world.now and until > self._paused_until:
+            self.pauses.append((self.world.now, until))
+        self._paused_until = until
+
+    def paused_since(self, when: float) -> bool:
+        """Whether the process was paused at some moment from ``when`` (true time) on."""
+        return bool(self.pauses) and self.pauses[-1][1] > when  # each ends after the last
 
     def alive(self) -> bool:
         return not self.killed and any(not t.done for t in self.threads)
@@ -119,9 +146,12 @@ class SimThread(threading.Thread):
         self.error: BaseException | None = None
         #: Inside a store call: a pause does not hold it up.
         self.in_request = False
+        #: Runs an event loop (``aioloop``), and is inside its ``select`` (where it may yield).
+        self.runs_loop = False
+        self.in_select = False
 
     def ready(self, now: float) -> bool:
-        if self.done or (self.proc.paused_until > now and not self.in_request):
+        if self.done or (self.proc._paused_until > now and not self.in_request):
             return False
         if self.proc.killed:
             return True  # it runs once more, to unwind
@@ -140,7 +170,7 @@ class SimThread(threading.Thread):
         times = [t for t in (self.wake_at,) if t is not None]
         if not times:
             return None
-        return min(times) if self.in_request else max(min(times), self.proc.paused_until)
+        return min(times) if self.in_request else max(min(times), self.proc._paused_until)
 
     def run(self) -> None:
         self.go.acquire()
@@ -187,6 +217,9 @@ class World:
         self._due: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
         self.current: SimThread | None = None
+        #: What a thread that runs an event loop did to block it (a yield point outside its
+        #: ``select``): awsflock must never block the loop. The run reports it.
+        self.blocked_loops: list[str] = []
 
     # -- building the world ----------------------------------------------------------------------
 
@@ -230,6 +263,8 @@ class World:
         assert isinstance(thread, SimThread), "a yield point outside the simulation"
         if thread.proc.killed:
             raise Killed
+        if thread.runs_loop and not thread.in_select:
+            self.blocked_loops.append(f"{thread.name} blocked its event loop")
         thread.wake_at, thread.event, thread.until = wake_at, event, until
         self._back.release()
         thread.go.acquire()
