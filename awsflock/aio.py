@@ -21,13 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Coroutine
 from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.clock import Clock
 from awsflock.lock import heartbeat_async, table_async
 from awsflock.lock.election_async import Election, Term
+from awsflock.lock.finishing import finish
 from awsflock.lock.table_async import DEFAULT_WAIT, WAIT_FOREVER
 from awsflock.records import Identity
 
@@ -87,7 +87,7 @@ class Hold(heartbeat_async.Hold):
             uncancel = getattr(self._body, "uncancel", None)  # Python 3.11+
             still_cancelled = uncancel is not None and uncancel() > 0
         try:
-            await _to_the_end(self.stop(), self.lock_id)
+            await finish(self.stop(), _release_dropped(self.lock_id))
         except errors.LeaseLost as lost:
             if still_cancelled and exc_type is None:
                 raise asyncio.CancelledError from lost  # the body swallowed one from elsewhere
@@ -100,23 +100,14 @@ class Hold(heartbeat_async.Hold):
             heartbeat_async.log.warning("release of %r failed: %s", self.lock_id, err.one_line())
 
 
-async def _to_the_end(stop: Coroutine[Any, Any, None], lock_id: str) -> None:
-    """Await ``stop`` (the release) to its end, however many cancellations come meanwhile: a
-    block cancelled again while it releases does not end before its release has landed or
-    failed. A cancellation that came is raised then (over the release's own error, logged)."""
-    task = asyncio.ensure_future(stop)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as again:
-            cancelled = again
-    if cancelled is None:
-        return task.result()
-    failed = None if task.cancelled() else task.exception()
-    if isinstance(failed, errors.AwsflockError) and not isinstance(failed, errors.LeaseLost):
-        heartbeat_async.log.warning("release of %r failed: %s", lock_id, failed.one_line())
-    raise cancelled
+def _release_dropped(lock_id: str) -> Callable[[BaseException], None]:
+    """What logs a release that failed under a cancellation (a lost lease says so itself)."""
+
+    def dropped(failed: BaseException) -> None:
+        if isinstance(failed, errors.AwsflockError) and not isinstance(failed, errors.LeaseLost):
+            heartbeat_async.log.warning("release of %r failed: %s", lock_id, failed.one_line())
+
+    return dropped
 
 
 def _ours(exc: BaseException, hold: Hold) -> bool:

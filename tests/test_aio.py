@@ -328,3 +328,80 @@ def test_a_block_cancelled_again_while_it_releases_ends_only_once_the_release_la
         assert memory.read("job").lock.released
 
     asyncio.run(main())
+
+
+class SlowLeave(AsyncMemoryStore):
+    """Leaving a fair line waits for ``landed``, counted in ``leaving``."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store)
+        self.landed = asyncio.Event()
+        self.leaving = 0
+
+    async def leave(self, lock_id: str, ticket: str) -> Any:
+        self.leaving += 1
+        await self.landed.wait()
+        return await super().leave(lock_id, ticket)
+
+
+def test_a_lease_block_cancelled_again_while_it_releases_ends_only_once_it_landed():
+    # As a lock() block (above), found in `async with lease:` by reading: its release was only
+    # shielded, so a second cancellation ended the block with the release on its way.
+    memory = MemoryStore("t", clock=FakeClock())
+
+    async def main() -> None:
+        store = SlowRelease(memory)
+        table = aio.LockTable(store=store)
+
+        async def hold() -> None:
+            async with await table.acquire("job", lease=60, wait=0):
+                await asyncio.Event().wait()
+
+        task = asyncio.create_task(hold())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        task.cancel()
+        while not store.releasing:
+            await asyncio.sleep(0)
+        task.cancel()  # again, while the release is on its way
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not task.done()
+        store.landed.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert memory.read("job").lock.released
+
+    asyncio.run(main())
+
+
+def test_a_fair_wait_cancelled_again_while_it_leaves_the_line_ends_once_it_left():
+    # A waiter cancelled in line leaves it; cancelled again meanwhile, it returned at once with
+    # its place still in line (the next waiters then waited for it to lapse).
+    memory = MemoryStore("t", clock=FakeClock())
+
+    async def main() -> None:
+        store = SlowLeave(memory)
+        table = aio.LockTable(store=store)
+        holder = await table.acquire("job", lease=60, wait=0)
+
+        async def wait() -> None:
+            await table.acquire("job", lease=60, wait=600, fair=True)
+
+        task = asyncio.create_task(wait())
+        while not memory.read("job").line.waiters:
+            await asyncio.sleep(0)
+        task.cancel()
+        while not store.leaving:
+            await asyncio.sleep(0)
+        task.cancel()  # again, while it leaves the line
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not task.done()
+        store.landed.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert memory.read("job").line.waiters == ()
+        await holder.release()
+
+    asyncio.run(main())

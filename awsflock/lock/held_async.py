@@ -3,13 +3,13 @@ its ``LockTable``."""
 
 from __future__ import annotations
 
-import asyncio  # async only
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from awsflock import errors
 from awsflock.clock_async import AsyncClock
+from awsflock.lock.finishing import finish  # async only
 from awsflock.records import LockRecord
 from awsflock.text import iso_utc
 
@@ -141,7 +141,7 @@ class Lease:
         if self.released:
             return
         try:
-            await asyncio.shield(self.release())  # sync: self.release()
+            await finish(self.release())  # sync: self.release()
         except errors.AwsflockError as err:
             if exc[0] is None:
                 raise

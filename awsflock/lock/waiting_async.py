@@ -26,7 +26,6 @@ it, and times the pauses.
 
 from __future__ import annotations
 
-import asyncio  # async only
 import dataclasses
 import random
 import threading
@@ -36,6 +35,7 @@ from typing import Callable
 from awsflock import metrics
 from awsflock.clock_async import AsyncClock
 from awsflock.lock.acquisition_async import Acquisition, Grant
+from awsflock.lock.finishing import finish  # async only
 from awsflock.lock.telling import Progress, busy_error, check_cancel, log_retry, next_pause
 from awsflock.protocol_async import AsyncWaker
 from awsflock.records import LockRecord
@@ -130,7 +130,7 @@ async def wait(
             raise run.error
         raise busy_error(run, clock)
     except BaseException:
-        await asyncio.shield(_give_up_all(run, policy))  # sync: _give_up_all(run, policy)
+        await finish(_give_up_all(run, policy))  # sync: _give_up_all(run, policy)
         raise
     finally:
         if waker is not None:
@@ -192,7 +192,7 @@ async def settle(
         if tidy is not None:
             await tidy()
     except BaseException:
-        await asyncio.shield(run.give_back(got))  # sync: run.give_back(got)
+        await finish(run.give_back(got))  # sync: run.give_back(got)
         raise
     if cancel is not None and cancel.is_set():
         await run.give_back(got)
