@@ -1,9 +1,10 @@
 """The library as a service uses it (``scripts/bench --library``), on a redis-server and a
-PostgreSQL 15 in /dev/shm, each in this process:
+PostgreSQL 15 in /dev/shm and on DynamoDB Local, each in this process:
 
 - acquire+release, synchronous and with asyncio (``awsflock.aio``), interleaved with what a
   user would pick instead on the same server (redis-py's ``Lock``; ``pg_advisory_lock``, and a
-  plain durable row lease): medians and 90th percentiles, and the ratios;
+  plain durable row lease; on DynamoDB, a conditional ``PutItem`` + ``DeleteItem`` with
+  botocore, and the library's own requests replayed raw): medians and 90th percentiles;
 - 1,000 locks held at once, renewed in the background (lease 6 s: a renewal every 2 s each):
   the threads the process runs, its memory, and how late the renewals come (the most any
   renewal came after it was due) over ``HOLD_FOR`` seconds, synchronous and with asyncio;
@@ -74,19 +75,59 @@ def aio_table(url: str, stack: contextlib.ExitStack) -> Any:
 
 def cycles(url: str, floors: dict[str, bench_floors.Maker], repeats: int) -> dict[str, Any]:
     """Sync and asyncio acquire+release on ``url`` beside ``floors``, interleaved."""
+    with contextlib.ExitStack() as stack:
+        return tables_cycles(
+            bench_floors.open_table(url, stack), aio_table(url, stack), floors, repeats
+        )
+
+
+def tables_cycles(
+    table: Any, aio_table: Any, floors: dict[str, bench_floors.Maker], repeats: int
+) -> dict[str, Any]:
+    """Acquire+release through ``table`` and ``aio_table`` beside ``floors``, interleaved."""
     loop = asyncio.new_event_loop()
     try:
-        with contextlib.ExitStack() as stack:
-            makers = {
-                "library": bench_floors.library_maker(bench_floors.open_table(url, stack)),
-                "library, asyncio": aio_maker(aio_table(url, stack), loop),
-                **floors,
-            }
-            samples = bench_floors.interleave(makers, repeats, repeats // 10)
+        makers = {
+            "library": bench_floors.library_maker(table),
+            "library, asyncio": aio_maker(aio_table, loop),
+            **floors,
+        }
+        samples = bench_floors.interleave(makers, repeats, repeats // 10)
     finally:
         loop.close()
     timing = {name: bench_floors.summary(values) for name, values in samples.items()}
     return {"timing": timing}
+
+
+def dynamodb(repeats: int) -> dict[str, Any]:
+    """The cycles on DynamoDB Local (as users run it), beside the raw requests."""
+    import os
+
+    import bench
+    import bench_floors_dynamodb as ddb
+
+    from awsflock import aio, connect
+    from tests.servers import LOCAL_CREDENTIALS, local_client
+
+    os.environ.update(LOCAL_CREDENTIALS)
+    server = bench.DynamoDBLocalAsRun().start(timeout=90)
+    try:
+        table = connect("dynamodb://bench", endpoint_url=server.url)
+        table.create()
+        sent, name = ddb.recorded_cycle(server.url)
+        raw = local_client(server.url)
+        floors = {
+            "PutItem+DeleteItem (botocore)": ddb.put_delete_maker(raw),
+            "the library's requests, raw": ddb.replay_maker(raw, sent, name),
+        }
+        aio_tab = aio.connect("dynamodb://bench", endpoint_url=server.url)
+        try:
+            return tables_cycles(table, aio_tab, floors, max(20, repeats // 5))
+        finally:
+            aio_tab.close()
+            table.close()
+    finally:
+        server.stop()
 
 
 def _threads() -> int:
@@ -217,16 +258,24 @@ def library(quick: bool, results: dict[str, Any]) -> list[str]:
         out["pg"]["stall"] = stall(url)
     finally:
         pg.stop()
+    out["ddb"] = dynamodb(repeats)
     results["library"] = out
     return report(out)
 
 
 def report(out: dict[str, Any]) -> list[str]:
     lines = ["\nthe library in a service (in one process; ms)"]
-    for key, title in (("redis", "Redis (appendfsync always), tmpfs"), ("pg", "PostgreSQL 15")):
+    titles = (
+        ("redis", "Redis (appendfsync always), tmpfs"),
+        ("pg", "PostgreSQL 15"),
+        ("ddb", "DynamoDB Local"),
+    )
+    for key, title in titles:
         got = out[key]
-        for name, t in got["timing"].items():
+        timing = got["timing"]
+        for name, t in timing.items():
             lines.append(f"{title + ': ' + name:<60} {t['median_ms']:8.2f} {t['p90_ms']:8.2f}")
+        lines.extend(_ratios(title, timing))
         for name in ("holds, sync", "holds, asyncio"):
             if name in got:
                 h = got[name]
@@ -234,9 +283,23 @@ def report(out: dict[str, Any]) -> list[str]:
                     f"{title}: {HOLDS} {name}: {h['threads']} threads, {h['rss_mb']:.0f} MB more,"
                     f" renewals at most {h['late_max_s']:.2f} s late, {h['lost']} lost"
                 )
-        s = got["stall"]
+        s = got.get("stall")
+        if s is None:
+            continue
         lines.append(
             f"{title}: {TASKS} tasks: {s['cycles_per_s']:.0f} cycles/s, event loop worst gap"
             f" {s['worst_gap_ms']:.1f} ms (p99 {s['p99_gap_ms']:.1f})"
         )
+    return lines
+
+
+def _ratios(title: str, timing: dict[str, Any]) -> list[str]:
+    """Each API's median over each alternative's (the goal: 1.25 at most)."""
+    ours = [name for name in timing if name.startswith("library")]
+    lines = []
+    for floor in (name for name in timing if name not in ours):
+        said = ", ".join(
+            f"{name} {timing[name]['median_ms'] / timing[floor]['median_ms']:.2f}x" for name in ours
+        )
+        lines.append(f"{title}: over {floor}: {said}")
     return lines

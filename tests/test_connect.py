@@ -224,3 +224,28 @@ def test_the_services_guide_s_memory_example_runs(monkeypatch):
     monkeypatch.setenv("AWSFLOCK_STORE", "")  # the example sets it: put back after the test
     example = recipe("guides/python-services.md", "connect-memory")
     exec(compile(example, "python-services.md", "exec"), {})
+
+
+def test_a_table_closes_its_connections_and_opens_new_ones_when_used_again(monkeypatch):
+    # The asynchronous table had aclose() and async with; the synchronous one had no way to
+    # close its connections short of the process's end.
+    import psycopg
+
+    from tests.test_postgres_store import FakeConnection
+
+    executed: list[str] = []
+    made: list[FakeConnection] = []
+
+    def connect(*_a: object, **_k: object) -> FakeConnection:
+        made.append(FakeConnection(executed))
+        return made[-1]
+
+    monkeypatch.setattr(psycopg, "connect", connect)
+    with awsflock.connect("postgresql://u@h/db") as table:
+        table.store.read("x")
+        assert len(made) == 1 and not made[0].closed
+    assert made[0].closed  # closed at the block's end
+    table.store.read("x")  # used again: a new connection
+    assert len(made) == 2 and not made[1].closed
+    table.close()
+    assert made[1].closed

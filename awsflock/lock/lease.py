@@ -146,9 +146,20 @@ class LockTable(table.LockTable):
         """``lock()``'s earlier name, kept for the code that calls it."""
         return self.lock(lock_id, **options)
 
-    # -- renew and release -----------------------------------------------------------------
-
     # -- reading and administration ----------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store's connections (a later call opens new ones). Release the locks you
+        hold first: a lock still held stays held, and its renewals connect again."""
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> LockTable:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
         """Every lock and pool whose name starts with ``prefix``, streamed in the store's order."""
