@@ -80,8 +80,9 @@ REAL_TIME = TryTime()
 
 
 class Connected(RetryingStore, Generic[C]):
-    """A store that reaches its server through a ``Link``: where it is, its one connection,
-    its tries. A subclass sets ``link`` and calls ``_connected_init``."""
+    """A store that reaches its server through a ``Link``: where it is, its connections
+    (``CONNECTIONS`` slots), its tries. A subclass sets ``link`` and calls
+    ``_connected_init``."""
 
     link: Link[C]
     #: The time tries are bounded in (a simulation gives its virtual time).
