@@ -141,9 +141,10 @@ class AsyncConnected(Generic[C]):
         tries are done; called again, it waits for them."""
         loop = asyncio.get_running_loop()
         lines = self._lines.pop(loop, None)
+        # Every line, whatever it seems to be doing now: one with no connection, given back
+        # to a waiter that has not run yet (or to a try whose wait has not begun), is about to
+        # get one. Its close waits behind those tries.
         for line in lines.lines if lines is not None else ():
-            if line.conn is None and not line.lock.locked():
-                continue
             closing = loop.create_task(self._close_line(line))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
