@@ -87,7 +87,7 @@ class Hold(heartbeat_async.Hold):
             uncancel = getattr(self._body, "uncancel", None)  # Python 3.11+
             still_cancelled = uncancel is not None and uncancel() > 0
         try:
-            await finish(self.stop(), _release_dropped(self.lock_id))
+            await finish(self.stop, _release_dropped(self.lock_id))
         except errors.LeaseLost as lost:
             if still_cancelled and exc_type is None:
                 raise asyncio.CancelledError from lost  # the body swallowed one from elsewhere

@@ -141,7 +141,7 @@ class Lease:
         if self.released:
             return
         try:
-            await finish(self.release())  # sync: self.release()
+            await finish(self.release)  # sync: self.release()
         except errors.AwsflockError as err:
             if exc[0] is None:
                 raise

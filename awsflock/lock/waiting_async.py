@@ -130,7 +130,7 @@ async def wait(
             raise run.error
         raise busy_error(run, clock)
     except BaseException:
-        await finish(_give_up_all(run, policy))  # sync: _give_up_all(run, policy)
+        await finish(lambda: _give_up_all(run, policy))  # sync: _give_up_all(run, policy)
         raise
     finally:
         if waker is not None:
@@ -192,7 +192,7 @@ async def settle(
         if tidy is not None:
             await tidy()
     except BaseException:
-        await finish(run.give_back(got))  # sync: run.give_back(got)
+        await finish(lambda: run.give_back(got))  # sync: run.give_back(got)
         raise
     if cancel is not None and cancel.is_set():
         await run.give_back(got)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,29 +56,28 @@ def grant_kept_when_cancelled() -> contextlib.AbstractContextManager[None]:
     """T. A wait cancelled (a task's timeout) does not give back what it may hold: a grant
     whose answer came while the task was being cancelled, or an attempt on the wire, is left
     held by a process that does not know it (the thread-and-timeout leak of issue 40)."""
-    real = asyncio.shield
+    real = waiting_async.finish
 
-    def shield(step: Any) -> Any:
+    async def finish(start: Any, dropped: Any = None) -> Any:
         task = asyncio.current_task()
         cancelling = getattr(task, "cancelling", lambda: 0)() if task is not None else 0
-        name = getattr(step, "__name__", "")
-        if cancelling and name in ("_give_up_all", "give_back"):
+        step = start()
+        if cancelling and getattr(step, "__name__", "") in ("_give_up_all", "give_back"):
             step.close()
-            return asyncio.sleep(0)
-        return real(step)
+            return None
+        return await real(lambda: step, dropped)
 
-    fake = types.SimpleNamespace(**{**vars(asyncio), "shield": shield})
-    return _patched(waiting_async, "asyncio", fake)
+    return _patched(waiting_async, "finish", finish)
 
 
 def release_cut_short() -> contextlib.AbstractContextManager[None]:
     """U. A block cancelled again while it releases ends at once, its release still on the
     wire (``asyncio.shield`` alone, as before the simulator found it)."""
 
-    async def shielded(stop: Any, lock_id: str) -> None:
-        await asyncio.shield(stop)
+    async def shielded(start: Any, dropped: Any = None) -> Any:
+        return await asyncio.shield(start())
 
-    return _patched(aio, "_to_the_end", shielded)
+    return _patched(aio, "finish", shielded)
 
 
 def step_in_the_loop() -> contextlib.AbstractContextManager[None]:

@@ -76,7 +76,7 @@ class _Lines:
     def pick(self) -> _Line:
         """The line a try takes: a free one with a connection, else a free one without, else
         the next in turn (to wait for)."""
-        free = [line for line in self.lines if not line.lock.locked()]
+        free = [line for line in self.lines if _free(line.lock)]
         for line in free:
             if line.conn is not None:
                 return line
@@ -141,9 +141,10 @@ class AsyncConnected(Generic[C]):
         tries are done; called again, it waits for them."""
         loop = asyncio.get_running_loop()
         lines = self._lines.pop(loop, None)
+        # Every line, whatever it seems to be doing now: one with no connection, given back
+        # to a waiter that has not run yet (or to a try whose wait has not begun), is about to
+        # get one. Its close waits behind those tries.
         for line in lines.lines if lines is not None else ():
-            if line.conn is None and not line.lock.locked():
-                continue
             closing = loop.create_task(self._close_line(line))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
@@ -229,13 +230,14 @@ class AsyncConnected(Generic[C]):
             line.lock.release()
 
         try:
-            if line.lock.locked():
-                await _within(line.lock.acquire(), timeout, give_back)
-            else:
-                # Taken at once, before another task picks it too (a free lock is taken without
-                # a pause; behind a waiter just woken, it waits for that try, which is bounded,
-                # and the gate below then refuses a try whose time ran out).
+            if _free(line.lock):
+                # Taken at once, before another task picks it too (a free lock with no waiter
+                # is taken without a pause).
                 await line.lock.acquire()
+            else:
+                # Held, or given back to a waiter that has not run yet (asyncio.Lock queues a
+                # try behind it, unbounded): waited for within the try's time.
+                await _within(line.lock.acquire(), timeout, give_back)
         except asyncio.TimeoutError:
             raise errors.EndpointUnreachable(
                 f"{self.where()} did not answer in time (other tries held every connection)",
@@ -351,6 +353,13 @@ async def _ended(task: asyncio.Future[_T], undo: Callable[[_T], Awaitable[None]]
     await asyncio.wait((task,))
     if not task.cancelled() and task.exception() is None:
         await undo(task.result())
+
+
+def _free(lock: asyncio.Lock) -> bool:
+    """Whether ``lock`` is taken at once: not held, and no waiter woken for it but not yet run
+    (``asyncio.Lock`` gives it to that waiter first)."""
+    waiters = getattr(lock, "_waiters", None) or ()
+    return not lock.locked() and all(waiter.cancelled() for waiter in waiters)
 
 
 def _retrieved(step: asyncio.Future[Any]) -> None:
