@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from awsflock import aio
-from awsflock.lock import waiting_async
+from awsflock.lock import finishing, waiting_async
 from awsflock.stores import threaded_async
 
 #: The share of workers that run awsflock.aio when these are looked for.
@@ -56,7 +56,7 @@ def grant_kept_when_cancelled() -> contextlib.AbstractContextManager[None]:
     """T. A wait cancelled (a task's timeout) does not give back what it may hold: a grant
     whose answer came while the task was being cancelled, or an attempt on the wire, is left
     held by a process that does not know it (the thread-and-timeout leak of issue 40)."""
-    real = waiting_async.finish
+    real = finishing.finish
 
     async def finish(start: Any, dropped: Any = None) -> Any:
         task = asyncio.current_task()
