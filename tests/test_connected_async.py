@@ -178,3 +178,36 @@ def test_tasks_sending_at_once_use_connections_of_their_own():
         assert sorted(store.link.closed) == [1, 2, 3, 4, 5]
 
     asyncio.run(main())
+
+
+def test_a_step_cancelled_from_outside_never_leaves_its_connection_in_use():
+    # Found by the review of the pools (h20): asyncio.run's end cancels every task once, the
+    # step's own task too; one cancelled after it was sent may have stopped mid-reply, but its
+    # connection was kept, and the next step on it could read the late reply as its own.
+    async def main() -> None:
+        store = Store(timeout=30)
+        inside = asyncio.Event()
+
+        async def stuck(conn: int) -> str:
+            inside.set()
+            await asyncio.Event().wait()
+            return "never"
+
+        sending = asyncio.create_task(store._send("take", stuck))
+        await asyncio.wait_for(inside.wait(), 30)
+        (step,) = [
+            task
+            for task in asyncio.all_tasks()
+            if task is not sending and task is not asyncio.current_task()
+        ]
+        step.cancel()  # the sweep reaches the step's task, not the caller's
+        with pytest.raises(asyncio.CancelledError):
+            await sending
+        assert store.link.closed == [1]  # its connection closed, never used again
+
+        async def quick(conn: int) -> int:
+            return conn
+
+        assert await store._send("read", quick) == 2  # a new one
+
+    asyncio.run(main())

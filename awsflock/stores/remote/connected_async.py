@@ -318,6 +318,11 @@ class AsyncConnected(Generic[C]):
             if cancelled:
                 raise asyncio.CancelledError
             raise asyncio.TimeoutError
+        if step.cancelled():
+            # Cancelled from outside (a sweep of every task of the loop, as asyncio.run's end
+            # makes): it may have stopped mid-reply, so its connection is never used again.
+            await asyncio.shield(self._drop(line))
+            raise asyncio.CancelledError
         if cancelled:
             if step.exception() is not None and not isinstance(
                 step.exception(), errors.AwsflockError
