@@ -12,6 +12,7 @@ from awsflock.clock import FakeClock
 from awsflock.lock import renewer
 from awsflock.lock.lease import LockTable
 from awsflock.stores.memory import MemoryStore
+from tests.helpers import ParkingClock
 
 
 def eventually(condition: Any, timeout: float = 20.0) -> None:
@@ -21,17 +22,25 @@ def eventually(condition: Any, timeout: float = 20.0) -> None:
         time.sleep(0.005)
 
 
+def advance(clock: ParkingClock, table: LockTable, seconds: float, running: int = 0) -> None:
+    """Move the fake clock once every thread of the table's renewer waits on it, but
+    ``running``. (A scheduler that read the time just before a move then waits from the new
+    time: on a fake clock, which moves only when told, it would wait for good.)"""
+    eventually(lambda: clock.parked() >= table.renewer().threads - running)
+    clock.advance(seconds)
+
+
 def _threads(name: str = "awsflock-renewer:t") -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith(name))
 
 
 def test_a_thousand_holds_take_a_few_threads_and_all_are_renewed():
-    clock = FakeClock()
+    clock = ParkingClock()
     table = LockTable(store=MemoryStore("t", clock=clock))
     before = threading.active_count()
     holds = [table.lock(f"lock-{n}", lease=60).start() for n in range(1000)]
     for turn in range(1, 4):
-        clock.advance(20)  # every hold is due
+        advance(clock, table, 20)  # every hold is due
         eventually(lambda turn=turn: all(h.renewals >= turn for h in holds))
         assert _threads() <= 1 + renewer.MAX_WORKERS
     assert threading.active_count() - before <= 1 + renewer.MAX_WORKERS
@@ -44,7 +53,7 @@ def test_a_thousand_holds_take_a_few_threads_and_all_are_renewed():
 class Hanging(MemoryStore):
     """A renewal of ``hung`` hangs (real time) until ``go`` is set; the rest answer at once."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: ParkingClock) -> None:
         super().__init__("t", clock=clock)
         self.go = threading.Event()
         self.hung = "slow"
@@ -56,17 +65,18 @@ class Hanging(MemoryStore):
 
 
 def test_a_hanging_renewal_delays_no_other_hold_and_loses_its_own_at_its_deadline():
-    clock = FakeClock()
+    clock = ParkingClock()
     store = Hanging(clock)
     table = LockTable(store=store)
     slow = table.lock("slow", lease=60, margin=10).start()
     others = [table.lock(f"ok-{n}", lease=60, margin=10).start() for n in range(20)]
-    clock.advance(20)  # all due: "slow"'s renewal hangs
+    advance(clock, table, 20)  # all due: "slow"'s renewal hangs
     eventually(lambda: all(h.renewals == 1 for h in others))
     assert slow.renewals == 0 and not slow.lost.is_set()
-    clock.advance(20)
+    advance(clock, table, 20, running=1)  # the worker of the hanging renewal
     eventually(lambda: all(h.renewals == 2 for h in others))
-    clock.advance(10.5)  # past "slow"'s deadline (60 - 10): lost, its renewal still hanging
+    # Past "slow"'s deadline (60 - 10): lost, its renewal still hanging.
+    advance(clock, table, 10.5, running=1)
     eventually(slow.lost.is_set)
     assert not store.go.is_set()
     assert not any(h.lost.is_set() for h in others)

@@ -44,6 +44,11 @@ FIXTURE_NEEDS = {
     name: "dynamodb_api"
     for name in ("server", "raw_client", "proxy", "moto_server", "big_table", "old_bin", "foreign")
 }
+#: The server a test marked ``one_server_per_kind`` runs on, for each store kind: the first of
+#: the kind's servers (moto's server for DynamoDB). Such a test checks what the command does
+#: around the store (its processes, output, deadlines), not how a server of the kind behaves:
+#: the conformance, compatibility, chaos and simulation tests run those on every server.
+FIRST_OF_KIND = {kind: next(iter(servers)) for kind, servers in KIND_SERVERS.items()}
 #: Servers of the ``server`` fixture that a session fixture runs for other tests too.
 SESSION_SERVERS = {"postgresql": "postgres", "redis": "redis_server"}
 #: Each server of the ``server`` fixture: its store kind.
@@ -62,7 +67,8 @@ def needs(item: pytest.Item) -> set[str]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Integration tests run on every server of every store kind, except where they need a
-    capability its kind does not have (``needs``)."""
+    capability its kind does not have (``needs``), and those marked ``one_server_per_kind``
+    on the first server of each kind (``FIRST_OF_KIND``)."""
     keep, off = [], []
     for item in items:
         if "/integration/" in str(item.fspath):
@@ -70,7 +76,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         spec = getattr(item, "callspec", None)
         name = spec.params.get("server") if spec is not None else None
         kind = kinds.get(KIND_OF[name]) if name in KIND_OF else None
-        if kind is not None and not all(CAPABILITIES[c](kind) for c in needs(item)):
+        if (kind is not None and not all(CAPABILITIES[c](kind) for c in needs(item))) or (
+            kind is not None
+            and item.get_closest_marker("one_server_per_kind") is not None
+            and FIRST_OF_KIND[KIND_OF[name]] != name
+        ):
             off.append(item)
         else:
             keep.append(item)

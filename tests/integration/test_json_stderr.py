@@ -15,6 +15,8 @@ from tests.faultproxy import FaultProxy
 from tests.integration.conftest import BIN, Cli, cli_env
 from tests.servers import free_port
 
+pytestmark = pytest.mark.one_server_per_kind("the JSON form of what the command says")
+
 #: These tests run on PostgreSQL too (see conftest.py).
 
 JSON = ("--log-format", "json")

@@ -22,6 +22,10 @@ import pytest
 from tests.faultproxy import FaultProxy
 from tests.integration.conftest import BIN, Cli
 
+pytestmark = pytest.mark.one_server_per_kind(
+    "the keep-alive renewer's life beside the script that started it"
+)
+
 LEASE = 6.0
 SKEW = 5.0
 #: Room for process start-up and requests on a loaded two-core CI machine.

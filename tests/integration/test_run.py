@@ -16,6 +16,10 @@ from tests.faultproxy import FaultProxy
 from tests.integration.checks import wait_for
 from tests.integration.conftest import BIN, Cli
 
+pytestmark = pytest.mark.one_server_per_kind(
+    "run's command, its signals, exit codes and process group"
+)
+
 #: These tests run on PostgreSQL too (see conftest.py).
 
 

@@ -31,6 +31,7 @@ def timed(cli: Cli, *args: str) -> tuple[float, object]:
     return time.monotonic() - start, result
 
 
+@pytest.mark.one_server_per_kind("the command's deadlines on a sick endpoint, client-side")
 @pytest.mark.parametrize(
     "action,says",
     [
