@@ -194,40 +194,75 @@ def _watch(holds: list[Any], pause: Callable[[], None]) -> float:
 
 
 def stall(url: str) -> dict[str, Any]:
-    """The event loop's longest gap while ``TASKS`` tasks take and release locks."""
+    """The event loop's longest gap while ``TASKS`` tasks take and release locks; and the
+    longest single callback (a task's step between two awaits), which is what blocks the loop,
+    with the full garbage collections that fell in the run (``gc.callbacks``)."""
+    import asyncio.events
+    import gc
 
-    async def main() -> dict[str, Any]:
-        with contextlib.ExitStack() as stack:
-            table = aio_table(url, stack)
-            gaps: list[float] = []
-            running = True
+    slow: list[tuple[float, float]] = []  # (ms, s from the start) of callbacks over 10 ms
+    collections: list[float] = []
+    began = time.perf_counter()
+    real_run = asyncio.events.Handle._run
 
-            async def ticker() -> None:
-                last = time.perf_counter()
-                while running:
-                    await asyncio.sleep(0.001)
-                    now = time.perf_counter()
-                    gaps.append(now - last)
-                    last = now
+    def timed(handle: Any) -> None:
+        start = time.perf_counter()
+        real_run(handle)
+        took = time.perf_counter() - start
+        if took > 0.01:
+            slow.append((took * 1e3, start - began))
 
-            async def worker() -> None:
-                for _ in range(ROUNDS):
-                    lease = await table.acquire(_name(), wait=0)
-                    await lease.release()
+    def collected(phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] == 2:
+            collections.append(time.perf_counter())
 
-            tick = asyncio.create_task(ticker())
-            began = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(TASKS)))
-            took = time.perf_counter() - began
-            running = False
-            await tick
-        return {
-            "cycles_per_s": TASKS * ROUNDS / took,
-            "worst_gap_ms": max(gaps) * 1e3,
-            "p99_gap_ms": statistics.quantiles(gaps, n=100)[-1] * 1e3,
-        }
+    asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+    gc.callbacks.append(collected)
+    try:
+        got = asyncio.run(_stall_run(url))
+    finally:
+        asyncio.events.Handle._run = real_run  # type: ignore[method-assign]
+        gc.callbacks.remove(collected)
+    longest = max(slow, default=(0.0, 0.0))
+    return {
+        **got,
+        "longest_callback_ms": longest[0],
+        "longest_callback_at_s": longest[1],
+        "callbacks_over_10ms": len(slow),
+        "full_collections": len(collections) // 2,
+    }
 
-    return asyncio.run(main())
+
+async def _stall_run(url: str) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        table = aio_table(url, stack)
+        gaps: list[float] = []
+        running = True
+
+        async def ticker() -> None:
+            last = time.perf_counter()
+            while running:
+                await asyncio.sleep(0.001)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        async def worker() -> None:
+            for _ in range(ROUNDS):
+                lease = await table.acquire(_name(), wait=0)
+                await lease.release()
+
+        tick = asyncio.create_task(ticker())
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(TASKS)))
+        took = time.perf_counter() - began
+        running = False
+        await tick
+    return {
+        "cycles_per_s": TASKS * ROUNDS / took,
+        "worst_gap_ms": max(gaps) * 1e3,
+        "p99_gap_ms": statistics.quantiles(gaps, n=100)[-1] * 1e3,
+    }
 
 
 def library(quick: bool, results: dict[str, Any]) -> list[str]:
@@ -288,7 +323,9 @@ def report(out: dict[str, Any]) -> list[str]:
             continue
         lines.append(
             f"{title}: {TASKS} tasks: {s['cycles_per_s']:.0f} cycles/s, event loop worst gap"
-            f" {s['worst_gap_ms']:.1f} ms (p99 {s['p99_gap_ms']:.1f})"
+            f" {s['worst_gap_ms']:.1f} ms (p99 {s['p99_gap_ms']:.1f}); longest callback"
+            f" {s['longest_callback_ms']:.1f} ms at {s['longest_callback_at_s']:.2f} s,"
+            f" {s['callbacks_over_10ms']} over 10 ms, {s['full_collections']} full GC"
         )
     return lines
 
