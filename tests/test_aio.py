@@ -5,7 +5,7 @@ cancelled while it waits holds nothing. On the in-memory store, with a fake cloc
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -298,6 +298,23 @@ class SlowRelease(AsyncMemoryStore):
         return await super().release(lock_id, lease_id, **step)
 
 
+async def _cancelled_again_during(
+    task: asyncio.Task[None], cleaning: Callable[[], bool], landed: asyncio.Event
+) -> None:
+    """Cancel ``task``, and again once its clean-up is on its way (``cleaning()``): the task
+    does not end until the clean-up lands (``landed``), then ends cancelled."""
+    task.cancel()
+    while not cleaning():
+        await asyncio.sleep(0)
+    task.cancel()  # again, while the clean-up is on its way
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not task.done()
+    landed.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 def test_a_block_cancelled_again_while_it_releases_ends_only_once_the_release_landed():
     # Found by the simulator: a body cancelled (on loss, or by a timeout), then its task
     # cancelled again while the block released, ended at once with the release still on the
@@ -315,16 +332,7 @@ def test_a_block_cancelled_again_while_it_releases_ends_only_once_the_release_la
         task = asyncio.create_task(hold())
         for _ in range(5):
             await asyncio.sleep(0)
-        task.cancel()
-        while not store.releasing:
-            await asyncio.sleep(0)
-        task.cancel()  # again, while the release is on its way
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not task.done()
-        store.landed.set()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _cancelled_again_during(task, lambda: store.releasing > 0, store.landed)
         assert memory.read("job").lock.released
 
     asyncio.run(main())
@@ -360,16 +368,7 @@ def test_a_lease_block_cancelled_again_while_it_releases_ends_only_once_it_lande
         task = asyncio.create_task(hold())
         for _ in range(5):
             await asyncio.sleep(0)
-        task.cancel()
-        while not store.releasing:
-            await asyncio.sleep(0)
-        task.cancel()  # again, while the release is on its way
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not task.done()
-        store.landed.set()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _cancelled_again_during(task, lambda: store.releasing > 0, store.landed)
         assert memory.read("job").lock.released
 
     asyncio.run(main())
@@ -391,16 +390,7 @@ def test_a_fair_wait_cancelled_again_while_it_leaves_the_line_ends_once_it_left(
         task = asyncio.create_task(wait())
         while not memory.read("job").line.waiters:
             await asyncio.sleep(0)
-        task.cancel()
-        while not store.leaving:
-            await asyncio.sleep(0)
-        task.cancel()  # again, while it leaves the line
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not task.done()
-        store.landed.set()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _cancelled_again_during(task, lambda: store.leaving > 0, store.landed)
         assert memory.read("job").line.waiters == ()
         await holder.release()
 
