@@ -79,7 +79,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (kind is not None and not all(CAPABILITIES[c](kind) for c in needs(item))) or (
             kind is not None
             and item.get_closest_marker("one_server_per_kind") is not None
-            and FIRST_OF_KIND[KIND_OF[name]] != name
+            and FIRST_OF_KIND[kind.name] != name
         ):
             off.append(item)
         else:
