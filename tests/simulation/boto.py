@@ -22,7 +22,7 @@ from awsflock import errors
 from awsflock.stores.dynamodb.items import BAR_PREFIX, PENDING_AUDIT_PREFIX
 from awsflock.stores.remote import connected, worker
 from tests.simulation.checker import Violation
-from tests.simulation.network import Call, Network, Tap, slot_of_call
+from tests.simulation.network import Call, Network, Tap, TryState, slot_of_call
 from tests.simulation.world import Proc
 
 BARS = f"SET #{BAR_PREFIX}"
@@ -33,7 +33,7 @@ ENDPOINT = "https://dynamodb.us-east-1.amazonaws.com"
 WRITES = {"update_item", "put_item", "delete_item", "transact_write_items"}
 
 
-class FaultyClient:
+class FaultyClient(TryState):
     """A process's botocore client: moto's, through the simulated network."""
 
     def __init__(self, client: Any, network: Network, tap: Tap, inner: Any) -> None:
@@ -42,9 +42,7 @@ class FaultyClient:
         self._network = network
         self._tap = tap
         self._inner = inner  # the store read without faults (the state after a write)
-        self.fault = "ok"
-        self.deadline = 0.0
-        self.until = 0.0
+        super().__init__()  # the try under way, per thread
 
     def begin(self, fault: str, deadline: float, until: float) -> None:
         self.fault, self.deadline, self.until = fault, deadline, until

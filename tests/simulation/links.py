@@ -21,7 +21,7 @@ from typing import Any, Callable
 from awsflock.stores.remote import answers
 from awsflock.stores.remote.connected import TRY_GRACE
 from tests.simulation.checker import Violation
-from tests.simulation.network import Call, Network, Tap, slot_of_call
+from tests.simulation.network import Call, Network, Tap, TryState, slot_of_call
 from tests.simulation.world import Proc
 
 #: The operations whose answer the checker reads.
@@ -83,7 +83,7 @@ class RealConns:
             self.link.close(self.idle.pop())
 
 
-class FaultyLink:
+class FaultyLink(TryState):
     """A process's link: the real one's translation and steps, through the simulated network."""
 
     def __init__(self, real: Any, conns: RealConns, network: Network, tap: Tap, kind: str):
@@ -93,10 +93,9 @@ class FaultyLink:
         self.world = network.world
         self.tap = tap
         self.errors = DriverErrors(kind)
-        #: The try under way (set when it took the connection: ``SimTime.acquire``).
-        self.fault = "ok"
-        self.deadline = 0.0
-        self.until = 0.0
+        #: The try under way, per thread (set when it took its connection:
+        #: ``SimTime.acquire``).
+        super().__init__()
 
     def begin(self, fault: str, deadline: float) -> None:
         self.fault, self.deadline = fault, deadline

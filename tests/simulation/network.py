@@ -41,6 +41,39 @@ from awsflock.records import Waiter
 from tests.simulation.world import Killed, Proc, SimThread, World
 
 
+class TryState:
+    """The fault, deadline and end (``until``) of the try under way, for the thread making it:
+    a store's tries from several threads overlap (each on a connection of its own, or in a
+    worker thread), so one try's must never be read as another's."""
+
+    def __init__(self) -> None:
+        self._try = threading.local()
+
+    @property
+    def fault(self) -> str:
+        return str(getattr(self._try, "fault", "ok"))
+
+    @fault.setter
+    def fault(self, value: str) -> None:
+        self._try.fault = value
+
+    @property
+    def deadline(self) -> float:
+        return float(getattr(self._try, "deadline", 0.0))
+
+    @deadline.setter
+    def deadline(self, value: float) -> None:
+        self._try.deadline = value
+
+    @property
+    def until(self) -> float:
+        return float(getattr(self._try, "until", 0.0))
+
+    @until.setter
+    def until(self, value: float) -> None:
+        self._try.until = value
+
+
 @dataclass
 class Faults:
     """How often each fault meets a try (the rest are answered normally)."""
