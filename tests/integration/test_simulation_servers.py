@@ -81,3 +81,31 @@ def test_each_bug_beneath_the_store_put_back_is_found(
         )
     spent = sum(r.operations for r in results)
     assert failed is not None, f"{name}: not found in {spent} operations on {store}"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("store", ["postgresql", "redis"])
+def test_aio_processes_on_the_store_keep_every_invariant(
+    store: str, request: pytest.FixtureRequest
+) -> None:
+    # Half the workers on awsflock.aio: their steps run in threads beside the renewer's, each
+    # try on a connection of its own. Seed 0 found the simulated link judging one thread's try
+    # by another's deadline once the stores kept several connections (402 operations).
+    server = request.getfixturevalue("postgres" if store == "postgresql" else "redis_server")
+    results, failed = run_many(
+        seeds=itertools.count(0),
+        clients=8,
+        ops=60,
+        budget=1_000,
+        duration=None,
+        store=store,
+        aio=0.5,
+        **{"pg_url" if store == "postgresql" else "redis_url": server.url},
+    )
+    assert failed is None, (
+        f"{failed.violation}\n"
+        + "\n".join(failed.trace[-40:])
+        + f"\nreplay: {failed.replay(60, store)}"
+    )
+    assert sum(r.operations for r in results) >= 1_000
+    assert sum(r.writes for r in results) > 0
