@@ -306,6 +306,11 @@ def test_a_waiter_that_gives_up_leaves_the_line_at_once(awsflock: Cli, lock_name
     release(awsflock, lock_name, lease_id)
 
 
+def _finished(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def test_no_wait_on_a_free_lock_with_a_line_is_busy_and_says_how_many_wait(
     awsflock: Cli, lock_name, spawn
 ):
@@ -319,9 +324,14 @@ def test_no_wait_on_a_free_lock_with_a_line_is_busy_and_says_how_many_wait(
         waiter.proc.send_signal(signal.SIGSTOP)
     try:
         release(awsflock, lock_name, holder["lease_id"])
-        busy = awsflock("acquire", lock_name, "--no-wait")
-        run_busy = awsflock("run", lock_name, "--no-wait", "--", "echo", "ran")
-        status = awsflock("status", lock_name, "--json")
+        # The three side by side: one after another, on a loaded machine, the last came after
+        # a stopped waiter's place had lapsed (its last poll more than the lapse before).
+        procs = [
+            awsflock.popen("acquire", lock_name, "--no-wait"),
+            awsflock.popen("run", lock_name, "--no-wait", "--", "echo", "ran"),
+            awsflock.popen("status", lock_name, "--json"),
+        ]
+        busy, run_busy, status = (_finished(proc) for proc in procs)
     finally:
         # The head first: once resumed it takes the lock, and the second cannot drop its
         # place meanwhile (it is still stopped).
