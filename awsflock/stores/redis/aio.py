@@ -17,7 +17,7 @@ from typing import Any
 from awsflock import errors
 from awsflock.protocol_async import AsyncSleeper, AsyncWaker
 from awsflock.stores.redis import durability, layout, wire
-from awsflock.stores.redis.link import RedisConn, RedisLink, _no_setinfo, log
+from awsflock.stores.redis.link import RedisConn, RedisLink, log
 from awsflock.stores.redis.program import Request
 from awsflock.stores.redis.store import RedisStore
 from awsflock.stores.redis.wake_async import AsyncWake
@@ -39,22 +39,9 @@ class AsyncRedisLink:
         """A connection, made and logged in now, its deployment checked (as ``RedisLink``)."""
         driver("redis", "Redis", "redis-py", "redis")
         import redis.asyncio as aredis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
 
         owner = self.sync.store
-        pool = aredis.ConnectionPool.from_url(
-            owner.url,
-            password=owner.password,
-            max_connections=1,
-            socket_timeout=owner.request_timeout + 1,
-            socket_connect_timeout=max(1.0, timeout),
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=0,
-            protocol=2,
-            **_no_setinfo(),
-        )
-        conn = RedisConn(aredis.Redis(connection_pool=pool))
+        conn = RedisConn(self.sync.client(aredis, owner.request_timeout + 1, max(1.0, timeout)))
         try:
             pipe = conn.client.pipeline(transaction=False)
             durability.ask_check(pipe, owner.prefix)
@@ -153,22 +140,8 @@ class AsyncRedisStore(StepStore[Any]):
     def _subscriber(self, timeout: float) -> Any:
         """A ``redis.asyncio`` pub/sub client for one waiter, on a connection of its own."""
         import redis.asyncio as aredis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
 
-        owner = self.sync
-        pool = aredis.ConnectionPool.from_url(
-            owner.url,
-            password=owner.password,
-            max_connections=1,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=0,
-            protocol=2,
-            **_no_setinfo(),
-        )
-        return aredis.Redis(connection_pool=pool).pubsub()
+        return self.sync.link.client(aredis, timeout, timeout).pubsub()
 
     def _in_background(self, closing: Coroutine[Any, Any, None]) -> None:
         """Run a close in a task of this loop that ``close_async`` waits for."""

@@ -136,10 +136,13 @@ class RedisLink:
         return conn
 
     def client(self, redis: Any, socket_timeout: float, connect_timeout: float) -> Any:
-        """A redis-py client on a connection of its own (made on first use), never retrying."""
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
+        """A redis-py client on a connection of its own (made on first use), never retrying:
+        of ``redis`` (the module ``redis``, or ``redis.asyncio`` for ``awsflock.aio``)."""
+        import importlib
 
+        from redis.backoff import NoBackoff
+
+        Retry = importlib.import_module(f"{redis.__name__}.retry").Retry
         pool = redis.ConnectionPool.from_url(
             self.store.url,
             password=self.store.password,
