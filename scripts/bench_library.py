@@ -4,7 +4,10 @@ PostgreSQL 15 in /dev/shm and on DynamoDB Local, each in this process:
 - acquire+release, synchronous and with asyncio (``awsflock.aio``), interleaved with what a
   user would pick instead on the same server (redis-py's ``Lock``; ``pg_advisory_lock``, and a
   plain durable row lease; on DynamoDB, a conditional ``PutItem`` + ``DeleteItem`` with
-  botocore, and the library's own requests replayed raw): medians and 90th percentiles;
+  botocore), the same with asyncio for the asyncio API (redis.asyncio's ``Lock``, the row lease
+  through psycopg's ``AsyncConnection``), and the library's own requests sent raw on every
+  store (scripts/bench_replay.py): medians and 90th percentiles, and each API's ratio over
+  each;
 - 1,000 locks held at once, renewed in the background (lease 6 s: a renewal every 2 s each):
   the threads the process runs, its memory, and how late the renewals come (the most any
   renewal came after it was due) over ``HOLD_FOR`` seconds, synchronous and with asyncio;
@@ -24,6 +27,7 @@ import uuid
 from typing import Any, Callable
 
 import bench_floors
+import bench_replay
 
 from tests.servers import PostgresServer, RedisServer
 
@@ -73,26 +77,39 @@ def aio_table(url: str, stack: contextlib.ExitStack) -> Any:
     return table
 
 
-def cycles(url: str, floors: dict[str, bench_floors.Maker], repeats: int) -> dict[str, Any]:
-    """Sync and asyncio acquire+release on ``url`` beside ``floors``, interleaved."""
+#: Floors that run in the library's asyncio cycles' event loop: made from it (and an exit stack).
+LoopFloors = Callable[[asyncio.AbstractEventLoop, contextlib.ExitStack], dict[str, Any]]
+
+
+def cycles(
+    url: str, floors: dict[str, bench_floors.Maker], repeats: int, loop_floors: LoopFloors | None
+) -> dict[str, Any]:
+    """Sync and asyncio acquire+release on ``url`` beside ``floors`` (and those
+    ``loop_floors`` makes), interleaved."""
     with contextlib.ExitStack() as stack:
         return tables_cycles(
-            bench_floors.open_table(url, stack), aio_table(url, stack), floors, repeats
+            bench_floors.open_table(url, stack), aio_table(url, stack), floors, repeats, loop_floors
         )
 
 
 def tables_cycles(
-    table: Any, aio_table: Any, floors: dict[str, bench_floors.Maker], repeats: int
+    table: Any,
+    aio_table: Any,
+    floors: dict[str, bench_floors.Maker],
+    repeats: int,
+    loop_floors: LoopFloors | None = None,
 ) -> dict[str, Any]:
     """Acquire+release through ``table`` and ``aio_table`` beside ``floors``, interleaved."""
     loop = asyncio.new_event_loop()
     try:
-        makers = {
-            "library": bench_floors.library_maker(table),
-            "library, asyncio": aio_maker(aio_table, loop),
-            **floors,
-        }
-        samples = bench_floors.interleave(makers, repeats, repeats // 10)
+        with contextlib.ExitStack() as stack:
+            makers = {
+                "library": bench_floors.library_maker(table),
+                "library, asyncio": aio_maker(aio_table, loop),
+                **floors,
+                **(loop_floors(loop, stack) if loop_floors else {}),
+            }
+            samples = bench_floors.interleave(makers, repeats, repeats // 10)
     finally:
         loop.close()
     timing = {name: bench_floors.summary(values) for name, values in samples.items()}
@@ -271,9 +288,19 @@ def library(quick: bool, results: dict[str, Any]) -> list[str]:
     out: dict[str, Any] = {}
     redis = RedisServer().start()
     try:
-        with contextlib.closing(redis.client()) as client:
-            floors = {"redis-py Lock": bench_floors.redis_lock_maker(client)}
-            out["redis"] = cycles(redis.url, floors, repeats)
+        with contextlib.ExitStack() as stack:
+            client = stack.enter_context(contextlib.closing(redis.client()))
+            replayed = bench_floors.open_table(redis.url, stack)
+            floors = {
+                "redis-py Lock": bench_floors.redis_lock_maker(client),
+                "the library's requests, raw": bench_replay.redis_replay_maker(replayed, client),
+            }
+
+            def redis_async(loop: asyncio.AbstractEventLoop, st: contextlib.ExitStack) -> Any:
+                lock = bench_replay.redis_lock_async_maker(redis.url, loop, st)
+                return {"redis-py Lock, redis.asyncio": lock}
+
+            out["redis"] = cycles(redis.url, floors, repeats, redis_async)
         out["redis"]["holds, sync"] = holds_sync(redis.url)
         out["redis"]["holds, asyncio"] = holds_aio(redis.url)
         out["redis"]["stall"] = stall(redis.url)
@@ -285,11 +312,18 @@ def library(quick: bool, results: dict[str, Any]) -> list[str]:
         url = f"{pg.url}?table=bench"
         with contextlib.ExitStack() as stack:
             conn = stack.enter_context(bench_floors.row_connection(pg.url))
+            replayed = bench_floors.open_table(url, stack)
+            replay = bench_replay.pg_replay_maker(replayed, pg.url, stack)
             floors = {
                 "pg_advisory_lock": advisory_maker(conn),
                 "row lease": bench_floors.row_lease_maker(conn),
+                "the library's requests, raw": replay,
             }
-            out["pg"] = cycles(url, floors, repeats)
+
+            def pg_async(loop: asyncio.AbstractEventLoop, st: contextlib.ExitStack) -> Any:
+                return {"row lease, asyncio": bench_replay.row_lease_async_maker(pg.url, loop, st)}
+
+            out["pg"] = cycles(url, floors, repeats, pg_async)
         out["pg"]["stall"] = stall(url)
     finally:
         pg.stop()
