@@ -180,8 +180,11 @@ class LockTable:
                 lock_id,
                 extra=event_fields("reclaimed_expired", lock_id, record),
             )
+        level = telling.NOTICE if grant.contended else logging.INFO
+        if not log.isEnabledFor(level):  # the fields below are built for a handler only
+            return lease
         log.log(
-            telling.NOTICE if grant.contended else logging.INFO,
+            level,
             "acquired %r (fencing token %s) after %s and %d request(s)",
             lock_id,
             lease.fencing_token,
@@ -292,6 +295,8 @@ class LockTable:
                 metrics.record("awsflock.releases", 1, lock_id, self.store, outcome=said)
                 raise refusal
         metrics.record("awsflock.releases", 1, lock_id, self.store, outcome=metrics.RELEASED)
+        if not (log.isEnabledFor(logging.INFO) or metrics.enabled()):
+            return  # what follows is for a log handler and the hold-duration metric only
         event = event_fields("released", lock_id, record)
         event["outcome"] = metrics.RELEASED
         acquired_at = record.acquired_at if record is not None else None

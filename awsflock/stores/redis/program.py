@@ -11,6 +11,7 @@ place in line; ``slots``, ``next``, ``polled``); ``ended``: how the step's lease
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -63,13 +64,7 @@ class RedisProgram:
         self.where = where
 
     def request(self, op: str, lock_id: str, params: dict[str, Any]) -> Request:
-        keys = [
-            layout.lock_key(self.prefix, lock_id),
-            layout.fence_key(self.prefix, lock_id),
-            layout.bars_key(self.prefix, lock_id),
-            layout.done_key(self.prefix, lock_id),
-            layout.forced_key(self.prefix, lock_id),
-        ]
+        keys = list(_keys(self.prefix, lock_id))
         if "who" in params:  # the script keeps an identity as JSON text
             params = {**params, "who": json.dumps(params["who"])}
         if "audit" in params:  # a force-release's audit record, written by the step: KEYS[6]
@@ -91,6 +86,18 @@ class RedisProgram:
         if len(reply) > 3 and reply[3] is not None:
             ended = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
         return Answer(code == 1, now, head(fields(reply[2])), code == 2, ended)
+
+
+@functools.lru_cache(maxsize=1024)
+def _keys(prefix: str, lock_id: str) -> tuple[str, ...]:
+    """A lock's five keys, in the script's order (remembered: every step names them)."""
+    return (
+        layout.lock_key(prefix, lock_id),
+        layout.fence_key(prefix, lock_id),
+        layout.bars_key(prefix, lock_id),
+        layout.done_key(prefix, lock_id),
+        layout.forced_key(prefix, lock_id),
+    )
 
 
 def fields(flat: list[Any]) -> dict[str, str]:

@@ -48,8 +48,20 @@ def identity(who: Any) -> Identity:
     return Identity(**{"owner": "", **{k: v for k, v in who.items() if k in _KNOWN}})
 
 
+#: A record's holder fields where the lease names nobody (``holder_fields`` of an empty
+#: Identity).
+_NOBODY = holder_fields(Identity(owner=""))
+
+
+def _holder(who: Any) -> dict[str, Any]:
+    """``holder_fields(identity(who))``, without making the Identity (read with every step)."""
+    if not isinstance(who, dict) or not who:
+        return _NOBODY
+    return {name: who.get(name, empty) for name, empty in _NOBODY.items()}
+
+
 def _seconds(ms: Any, shift: int) -> float | None:
-    return None if ms in (None, "") else (int(ms) + shift) / 1000
+    return None if ms is None or ms == "" else (int(ms) + shift) / 1000
 
 
 def record(
@@ -61,34 +73,47 @@ def record(
 ) -> LockRecord:
     """A lease of the shared form as a LockRecord (an empty one where ``lease`` is None), with
     the lock's line ``waiting``."""
-    lease = lease or {}
-    lease_id = str(lease.get("lease_id") or "")
-    history = lease.get("history") or ()
+    if not lease:
+        return LockRecord(lock_id=lock_id, slots=slots, extra={}, line=waiting)
+    get = lease.get
+    lease_id = str(get("lease_id") or "")
+    fence = get("fence")
     return LockRecord(
         lock_id=lock_id,
         lease_id=lease_id,
         # No awsflock 0.2.0 compares it here: it only tells one write of a lease from the next.
-        version=f"{lease_id}/{lease.get('expires_ms')}" if lease_id else "",
-        **holder_fields(identity(lease.get("who"))),
-        acquired_at=_seconds(lease.get("acquired_ms"), shift),
-        expires_at=_seconds(lease.get("expires_ms"), shift) or 0.0,
-        lease_duration=int(lease.get("lease_ms") or 0) / 1000,
-        fencing_token=None if lease.get("fence") in (None, "") else int(lease["fence"]),
-        ended=str(lease.get("ended") or ""),
-        history=tuple((str(h[0]), str(h[1])) for h in history if isinstance(h, list) and h),
+        version=f"{lease_id}/{get('expires_ms')}" if lease_id else "",
+        **_holder(get("who")),
+        acquired_at=_seconds(get("acquired_ms"), shift),
+        expires_at=_seconds(get("expires_ms"), shift) or 0.0,
+        lease_duration=int(get("lease_ms") or 0) / 1000,
+        fencing_token=None if fence is None or fence == "" else int(fence),
+        ended=str(get("ended") or ""),
+        history=_history(get("history")),
         slots=slots,
-        forced_by=str(lease.get("forced_by") or ""),
-        forced_reason=str(lease.get("forced_reason") or ""),
-        forced_at=_seconds(lease.get("forced_ms"), shift),
-        keeper=str(lease.get("keeper") or ""),
-        extra=lease.get("raw", lease),
+        forced_by=str(get("forced_by") or ""),
+        forced_reason=str(get("forced_reason") or ""),
+        forced_at=_seconds(get("forced_ms"), shift),
+        keeper=str(get("keeper") or ""),
+        extra=get("raw", lease),
         line=waiting,
     )
 
 
+def _history(kept: Any) -> tuple[tuple[str, str], ...]:
+    """A lease's history as the record's: (lease id, how it ended) pairs. (A list, then a
+    tuple: a hot lock's record on Redis remembers up to 32, read with every step.)"""
+    if not kept:
+        return ()
+    return tuple([(str(h[0]), str(h[1])) for h in kept if isinstance(h, list) and h])
+
+
 def line(head: dict[str, Any], shift: int) -> Line:
     """The lock's line; its places' times are the server's, shown shifted by ``shift``."""
-    places = head.get("line") or {}
+    places = head.get("line")
+    next_number = int(head.get("next_number") or 0)
+    if not places:
+        return Line(next_number, (), None, shift)
     waiters = sorted(
         (
             Waiter(
@@ -104,7 +129,7 @@ def line(head: dict[str, Any], shift: int) -> Line:
     )
     polled = head.get("polled_ms")
     return Line(
-        int(head.get("next_number") or 0),
+        next_number,
         tuple(waiters),
         int(polled) if waiters and polled not in (None, "") else None,
         shift,

@@ -77,6 +77,8 @@ class TryTime:
 
 
 REAL_TIME = TryTime()
+#: The watch of a try not sent yet: never entered, so it never fires.
+_NOT_SENT = watched(0.0, lambda: None)
 
 
 class Connected(RetryingStore, Generic[C]):
@@ -183,7 +185,7 @@ class Connected(RetryingStore, Generic[C]):
         sent = False
         clock = self.try_time
         end = send_by + TRY_GRACE
-        watch = clock.watched(end, lambda: None)
+        watch = _NOT_SENT
         try:
             conn = slot.conn
             if conn is None:
