@@ -140,11 +140,17 @@ BEGIN
                 forced_reason = NULL,
                 forced_ms = NULL,
                 keeper = ''
-            WHERE lock_id = p_lock AND slot = v_slot;
-            UPDATE {{T}} SET
-                line = v_line,
-                slots = CASE WHEN v_slot >= 0 THEN (p->>'slots')::integer ELSE slots END
-            WHERE lock_id = p_lock AND slot = -1;
+            WHERE lock_id = p_lock AND slot = v_slot
+            RETURNING * INTO r;
+            IF v_slot >= 0 OR v_line IS DISTINCT FROM h.line THEN
+                UPDATE {{T}} SET
+                    line = v_line,
+                    slots = CASE WHEN v_slot >= 0 THEN (p->>'slots')::integer ELSE slots END
+                WHERE lock_id = p_lock AND slot = -1
+                RETURNING * INTO h;
+            ELSE
+                h := r;  -- the plain lock's row, written once
+            END IF;
         END IF;
 
     -- renew: extend a held lease.
@@ -175,7 +181,11 @@ BEGIN
                 lease_ms = (p->>'lease_ms')::bigint,
                 renewed_ms = GREATEST((p->>'sent')::bigint, renewed_ms),
                 keeper = COALESCE(p->>'keeper', keeper)
-            WHERE lock_id = p_lock AND slot = v_slot;
+            WHERE lock_id = p_lock AND slot = v_slot
+            RETURNING * INTO r;
+            IF v_slot < 0 THEN
+                h := r;
+            END IF;
         END IF;
 
     -- end: release or force-release a lease.
@@ -195,7 +205,11 @@ BEGIN
                 forced_by = COALESCE(p->>'forced_by', forced_by),
                 forced_reason = COALESCE(p->>'forced_reason', forced_reason),
                 forced_ms = CASE WHEN p ? 'forced_by' THEN v_now ELSE forced_ms END
-            WHERE lock_id = p_lock AND slot = v_slot;
+            WHERE lock_id = p_lock AND slot = v_slot
+            RETURNING * INTO r;
+            IF v_slot < 0 THEN
+                h := r;
+            END IF;
             IF p ? 'audit' THEN
                 INSERT INTO {{T}} (lock_id, slot, audit)
                     VALUES (p->'audit'->>'key', -1, p->'audit'->'entry')
@@ -214,7 +228,8 @@ BEGIN
                 SELECT jsonb_object_agg(b.key, b.value) FROM jsonb_each(barred) b
                 WHERE (b.value #>> '{}')::bigint >= v_now - {{RETAIN}}), '{}')
                 || jsonb_build_object(p->>'lease', v_now)
-            WHERE lock_id = p_lock AND slot = -1;
+            WHERE lock_id = p_lock AND slot = -1
+            RETURNING * INTO h;
             v_barred := true;
         END IF;
 
@@ -230,7 +245,8 @@ BEGIN
                     'since', COALESCE((p->>'since')::bigint, v_now), 'seen', v_now)),
                 next_number = next_number + 1,
                 polled_ms = GREATEST(polled_ms, v_now)
-            WHERE lock_id = p_lock AND slot = -1;
+            WHERE lock_id = p_lock AND slot = -1
+            RETURNING * INTO h;
         END IF;
 
     -- beat: a waiter says it still waits, and removes lapsed places ahead of it.
@@ -247,7 +263,8 @@ BEGIN
             UPDATE {{T}} SET
                 line = jsonb_set(line, ARRAY[v_ticket, 'seen'], to_jsonb(v_now)) - v_gone,
                 polled_ms = GREATEST(polled_ms, v_now)
-            WHERE lock_id = p_lock AND slot = -1;
+            WHERE lock_id = p_lock AND slot = -1
+            RETURNING * INTO h;
         END IF;
 
     -- leave: give up a place in line.
@@ -255,7 +272,8 @@ BEGIN
     ELSIF p_op = 'leave' THEN
         v_ok := v_has AND h.line ? v_ticket;
         IF v_ok THEN
-            UPDATE {{T}} SET line = line - v_ticket WHERE lock_id = p_lock AND slot = -1;
+            UPDATE {{T}} SET line = line - v_ticket WHERE lock_id = p_lock AND slot = -1
+            RETURNING * INTO h;
         END IF;
 
     -- resize: make the lock a pool of "new" slots, or change a pool's size.
@@ -271,7 +289,8 @@ BEGIN
                 AND s.slot >= (p->>'new')::integer AND s.slot < COALESCE(h.slots, 0)
                 AND NOT (s.lease_id IS NULL OR s.ended <> '' OR s.expires_ms < v_cut));
         IF v_ok THEN
-            UPDATE {{T}} SET slots = (p->>'new')::integer WHERE lock_id = p_lock AND slot = -1;
+            UPDATE {{T}} SET slots = (p->>'new')::integer WHERE lock_id = p_lock AND slot = -1
+            RETURNING * INTO h;
         END IF;
 
     -- read: no branch of its own: nothing is written (no row locked), the answer is all
@@ -293,8 +312,13 @@ BEGIN
         'barred', v_barred,
         'ended', v_ended,
         'now', v_now,
-        'rows', (SELECT COALESCE(
-                    jsonb_agg(to_jsonb(t) - 'audit' - 'barred' ORDER BY t.slot), '[]')
-                 FROM {{T}} t WHERE t.lock_id = p_lock));
+        'rows', CASE
+            WHEN NOT v_has THEN '[]'::jsonb
+            -- A plain lock (never a pool: a pool stays one) has its one row, as it is now.
+            WHEN h.slots IS NULL THEN jsonb_build_array(to_jsonb(h) - 'audit' - 'barred')
+            ELSE (SELECT COALESCE(
+                        jsonb_agg(to_jsonb(t) - 'audit' - 'barred' ORDER BY t.slot), '[]')
+                  FROM {{T}} t WHERE t.lock_id = p_lock)
+        END);
 END
 $body$
