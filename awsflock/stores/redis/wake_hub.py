@@ -1,0 +1,238 @@
+"""The pub/sub connection that an event loop's Redis waiters share (``wake_async.AsyncWake``):
+one per (store, event loop), however many tasks of that loop wait, on however many locks.
+
+A ``Hub`` belongs to one loop and keeps its current ``Shared`` connection: made when a waiter
+joins and there is none, closed when its last waiter leaves, when the table is closed
+(``close_async``), or when it breaks (then none is made again before ``RETRY_AFTER``; the
+waiters sleep their pauses out meanwhile). A ``Shared`` connection has two tasks: one sends
+SUBSCRIBE and UNSUBSCRIBE in the order they were asked for (a channel is subscribed while
+anybody waits on it, once), the other reads every reply and message and hands it on to the
+waiters of its channel. The server answers a connection's commands in order, so each channel
+counts the SUBSCRIBEs asked for and the confirmations heard: a waiter relies on the
+subscription only once the reply to the SUBSCRIBE made after it joined (or before, if none was
+undone since) has come, even when an UNSUBSCRIBE and a SUBSCRIBE of one channel cross on the
+wire. Nothing here blocks the loop; a close stops both tasks before it closes the connection,
+as redis-py's pub/sub, closed under a read, connects and subscribes again on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, Callable
+
+from awsflock.clock import Clock
+from awsflock.stores.redis.wake import RETRY_AFTER, SUBSCRIBE_TIMEOUT, log
+
+if TYPE_CHECKING:
+    from awsflock.stores.redis.wake_async import AsyncWake
+
+#: Runs a coroutine in a task of the running loop that the store's ``close_async`` waits for.
+Closing = Callable[[Coroutine[Any, Any, None]], None]
+#: The longest one read of the shared connection waits (it then reads again).
+READ_SLICE = 5.0
+
+
+class Hub:
+    """One event loop's shared pub/sub connection, made again as needed. ``subscriber(timeout)``
+    makes the ``redis.asyncio`` pub/sub client (unconnected); ``where`` names the server."""
+
+    def __init__(self, subscriber: Callable[[float], Any], where: str, closing: Closing) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.subscriber = subscriber
+        self.where = where
+        self.closing = closing
+        #: The connection of this loop's waiters (None: none now).
+        self.conn: Shared | None = None
+        #: When (the waiters' clock's monotonic time) a broken connection may be made again.
+        self._retry_at: float | None = None
+
+    def join(self, wake: AsyncWake, clock: Clock) -> Shared | None:
+        """``wake`` waits on its channel over the shared connection (made if need be); None if
+        none may be made now (the last one broke less than ``RETRY_AFTER`` ago)."""
+        conn = self.conn
+        if conn is None:
+            if self._retry_at is not None and clock.monotonic() < self._retry_at:
+                return None
+            conn = self.conn = Shared(self, clock)
+        conn.join(wake)
+        return conn
+
+    def broke(self, clock: Clock, exc: BaseException) -> None:
+        self._retry_at = clock.monotonic() + RETRY_AFTER
+        log.debug(
+            "%s: no wake-up on release for now (%s); polling",
+            self.where,
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+        )
+
+    def close(self) -> None:
+        """Close the connection now, if any (its waiters sleep their pauses out)."""
+        if self.conn is not None:
+            self.conn.close()
+
+
+class _Channel:
+    """One channel on the shared connection: who waits on it and where its commands stand."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        #: Each waiter, and the count of SUBSCRIBEs whose reply confirms it (its ticket).
+        self.waiters: dict[AsyncWake, int] = {}
+        #: The last command asked for is SUBSCRIBE (the server will have it subscribed).
+        self.subscribed = False
+        self.asked = 0  # SUBSCRIBEs asked for
+        self.heard = 0  # their confirmations heard
+        self.due = 0  # replies still to come (SUBSCRIBE and UNSUBSCRIBE)
+
+
+class Shared:
+    """One pub/sub connection and its waiters (see the module's docstring)."""
+
+    def __init__(self, hub: Hub, clock: Clock) -> None:
+        self.hub = hub
+        self.clock = clock
+        self.closed = False
+        self.pubsub: Any = None
+        self._channels: dict[str, _Channel] = {}
+        #: Commands to send, in order: (SUBSCRIBE or not, channel).
+        self._asks: list[tuple[bool, str]] = []
+        self._asked = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+        self._writer = hub.loop.create_task(self._write())
+
+    def join(self, wake: AsyncWake) -> None:
+        channel = self._channels.get(wake.channel)
+        if channel is None:
+            channel = self._channels[wake.channel] = _Channel(wake.channel)
+        if not channel.subscribed:
+            self._ask(channel, subscribe=True)
+        channel.waiters[wake] = channel.asked
+        if channel.heard == channel.asked:  # subscribed and confirmed already
+            wake.confirmed()
+
+    def leave(self, wake: AsyncWake) -> None:
+        """``wake`` waits no more: its channel unsubscribed if nobody else waits on it, the
+        connection closed if nobody waits at all."""
+        channel = self._channels.get(wake.channel)
+        if channel is None or channel.waiters.pop(wake, None) is None:
+            return
+        if not any(other.waiters for other in self._channels.values()):
+            self.close()
+        elif not channel.waiters and channel.subscribed:
+            self._ask(channel, subscribe=False)
+
+    def waiters(self) -> Iterator[AsyncWake]:
+        for channel in self._channels.values():
+            yield from channel.waiters
+
+    def close(self) -> None:
+        """Close the connection (in a task: ``Hub.closing``); its waiters lose their wake."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.hub.conn is self:
+            self.hub.conn = None
+        waiters = list(self.waiters())
+        self._channels.clear()
+        for wake in waiters:
+            wake.lost(self)
+        self.hub.closing(self._shut())
+
+    def _ask(self, channel: _Channel, *, subscribe: bool) -> None:
+        channel.subscribed = subscribe
+        channel.asked += subscribe
+        channel.due += 1
+        self._asks.append((subscribe, channel.name))
+        self._asked.set()
+
+    async def _write(self) -> None:
+        """Send the commands asked for, in order (a run of one kind in one command); start
+        reading once the first is sent (the connection is made then)."""
+        try:
+            self.pubsub = self.hub.subscriber(SUBSCRIBE_TIMEOUT)
+            while True:
+                await self._asked.wait()
+                self._asked.clear()
+                asks, self._asks = self._asks, []
+                for subscribe, names in _runs(asks):
+                    if subscribe:
+                        await self.pubsub.subscribe(*names)
+                    else:
+                        await self.pubsub.unsubscribe(*names)
+                if self._reader is None and not self.closed:
+                    self._reader = self.hub.loop.create_task(self._read())
+        except Exception as exc:  # a broken connection only costs the wake
+            self._broken(exc)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                message = await self.pubsub.get_message(timeout=READ_SLICE)
+                if message is not None:
+                    self._heard(message)
+        except Exception as exc:
+            self._broken(exc)
+
+    def _heard(self, message: dict[str, Any]) -> None:
+        """A message (its channel's waiters are woken), or the reply to a command."""
+        name = message.get("channel")
+        if isinstance(name, bytes):
+            name = name.decode("utf-8", "replace")
+        channel = self._channels.get(str(name))
+        if channel is None:
+            return
+        kind = message.get("type")
+        if kind == "message":
+            for wake in list(channel.waiters):
+                wake.woken()
+        elif kind == "subscribe":
+            channel.due -= 1
+            channel.heard += 1
+            for wake, ticket in list(channel.waiters.items()):
+                if ticket == channel.heard:
+                    wake.confirmed()
+        elif kind == "unsubscribe":
+            channel.due -= 1
+        if not channel.waiters and channel.due <= 0:
+            del self._channels[channel.name]
+
+    def _broken(self, exc: BaseException) -> None:
+        if self.closed:
+            return  # closed meanwhile: not a break
+        self.hub.broke(self.clock, exc)
+        self.close()
+
+    async def _shut(self) -> None:
+        """Stop sending and reading, then close the connection."""
+        tasks = [task for task in (self._writer, self._reader) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        await aclose(self.pubsub)
+
+
+def _runs(asks: list[tuple[bool, str]]) -> Iterator[tuple[bool, list[str]]]:
+    """The commands asked for as runs of one kind, in order."""
+    run: list[str] = []
+    kind = True
+    for subscribe, name in asks:
+        if run and subscribe != kind:
+            yield kind, run
+            run = []
+        kind = subscribe
+        run.append(name)
+    if run:
+        yield kind, run
+
+
+async def aclose(pubsub: Any) -> None:
+    """Close a pub/sub client and its connection; a failure to is not news."""
+    if pubsub is None:
+        return
+    with contextlib.suppress(Exception):
+        closing = getattr(pubsub, "aclose", None)  # redis-py 5.0.1 on; reset() before
+        await (closing() if closing is not None else pubsub.reset())
+    with contextlib.suppress(Exception):
+        await pubsub.connection_pool.disconnect()
