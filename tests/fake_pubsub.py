@@ -8,6 +8,7 @@ asynchronous sleeps end only when the test moves it on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from awsflock.clock import FakeClock
@@ -23,6 +24,8 @@ class FakePubSub:
         #: Commands sent that the server has not applied yet.
         self.wire: list[tuple[str, ...]] = []
         self.hold = False
+        #: Set by the test: an UNSUBSCRIBE's send waits for it, and loses a cancellation.
+        self.gate: asyncio.Event | None = None
         self.replies: asyncio.Queue[Any] = asyncio.Queue()
         self.reading = False
         self.closed = False
@@ -34,6 +37,10 @@ class FakePubSub:
 
     async def unsubscribe(self, *channels: str) -> None:
         self._send("UNSUBSCRIBE", *channels)
+        if self.gate is not None:  # the send takes until the test opens the gate
+            # A cancellation is lost here, as asyncio.wait_for can lose one up to Python 3.11.
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.gate.wait()
 
     def _send(self, *command: str) -> None:
         if self.closed or self.server.refuse:

@@ -229,6 +229,28 @@ def test_a_killed_connection_costs_every_waiter_its_wake_until_one_is_made_again
     asyncio.run(main())
 
 
+def test_the_connection_is_closed_even_when_redis_py_loses_the_cancellation_of_a_send():
+    async def main() -> None:
+        at = Loop()
+        leaving, last = at.waiter("job"), at.waiter("other")
+        await at.joined(leaving)
+        await at.joined(last)
+        (pubsub,) = at.server.made
+        pubsub.gate = asyncio.Event()
+        leaving.close()  # its UNSUBSCRIBE is being sent
+        await settle()
+        assert pubsub.sent[-1] == ("UNSUBSCRIBE", "p:{job}:wake")
+        last.close()  # the connection is closed under that send
+        for _ in range(1000):
+            await asyncio.sleep(0)
+            if pubsub.closed:
+                break
+        assert pubsub.closed and not pubsub.closed_under_a_read
+        await at.done()
+
+    asyncio.run(main())
+
+
 def test_an_event_loop_in_another_thread_gets_a_connection_of_its_own():
     store = AsyncRedisStore(RedisStore("redis://127.0.0.1:1/0", clock=FakeClock()))
     server = FakeServer()

@@ -23,6 +23,7 @@ from collections.abc import Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock.clock import Clock
+from awsflock.protocol import WAKE_CHECK
 from awsflock.stores.redis.wake import RETRY_AFTER, SUBSCRIBE_TIMEOUT, log
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ class Shared:
         self._channels.clear()
         for wake in waiters:
             wake.lost(self)
+        self._asked.set()  # the writer sees ``closed``
         self.hub.closing(self._shut())
 
     def _ask(self, channel: _Channel, *, subscribe: bool) -> None:
@@ -152,7 +154,7 @@ class Shared:
         reading once the first is sent (the connection is made then)."""
         try:
             self.pubsub = self.hub.subscriber(SUBSCRIBE_TIMEOUT)
-            while True:
+            while not self.closed:
                 await self._asked.wait()
                 self._asked.clear()
                 asks, self._asks = self._asks, []
@@ -168,7 +170,7 @@ class Shared:
 
     async def _read(self) -> None:
         try:
-            while True:
+            while not self.closed:
                 message = await self.pubsub.get_message(timeout=READ_SLICE)
                 if message is not None:
                     self._heard(message)
@@ -205,11 +207,14 @@ class Shared:
         self.close()
 
     async def _shut(self) -> None:
-        """Stop sending and reading, then close the connection."""
-        tasks = [task for task in (self._writer, self._reader) if task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait(tasks)
+        """Stop sending and reading, then close the connection. A cancellation can be lost
+        in redis-py (one that comes as a send ends, on Python 3.11 and before): it is made
+        again until the task ends, as it does by itself once it sees ``closed``."""
+        running = {task for task in (self._writer, self._reader) if task is not None}
+        while running:
+            for task in running:
+                task.cancel()
+            _, running = await asyncio.wait(running, timeout=WAKE_CHECK)
         await aclose(self.pubsub)
 
 
