@@ -8,6 +8,7 @@ connection killed under many waiters, a second event loop."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 
 from awsflock.clock import FakeClock
@@ -272,3 +273,19 @@ def test_an_event_loop_in_another_thread_gets_a_connection_of_its_own():
     loop()
     other.join(30)
     assert len(server.made) == 2 and all(pubsub.closed for pubsub in server.made)
+
+
+def test_an_event_loop_that_ended_leaves_no_connection_state_behind():
+    store = AsyncRedisStore(RedisStore("redis://127.0.0.1:1/0", clock=FakeClock()))
+    store._subscriber = FakeServer()  # type: ignore[method-assign]
+
+    async def main() -> None:
+        waker = store.waker("job")
+        assert await waker.pause(store.clock, 1.0, None)
+        waker.close()
+        await store.close_async()
+
+    asyncio.run(main())
+    store._subscriber.made.clear()  # type: ignore[attr-defined]  # what the fake keeps
+    gc.collect()
+    assert len(store._hubs) == 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -40,7 +41,8 @@ class Hub:
     makes the ``redis.asyncio`` pub/sub client (unconnected); ``where`` names the server."""
 
     def __init__(self, subscriber: Callable[[float], Any], where: str, closing: Closing) -> None:
-        self.loop = asyncio.get_running_loop()
+        # Weakly: the store keeps its hubs by loop, weakly too, so the loop can go.
+        self._loop = weakref.ref(asyncio.get_running_loop())
         self.subscriber = subscriber
         self.where = where
         self.closing = closing
@@ -48,6 +50,12 @@ class Hub:
         self.conn: Shared | None = None
         #: When (the waiters' clock's monotonic time) a broken connection may be made again.
         self._retry_at: float | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop()
+        assert loop is not None  # only used in it
+        return loop
 
     def join(self, wake: AsyncWake, clock: Clock) -> Shared | None:
         """``wake`` waits on its channel over the shared connection (made if need be); None if
