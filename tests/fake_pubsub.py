@@ -17,6 +17,11 @@ from awsflock.clock import FakeClock
 class FakePubSub:
     def __init__(self, server: FakeServer) -> None:
         self.server = server
+        #: Reads find nothing, each moving the server's clock by its timeout, until this
+        #: time on it (None: a read waits until there is something to read).
+        self.silent_until: float | None = None
+        #: PINGs go unanswered.
+        self.mute = False
         #: The channels the server has this connection subscribed to.
         self.channels: set[str] = set()
         #: Commands sent, in order, as ("SUBSCRIBE", "a", "b").
@@ -34,6 +39,9 @@ class FakePubSub:
 
     async def subscribe(self, *channels: str) -> None:
         self._send("SUBSCRIBE", *channels)
+
+    async def ping(self) -> None:
+        self._send("PING")
 
     async def unsubscribe(self, *channels: str) -> None:
         self._send("UNSUBSCRIBE", *channels)
@@ -56,6 +64,8 @@ class FakePubSub:
         count = len(self.wire) if count is None else count
         wire, self.wire = self.wire[:count], self.wire[count:]
         for verb, *channels in wire:
+            if verb == "PING" and not self.mute:
+                self.replies.put_nowait({"type": "pong", "channel": None, "data": b""})
             for channel in channels:
                 if verb == "SUBSCRIBE":
                     self.channels.add(channel)
@@ -65,6 +75,12 @@ class FakePubSub:
                 self.replies.put_nowait({"type": kind, "channel": channel.encode()})
 
     async def get_message(self, timeout: float | None = 0.0) -> Any:
+        clock = self.server.clock
+        silent = self.silent_until is not None and clock.monotonic() < self.silent_until
+        if self.replies.empty() and silent and timeout is not None:
+            clock.advance(timeout)
+            await asyncio.sleep(0)
+            return None
         self.reading = True
         try:
             reply = await self.replies.get()
@@ -73,6 +89,11 @@ class FakePubSub:
         if isinstance(reply, BaseException):
             raise reply
         return reply
+
+    def go_silent(self, until: float) -> None:
+        """Reads find nothing until ``until`` (the one under way too)."""
+        self.silent_until = until
+        self.replies.put_nowait(None)
 
     def deliver(self, channel: str) -> bool:
         if channel not in self.channels or self.closed:
@@ -96,7 +117,8 @@ class FakePubSub:
 class FakeServer:
     """The connections made (``made``), as the store's ``subscriber`` makes them."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: FakeClock | None = None) -> None:
+        self.clock = clock or FakeClock()
         self.made: list[FakePubSub] = []
         self.refuse = False
         #: New connections start holding their commands.

@@ -14,8 +14,8 @@ import threading
 from awsflock.clock import FakeClock
 from awsflock.stores.redis import RedisStore
 from awsflock.stores.redis.aio import AsyncRedisStore
-from awsflock.stores.redis.wake_async import RETRY_AFTER, AsyncWake
-from awsflock.stores.redis.wake_hub import Hub
+from awsflock.stores.redis.wake_async import RETRY_AFTER, SUBSCRIBE_TIMEOUT, AsyncWake
+from awsflock.stores.redis.wake_hub import KEEPALIVE, READ_SLICE, Hub
 from tests.fake_pubsub import Background, FakeServer, ManualClock, settle
 
 
@@ -24,7 +24,7 @@ class Loop:
 
     def __init__(self) -> None:
         self.clock = ManualClock()
-        self.server = FakeServer()
+        self.server = FakeServer(self.clock)
         self.background = Background()
         self.hub = Hub(self.server, "Redis at test", self.background)
 
@@ -247,6 +247,59 @@ def test_the_connection_is_closed_even_when_redis_py_loses_the_cancellation_of_a
             if pubsub.closed:
                 break
         assert pubsub.closed and not pubsub.closed_under_a_read
+        await at.done()
+
+    asyncio.run(main())
+
+
+def test_a_connection_that_stops_answering_is_given_up_and_made_again_later():
+    # A host or network gone without a reset: nothing comes, not even an error. After
+    # KEEPALIVE of silence the connection is PINGed; no answer in SUBSCRIBE_TIMEOUT and it is
+    # given up: its waiters poll, and RETRY_AFTER later a new one is made.
+    async def main() -> None:
+        at = Loop()
+        waker = at.waiter("job")
+        await at.joined(waker)
+        (pubsub,) = at.server.made
+        pubsub.mute = True
+        pubsub.go_silent(at.clock.monotonic() + 10 * KEEPALIVE)
+        for _ in range(10_000):  # bounded: the fake's silent reads move its clock
+            await asyncio.sleep(0)
+            if pubsub.closed:
+                break
+        assert pubsub.sent[-1] == ("PING",) and pubsub.closed
+        assert at.clock.monotonic() - 1000.0 <= KEEPALIVE + SUBSCRIBE_TIMEOUT + 2 * READ_SLICE
+        pausing = at.pausing(waker, 0.5)
+        await settle()
+        at.clock.advance(0.5)
+        assert not await pausing  # no wake: the pause is slept out
+        at.clock.advance(RETRY_AFTER)
+        await at.joined(waker)
+        assert len(at.server.made) == 2
+        waker.close()
+        await at.done()
+
+    asyncio.run(main())
+
+
+def test_a_connection_that_answers_its_pings_is_kept():
+    async def main() -> None:
+        at = Loop()
+        waker = at.waiter("job")
+        await at.joined(waker)
+        (pubsub,) = at.server.made
+        pubsub.go_silent(at.clock.monotonic() + 3 * KEEPALIVE + 1)
+        for _ in range(10_000):  # bounded: until the silent reads end
+            await asyncio.sleep(0)
+            if at.clock.monotonic() >= 1000.0 + 3 * KEEPALIVE + 1:
+                break
+        await settle()
+        assert pubsub.sent.count(("PING",)) >= 2 and not pubsub.closed
+        pausing = at.pausing(waker)
+        await settle()
+        assert at.server.publish("p:{job}:wake") == 1
+        assert await pausing
+        waker.close()
         await at.done()
 
     asyncio.run(main())

@@ -33,7 +33,12 @@ if TYPE_CHECKING:
 #: Runs a coroutine in a task of the running loop that the store's ``close_async`` waits for.
 Closing = Callable[[Coroutine[Any, Any, None]], None]
 #: The longest one read of the shared connection waits (it then reads again).
-READ_SLICE = 5.0
+READ_SLICE = 1.0
+#: After this long with nothing heard, the shared connection is PINGed: a connection that
+#: died silently (no reset: a host or network gone) is found out and made again.
+KEEPALIVE = 30.0
+#: A waiter's ticket once its channel's subscription is confirmed.
+CONFIRMED = 0
 
 
 class Hub:
@@ -87,7 +92,8 @@ class _Channel:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        #: Each waiter, and the count of SUBSCRIBEs whose reply confirms it (its ticket).
+        #: Each waiter, and the count of SUBSCRIBEs whose reply confirms it (its ticket), or
+        #: ``CONFIRMED``.
         self.waiters: dict[AsyncWake, int] = {}
         #: The last command asked for is SUBSCRIBE (the server will have it subscribed).
         self.subscribed = False
@@ -105,8 +111,13 @@ class Shared:
         self.closed = False
         self.pubsub: Any = None
         self._channels: dict[str, _Channel] = {}
-        #: Commands to send, in order: (SUBSCRIBE or not, channel).
-        self._asks: list[tuple[bool, str]] = []
+        #: Commands to send, in order: (SUBSCRIBE, UNSUBSCRIBE or PING, channel).
+        self._asks: list[tuple[str, str]] = []
+        #: Replies still to come; since when (the clock's time) none came although they were
+        #: sent; when anything was last heard.
+        self._due = 0
+        self._since: float | None = None
+        self._heard_at = clock.monotonic()
         self._asked = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
         self._writer = hub.loop.create_task(self._write())
@@ -117,9 +128,11 @@ class Shared:
             channel = self._channels[wake.channel] = _Channel(wake.channel)
         if not channel.subscribed:
             self._ask(channel, subscribe=True)
-        channel.waiters[wake] = channel.asked
-        if channel.heard == channel.asked:  # subscribed and confirmed already
+        if channel.heard >= channel.asked:  # subscribed and confirmed already
+            channel.waiters[wake] = CONFIRMED
             wake.confirmed()
+        else:
+            channel.waiters[wake] = channel.asked
 
     def leave(self, wake: AsyncWake) -> None:
         """``wake`` waits no more: its channel unsubscribed if nobody else waits on it, the
@@ -150,11 +163,15 @@ class Shared:
         self._asked.set()  # the writer sees ``closed``
         self.hub.closing(self._shut())
 
-    def _ask(self, channel: _Channel, *, subscribe: bool) -> None:
-        channel.subscribed = subscribe
-        channel.asked += subscribe
-        channel.due += 1
-        self._asks.append((subscribe, channel.name))
+    def _ask(self, channel: _Channel | None, *, subscribe: bool) -> None:
+        """Have a command sent: SUBSCRIBE or UNSUBSCRIBE ``channel``, or PING (None)."""
+        if channel is not None:
+            channel.subscribed = subscribe
+            channel.asked += subscribe
+            channel.due += 1
+        self._due += 1
+        verb = "PING" if channel is None else "SUBSCRIBE" if subscribe else "UNSUBSCRIBE"
+        self._asks.append((verb, "" if channel is None else channel.name))
         self._asked.set()
 
     async def _write(self) -> None:
@@ -166,11 +183,15 @@ class Shared:
                 await self._asked.wait()
                 self._asked.clear()
                 asks, self._asks = self._asks, []
-                for subscribe, names in _runs(asks):
-                    if subscribe:
+                for verb, names in _runs(asks):
+                    if verb == "SUBSCRIBE":
                         await self.pubsub.subscribe(*names)
-                    else:
+                    elif verb == "UNSUBSCRIBE":
                         await self.pubsub.unsubscribe(*names)
+                    else:
+                        await self.pubsub.ping()
+                if self._since is None and self._due > 0:  # sent: the replies' time runs
+                    self._since = self.clock.monotonic()
                 if self._reader is None and not self.closed:
                     self._reader = self.hub.loop.create_task(self._read())
         except Exception as exc:  # a broken connection only costs the wake
@@ -182,18 +203,31 @@ class Shared:
                 message = await self.pubsub.get_message(timeout=READ_SLICE)
                 if message is not None:
                     self._heard(message)
+                self._check()
         except Exception as exc:
             self._broken(exc)
 
+    def _check(self) -> None:
+        """Give the connection up if a reply is late; PING it after a long silence."""
+        now = self.clock.monotonic()
+        if self._since is not None and now - self._since > SUBSCRIBE_TIMEOUT:
+            raise TimeoutError(f"no answer on the pub/sub connection in {SUBSCRIBE_TIMEOUT:g} s")
+        if self._due == 0 and now - self._heard_at >= KEEPALIVE:
+            self._ask(None, subscribe=False)
+
     def _heard(self, message: dict[str, Any]) -> None:
         """A message (its channel's waiters are woken), or the reply to a command."""
+        kind = message.get("type")
+        self._heard_at = self.clock.monotonic()
+        if kind in ("subscribe", "unsubscribe", "pong"):
+            self._due -= 1
+            self._since = None if self._due <= 0 else self._heard_at
         name = message.get("channel")
         if isinstance(name, bytes):
             name = name.decode("utf-8", "replace")
         channel = self._channels.get(str(name))
         if channel is None:
             return
-        kind = message.get("type")
         if kind == "message":
             for wake in list(channel.waiters):
                 wake.woken()
@@ -201,7 +235,8 @@ class Shared:
             channel.due -= 1
             channel.heard += 1
             for wake, ticket in list(channel.waiters.items()):
-                if ticket == channel.heard:
+                if ticket != CONFIRMED and ticket <= channel.heard:
+                    channel.waiters[wake] = CONFIRMED
                     wake.confirmed()
         elif kind == "unsubscribe":
             channel.due -= 1
@@ -226,18 +261,18 @@ class Shared:
         await aclose(self.pubsub)
 
 
-def _runs(asks: list[tuple[bool, str]]) -> Iterator[tuple[bool, list[str]]]:
-    """The commands asked for as runs of one kind, in order."""
+def _runs(asks: list[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:
+    """The commands asked for as runs of one verb, in order (a PING alone)."""
     run: list[str] = []
-    kind = True
-    for subscribe, name in asks:
-        if run and subscribe != kind:
-            yield kind, run
+    verb = ""
+    for asked, name in asks:
+        if run and (asked != verb or verb == "PING"):
+            yield verb, run
             run = []
-        kind = subscribe
+        verb = asked
         run.append(name)
     if run:
-        yield kind, run
+        yield verb, run
 
 
 async def aclose(pubsub: Any) -> None:
