@@ -11,8 +11,13 @@ waiters of its channel. The server answers a connection's commands in order, so 
 counts the SUBSCRIBEs asked for and the confirmations heard: a waiter relies on the
 subscription only once the reply to the SUBSCRIBE made after it joined (or before, if none was
 undone since) has come, even when an UNSUBSCRIBE and a SUBSCRIBE of one channel cross on the
-wire. Nothing here blocks the loop; a close stops both tasks before it closes the connection,
-as redis-py's pub/sub, closed under a read, connects and subscribes again on its own.
+wire. A connection quiet for ``KEEPALIVE`` is PINGed, and one whose reply (to a PING or a
+command) is ``SUBSCRIBE_TIMEOUT`` late is given up as broken: shared, it may live as long as the
+service waits, and one that died silently must not cost every later waiter its wake.
+
+Nothing here blocks the loop. A close stops both tasks before it closes the connection, as
+redis-py's pub/sub, closed under a read, connects and subscribes again on its own; the tasks
+also stop by themselves once they see it closed, as redis-py can lose a cancellation.
 """
 
 from __future__ import annotations
