@@ -26,14 +26,11 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from awsflock.clock import Clock
 from awsflock.protocol import WAKE_CHECK
 from awsflock.stores.redis.wake import RETRY_AFTER, SUBSCRIBE_TIMEOUT, log
-
-if TYPE_CHECKING:
-    from awsflock.stores.redis.wake_async import AsyncWake
 
 #: Runs a coroutine in a task of the running loop that the store's ``close_async`` waits for.
 Closing = Callable[[Coroutine[Any, Any, None]], None]
@@ -44,6 +41,21 @@ READ_SLICE = 1.0
 KEEPALIVE = 30.0
 #: A waiter's ticket once its channel's subscription is confirmed.
 CONFIRMED = 0
+
+
+class AsyncWake(Protocol):
+    """What the shared connection knows of a waiter (``wake_async.AsyncWake``)."""
+
+    channel: str
+
+    def confirmed(self) -> None:
+        """Its channel's subscription is confirmed."""
+
+    def woken(self) -> None:
+        """A message came on its channel."""
+
+    def lost(self, conn: Shared) -> None:
+        """``conn`` broke or was closed."""
 
 
 class Hub:
