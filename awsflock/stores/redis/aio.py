@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 import weakref
 from collections.abc import Coroutine
@@ -21,6 +22,7 @@ from awsflock.stores.redis.link import RedisConn, RedisLink, log
 from awsflock.stores.redis.program import Request
 from awsflock.stores.redis.store import RedisStore
 from awsflock.stores.redis.wake_async import AsyncWake
+from awsflock.stores.redis.wake_hub import Hub
 from awsflock.stores.remote.facade_async import StepStore
 from awsflock.stores.remote.link import Translated, driver
 
@@ -126,6 +128,11 @@ class AsyncRedisStore(StepStore[Any]):
         self._connected_init()
         #: The wakers of waits going on (``close_async`` closes its loop's).
         self._wakes: weakref.WeakSet[AsyncWake] = weakref.WeakSet()
+        #: Each event loop's pub/sub connection, shared by its waiters (``wake_hub``).
+        self._hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._hubs_lock = threading.Lock()
 
     def waker(self, lock_id: str) -> AsyncWaker:
         """A waiter wakes as soon as the script publishes that the lock may have changed
@@ -133,12 +140,22 @@ class AsyncRedisStore(StepStore[Any]):
         if not self.server_time:
             return AsyncSleeper()
         channel = layout.wake_channel(self.prefix, lock_id)
-        wake = AsyncWake(self._subscriber, channel, self.where(), self._in_background)
+        wake = AsyncWake(self._hub, channel, self.where())
         self._wakes.add(wake)
         return wake
 
+    def _hub(self) -> Hub:
+        """The running loop's pub/sub connection, shared by its waiters."""
+        loop = asyncio.get_running_loop()
+        with self._hubs_lock:  # a loop in another thread may make its own meanwhile
+            hub = self._hubs.get(loop)
+            if hub is None:
+                hub = self._hubs[loop] = Hub(self._subscriber, self.where(), self._in_background)
+        return hub
+
     def _subscriber(self, timeout: float) -> Any:
-        """A ``redis.asyncio`` pub/sub client for one waiter, on a connection of its own."""
+        """A ``redis.asyncio`` pub/sub client for a loop's waiters, on a connection of its
+        own."""
         import redis.asyncio as aredis
 
         return self.sync.link.client(aredis, timeout, timeout).pubsub()
@@ -150,12 +167,15 @@ class AsyncRedisStore(StepStore[Any]):
         task.add_done_callback(self._closing.discard)
 
     async def close_async(self) -> None:
-        """Close this loop's connection and its waiters' subscriptions (a waiter still
-        waiting goes on polling)."""
+        """Close this loop's connections, its waiters' shared pub/sub one among them (a waiter
+        still waiting goes on polling)."""
         loop = asyncio.get_running_loop()
         for wake in list(self._wakes):
             if wake.loop is loop:
                 wake.close()
+        hub = self._hubs.get(loop)
+        if hub is not None:
+            hub.close()
         await super().close_async()
 
     def close(self) -> None:

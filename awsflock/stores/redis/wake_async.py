@@ -1,203 +1,143 @@
 """``wake`` for ``awsflock.aio``: an asyncio waiter on Redis woken by the message the step script
 publishes on the lock's channel (``layout.wake_channel``), on ``redis.asyncio``'s pub/sub.
 
-As the synchronous ``Wake``, one ``AsyncWake`` serves one waiting acquire, on a connection of
-its own (``AsyncRedisStore.waker``). On its first pause it starts subscribing in a task of its
-own, so that the pause still ends by its time and checks ``cancel`` every ``WAKE_CHECK``; once
-subscribed it ends that pause at once (an end just before the subscription is not missed). Each
-later pause ends when a message comes, or when the pause asked for is over, never later. A
-message is only a hint: the engine then polls through the script, which checks everything. A
-subscription that cannot be made, or breaks, falls back to sleeping the pause out, and is made
-again ``RETRY_AFTER`` later. Nothing blocks the event loop.
+One ``AsyncWake`` serves one waiting acquire (``AsyncRedisStore.waker``), but unlike the
+synchronous ``Wake`` it has no connection of its own: all the waiters of one event loop share
+one (``wake_hub``), which subscribes each channel once while anybody waits on it and hands each
+message to the waiters of its channel. On its first pause a waiter joins it; once its channel's
+subscription is confirmed, the pause then going on (or the next one) ends at once, so that an
+end which came just before the subscription is not missed. Each later pause ends when a
+message comes, or when the pause asked for is over, never later, and checks ``cancel`` every
+``WAKE_CHECK``. A message is only a hint: the engine then polls through the script, which
+checks everything. A connection that cannot be made, or breaks, costs only the wake: all its
+waiters sleep their pauses out, and a new one is made ``RETRY_AFTER`` later. Nothing blocks the
+event loop.
 
-``close`` (the wait is over, or the table is closed) is synchronous, as every waker's: it ends
-the subscribing task and closes the connection in a task that the store's ``close_async``
-waits for (``closing``). A waiter cancelled in its pause closes its waker on the way out, so
-nothing is left behind it.
+``close`` (the wait is over, or the table is closed) is synchronous, as every waker's: the
+waiter leaves the shared connection, which unsubscribes its channel if nobody else waits on it,
+and is closed (in a task that the store's ``close_async`` waits for) once nobody waits at all.
+A waiter cancelled in its pause closes its waker on the way out, so nothing is left behind it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-from collections.abc import Coroutine
-from typing import Any, Callable
+from typing import Callable
 
+from awsflock.clock import SystemClock
 from awsflock.clock_async import AsyncClock
 from awsflock.protocol import WAKE_CHECK
 from awsflock.protocol_async import AsyncSleeper
-from awsflock.stores.redis.wake import RETRY_AFTER, SUBSCRIBE_TIMEOUT, log
+from awsflock.stores.redis.wake import RETRY_AFTER, SUBSCRIBE_TIMEOUT
+from awsflock.stores.redis.wake_hub import Hub, Shared
 
-#: Runs a coroutine in a task of the running loop that the store's ``close_async`` waits for.
-Closing = Callable[[Coroutine[Any, Any, None]], None]
+__all__ = ["RETRY_AFTER", "SUBSCRIBE_TIMEOUT", "AsyncWake"]
 
 
 class AsyncWake:
-    """A waiter's subscription to one lock's channel. ``subscriber(timeout)`` makes the
-    ``redis.asyncio`` pub/sub client (unconnected); ``where`` names the server in messages."""
+    """A waiter on one lock's channel. ``hub()`` is the running loop's shared connection."""
 
-    def __init__(
-        self, subscriber: Callable[[float], Any], channel: str, where: str, closing: Closing
-    ) -> None:
-        self._subscriber = subscriber
+    def __init__(self, hub: Callable[[], Hub], channel: str, where: str) -> None:
+        self._hub = hub
         self.channel = channel
         self.where = where
-        self._closing = closing
         self.closed = False
-        #: The loop the waker's connection lives in (the first pause's).
+        #: The loop the waiter waits in (the first pause's).
         self.loop: asyncio.AbstractEventLoop | None = None
-        #: The subscription once made (None: not yet, or it broke).
-        self._pubsub: Any = None
-        #: The task making the subscription, while it runs (or until a pause sees it end).
-        self._making: asyncio.Task[Any] | None = None
-        #: When (the clock's monotonic time) a failed subscription may be tried again.
-        self._retry_at: float | None = None
-        #: Done once the pause reading from the subscription stops (None: none reads).
-        self._reading: asyncio.Future[None] | None = None
+        #: The shared connection it waits on (None: not joined, or it broke or closed).
+        self._conn: Shared | None = None
+        #: A message came, or the subscription was confirmed, since a pause last ended early.
+        self._woken = False
+        #: Done when something happens while a pause waits.
+        self._signal: asyncio.Future[None] | None = None
 
     async def pause(
         self, clock: AsyncClock, seconds: float, cancel: threading.Event | None
     ) -> bool:
         end = clock.monotonic() + max(0.0, seconds)
-        try:
-            if self._pubsub is not None:
-                if await self._listen(self._pubsub, clock, end, cancel):
-                    return True
-            elif self._may_subscribe(clock) and await self._subscribing(clock, end, cancel):
-                return True  # poll once more: an end before the subscription is missed
-        except Exception as exc:  # a broken subscription only costs the wake
-            self._broken(clock, exc)
+        if self._conn is None and not self.closed:
+            hub = self._hub()
+            self.loop = hub.loop
+            self._conn = hub.join(self, clock)
+        while True:
+            if self._woken:
+                self._woken = False
+                return True
+            left = end - clock.monotonic()
+            if self._conn is None or left <= 0 or _set(cancel):
+                break
+            await self._signalled(clock, left if cancel is None else min(WAKE_CHECK, left))
         left = end - clock.monotonic()
         if left > 0 and not _set(cancel):
             await AsyncSleeper().pause(clock, left, cancel)
         return False
 
     def close(self) -> None:
-        """Stop subscribing and close the connection (in a task: ``closing``). Idempotent."""
+        """Leave the shared connection. Idempotent; from any thread."""
         if self.closed:
             return
         self.closed = True
-        making, self._making = self._making, None
-        pubsub, self._pubsub = self._pubsub, None
-        if making is None and pubsub is None:
+        self._woken = False
+        if self._conn is None:
             return
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        shut = self._shut(making, pubsub)
-        if running is not None and running is self.loop:
-            self._closing(shut)
+        if running is self.loop:
+            self._leave()
             return
-        try:  # called from another thread: the connection is closed in its own loop
+        try:  # called from another thread: the connection lives in its own loop
             assert self.loop is not None
-            self.loop.call_soon_threadsafe(self._closing, shut)
+            self.loop.call_soon_threadsafe(self._leave)
         except RuntimeError:  # that loop is closed: its connections went with it
-            shut.close()
+            pass
 
-    def _may_subscribe(self, clock: AsyncClock) -> bool:
-        if self.closed:
-            return False
-        return self._retry_at is None or clock.monotonic() >= self._retry_at
+    def _leave(self) -> None:
+        conn, self._conn = self._conn, None
+        self._woken = False
+        if conn is not None:
+            conn.leave(self)
 
-    async def _subscribing(
-        self, clock: AsyncClock, end: float, cancel: threading.Event | None
-    ) -> bool:
-        """Make the subscription (in a task), waiting for it within the pause; True once it
-        is made. One still being made when the pause ends is waited for by the next pause."""
-        if self._making is None:
-            self.loop = asyncio.get_running_loop()
-            self._making = self.loop.create_task(self._subscribe())
-        making = self._making
-        while not making.done():
-            left = end - clock.monotonic()
-            if left <= 0 or _set(cancel):
-                return False
-            await asyncio.wait((making,), timeout=min(WAKE_CHECK, left))
-        self._making = None
-        if making.cancelled():  # closed meanwhile (``close``, the table's ``close_async``)
-            return False
-        pubsub = making.result()  # raises what the subscribing raised
-        if self.closed:
-            self._closing(_aclose(pubsub))
-            return False
-        self._pubsub = pubsub
-        return True
+    # What the shared connection tells its waiters (in the loop).
 
-    async def _subscribe(self) -> Any:
-        """Connect, log in, subscribe and see it confirmed; closed again if that fails or is
-        cut short (``close``)."""
-        pubsub = None
+    def confirmed(self) -> None:
+        """The subscription is confirmed: poll once more (an earlier end was not heard)."""
+        self.woken()
+
+    def woken(self) -> None:
+        self._woken = True
+        self._poke()
+
+    def lost(self, conn: Shared) -> None:
+        """The connection broke or was closed: the waiter sleeps its pauses out."""
+        if self._conn is conn:
+            self._conn = None
+            self._poke()
+
+    def _poke(self) -> None:
+        if self._signal is not None and not self._signal.done():
+            self._signal.set_result(None)
+
+    async def _signalled(self, clock: AsyncClock, seconds: float) -> None:
+        """Until something happens (``_poke``) or ``seconds`` pass on ``clock``."""
+        loop = asyncio.get_running_loop()
+        signal = self._signal = loop.create_future()
         try:
-            pubsub = self._subscriber(SUBSCRIBE_TIMEOUT)
-            await pubsub.subscribe(self.channel)
-            # Confirmed: from here on every message published on the channel reaches us.
-            message = await pubsub.get_message(timeout=SUBSCRIBE_TIMEOUT)
-            if message is None or message.get("type") != "subscribe":
-                raise TimeoutError(f"no confirmation of SUBSCRIBE {self.channel}: {message!r}")
-        except BaseException:
-            await asyncio.shield(_aclose(pubsub))
-            raise
-        return pubsub
-
-    async def _listen(
-        self, pubsub: Any, clock: AsyncClock, end: float, cancel: threading.Event | None
-    ) -> bool:
-        """Wait for a message until ``end``; True if one came."""
-        while not (_set(cancel) or self.closed):
-            left = end - clock.monotonic()
-            if left <= 0:
-                break
-            self._reading = asyncio.get_running_loop().create_future()
+            if isinstance(clock, SystemClock):
+                await asyncio.wait((signal,), timeout=seconds)
+                return
+            # A clock of its own (a test's): its time, not the loop's.
+            sleeping = loop.create_task(clock.sleep_async(seconds))
             try:
-                message = await pubsub.get_message(
-                    ignore_subscribe_messages=True, timeout=min(WAKE_CHECK, left)
-                )
+                await asyncio.wait((signal, sleeping), return_when=asyncio.FIRST_COMPLETED)
             finally:
-                reading, self._reading = self._reading, None
-                reading.set_result(None)
-            if message is not None:
-                return True
-        return False
-
-    async def _shut(self, making: asyncio.Task[Any] | None, pubsub: Any) -> None:
-        """End the subscribing task (what it made is closed) and close ``pubsub``, once a
-        pause reading from it has stopped (within ``WAKE_CHECK``: it sees ``closed``). Closed
-        under a read, redis-py would connect again and subscribe again, on its own."""
-        if making is not None:
-            making.cancel()
-            await asyncio.wait((making,))
-            if not making.cancelled() and making.exception() is None:
-                pubsub = pubsub or making.result()
-        while self._reading is not None:
-            await asyncio.wait((self._reading,))
-        await _aclose(pubsub)
-
-    def _broken(self, clock: AsyncClock, exc: BaseException) -> None:
-        pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
-            self._closing(_aclose(pubsub))
-        if self.closed:
-            return  # closed while it listened: not a break
-        self._retry_at = clock.monotonic() + RETRY_AFTER
-        log.debug(
-            "%s: no wake-up on release for now (%s); polling",
-            self.where,
-            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
-        )
+                sleeping.cancel()
+                await asyncio.wait((sleeping,))
+        finally:
+            self._signal = None
 
 
 def _set(cancel: threading.Event | None) -> bool:
     return cancel is not None and cancel.is_set()
-
-
-async def _aclose(pubsub: Any) -> None:
-    """Close a pub/sub client and its connection; a failure to is not news."""
-    if pubsub is None:
-        return
-    with contextlib.suppress(Exception):
-        aclose = getattr(pubsub, "aclose", None)  # redis-py 5.0.1 on; reset() before
-        await (aclose() if aclose is not None else pubsub.reset())
-    with contextlib.suppress(Exception):
-        await pubsub.connection_pool.disconnect()
