@@ -80,7 +80,11 @@ def test_no_wait_exit_codes(awsflock: Cli, lock_name):
 def test_waiter_gets_the_lock_about_a_second_after_release(awsflock: Cli, lock_name):
     lease = awsflock("acquire", lock_name).stdout.strip()
     waiter = awsflock.popen("acquire", lock_name, "--wait-time", "30")
-    time.sleep(2.5)
+    # Waiting once it says so, and then for a poll or so (not a fixed 2.5 s from its start,
+    # most of which was the process starting).
+    said = waiter.stderr.readline() if waiter.stderr else ""
+    assert "waiting up to 30s" in said, said
+    time.sleep(1.0)
     assert waiter.poll() is None, "the waiter must still be waiting"
     released_at = time.monotonic()
     assert awsflock("release", lock_name, lease).returncode == 0

@@ -93,11 +93,15 @@ def test_status_of_an_expired_unreclaimed_lock(awsflock: Cli, lock_name):
 
 @pytest.mark.one_server_per_kind("the command line that run records")
 def test_status_shows_the_command_of_run(awsflock: Cli, lock_name, tmp_path):
-    started = tmp_path / "up"
-    proc = awsflock.popen("run", lock_name, "-c", f"touch {started}; sleep 5")
+    started, done = tmp_path / "up", tmp_path / "done"
+    # The command runs until the test has looked (a bounded wait, not a fixed 5 s sleep).
+    until_done = f"i=0; while [ $i -lt 300 ] && [ ! -e {done} ]; do sleep 0.1; i=$((i+1)); done"
+    proc = awsflock.popen("run", lock_name, "-c", f"touch {started}; {until_done}")
     wait_for(started, empty_ok=True)
     data = json.loads(awsflock("status", lock_name, "--json").stdout)
-    proc.communicate(timeout=30)
+    done.touch()
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
     assert data["command"].startswith("/bin/sh -c 'touch")
 
 
