@@ -25,6 +25,8 @@ MUTANT_BUDGET = 10_000
 #: ... but U, which needs a second cancellation while a release is on its way (found at seed
 #: 29 after 19,067 operations), within more, and in the slow tier.
 RARE = {"U release cut short by a second cancellation": 40_000}
+#: In the slow tier too: S, found at seed 8 after 5,464 operations (15 s of the fast tier's).
+SLOW = {*RARE, "S body not cancelled on loss"}
 
 
 def test_a_seed_with_aio_processes_replays_the_same_run_exactly():
@@ -57,7 +59,7 @@ def test_with_aio_workers_every_invariant_holds(budget):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in RARE else []) for n in MUTANTS_AIO]
+    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else []) for n in MUTANTS_AIO]
 )
 def test_each_known_bug_of_the_asynchronous_api_put_back_is_found(name):
     with MUTANTS[name]():

@@ -324,11 +324,12 @@ class StoreConformance:
 
     def test_no_bar_is_dropped_for_newer_ones(self, lab: Lab):
         # The second adversarial review: one acquire's clean-up barred 70 ids, and the oldest
-        # fell out of the newest 64 an earlier version kept; its take then landed.
+        # fell out of the newest 64 an earlier version kept; its take then landed. Its 70 ids
+        # (100 took twice as long on in-process moto: the record grows with every bar).
         if not self._bars(lab):
             pytest.skip("without transactions (dynalite) the DynamoDB store bars nothing")
         name = lab.name("many")
-        ids = ["gone-" + new_id() for _ in range(100)]
+        ids = ["gone-" + new_id() for _ in range(70)]
         for i, lease_id in enumerate(ids):
             assert lab.release(name, lease_id, at=i).barred
         assert not any(lab.take(name, lease_id, at=200)[1].applied for lease_id in ids)

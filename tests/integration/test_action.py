@@ -1,8 +1,8 @@
 """The GitHub Action (action.yml, action/dist/*.js) run as the runner runs it: node with the
 runner's variables and files, each step a child of a worker process that lives as long as the
-job (tests/integration/action_runner.py), against the dev server, DynamoDB Local and
-PostgreSQL. Jobs contend, are cancelled while holding and while waiting, lose their runner,
-check without taking, give up waiting, and queue in order."""
+job (tests/integration/action_runner.py), against the dev server and PostgreSQL. Jobs contend,
+are cancelled while holding and while waiting, lose their runner, check without taking, give up
+waiting, and queue in order."""
 
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ import pytest
 
 from tests.integration.action_runner import ROOT, Job
 from tests.integration.conftest import BIN, Cli, UrlCli
-from tests.servers import SERVERS, PostgresServer
+from tests.servers import PostgresServer
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="the action runs on node")
 
 #: The action's lease in these tests: long enough for a loaded machine, short enough to wait
 #: out. DynamoDB's default skew window (5 s) follows it when a runner dies.
 LEASE = 4.0
-SKEW = {"dev_server": 5.0, "dynamodb_local": 5.0, "postgresql": 0.0}
+SKEW = {"dev_server": 5.0, "postgresql": 0.0}
 
 
 @dataclass
@@ -61,16 +61,11 @@ def dev_server() -> Iterator[str]:
             proc.kill()
 
 
-@pytest.fixture(scope="module")
-def ddb_local() -> Iterator[str]:
-    srv = SERVERS["dynamodb_local"]().start()
-    try:
-        yield srv.url
-    finally:
-        srv.stop()
-
-
-@pytest.fixture(params=["dev_server", "dynamodb_local", "postgresql"])
+#: The action's stores: one of each kind with a server of its own (DynamoDB's, the dev server,
+#: is moto's), as for the CLI's tests of what it does around the store
+#: (``one_server_per_kind``): the action sees only awsflock's output, not the server behind it,
+#: and each DynamoDB server's own behaviour is the conformance suite's.
+@pytest.fixture(params=["dev_server", "postgresql"])
 def store(request: pytest.FixtureRequest) -> Store:
     table = "act_" + uuid.uuid4().hex[:8]
     path = f"{BIN.parent}{os.pathsep}{os.environ['PATH']}"
@@ -80,10 +75,7 @@ def store(request: pytest.FixtureRequest) -> Store:
         cli: Cli = UrlCli(pg, table, url)
         inputs = {"store": url}
     else:
-        endpoint = request.getfixturevalue(
-            "dev_server" if request.param == "dev_server" else "ddb_local"
-        )
-        cli = Cli(endpoint, table)
+        cli = Cli(request.getfixturevalue("dev_server"), table)
         inputs = {"table": table}
     assert cli("table-create", "-q").returncode == 0
     env = cli.env(PATH=path)

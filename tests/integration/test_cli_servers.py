@@ -80,7 +80,11 @@ def test_no_wait_exit_codes(awsflock: Cli, lock_name):
 def test_waiter_gets_the_lock_about_a_second_after_release(awsflock: Cli, lock_name):
     lease = awsflock("acquire", lock_name).stdout.strip()
     waiter = awsflock.popen("acquire", lock_name, "--wait-time", "30")
-    time.sleep(2.5)
+    # Waiting once it says so, and then for a poll or so (not a fixed 2.5 s from its start,
+    # most of which was the process starting).
+    said = waiter.stderr.readline() if waiter.stderr else ""
+    assert "waiting up to 30s" in said, said
+    time.sleep(1.0)
     assert waiter.poll() is None, "the waiter must still be waiting"
     released_at = time.monotonic()
     assert awsflock("release", lock_name, lease).returncode == 0
@@ -91,6 +95,7 @@ def test_waiter_gets_the_lock_about_a_second_after_release(awsflock: Cli, lock_n
     assert handoff < 5, f"hand-off took {handoff:.1f}s"
 
 
+@pytest.mark.one_server_per_kind("what the command says when its wait runs out")
 def test_wait_time_runs_out_with_exit_3(awsflock: Cli, lock_name):
     awsflock("acquire", lock_name)
     start = time.monotonic()
@@ -436,6 +441,7 @@ def test_pinned_moto_threaded_server_is_not_atomic():
         threaded.stop()
 
 
+@pytest.mark.one_server_per_kind("the command's output to a closed pipe")
 def test_an_acquire_whose_lease_id_cannot_be_written_gives_the_lock_back(awsflock: Cli, lock_name):
     # Found by the adversarial review: with stdout a pipe nobody reads, acquire exited 1 with
     # nothing said and the lock held for its whole lease, under a LEASE_ID nobody has.
@@ -461,6 +467,7 @@ def test_an_acquire_whose_lease_id_cannot_be_written_gives_the_lock_back(awsfloc
     assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
 
 
+@pytest.mark.one_server_per_kind("the command's exit status with a closed stream")
 @pytest.mark.parametrize("closed", ["2>&-", ">&-"])
 def test_a_closed_stream_keeps_run_and_acquire_exit_statuses(awsflock: Cli, lock_name, closed):
     # Found by the adversarial review of the exit without teardown: a closed stdout or stderr
@@ -478,6 +485,7 @@ def test_a_closed_stream_keeps_run_and_acquire_exit_statuses(awsflock: Cli, lock
     assert done.stdout.split() == ["run=7", "acquire=0"], done.stderr
 
 
+@pytest.mark.one_server_per_kind("the pid and command the CLI records for its holder")
 def test_a_plain_acquire_records_the_script_that_ran_it_as_the_holder(awsflock: Cli, tmp_path):
     # The acquire process is gone once the LEASE_ID is printed; the script lives on with the
     # lease, so its pid is the one an operator's "is the holder alive?" check must find.
@@ -496,6 +504,7 @@ def test_a_plain_acquire_records_the_script_that_ran_it_as_the_holder(awsflock: 
     assert holder["pid"] == int(pid) and holder["command"] == "deploy.sh"
 
 
+@pytest.mark.one_server_per_kind("the command's output to a closed pipe")
 @pytest.mark.parametrize(
     ("words", "status"),
     [(["list"], 0), (["list", "--json"], 0), (["status", "never-taken"], 3)],

@@ -271,6 +271,7 @@ def test_a_killed_waiter_in_the_middle_of_the_line_is_passed_over(awsflock: Cli,
     release(awsflock, lock_name, lease_id)
 
 
+@pytest.mark.one_server_per_kind("leaving the line on a signal or a wait that runs out")
 def test_a_waiter_that_gives_up_leaves_the_line_at_once(awsflock: Cli, lock_name, spawn, tmp_path):
     (holder,) = hold(awsflock, [lock_name])
     marker = tmp_path / "ran"
@@ -311,6 +312,7 @@ def _finished(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.one_server_per_kind("what --no-wait says on a free lock with a line")
 def test_no_wait_on_a_free_lock_with_a_line_is_busy_and_says_how_many_wait(
     awsflock: Cli, lock_name, spawn
 ):
@@ -414,6 +416,7 @@ def test_a_pool_of_two_serves_six_fair_waiters_in_order(awsflock: Cli, lock_name
     assert line_of(awsflock, lock_name) == []
 
 
+@pytest.mark.one_server_per_kind("what the command does on TERM and HUP while it waits in line")
 def test_an_acquire_stopped_by_term_or_hup_gives_up_its_place_at_once(
     awsflock: Cli, lock_name, spawn
 ):

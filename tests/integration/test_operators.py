@@ -37,6 +37,7 @@ STATUS_FIELDS = {
 }
 
 
+@pytest.mark.one_server_per_kind("what status prints and its exit code")
 def test_status_of_a_free_lock_exits_3(awsflock: Cli, lock_name):
     result = awsflock("status", lock_name)
     assert result.returncode == 3
@@ -90,12 +91,17 @@ def test_status_of_an_expired_unreclaimed_lock(awsflock: Cli, lock_name):
     assert data["state"] == "expired" and data["reclaimable_in_s"] >= 0
 
 
+@pytest.mark.one_server_per_kind("the command line that run records")
 def test_status_shows_the_command_of_run(awsflock: Cli, lock_name, tmp_path):
-    started = tmp_path / "up"
-    proc = awsflock.popen("run", lock_name, "-c", f"touch {started}; sleep 5")
+    started, done = tmp_path / "up", tmp_path / "done"
+    # The command runs until the test has looked (a bounded wait, not a fixed 5 s sleep).
+    until_done = f"i=0; while [ $i -lt 300 ] && [ ! -e {done} ]; do sleep 0.1; i=$((i+1)); done"
+    proc = awsflock.popen("run", lock_name, "-c", f"touch {started}; {until_done}")
     wait_for(started, empty_ok=True)
     data = json.loads(awsflock("status", lock_name, "--json").stdout)
-    proc.communicate(timeout=30)
+    done.touch()
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
     assert data["command"].startswith("/bin/sh -c 'touch")
 
 
@@ -167,6 +173,7 @@ def test_list_hides_awsflocks_own_items(awsflock: Cli, lock_name):
     assert "#awsflock#" not in listed and lock_name in listed
 
 
+@pytest.mark.one_server_per_kind("a usage error, refused before any write")
 def test_force_release_is_refused_without_a_reason(awsflock: Cli, lock_name):
     awsflock("acquire", lock_name)
     result = awsflock("force-release", lock_name, "--yes")
@@ -174,6 +181,7 @@ def test_force_release_is_refused_without_a_reason(awsflock: Cli, lock_name):
     assert awsflock("status", lock_name).returncode == 0, "still held"
 
 
+@pytest.mark.one_server_per_kind("a usage error, refused before any write")
 def test_force_release_without_naming_the_lease_is_refused(awsflock: Cli, lock_name):
     awsflock("acquire", lock_name)
     result = awsflock("force-release", lock_name, "--reason", "stuck")  # no tty, no --yes
@@ -246,6 +254,7 @@ def test_force_release_of_a_free_lock_exits_3(awsflock: Cli, lock_name):
     assert result.returncode == 3 and "not held" in result.stderr
 
 
+@pytest.mark.one_server_per_kind("run stopping its command on a loss")
 def test_force_release_stops_a_running_command_with_124(awsflock: Cli, lock_name, tmp_path):
     started = tmp_path / "up"
     proc = awsflock.popen(

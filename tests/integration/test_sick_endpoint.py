@@ -93,6 +93,7 @@ def test_an_acquire_that_lands_after_awsflock_gave_up_takes_nothing(
     assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
 
 
+@pytest.mark.one_server_per_kind("run's safety deadline, client-side")
 def test_renewals_that_landed_after_the_loss_do_not_keep_the_lock(
     proxy: FaultProxy, awsflock: Cli, lock_name
 ):
@@ -133,6 +134,7 @@ def test_renewals_that_landed_after_the_loss_do_not_keep_the_lock(
     assert free.returncode == 0, free.stderr
 
 
+@pytest.mark.one_server_per_kind("the option and variable, client-side")
 def test_request_timeout_is_an_option_and_a_variable(proxy: FaultProxy, awsflock: Cli, lock_name):
     proxy.plan = lambda target, n: "blackhole" if target == UPDATE else "pass"
     sick = Cli(proxy.url, awsflock.table)
