@@ -2,10 +2,13 @@
 lease's life, recorded here and nowhere else, so the names, units and attributes are one list.
 
 Recording costs a dictionary look-up until OpenTelemetry is in use: the API is never imported
-here. It is in use once something imported ``opentelemetry.metrics`` (an application that set
-up its own SDK; awsflock's CLI when ``OTEL_*`` variables ask for export, ``awsflock.cli.
-telemetry``) or ``use`` gave a meter provider. The instruments then come from the global meter
-provider (or the one given), made once.
+here. It is in use once ``use`` gave a meter provider, or once something imported
+``opentelemetry.metrics`` and set a global meter provider that keeps what it is given (an
+application that set up its own SDK; awsflock's CLI when ``OTEL_*`` variables ask for export,
+``awsflock.cli.telemetry``). The API imported without one (redis-py 8 imports it whenever it is
+installed) is not use: until a provider is set, the API's stand-in would drop every measurement,
+and building them cost 7% of a Redis cycle's CPU. The instruments come from the global meter
+provider (or the one given), made once, when it is first in use.
 
 Attributes: ``lock`` (the lock's name, or as much of it as ``AWSFLOCK_METRICS_LOCK`` keeps, to
 bound cardinality), ``store`` (the store's kind), ``outcome`` (the same names the JSON event
@@ -85,20 +88,30 @@ def use(provider: Any) -> None:
         _given, _made = provider, None
 
 
+#: The global meter providers of the OpenTelemetry API that keep nothing: its stand-in until an
+#: SDK's provider is set (which then takes its place), and its no-op provider.
+_STAND_INS = ("_ProxyMeterProvider", "NoOpMeterProvider")
+
+
 def _instruments() -> _Instruments | None:
     global _made
     made = _made
     if made is not None:
         return made
-    if _given is None and "opentelemetry.metrics" not in sys.modules:
-        return None
+    provider = _given
+    if provider is None:
+        api = sys.modules.get("opentelemetry.metrics")
+        if api is None:
+            return None
+        provider = api.get_meter_provider()
+        if type(provider).__name__ in _STAND_INS:
+            return None
     with _lock:
         if _made is None:
             from importlib.metadata import version
 
-            from opentelemetry import metrics
-
-            provider = _given if _given is not None else metrics.get_meter_provider()
+            if _given is not None:  # given meanwhile
+                provider = _given
             meter = provider.get_meter("awsflock", version("awsflock"))
             by_name: dict[str, Any] = {}
             for name, (kind, unit, description) in INSTRUMENTS.items():

@@ -180,6 +180,30 @@ def test_unused_opentelemetry_is_never_imported():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_opentelemetry_imported_without_a_provider_costs_nothing_until_one_is_set():
+    # redis-py 8 imports the API whenever it is installed; with no provider set, the API's
+    # stand-in would drop every measurement: awsflock builds none until a provider is set.
+    code = (
+        "from opentelemetry import metrics as api\n"
+        "from opentelemetry.sdk.metrics import MeterProvider\n"
+        "from opentelemetry.sdk.metrics.export import InMemoryMetricReader\n"
+        "from awsflock import metrics\n"
+        "from awsflock.lock.lease import LockTable\n"
+        "from awsflock.stores.memory import MemoryStore\n"
+        "t = LockTable(store=MemoryStore())\n"
+        "t.release(t.acquire('x', wait=0))\n"
+        "assert not metrics.enabled() and metrics._made is None, 'built for the stand-in'\n"
+        "reader = InMemoryMetricReader()\n"
+        "api.set_meter_provider(MeterProvider(metric_readers=[reader]))\n"
+        "t.release(t.acquire('x', wait=0))\n"
+        "assert metrics.enabled()\n"
+        "names = [m.name for r in reader.get_metrics_data().resource_metrics\n"
+        "         for s in r.scope_metrics for m in s.metrics]\n"
+        "assert 'awsflock.acquisitions' in names, names\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 @pytest.mark.parametrize(
     "env, otlp",
     [
