@@ -54,6 +54,9 @@ class AsyncRedisLink:
             for note in conn.deployment.notes:
                 log.warning("%s", note)
             conn.checked_mono = time.monotonic()
+            pool = conn.client.connection_pool
+            conn.wire = await pool.get_connection()  # the one the check used (``RedisConn``)
+            await pool.release(conn.wire)
         except BaseException:
             await self.close(conn)
             raise
@@ -70,7 +73,7 @@ class AsyncRedisLink:
         """One step, as ``RedisLink.step``: the plan sent in one round trip, the script sent
         whole once if the server lost it (while the try's time lasts), the answers read."""
         plan = self.sync.plan(conn, request, timeout)
-        answers = await _call(conn.client, plan.commands)
+        answers = await _send(conn.wire, plan.commands)
         if plan.lost_script(answers):
             if not self.store.may_send():
                 raise errors.EndpointUnreachable(
@@ -78,17 +81,16 @@ class AsyncRedisLink:
                     "before it could be sent again",
                     hint="retry",
                 )
-            answers = await _call(conn.client, plan.commands_with_the_script())
+            answers = await _send(conn.wire, plan.commands_with_the_script())
         return self.sync.read(conn, plan, answers)
 
 
-async def _call(client: Any, commands: list[wire.Command]) -> list[Any]:
-    """``wire.call``, awaited: the commands in one send, each reply (an error reply in its
-    place) read in turn; a failure of the connection itself raised, the connection closed."""
+async def _send(conn: Any, commands: list[wire.Command]) -> list[Any]:
+    """``wire.send``, awaited: the commands in one send on ``conn`` (a ``redis.asyncio``
+    connection), each reply (an error reply in its place) read in turn; a failure of the
+    connection itself raised, the connection closed."""
     import redis.exceptions as rx
 
-    pool = client.connection_pool
-    conn = await pool.get_connection()
     try:
         await conn.send_packed_command([wire.pack(commands)], check_health=False)
         replies: list[Any] = []
@@ -105,8 +107,6 @@ async def _call(client: Any, commands: list[wire.Command]) -> list[Any]:
     except BaseException:
         await conn.disconnect()
         raise
-    finally:
-        await pool.release(conn)
     return replies
 
 

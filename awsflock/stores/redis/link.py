@@ -35,6 +35,10 @@ class RedisConn:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        #: The client's one connection, which steps use without taking it out of the client's
+        #: pool (``wire.send``; the calls that are not steps take it as usual). A connection is
+        #: used by one try at a time (``stores.remote.connected``).
+        self.wire: Any = None
         self.deployment: deployment.Deployment | None = None
         #: What the server said of itself when the connection was made.
         self.facts: deployment.Server | None = None
@@ -119,7 +123,8 @@ class RedisLink:
         pool = client.connection_pool
         conn = RedisConn(client)
         try:
-            pool.release(wire.checkout(pool))  # connect (and log in) now
+            conn.wire = wire.checkout(pool)  # connect (and log in) now
+            pool.release(conn.wire)
             pipe = client.pipeline(transaction=False)
             durability.ask_check(pipe, self.store.prefix)
             conn.facts, conn.layout = durability.read_check(pipe.execute(raise_on_error=False))
@@ -182,6 +187,7 @@ class RedisLink:
         )
 
     def interrupt(self, conn: RedisConn) -> None:
+        shut(getattr(conn.wire, "_sock", None))  # a step's
         pool = conn.client.connection_pool
         for used in list(getattr(pool, "_in_use_connections", ())):
             shut(getattr(used, "_sock", None))
@@ -204,7 +210,7 @@ class RedisLink:
         it. (What is sent is ``plan``'s, what the answers mean ``read``'s: a sender of another
         kind, asynchronous, sends the same plan and reads its answers the same way.)"""
         plan = self.plan(conn, request, timeout)
-        answers = wire.call(conn.client, plan.commands)
+        answers = wire.send(conn.wire, plan.commands)
         if plan.lost_script(answers):  # a server that lost it (restarted, flushed)
             if not self.store.may_send():  # never sent again once the caller's time is over
                 raise errors.EndpointUnreachable(
@@ -212,7 +218,7 @@ class RedisLink:
                     "before it could be sent again",
                     hint="retry",
                 )
-            answers = wire.call(conn.client, plan.commands_with_the_script())
+            answers = wire.send(conn.wire, plan.commands_with_the_script())
         return self.read(conn, plan, answers)
 
     def plan(self, conn: RedisConn, request: Request, timeout: float) -> Plan:
