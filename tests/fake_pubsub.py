@@ -145,8 +145,10 @@ class Background:
     def __init__(self) -> None:
         self.tasks: list[asyncio.Task[None]] = []
 
-    def __call__(self, closing: Any) -> None:
-        self.tasks.append(asyncio.get_running_loop().create_task(closing))
+    def __call__(self, closing: Any, now: Any) -> None:
+        task = asyncio.get_running_loop().create_task(closing)
+        task.add_done_callback(lambda done: now() if done.cancelled() else None)
+        self.tasks.append(task)
 
     async def done(self) -> None:
         await asyncio.gather(*self.tasks)

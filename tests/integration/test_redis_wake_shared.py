@@ -8,6 +8,8 @@ pause leaves nothing behind while the others keep their wake."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -221,3 +223,39 @@ def test_a_waiter_cancelled_in_its_pause_leaves_nothing_while_the_others_keep_th
             await holder.aclose()
 
     asyncio.run(main())
+
+
+def test_a_waiter_giving_up_as_its_loop_ends_leaves_no_subscription(redis_server):
+    # asyncio.run(main) over and over, main's wait ending busy: the shared connection's close
+    # runs in a task that asyncio.run cancels with the others as main returns. Found by an
+    # adversarial review: the connection stayed open and subscribed until a garbage collection
+    # (kept off here). In a process of its own: each loop's step connection, never closed
+    # (no aclose), goes with the process.
+    import awsflock
+
+    name = "shared-" + uuid.uuid4().hex[:8]
+    held = awsflock.connect(redis_server.url, owner="holder").acquire(name, lease=60, wait=0)
+    code = f"""
+import asyncio, gc
+import awsflock, redis
+from awsflock import aio
+gc.disable()
+table = aio.connect({redis_server.url!r}, owner="waiter")
+admin = redis.Redis.from_url({redis_server.url!r})
+async def try_once():
+    try:
+        async with table.lock({name!r}, lease=10, wait=0.3):
+            return "granted"
+    except awsflock.LockBusy:
+        return "busy"
+for _ in range(3):
+    print(asyncio.run(try_once()), len(admin.client_list(_type="pubsub")))
+"""
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+    finally:
+        held.release()
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["busy", "0"] * 3, "a subscription outlived its loop"

@@ -12,7 +12,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from awsflock import errors
@@ -160,11 +160,13 @@ class AsyncRedisStore(StepStore[Any]):
 
         return self.sync.link.client(aredis, timeout, timeout).pubsub()
 
-    def _in_background(self, closing: Coroutine[Any, Any, None]) -> None:
-        """Run a close in a task of this loop that ``close_async`` waits for."""
+    def _in_background(self, closing: Coroutine[Any, Any, None], now: Callable[[], None]) -> None:
+        """Run a close in a task of this loop that ``close_async`` waits for; ``now`` if that
+        task is cancelled (``wake_hub.Closing``)."""
         task = asyncio.get_running_loop().create_task(closing)
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+        task.add_done_callback(lambda done: now() if done.cancelled() else None)
 
     async def close_async(self) -> None:
         """Close this loop's connections, its waiters' shared pub/sub one among them (a waiter

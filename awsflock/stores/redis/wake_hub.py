@@ -32,8 +32,10 @@ from awsflock.clock import Clock
 from awsflock.protocol import WAKE_CHECK
 from awsflock.stores.redis.wake import RETRY_AFTER, SUBSCRIBE_TIMEOUT, log
 
-#: Runs a coroutine in a task of the running loop that the store's ``close_async`` waits for.
-Closing = Callable[[Coroutine[Any, Any, None]], None]
+#: Runs a close (a coroutine) in a task of the running loop that the store's ``close_async``
+#: waits for; if that task is cancelled (``asyncio.run`` cancels the tasks left as its coroutine
+#: returns, maybe before they ran at all), calls the second argument, which closes at once.
+Closing = Callable[[Coroutine[Any, Any, None], Callable[[], None]], None]
 #: The longest one read of the shared connection waits (it then reads again).
 READ_SLICE = 1.0
 #: After this long with nothing heard, the shared connection is PINGed: a connection that
@@ -178,7 +180,7 @@ class Shared:
         for wake in waiters:
             wake.lost(self)
         self._asked.set()  # the writer sees ``closed``
-        self.hub.closing(self._shut())
+        self.hub.closing(self._shut(), self._shut_now)
 
     def _ask(self, channel: _Channel | None, *, subscribe: bool) -> None:
         """Have a command sent: SUBSCRIBE or UNSUBSCRIBE ``channel``, or PING (None)."""
@@ -277,6 +279,16 @@ class Shared:
             _, running = await asyncio.wait(running, timeout=WAKE_CHECK)
         await aclose(self.pubsub)
 
+    def _shut_now(self) -> None:
+        """``_shut`` where its task was cancelled: both tasks cancelled and the connection
+        closed without waiting, so that the server drops its subscriptions now, not when a
+        garbage collection finds the client (found by an adversarial review: ``asyncio.run``
+        ending as its last waiter gave up)."""
+        for task in (self._writer, self._reader):
+            if task is not None:
+                task.cancel()
+        close_now(self.pubsub)
+
 
 def _runs(asks: list[tuple[str, str]]) -> Iterator[tuple[str, list[str]]]:
     """The commands asked for as runs of one verb, in order (a PING alone)."""
@@ -301,3 +313,13 @@ async def aclose(pubsub: Any) -> None:
         await (closing() if closing is not None else pubsub.reset())
     with contextlib.suppress(Exception):
         await pubsub.connection_pool.disconnect()
+
+
+def close_now(pubsub: Any) -> None:
+    """Close a pub/sub client's connection without awaiting (redis.asyncio's ``_close``: its
+    transport closed; the loop then closes the socket)."""
+    conn = getattr(pubsub, "connection", None)
+    close = getattr(conn, "_close", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            close()
