@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from awsflock import errors
 from awsflock.protocol import AUDIT_APPLIED, AUDIT_PREFIX, AUDIT_VOID, Attempt, LockStore, audit_key
 from awsflock.records import ENDED_RELEASED, Identity, Waiter
 from tests.helpers import STEP_PROGRAM_NOT_RUN
@@ -210,6 +211,50 @@ def test_resize_makes_a_pool_and_keeps_a_held_slot(store):
     assert store.renew(lock, slot, now_ms=T0 + 4, lease_ms=LEASE_MS, skew_ms=0, slot=2).applied
     assert store.release(lock, slot, now_ms=T0 + 5, skew_ms=0, slot=2).applied
     assert store.read(lock).pool.size == 4
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        lambda store, lock: _take(store, lock, _lease(0), slot=0),  # a slot without its pool
+        lambda store, lock: _take(store, lock, _lease(2), slot=2, slots=2),  # past its end
+        lambda store, lock: _take(store, lock, _lease(), slot=-2, slots=2),
+        lambda store, lock: store.renew(lock, "x", now_ms=T0, lease_ms=1, skew_ms=0, slot=-2),
+        lambda store, lock: store.resize_pool(lock, None, 0, now_ms=T0, skew_ms=0),
+    ],
+    ids=[
+        "slot-without-slots",
+        "slot-past-the-pool",
+        "slot-below-0",
+        "renew-slot-below-0",
+        "resize-to-0",
+    ],
+)
+def test_arguments_the_library_never_sends_are_refused_and_write_nothing(store, step):
+    # Found by an adversarial review: a slot taken without its pool's size made a slot row
+    # under a plain lock, granted beside the plain lease with the same token; a slot below 0
+    # was answered applied with nothing written.
+    lock = _lock()
+    with pytest.raises(errors.StoreError, match="awsflock: bad arguments"):
+        step(store, lock)
+    assert store.read(lock).record is None
+    assert _take(store, lock, _lease()).applied  # the lock is as if never touched
+
+
+def test_a_pool_whose_first_row_was_deleted_by_hand_grants_nothing_beside_it(request):
+    import psycopg
+
+    store: Any = _open(request, "postgresql", server_time=False)
+    lock, slot = _lock(), _lease(0)
+    assert store.resize_pool(lock, None, 2, now_ms=T0, skew_ms=0)
+    assert _take(store, lock, slot, T0 + 1, slot=0, slots=2).applied
+    url = request.getfixturevalue("postgres_server").url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM steps WHERE lock_id = %s AND slot = -1", (lock,))
+        with pytest.raises(errors.StoreError, match=r"first row \(slot -1\) was deleted"):
+            _take(store, lock, _lease(), T0 + 2)
+        kept = conn.execute("SELECT slot, lease_id FROM steps WHERE lock_id = %s", (lock,))
+        assert kept.fetchall() == [(0, slot)]  # nothing written
 
 
 def test_a_force_release_writes_its_audit_record_and_a_put_never_replaces_it(store):

@@ -23,7 +23,8 @@
 -- "forced:ACTION", "" ran out; for a refused renew or end, or a read naming a lease; else
 -- null), "now": the step's time (ms), "rows": the lock's rows after the step, by slot, without
 -- "audit" and "barred"}. Errors: SQLSTATE 55000 (fsync off, or the table not logged: a grant a
--- crash could undo), 22023 (an unknown step).
+-- crash could undo; a pool's first row deleted by hand), 22023 (an unknown step, or arguments
+-- out of range).
 CREATE OR REPLACE FUNCTION {{F}}(p_op text, p_lock text, p jsonb) RETURNS jsonb
 LANGUAGE plpgsql AS $body$
 DECLARE
@@ -53,6 +54,13 @@ BEGIN
         END IF;
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
+    -- Arguments the library never sends, refused before anything is read or written: a slot
+    -- below 0, a pool's slot taken without the pool's size above it, a resize to no slots.
+    IF v_slot < -1 OR (p_op = 'take' AND v_slot >= 0
+                       AND COALESCE((p->>'slots')::integer, 0) <= v_slot)
+       OR (p_op = 'resize' AND COALESCE((p->>'new')::integer, 0) < 1) THEN
+        RAISE EXCEPTION 'awsflock: bad arguments for step %: %', p_op, p USING ERRCODE = '22023';
+    END IF;
     v_cut := v_now - CASE WHEN p ? 'now' THEN COALESCE((p->>'skew')::bigint, 0) ELSE 0 END;
     IF p_op = 'read' THEN
         SELECT * INTO h FROM {{T}} WHERE lock_id = p_lock AND slot = -1;
@@ -62,6 +70,12 @@ BEGIN
     v_has := FOUND;
     IF NOT v_has AND ((p_op = 'resize' AND p->>'old' IS NULL)
                       OR (p_op = 'take' AND v_ticket IS NULL) OR p_op = 'end') THEN
+        -- Rows are never deleted: slot rows without their head row are a pool whose head was
+        -- deleted by hand. Refused, not made a plain lock granted beside the pool's holders.
+        IF EXISTS (SELECT 1 FROM {{T}} WHERE lock_id = p_lock AND slot >= 0) THEN
+            RAISE EXCEPTION 'awsflock: the pool %''s first row (slot -1) was deleted', p_lock
+                USING ERRCODE = '55000';
+        END IF;
         INSERT INTO {{T}} (lock_id, slot) VALUES (p_lock, -1) ON CONFLICT DO NOTHING;
         SELECT * INTO h FROM {{T}} WHERE lock_id = p_lock AND slot = -1 FOR UPDATE;
         v_has := true;

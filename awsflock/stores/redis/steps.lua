@@ -34,7 +34,7 @@
 --                             the lock's last grant (GRANTED, ms): it was stepped back
 -- now: the step's time (ms, a string); FIELDS: KEYS[1]'s fields after the step, flat
 -- (field, value, field, value ...). Errors: NOPERM (a write the user may not make), WRONGTYPE
--- (a key of another type), ERR (an unknown step).
+-- (a key of another type), ERR (an unknown step, or arguments out of range).
 
 local op = ARGV[1]
 local p = cjson.decode(ARGV[2])
@@ -163,6 +163,15 @@ end
 local slot = p.slot
 local field = 'p'
 if slot ~= cjson.null and slot ~= nil then field = 's:' .. s(slot) else slot = nil end
+-- Arguments the library never sends, refused before anything is written: a slot below 0 (or
+-- not a whole number), a pool's slot taken without the pool's size above it, a resize to no
+-- slots.
+local function whole(x) return type(x) == 'number' and x % 1 == 0 end
+if (slot ~= nil and not (whole(slot) and slot >= 0))
+    or (op == 'take' and slot ~= nil and not (whole(p.slots) and p.slots > slot))
+    or (op == 'resize' and not (whole(p.new) and p.new >= 1)) then
+    return redis.error_reply('ERR awsflock: bad arguments for step ' .. op)
+end
 local ok = false
 -- An end step that barred its lease id (it held nothing here): written, though not applied.
 local bar = false
