@@ -10,7 +10,10 @@ from awsflock import errors
 from tests.helpers import CountingClient, LosingClient, ScheduledClock
 
 
-@pytest.mark.parametrize("size,held", [(4, 3), (8, 4), (8, 7), (16, 15)])
+@pytest.mark.parametrize(
+    "size,held",
+    [(4, 3), (8, 4), *(pytest.param(*p, marks=pytest.mark.slow) for p in [(8, 7), (16, 15)])],
+)
 def test_an_acquire_with_a_free_slot_costs_about_two_requests(make_table, moto, size, held):
     client = CountingClient(moto)
     for _ in range(held):

@@ -154,7 +154,9 @@ def test_waiter_longer_than_its_lease_gets_a_full_lease_from_the_grant(make_tabl
         make_table("third", clock=clock).acquire("lock", lease=20, wait=0)
 
 
-@pytest.mark.parametrize("waited_before_release", [1, 10, 35, 600])
+@pytest.mark.parametrize(
+    "waited_before_release", [1, 10, 35, pytest.param(600, marks=pytest.mark.slow)]
+)
 def test_waiter_notices_a_release_within_about_a_second_however_long_it_waited(
     make_table, waited_before_release
 ):
