@@ -80,6 +80,32 @@ def test_a_step_cancelled_on_the_wire_lands_before_the_cancellation_goes_on():
     assert said == ["sent", "landed", "cancelled"]
 
 
+def test_a_step_cancelled_on_the_wire_that_then_fails_never_leaves_its_connection():
+    # Whatever the failure (awsflock's own too: a link that stopped reading early may have
+    # replies left unread), the cancellation goes on and the connection is closed.
+    async def main() -> None:
+        store = Store()
+        landing, sent = asyncio.Event(), asyncio.Event()
+
+        async def step(conn: int) -> str:
+            sent.set()
+            await landing.wait()
+            failed = errors.EndpointUnreachable("the settings read again were unreadable")
+            failed.maybe_applied = True
+            raise failed
+
+        task = asyncio.create_task(store._send("take", step))
+        await sent.wait()
+        task.cancel()
+        await asyncio.sleep(0)
+        landing.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert store.link.closed == [1]
+
+    asyncio.run(main())
+
+
 def test_a_step_unanswered_at_its_time_is_cut_off_and_may_have_applied():
     async def main() -> None:
         store = Store(timeout=0.05)

@@ -17,10 +17,11 @@ class Conn:
     """A connection answering with ``replies`` in turn (an exception is raised, as redis-py's
     parser raises it), and closing itself after one, as redis-py does."""
 
-    def __init__(self, replies: list[Any]) -> None:
+    def __init__(self, replies: list[Any], closes_itself: bool = True) -> None:
         self.replies = list(replies)
         self.sent: list[bytes] = []
         self.closed = 0
+        self.closes_itself = closes_itself
 
     def send_packed_command(self, data: list[bytes], check_health: bool = True) -> None:
         self.sent.extend(data)
@@ -30,7 +31,7 @@ class Conn:
             raise redis.exceptions.ConnectionError("Connection closed by server.")
         reply = self.replies.pop(0)
         if isinstance(reply, BaseException):
-            if not isinstance(reply, redis.exceptions.ResponseError):
+            if self.closes_itself and not isinstance(reply, redis.exceptions.ResponseError):
                 self.closed += 1
             raise reply
         return reply
@@ -90,6 +91,34 @@ def test_an_error_reply_redis_py_raises_behind_an_answered_step_is_that_reply(ra
     assert replies[0] == [1, b"7", []]
     assert replies[1] is raised
     assert isinstance(replies[2], redis.exceptions.ConnectionError)
+
+
+def test_replies_left_unread_behind_an_error_reply_close_the_connection():
+    # The step connection is kept (not taken out of a pool that would check it for unread
+    # data): a redis-py that raised LOADING without closing must not leave the INFO behind it
+    # for the next step to read as its own answer.
+    conn = Conn([[1, b"7", []], redis.exceptions.BusyLoadingError("loading"), b"unread"], False)
+    replies = wire.send(conn, [("EVALSHA", "x", 0), ("CONFIG", "GET", "x"), ("INFO",)])
+    assert isinstance(replies[2], redis.exceptions.ConnectionError)
+    assert conn.closed == 1
+
+
+def test_an_asyncio_pool_of_redis_py_5_0_is_given_a_command_name():
+    # redis-py 5.0 to 5.2's asyncio pool wants one too (found by an adversarial review: every
+    # awsflock.aio acquire on Redis failed with a TypeError there).
+    import asyncio
+
+    class OldPool:
+        async def get_connection(self, command_name: str, *keys: Any, **options: Any) -> str:
+            return f"connection for {command_name}"
+
+    class NewPool:
+        async def get_connection(self, command_name: Any = None, *keys: Any, **o: Any) -> str:
+            assert command_name is None, "the deprecated argument was given"
+            return "connection"
+
+    assert asyncio.run(wire.checkout_async(OldPool())) == "connection for EVALSHA"
+    assert asyncio.run(wire.checkout_async(NewPool())) == "connection"
 
 
 def test_a_step_answered_then_its_settings_unreadable_may_have_been_applied():

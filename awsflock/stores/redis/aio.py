@@ -55,7 +55,7 @@ class AsyncRedisLink:
                 log.warning("%s", note)
             conn.checked_mono = time.monotonic()
             pool = conn.client.connection_pool
-            conn.wire = await pool.get_connection()  # the one the check used (``RedisConn``)
+            conn.wire = await wire.checkout_async(pool)  # the one the check used
             await pool.release(conn.wire)
         except BaseException:
             await self.close(conn)
@@ -103,6 +103,7 @@ async def _send(conn: Any, commands: list[wire.Command]) -> list[Any]:
                 replies.append(refused)
                 closed = rx.ConnectionError("the connection was closed after an error reply")
                 replies.extend(closed for _ in commands[len(replies) :])
+                await conn.disconnect()  # the replies after it are unread (``wire.send``)
                 break
     except BaseException:
         await conn.disconnect()

@@ -63,6 +63,9 @@ def send(conn: Any, commands: Sequence[Command]) -> list[Any]:
                 replies.append(refused)
                 closed = rx.ConnectionError("the connection was closed after an error reply")
                 replies.extend(closed for _ in commands[len(replies) :])
+                # The replies after it are unread: closed here, whatever redis-py did, so that
+                # the next step on this connection never reads them as its own.
+                conn.disconnect()
                 break
     except BaseException:
         conn.disconnect()
@@ -80,10 +83,18 @@ def _raised_replies() -> tuple[type[BaseException], ...]:
 def checkout(pool: Any) -> Any:
     """``pool``'s connection, taken out of it (give it back with ``pool.release``). redis-py
     before 5.3 wants a command's name there (any name: a plain pool ignores it); later ones
-    want none, and warn that the argument is deprecated."""
-    if _wants_a_name(pool.get_connection):
-        return pool.get_connection("EVALSHA")
-    return pool.get_connection()
+    want none, and warn that the argument is deprecated. (Awaited: ``checkout_async``.)"""
+    return pool.get_connection(*checkout_args(pool))
+
+
+async def checkout_async(pool: Any) -> Any:
+    """``checkout`` of a ``redis.asyncio`` pool."""
+    return await pool.get_connection(*checkout_args(pool))
+
+
+def checkout_args(pool: Any) -> tuple[str, ...]:
+    """What ``pool.get_connection`` is given (see ``checkout``)."""
+    return ("EVALSHA",) if _wants_a_name(pool.get_connection) else ()
 
 
 #: By pool method: whether it wants the command's name.

@@ -324,9 +324,9 @@ class AsyncConnected(Generic[C]):
             await asyncio.shield(self._drop(line))
             raise asyncio.CancelledError
         if cancelled:
-            if step.exception() is not None and not isinstance(
-                step.exception(), errors.AwsflockError
-            ):
+            # Its failure is never read (the cancellation goes on): whatever it was, its
+            # connection is not used again (it may have replies left unread).
+            if step.exception() is not None:
                 await asyncio.shield(self._drop(line))
             raise asyncio.CancelledError
         return step.result()
