@@ -41,6 +41,8 @@ def _recorded(table: Any, holder: Any, attr: str) -> tuple[list[Any], str]:
         table.acquire(name, wait=0).release()
     finally:
         setattr(holder, attr, real)
+    if not seen:  # the library no longer sends through it: a replay of nothing measures nothing
+        raise RuntimeError(f"one library cycle made no call of {holder.__name__}.{attr}")
     return seen, name
 
 
@@ -90,12 +92,15 @@ def pg_replay_maker(table: Any, url: str, stack: contextlib.ExitStack) -> Maker:
 
 def redis_replay_maker(table: Any, client: Any) -> Maker:
     """The script's pipelines of one library cycle (the script, and the settings read again
-    with a grant), sent again on ``client``'s connection: packed and read as the library does
-    (``awsflock.stores.redis.wire``), with no awsflock layer above."""
+    with a grant), sent again on ``client``'s one connection, kept: packed and read as the
+    library does (``awsflock.stores.redis.wire.send``), with no awsflock layer above."""
     from awsflock.stores.redis import wire
 
-    sent, name = _recorded(table, wire, "call")
+    sent, name = _recorded(table, wire, "send")
     pipelines = [list(commands) for (commands,) in sent]
+    pool = client.connection_pool
+    conn = wire.checkout(pool)  # kept, as the library's link keeps its step connection
+    pool.release(conn)
     ids = set(UUID.findall(repr(pipelines)))
 
     def make() -> Callable[[], None]:
@@ -107,7 +112,7 @@ def redis_replay_maker(table: Any, client: Any) -> Maker:
 
         def cycle() -> None:
             for commands in fresh:
-                answers = wire.call(client, commands)
+                answers = wire.send(conn, commands)
                 if isinstance(answers[0], Exception):
                     raise answers[0]
 
