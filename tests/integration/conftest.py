@@ -49,6 +49,10 @@ FIXTURE_NEEDS = {
 #: around the store (its processes, output, deadlines), not how a server of the kind behaves:
 #: the conformance, compatibility, chaos and simulation tests run those on every server.
 FIRST_OF_KIND = {kind: next(iter(servers)) for kind, servers in KIND_SERVERS.items()}
+#: The one server a test marked ``one_server`` runs on: the first server of the first kind
+#: (moto's). Such a test checks what happens outside the store altogether (a shell, a wrapper,
+#: a signal while a process starts), which no store kind changes.
+FIRST_SERVER = next(iter(FIRST_OF_KIND.values()))
 #: Servers of the ``server`` fixture that a session fixture runs for other tests too.
 SESSION_SERVERS = {"postgresql": "postgres", "redis": "redis_server"}
 #: Each server of the ``server`` fixture: its store kind.
@@ -67,8 +71,9 @@ def needs(item: pytest.Item) -> set[str]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Integration tests run on every server of every store kind, except where they need a
-    capability its kind does not have (``needs``), and those marked ``one_server_per_kind``
-    on the first server of each kind (``FIRST_OF_KIND``)."""
+    capability its kind does not have (``needs``), those marked ``one_server_per_kind`` on the
+    first server of each kind (``FIRST_OF_KIND``), and those marked ``one_server`` on the first
+    of all (``FIRST_SERVER``)."""
     keep, off = [], []
     for item in items:
         if "/integration/" in str(item.fspath):
@@ -76,10 +81,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         spec = getattr(item, "callspec", None)
         name = spec.params.get("server") if spec is not None else None
         kind = kinds.get(KIND_OF[name]) if name in KIND_OF else None
-        if (kind is not None and not all(CAPABILITIES[c](kind) for c in needs(item))) or (
-            kind is not None
-            and item.get_closest_marker("one_server_per_kind") is not None
-            and FIRST_OF_KIND[kind.name] != name
+        if (
+            (kind is not None and not all(CAPABILITIES[c](kind) for c in needs(item)))
+            or (
+                kind is not None
+                and item.get_closest_marker("one_server_per_kind") is not None
+                and FIRST_OF_KIND[kind.name] != name
+            )
+            or (name is not None and item.get_closest_marker("one_server") and name != FIRST_SERVER)
         ):
             off.append(item)
         else:

@@ -186,6 +186,7 @@ def test_a_lease_the_renewer_ended_is_not_held_for_its_release(awsflock: Cli, lo
     )
 
 
+@pytest.mark.one_server("the shell's and the wrapper's processes, not the store")
 @pytest.mark.parametrize(
     "form",
     [
@@ -308,6 +309,7 @@ def test_a_force_release_is_told_to_the_script_and_to_its_release(awsflock: Cli,
     assert gone(pid)
 
 
+@pytest.mark.one_server("the shell's and the wrapper's processes, not the store")
 def test_the_renewer_never_holds_the_callers_output_open(awsflock: Cli, lock_name):
     # $(...) returns when its output closes: with a renewer holding it, it would never return.
     start = time.monotonic()
@@ -347,6 +349,7 @@ def test_while_pid_of_no_process_is_a_usage_error(awsflock: Cli, lock_name):
     assert status(awsflock, lock_name)["state"] == "free"
 
 
+@pytest.mark.one_server("the shell's and the wrapper's processes, not the store")
 @pytest.mark.parametrize("wrapper", ["timeout 60", "flock {tmp}/f"])
 def test_a_wrapper_between_the_script_and_acquire_does_not_end_the_lock(
     awsflock: Cli, lock_name, tmp_path, wrapper
@@ -404,6 +407,7 @@ def test_a_renewer_that_cannot_start_leaves_no_unnamed_lease(server, awsflock: C
     assert awsflock("release", lock_name, named.group(1)).returncode == 0
 
 
+@pytest.mark.one_server("the shell's and the wrapper's processes, not the store")
 def test_the_lease_id_is_not_on_the_renewers_command_line(awsflock: Cli, lock_name):
     """Third review: the renewer's argv (which every local user reads in `ps`) carried the
     LEASE_ID, enough to renew or release someone else's lock."""
