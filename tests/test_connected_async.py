@@ -237,3 +237,40 @@ def test_a_step_cancelled_from_outside_never_leaves_its_connection_in_use():
         assert await store._send("read", quick) == 2  # a new one
 
     asyncio.run(main())
+
+
+def test_a_loop_that_ends_without_aclose_closes_its_connections():
+    # asyncio.run again and again, the store never closed: each loop's connection is closed
+    # as the loop ends (it was left to the garbage collector, with a ResourceWarning).
+    store = Store()
+
+    async def main() -> None:
+        async def step(conn: int) -> str:
+            return "ok"
+
+        assert await store._send("take", step) == "ok"
+
+    for runs in range(1, 4):
+        asyncio.run(main())
+        assert store.link.closed == list(range(1, runs + 1))
+
+
+def test_connections_made_after_an_aclose_are_not_closed_by_the_earlier_state():
+    store = Store()
+
+    async def step(conn: int) -> int:
+        return conn
+
+    async def main() -> None:
+        assert await store._send("take", step) == 1
+        await store.close_async()
+        assert await store._send("take", step) == 2  # made anew
+        import gc
+
+        gc.collect()  # the first state's keeper is finalized in the loop: it must do nothing
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert store.link.closed == [1]
+
+    asyncio.run(main())
+    assert store.link.closed == [1, 2]  # the second, as the loop ended

@@ -30,6 +30,7 @@ from awsflock import errors, metrics
 from awsflock.clock_async import AsyncClock
 from awsflock.protocol import MIN_TRY
 from awsflock.protocol_async import AsyncSleeper, AsyncWaker
+from awsflock.stores.remote import loop_end
 from awsflock.stores.remote.connected import CONNECTIONS
 from awsflock.stores.remote.link import C, Translated
 from awsflock.stores.remote.requests import backoff, retry_fits, still_fits
@@ -72,6 +73,8 @@ class _Lines:
     def __init__(self) -> None:
         self.lines = [_Line() for _ in range(CONNECTIONS)]
         self.turn = 0
+        #: Closes them as the loop ends (``loop_end``), unless replaced by then.
+        self.keeper: Any = None
 
     def pick(self) -> _Line:
         """The line a try takes: a free one with a connection, else a free one without, else
@@ -215,6 +218,9 @@ class AsyncConnected(Generic[C]):
         lines = self._lines.get(loop)
         if lines is None:
             lines = self._lines[loop] = _Lines()
+            lines.keeper = loop_end.keeper(
+                loop_end.weak_method(self.close_async), _still(self, loop, lines)
+            )
         return lines.pick()
 
     async def _attempt(
@@ -330,6 +336,20 @@ class AsyncConnected(Generic[C]):
                 await asyncio.shield(self._drop(line))
             raise asyncio.CancelledError
         return step.result()
+
+
+def _still(store: AsyncConnected[Any], loop: Any, lines: _Lines) -> Callable[[], bool]:
+    """Whether ``lines`` are still ``store``'s for ``loop`` (all held weakly: the loop's state
+    must not keep the loop, or the store, alive)."""
+    store_ref, loop_ref, lines_ref = weakref.ref(store), weakref.ref(loop), weakref.ref(lines)
+
+    def still() -> bool:
+        made, at, mine = store_ref(), loop_ref(), lines_ref()
+        if made is None or at is None or mine is None:
+            return False
+        return made._lines.get(at) is mine
+
+    return still
 
 
 async def _within(
