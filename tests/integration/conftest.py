@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,6 +121,24 @@ def moto_server() -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+
+
+def gone(pid: int, timeout: float = 10.0) -> bool:
+    """Whether process ``pid`` ends within ``timeout``: no such process, or a zombie (dead,
+    waiting for whoever adopted it to reap it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+                return True
+        except (FileNotFoundError, IndexError):
+            return True  # reaped meanwhile
+        time.sleep(0.05)
+    return False
 
 
 def cli_env(endpoint: str, table: str, **extra: str) -> dict[str, str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.faultproxy import FaultProxy
-from tests.integration.conftest import BIN, Cli
+from tests.integration.conftest import BIN, Cli, gone
 
 pytestmark = pytest.mark.one_server_per_kind(
     "the keep-alive renewer's life beside the script that started it"
@@ -74,19 +74,6 @@ def renewer_pid(cli: Cli, lock: str, timeout: float = 20.0) -> int:
             return int(keeper.split("pid ")[1].split(",")[0])
         time.sleep(0.1)
     raise AssertionError(f"no keeper shown for {lock!r}: {status(cli, lock)}")
-
-
-def gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def contender_gets_it(cli: Cli, lock: str, wait: float) -> float:
