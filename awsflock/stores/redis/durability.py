@@ -6,7 +6,7 @@ is never reported from a server whose settings changed under it (``CONFIG SET ap
 on a server a long-lived holder uses).
 
 ``ask_check`` adds its commands to a pipeline (once per connection); ``ask_wait`` and
-``ask_recheck`` give commands that ``wire.call`` sends behind the step's script. Each ``read_*``
+``ask_recheck`` give commands that ``wire.send`` sends behind the step's script. Each ``read_*``
 reads their answers (exceptions among them, in their place). Nothing here sends.
 """
 
