@@ -179,6 +179,21 @@ def like_redis(conn: socket.socket) -> None:
             conn.sendall(b"+PONG\r\n")
 
 
+def like_redis_reading_the_first_line(conn: socket.socket) -> None:
+    """As redis-server meets us when our request's body arrives after its first line was read:
+    closed with the body unread, which the kernel turns into a reset."""
+    conn.settimeout(2)
+    with suppress(OSError):
+        first = conn.recv(1)
+        if first == b"*":
+            conn.recv(64)
+            conn.sendall(b"+PONG\r\n")
+            return
+        while b"\r\n" not in first:  # the request line only; what follows stays unread
+            first += conn.recv(1)
+        threading.Event().wait(0.3)  # the rest arrives, unread
+
+
 @pytest.mark.parametrize(
     ("server", "said"),
     [
@@ -187,8 +202,12 @@ def like_redis(conn: socket.socket) -> None:
             "it answered 'SSH-2.0-OpenSSH_9.2', which is not HTTP",
         ),
         (like_redis, "it answers as a Redis server; for a Redis store, use --store redis://"),
+        (
+            like_redis_reading_the_first_line,
+            "it answers as a Redis server; for a Redis store, use --store redis://",
+        ),
     ],
-    ids=["ssh", "redis"],
+    ids=["ssh", "redis", "redis, reset"],
 )
 def test_a_server_of_another_protocol_is_not_a_dynamodb_endpoint_and_grants_nothing(
     server, said, monkeypatch

@@ -11,8 +11,9 @@ endpoint whose connection dropped after the request arrived may have applied it)
 - the answer's first line is not an HTTP status line (an SSH banner, a Redis error): every
   HTTP server and proxy, and so anything that could have passed our request on to DynamoDB,
   starts its answer with ``HTTP/``;
-- the endpoint closed without a byte (Redis does that to anything that looks like HTTP), and
-  on a new connection answers a Redis ``PING`` in Redis's protocol.
+- the endpoint closed without a byte, or reset the connection (Redis closes anything that
+  looks like HTTP, and the close is a reset when our request's body arrived after its first
+  line was read), and on a new connection answers a Redis ``PING`` in Redis's protocol.
 """
 
 from __future__ import annotations
@@ -39,12 +40,16 @@ def not_http(error: BaseException | None, endpoint_url: str | None) -> str | Non
         line = str(reason.args[0] if reason.args else "").strip()
         if line and not line.startswith("HTTP/"):
             return f"it answered {_shown(line)}, which is not HTTP"
-    if name == "RemoteDisconnected" and _answers_redis(endpoint_url):
+    closed = name == "RemoteDisconnected" or isinstance(reason, _CLOSED)
+    if closed and _answers_redis(endpoint_url):
         host = urlsplit(endpoint_url)
         url = f"redis://{host.hostname}:{host.port or 6379}"
         return f"it answers as a Redis server; for a Redis store, use --store {url}"
     return None
 
+
+#: What a connection closed under our request is raised as when the close was a reset.
+_CLOSED = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
 
 #: Endpoints probed by this process, and what was found: a command whose every try is closed
 #: without an answer probes once, not once a try (a probe of a silent server costs PROBE_S).
