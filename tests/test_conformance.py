@@ -12,6 +12,7 @@ from awsflock.stores import kinds
 from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.memory import MemoryStore
 from tests.conformance.awaited import Awaited
+from tests.conformance.sets import SetConformance
 from tests.conformance.suite import StoreConformance
 
 
@@ -40,3 +41,21 @@ class TestMemoryStoreAwaited(StoreConformance):
         adapter = Awaited(kinds.awaited(MemoryStore()))
         yield adapter
         adapter.close()
+
+
+class TestMemoryStoreSets(SetConformance):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore()
+
+
+class TestDynamoDBStoreOnMotoSets(SetConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]
+
+
+class TestMemoryStoreWithoutTransactionsSets(SetConformance):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore(transactions=False)

@@ -123,6 +123,9 @@ class Kind:
     #: ``transactions`` says at run time (DynamoDB: an endpoint without transactions, such as
     #: dynalite, has none; the in-memory store can be made as one). See ``transactions()``.
     transactions: Literal["always", "varies"] = "always"
+    #: Whether its stores hold sets of names taken in one step (``awsflock.sets.SetSteps``);
+    #: where ``transactions`` varies, only a store that has them (see ``sets()``).
+    sets: bool = False
     #: The wire protocol its servers speak ("": none, in-process): tests with a tool of that
     #: protocol (a fault proxy, a raw client) run on every kind that speaks it.
     api: str = ""
@@ -168,6 +171,7 @@ KINDS: tuple[Kind, ...] = (
         location=LOCATION_OPTIONS,
         create_options=("billing_mode", "capacity"),
         transactions="varies",
+        sets=True,
         api="dynamodb",
         commands=("iam-policy", "dev-server"),
     ),
@@ -215,6 +219,7 @@ MEMORY = Kind(
     module="awsflock.stores.memory_kind",
     extra=None,
     transactions="varies",
+    sets=True,
 )
 
 #: Every kind: those a URL names, and the in-memory store.
@@ -249,6 +254,12 @@ def transactions(store: LockStore) -> bool:
     if not isinstance(store, Transacting):
         raise TypeError(f"a {store.kind} store must say whether it has transactions")
     return store.transactions
+
+
+def sets(store: LockStore) -> bool:
+    """Whether ``store`` takes sets of names in one step: its kind holds sets, and it runs
+    transactions (a set's take is one atomic write of several records)."""
+    return of(store).sets and transactions(store)
 
 
 def with_command(command: str) -> Kind:

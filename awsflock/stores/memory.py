@@ -3,12 +3,14 @@
 For tests of code that takes locks (as moto is for boto3 users) and for the deterministic
 simulator: every step checks the same condition and writes the same state as the DynamoDB
 store's one conditional UpdateItem, under one mutex. The conformance suite holds both to it.
+Sets (``awsflock.sets``): ``memory_sets``.
 
     from awsflock import LockTable
     from awsflock.stores.memory import MemoryStore
 
     table = LockTable(store=MemoryStore())
     with table.acquire("deploy", lease=60) as lease: ...
+
 For simulations, ``expire_records(now)`` removes expired records (DynamoDB's TTL deletion),
 and ``legacy_*`` act as an awsflock 0.2.0 client (read, conditional put and delete).
 """
@@ -54,10 +56,11 @@ from awsflock.stores.memory_records import (
     _version,
     audit_put_lands,
 )
-from awsflock.stores.memory_takes import grant, may_take
+from awsflock.stores.memory_sets import MemorySets
+from awsflock.stores.memory_takes import grant, may_resize, may_take
 
 
-class MemoryStore(ForSimulations):
+class MemoryStore(ForSimulations, MemorySets):
     """Lock records in this process's memory (a ``LockStore``); safe to share between threads.
 
     ``clock`` is only what ``LockTable(store=...)`` uses unless given one: the steps take their
@@ -97,8 +100,7 @@ class MemoryStore(ForSimulations):
 
     @contextlib.contextmanager
     def budget(self, end: float) -> Iterator[None]:
-        """Every call is answered at once: there is nothing to bound."""
-        yield
+        yield  # every call is answered at once: there is nothing to bound
 
     def create(self, *, progress: Callable[[str], None] = lambda _message: None) -> bool:
         created, self.created = not self.created, True
@@ -330,20 +332,8 @@ class MemoryStore(ForSimulations):
     ) -> bool:
         with self._mutex:
             record = self._records.get(lock_id)
-            slots = None if record is None else record.slots
-            cutoff_ms = now_ms - skew_ms
-            if slots != old:
+            if not may_resize(record, old, new, now_ms - skew_ms):
                 return False
-            if (
-                old is None
-                and record is not None
-                and not record.top.free(cutoff_ms, legacy_too=True)
-            ):
-                return False  # a live plain lock is not made a pool
-            for slot in range(new, old or 0):
-                lease = record.pool.get(slot) if record else None
-                if lease is not None and not lease.free(cutoff_ms, legacy_too=False):
-                    return False
             if record is None:
                 record = self._records[lock_id] = _Record()
             record.slots = new

@@ -1,7 +1,7 @@
 """The in-memory store's take, on its records: whether a take is granted (``may_take``, the
 DynamoDB store's conditions) and what a granted one writes (``grant``: the new lease and its
 fencing token, as the DynamoDB store's tries settle on). ``MemoryStore.take`` runs both under
-the store's mutex."""
+the store's mutex; ``may_resize`` is ``pool-resize``'s condition."""
 
 from __future__ import annotations
 
@@ -100,3 +100,18 @@ def grant(
         # A pool never expires, and gives awsflock 0.2.0 nothing to take.
         record.top.expires_s = None
         record.top.version = ""
+
+
+def may_resize(record: _Record | None, old: int | None, new: int, cutoff_ms: int) -> bool:
+    """Whether a pool of ``old`` slots (None: not a pool) may become one of ``new``, as
+    ``record`` stands: its size is still ``old``, a plain lock made a pool is free, and every
+    slot that goes away is free."""
+    if (None if record is None else record.slots) != old:
+        return False
+    if old is None and record is not None and not record.top.free(cutoff_ms, legacy_too=True):
+        return False  # a live plain lock is not made a pool
+    for slot in range(new, old or 0):
+        lease = record.pool.get(slot) if record else None
+        if lease is not None and not lease.free(cutoff_ms, legacy_too=False):
+            return False
+    return True

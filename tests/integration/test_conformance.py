@@ -13,12 +13,20 @@ from awsflock.stores import kinds
 from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.postgresql import PostgresStore
 from tests.conformance.awaited import Awaited
+from tests.conformance.sets import SetConformance
 from tests.conformance.suite import StoreConformance
 from tests.servers import PostgresServer, Server, local_client
 
 
 @pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
 class TestDynamoDBStoreOnServers(StoreConformance):
+    @pytest.fixture
+    def store(self, server: Server, shared_table: str) -> DynamoDBStore:
+        return DynamoDBStore(shared_table, local_client(server.url))
+
+
+@pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
+class TestDynamoDBStoreOnServersSets(SetConformance):
     @pytest.fixture
     def store(self, server: Server, shared_table: str) -> DynamoDBStore:
         return DynamoDBStore(shared_table, local_client(server.url))

@@ -44,6 +44,20 @@ MAX_STALE_BARS = 20
 POOL_BAR_KEEP_MS = DONE_MS
 
 
+def end_values(
+    lease_id: str, ended: str, now_ms: int, skew_ms: int, **extra: Any
+) -> dict[str, Any]:
+    """The values of an end's expressions (``expressions.release_update``, ``force_update``)."""
+    return {
+        "lease": lease_id,
+        "version": new_version(),
+        "ended": ended,
+        "now_ms": now_ms,
+        "ttl": expiration_seconds(now_ms + skew_ms),
+        **extra,
+    }
+
+
 class Ends(Writes):
     """Release and force-release."""
 
@@ -128,14 +142,7 @@ class Ends(Writes):
     ) -> Outcome:
         """Release and force-release: one write ending the lease, marked ``ended`` (with a
         force's ``audit`` record, where the endpoint has transactions)."""
-        values = {
-            "lease": lease_id,
-            "version": new_version(),
-            "ended": ended,
-            "now_ms": now_ms,
-            "ttl": expiration_seconds(now_ms + skew_ms),
-            **extra,
-        }
+        values = end_values(lease_id, ended, now_ms, skew_ms, **extra)
         p = slot_prefix(slot)
         condition = expressions.release_condition(p)
         alone = update(p)  # the lock's item alone (no transactions)

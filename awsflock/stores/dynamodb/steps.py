@@ -152,19 +152,7 @@ class Steps(Writes):
         keeper: str | None = None,
     ) -> Outcome:
         """Extend our lease from ``now_ms``, if it is ours, not ended and not run out."""
-        expires_ms = now_ms + lease_ms
-        values = {
-            "lease": lease_id,
-            "version": new_version(),
-            "lease_duration": _seconds_number(lease_ms),
-            "ttl": expiration_seconds(expires_ms + skew_ms),
-            "expires_ms": expires_ms,
-            "now_ms": now_ms,
-            "now_s": now_ms // 1000,
-            "order_ms": now_ms - skew_ms,
-            "slot": slot,
-            "keeper": keeper,
-        }
+        values = renew_values(lease_id, now_ms, lease_ms, skew_ms, slot, keeper)
         p = slot_prefix(slot)
 
         def send() -> Outcome:
@@ -278,6 +266,25 @@ class Steps(Writes):
             if not last:
                 return
             kwargs["ExclusiveStartKey"] = last
+
+
+def renew_values(
+    lease_id: str, now_ms: int, lease_ms: int, skew_ms: int, slot: int | None, keeper: str | None
+) -> dict[str, Any]:
+    """The values of a renew's expressions (``expressions.renew_update``, ``renew_condition``)."""
+    expires_ms = now_ms + lease_ms
+    return {
+        "lease": lease_id,
+        "version": new_version(),
+        "lease_duration": _seconds_number(lease_ms),
+        "ttl": expiration_seconds(expires_ms + skew_ms),
+        "expires_ms": expires_ms,
+        "now_ms": now_ms,
+        "now_s": now_ms // 1000,
+        "order_ms": now_ms - skew_ms,
+        "slot": slot,
+        "keeper": keeper,
+    }
 
 
 def _later_reading(outcome: Outcome, lease_id: str, now_ms: int, lease_ms: int) -> int | None:

@@ -17,17 +17,16 @@ from __future__ import annotations
 from awsflock.protocol import Attempt, Outcome
 from awsflock.stores import kinds
 from awsflock.stores.dynamodb.base import TableBase, expiration_seconds, new_version
-from awsflock.stores.dynamodb.ends import Ends
-from awsflock.stores.dynamodb.steps import Steps
-from awsflock.stores.dynamodb.takes import Takes
+from awsflock.stores.dynamodb.sets import Sets
 
 __all__ = ["DynamoDBStore", "TableBase", "expiration_seconds", "new_version"]
 
 
-class DynamoDBStore(Takes, Ends, Steps):
+class DynamoDBStore(Sets):
     """A lock table in DynamoDB (a ``LockStore``). Builds its botocore client on first use.
     The layers: ``base`` (client, requests, errors, reads), ``writes`` (the conditional
-    writes), ``takes``, ``ends`` (release, force-release) and ``steps`` (the others)."""
+    writes), ``takes``, ``ends`` (release, force-release), ``steps`` (the others) and ``sets``
+    (several names in one step)."""
 
     kind = "dynamodb"
     skew_free = kinds.get("dynamodb").skew_free

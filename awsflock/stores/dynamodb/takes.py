@@ -51,8 +51,24 @@ class Takes(Writes):
     """The take step (``take`` in ``DynamoDBStore``)."""
 
     def _take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        values, line, line_sets, sets, removes = self._take_values(attempt)
+        p, slot = slot_prefix(attempt.slot), attempt.slot
+        update = expressions.acquire_update(p, sets, removes, line_sets)
+        if slot is None:
+            kept = expressions.acquire_update(p, sets, removes, line_sets, kept=True)
+            values["kept_until"] = KEPT_UNTIL
+            return self._take_plain(lock_id, attempt, (update, kept), line, values)
+        becomes = expressions.acquire_update(p, sets, removes, line_sets, plain_top=True)
+        return self._take_slot(lock_id, attempt, (update, becomes), line, values, slot)
+
+    @staticmethod
+    def _take_values(
+        attempt: Attempt,
+    ) -> tuple[dict[str, Any], str, tuple[str, str] | None, list[str], list[str]]:
+        """What a take's expressions are made of: their values, the line's condition, the
+        line's update (None: no place to remove), the holder's fields set and removed."""
         identity, now_ms, skew_ms = attempt.identity, attempt.now_ms, attempt.skew_ms
-        lease_ms, slot, slots = attempt.lease_ms, attempt.slot, attempt.slots
+        lease_ms, slots = attempt.lease_ms, attempt.slots
         expires_ms = now_ms + lease_ms
         values: dict[str, Any] = {
             "lease": attempt.lease_id,
@@ -98,14 +114,7 @@ class Takes(Writes):
             else:
                 sets.append(name)
                 values[name] = value
-        p = slot_prefix(slot)
-        update = expressions.acquire_update(p, sets, removes, line_sets)
-        if slot is None:
-            kept = expressions.acquire_update(p, sets, removes, line_sets, kept=True)
-            values["kept_until"] = KEPT_UNTIL
-            return self._take_plain(lock_id, attempt, (update, kept), line, values)
-        becomes = expressions.acquire_update(p, sets, removes, line_sets, plain_top=True)
-        return self._take_slot(lock_id, attempt, (update, becomes), line, values, slot)
+        return values, line, line_sets, sets, removes
 
     def _take_slot(
         self,
@@ -280,15 +289,7 @@ class Takes(Writes):
         if not answer:
             return Outcome(True, None, in_doubt=in_doubt), None
         (item_refused, item), (fence_refused, held), (ended_before, _) = answer
-        if fence_refused and held and from_attr(held.get(A_KIND, {"S": ""})) != KIND_FENCE:
-            raise errors.ConfigurationError(
-                f"the key {fence_key(lock_id)!r}, which keeps the fencing counter of "
-                f"{lock_id!r}, holds something else (an awsflock 0.2.0 lock of that "
-                "name?): awsflock will not take the lock while it does",
-                hint="release or delete that item (its name starts with awsflock's "
-                "reserved prefix)",
-            )
-        fence = int(from_attr(held[A_FENCE])) if fence_refused and A_FENCE in held else None
+        fence = self._fence_token(lock_id, fence_refused, held)
         if ended_before and not item_refused:
             # Only its done item refused it: read what the lock is now (a take landing late
             # under a used LEASE_ID, the one case; nobody waits for its answer).
@@ -299,6 +300,20 @@ class Takes(Writes):
             return Outcome(False, None, in_doubt=in_doubt), int(fence or 0)
         outcome = self._after_update("acquire", False, item or None, lock_id, slot)
         return (dataclasses.replace(outcome, in_doubt=True) if in_doubt else outcome), fence
+
+    @staticmethod
+    def _fence_token(lock_id: str, refused: bool, held: dict[str, Any]) -> int | None:
+        """The token a fence record that refused a take holds (None: it did not refuse, or
+        holds none); a ConfigurationError if its key holds something else."""
+        if refused and held and from_attr(held.get(A_KIND, {"S": ""})) != KIND_FENCE:
+            raise errors.ConfigurationError(
+                f"the key {fence_key(lock_id)!r}, which keeps the fencing counter of "
+                f"{lock_id!r}, holds something else (an awsflock 0.2.0 lock of that "
+                "name?): awsflock will not take the lock while it does",
+                hint="release or delete that item (its name starts with awsflock's "
+                "reserved prefix)",
+            )
+        return int(from_attr(held[A_FENCE])) if refused and A_FENCE in held else None
 
     def _learn_fence(self, lock_id: str, token: int) -> None:
         """Remember the highest token seen on a lock: this process's next take starts above it."""
