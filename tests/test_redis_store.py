@@ -227,6 +227,8 @@ def _redis_error(name: str, text: str) -> BaseException:
         ("ResponseError", "BUSY Redis is busy running a script.", errors.Throttled, "retry"),
         ("BusyLoadingError", "Redis is loading the dataset in memory", errors.Throttled, "retry"),
         ("ResponseError", "MOVED 3999 127.0.0.1:6381", errors.StoreError, "shard"),
+        ("ResponseError", "CROSSSLOT Keys in request don't hash to the same slot",
+         errors.StoreError, "one lock at a time"),
         ("OutOfMemoryError", "OOM command not allowed", errors.StoreError, "noeviction"),
     ],
 )  # fmt: skip

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from awsflock import errors
+from awsflock import errors, sets
 from awsflock.protocol import AUDIT_APPLIED, AUDIT_PREFIX, AUDIT_VOID, Attempt, LockStore, audit_key
 from awsflock.records import ENDED_RELEASED, Identity, Waiter
 from tests.helpers import STEP_PROGRAM_NOT_RUN
@@ -241,6 +241,46 @@ def test_arguments_the_library_never_sends_are_refused_and_write_nothing(store, 
     assert _take(store, lock, _lease()).applied  # the lock is as if never touched
 
 
+def test_a_set_is_taken_whole_or_not_at_all_then_renewed_and_released_together(store):
+    a, b, c = _lock(), _lock(), _lock()
+    set_id = sets.new_set_id()
+    taken = store.take_all([(n, _attempt(sets.member_id(set_id, n))) for n in (a, b)])
+    assert [o.applied for o in taken] == [True, True]
+    assert [o.record.lease_id for o in taken] == [sets.member_id(set_id, n) for n in (a, b)]
+    # b is held: the second set is refused whole, c untouched, b's holder shown.
+    refused = store.take_all([(c, _attempt(_lease(), T0 + 1)), (b, _attempt(_lease(), T0 + 1))])
+    assert [o.applied for o in refused] == [False, False]
+    assert refused[1].record.lease_id == sets.member_id(set_id, b)
+    assert store.read(c).record is None
+    leases = [(n, sets.member_id(set_id, n)) for n in (a, b)]
+    renewed = store.renew_all(leases, now_ms=T0 + 2, lease_ms=2 * LEASE_MS, skew_ms=0)
+    assert [o.record.expires_at for o in renewed] == [(T0 + 2 + 2 * LEASE_MS) / 1000] * 2
+    assert all(o.applied for o in store.release_all(leases, now_ms=T0 + 3, skew_ms=0))
+    assert store.read(b).lock.ended == ENDED_RELEASED
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        lambda store, lock: store.renew_all([], now_ms=T0, lease_ms=1, skew_ms=0),
+        lambda store, lock: store.release_all([(lock, _lease())] * 2, now_ms=T0, skew_ms=0),
+        lambda store, lock: store.release_all(
+            [(f"{lock}-{n}", _lease()) for n in range(33)], now_ms=T0, skew_ms=0
+        ),
+    ],
+    ids=["no-lock", "a-lock-twice", "33-locks"],
+)
+def test_a_set_s_step_the_library_never_sends_is_refused_and_writes_nothing(store, step):
+    lock = _lock()
+    with pytest.raises(errors.StoreError, match="awsflock: bad arguments"):
+        step(store, lock)
+    assert store.read(lock).record is None and store.read(f"{lock}-0").record is None
+
+
+def _attempt(lease: str, now: int = T0) -> Attempt:
+    return Attempt(lease, WHO, now_ms=now, lease_ms=LEASE_MS, skew_ms=0)
+
+
 def test_a_pool_whose_first_row_was_deleted_by_hand_grants_nothing_beside_it(request):
     import psycopg
 
@@ -291,6 +331,12 @@ def test_every_step_runs_on_the_servers_own_clock(request, kind):
     assert store.leave(lock, "t").applied
     assert store.release(lock, lease, now_ms=0, skew_ms=0).applied
     assert store.read(lock).lock.ended == ENDED_RELEASED
+    set_id, names = sets.new_set_id(), [_lock(), lock]
+    leases = [(n, sets.member_id(set_id, n)) for n in names]
+    attempts = [(n, Attempt(i, WHO, now_ms=0, lease_ms=LEASE_MS, skew_ms=0)) for n, i in leases]
+    assert all(o.applied for o in store.take_all(attempts))
+    assert all(o.applied for o in store.renew_all(leases, now_ms=0, lease_ms=LEASE_MS, skew_ms=0))
+    assert all(o.applied for o in store.release_all(leases, now_ms=0, skew_ms=0))
 
 
 def test_the_lua_programs_parse_as_lua_5_1():
@@ -355,3 +401,27 @@ def test_every_postgresql_step_answers_with_the_lock_s_rows_as_they_are_after_it
             seen.add(lock)
             answer = conn.execute(step, (op, lock, json.dumps(params))).fetchone()[0]
             assert answer["rows"] == conn.execute(rows, (lock,)).fetchone()[0], (n, op, params)
+
+
+def test_a_step_function_older_than_sets_is_named_with_the_command_that_updates_it(request):
+    # A table made by a build before sets keeps its step function until table-create runs
+    # again: a set's step is then refused with the fix, and table-create updates it.
+    import re
+
+    import psycopg
+
+    from awsflock.stores.postgresql import schema
+
+    store: Any = _open(request, "postgresql", server_time=False)
+    newer = schema.step_function("steps")
+    older = re.sub(r"    IF p_op IN \('take_all'.*?\n    END IF;\n", "", newer, flags=re.S)
+    assert older != newer
+    with psycopg.connect(request.getfixturevalue("postgres_server").url, autocommit=True) as c:
+        c.execute(older)
+    lock = _lock()
+    with pytest.raises(errors.ConfigurationError, match="older than this awsflock") as found:
+        store.take_all([(lock, _attempt(_lease()))])
+    assert "awsflock table-create" in found.value.hint
+    assert store.read(lock).record is None
+    store.create()  # what the hint says to run: the function is replaced, the table kept
+    assert store.take_all([(lock, _attempt(_lease()))])[0].applied

@@ -185,6 +185,7 @@ KINDS: tuple[Kind, ...] = (
         driver="psycopg",
         no_skew="its leases are timed by the database server's clock alone, so no clock-skew "
         "window is needed",
+        sets=True,
         api="postgresql",
         commands=("grants",),
     ),
@@ -199,6 +200,7 @@ KINDS: tuple[Kind, ...] = (
         driver="redis",
         no_skew="its leases are timed by the Redis server's clock alone, so no clock-skew "
         "window is needed",
+        sets=True,
         api="redis",
         commands=("grants",),
     ),

@@ -45,6 +45,18 @@ class TestPostgresStore(StoreConformance):
         store.close()
 
 
+class TestPostgresStoreSets(SetConformance):
+    """Sets on a real PostgreSQL server, in the caller's time; ``bars`` as above."""
+
+    bars = True
+
+    @pytest.fixture
+    def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:
+        store = PostgresStore(postgres.url, pg_table, server_time=False)
+        yield store
+        store.close()
+
+
 @pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
 class TestDynamoDBStoreOnServersAwaited(StoreConformance):
     """As ``awsflock.aio`` awaits it (tests/conformance/awaited.py)."""

@@ -23,6 +23,7 @@ from awsflock.records import Identity
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
 from tests.conformance.awaited import Awaited
+from tests.conformance.sets import SetConformance
 from tests.conformance.suite import StoreConformance
 from tests.integration.conftest import BIN, UrlCli
 from tests.servers import REDIS_DURABLE, REDIS_PASSWORD, RedisServer, ValkeyServer
@@ -40,6 +41,18 @@ def _store(srv: RedisServer, **options: object) -> RedisStore:
 
 class TestRedisStore(StoreConformance):
     """In the caller's time (the suite moves its clock by hand); the server's clock below."""
+
+    bars = True
+
+    @pytest.fixture
+    def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:
+        store = _store(redis_server, server_time=False)
+        yield store
+        store.close()
+
+
+class TestRedisStoreSets(SetConformance):
+    """Sets, in the caller's time; ``bars`` as above."""
 
     bars = True
 

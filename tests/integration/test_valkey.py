@@ -20,6 +20,7 @@ from awsflock.protocol import Attempt
 from awsflock.records import Identity
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore
+from tests.conformance.sets import SetConformance
 from tests.conformance.suite import StoreConformance
 from tests.integration.conftest import UrlCli
 from tests.servers import ValkeyServer
@@ -60,6 +61,18 @@ def _waitaofs(srv: ValkeyServer) -> int:
 
 class TestValkeyStore(StoreConformance):
     """The whole conformance suite through the WAITAOF path (in the caller's time)."""
+
+    bars = True
+
+    @pytest.fixture
+    def store(self, valkey: ValkeyServer) -> Iterator[RedisStore]:
+        store = _store(valkey, server_time=False)
+        yield store
+        store.close()
+
+
+class TestValkeyStoreSets(SetConformance):
+    """Sets through the WAITAOF path (in the caller's time)."""
 
     bars = True
 

@@ -50,6 +50,18 @@ class PgProgram:
             ended=None if reply.get("ended") is None else str(reply["ended"]),
         )
 
+    def request_all(
+        self, op: str, steps: list[tuple[str, dict[str, Any]]]
+    ) -> tuple[str, tuple[Any, ...]]:
+        params = {"steps": [{"lock": lock_id, "p": p} for lock_id, p in steps]}
+        return self.query, (op, "", json.dumps(params))
+
+    def answer_all(self, reply: Any, lock_ids: list[str]) -> list[Answer]:
+        found = reply["answers"]
+        if len(found) != len(lock_ids):
+            raise ValueError(f"{len(found)} answers to a set's step of {len(lock_ids)} locks")
+        return [self.answer(one, lock_id) for one, lock_id in zip(found, lock_ids)]
+
 
 def lease(row: dict[str, Any]) -> dict[str, Any]:
     """A row's lease in the shared form."""

@@ -13,7 +13,8 @@
 -- DO NOTHING, then locked: two first takes cannot both see no row). Time is the server's
 -- (clock_timestamp(), epoch ms) unless p holds "now".
 --
--- p_op: the step: take, renew, end, join, beat, leave, resize or read. p_lock: the lock's name.
+-- p_op: the step: take, renew, end, join, beat, leave, resize or read (or a set's: take_all,
+-- renew_all, end_all). p_lock: the lock's name.
 -- p: its parameters (jsonb). Every step may have:
 --   now, skew  the caller's clock and skew window (ms); absent: the server's clock, skew 0
 -- and each step its own, listed above its branch below.
@@ -43,7 +44,52 @@ DECLARE
     v_barred boolean := false;
     v_ended text;
     v_line jsonb;
+    v_each record;
+    v_one jsonb;
+    v_answers jsonb := '{}';
 BEGIN
+    -- A set's step (awsflock/sets.py), p_lock unused: take_all, renew_all or end_all.
+    --   steps: [{"lock": NAME, "p": {...}}, ...], 1 to 32 distinct names, each a plain lock.
+    --   Each lock's own step (take, renew, end), made in the order of the names' bytes, so that
+    --   two sets lock their rows in one order and never deadlock. take_all is all or nothing:
+    --   once a take is refused, every take made before it is rolled back (the sub-block), and
+    --   each lock is read as it is. Answer: {"applied": every step applied, "now",
+    --   "answers": each step's answer, in the order given}.
+    IF p_op IN ('take_all', 'renew_all', 'end_all') THEN
+        IF jsonb_typeof(p->'steps') IS DISTINCT FROM 'array'
+           OR jsonb_array_length(p->'steps') NOT BETWEEN 1 AND 32
+           OR (SELECT count(DISTINCT e->>'lock') <> count(*) OR bool_or(e->>'lock' IS NULL)
+                      OR bool_or(COALESCE(e->'p'->>'slot', e->'p'->>'ticket') IS NOT NULL)
+               FROM jsonb_array_elements(p->'steps') e) THEN
+            RAISE EXCEPTION 'awsflock: bad arguments for step %: %', p_op, p USING ERRCODE = '22023';
+        END IF;
+        BEGIN
+            FOR v_each IN SELECT e.value AS step, e.n FROM jsonb_array_elements(p->'steps')
+                          WITH ORDINALITY AS e(value, n) ORDER BY e.value->>'lock' COLLATE "C"
+            LOOP
+                v_one := {{F}}(left(p_op, -4), v_each.step->>'lock', v_each.step->'p');
+                v_answers := v_answers || jsonb_build_object(v_each.n::text, v_one);
+                IF p_op = 'take_all' AND NOT (v_one->>'applied')::boolean THEN
+                    RAISE EXCEPTION 'refused' USING ERRCODE = 'AF001';
+                END IF;
+            END LOOP;
+        EXCEPTION WHEN SQLSTATE 'AF001' THEN
+            v_answers := '{}';
+            FOR v_each IN SELECT e.value AS step, e.n FROM jsonb_array_elements(p->'steps')
+                          WITH ORDINALITY AS e(value, n)
+            LOOP
+                v_one := {{F}}('read', v_each.step->>'lock',
+                               jsonb_build_object('now', v_each.step->'p'->'now'));
+                v_answers := v_answers || jsonb_build_object(v_each.n::text, v_one);
+            END LOOP;
+        END;
+        RETURN jsonb_build_object(
+            'applied', NOT EXISTS (SELECT 1 FROM jsonb_each(v_answers) a
+                                   WHERE NOT (a.value->>'applied')::boolean),
+            'now', v_now,
+            'answers', (SELECT jsonb_agg(a.value ORDER BY a.key::integer)
+                        FROM jsonb_each(v_answers) a));
+    END IF;
     IF p_op <> 'read' THEN
         -- Durable before it answers: a grant a crash can undo is a second holder.
         IF current_setting('fsync') = 'off' THEN

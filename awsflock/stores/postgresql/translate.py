@@ -121,6 +121,13 @@ def _refused(failed: _Failed, operation: str, table: str) -> Translated | None:
             hint="point --store at the primary, read-write server",
         )
         return Translated(err, broken=False)
+    if state == "22023" and "unknown step" in failed.low:
+        # A step function older than this awsflock (installed by an earlier table-create).
+        err = errors.ConfigurationError(
+            f"the step function of table {table!r} in {where} is older than this awsflock ({text})",
+            hint=f"update it with `{create}` (it keeps the table and its leases)",
+        )
+        return Translated(err, broken=False)
     if state == "55000" and "fsync is off" in failed.low:
         return Translated(no_fsync(where), broken=False)
     if state == "55000" and "table is not logged" in failed.low:

@@ -73,6 +73,17 @@ class RedisProgram:
             params = {**params, "audit": json.dumps(audit["entry"])}
         return Request(keys, op, params)
 
+    def request_all(self, op: str, steps: list[tuple[str, dict[str, Any]]]) -> Request:
+        keys = [key for lock_id, _ in steps for key in _keys(self.prefix, lock_id)]
+        each = [self.request(op, lock_id, params).params for lock_id, params in steps]
+        return Request(keys, op, {"steps": each})
+
+    def answer_all(self, reply: Any, lock_ids: list[str]) -> list[Answer]:
+        found = reply[2]
+        if len(found) != len(lock_ids):
+            raise ValueError(f"{len(found)} answers to a set's step of {len(lock_ids)} locks")
+        return [self.answer(one, lock_id) for one, lock_id in zip(found, lock_ids)]
+
     def answer(self, reply: Any, lock_id: str) -> Answer:
         code, now = int(reply[0]), int(reply[1])
         if code < 0:

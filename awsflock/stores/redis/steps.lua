@@ -13,7 +13,8 @@
 --   KEYS[4] P:{NAME}:done    sorted set: lease ids taken over, scored when * 4 + how
 --   KEYS[5] P:{NAME}:forced  hash: the force-released ones among them -> "forced:ACTION"
 --   KEYS[6] P:{NAME}:audit:KEY  a force-release's audit record (string of JSON): end only
--- ARGV[1]: the step: take, renew, end, join, beat, leave, resize or read.
+-- ARGV[1]: the step: take, renew, end, join, beat, leave, resize or read; or a set's step,
+--   take_all, renew_all or end_all (see all() at the end: KEYS then hold several locks').
 -- ARGV[2]: its parameters, a JSON object. Every step may have:
 --   now, skew  the caller's clock and skew window (ms); absent: the server's TIME, skew 0
 --   touch      true: write KEYS[2]'s "touched" after the step, so WAIT / WAITAOF that follow
@@ -36,8 +37,6 @@
 -- (field, value, field, value ...). Errors: NOPERM (a write the user may not make), WRONGTYPE
 -- (a key of another type), ERR (an unknown step, or arguments out of range).
 
-local op = ARGV[1]
-local p = cjson.decode(ARGV[2])
 -- Filled in by layout.script() (ms, or a count): protocol.LINE_LAPSE_MS, layout.RETAIN_MS,
 -- layout.HISTORY_MS, layout.HISTORY_KEEP, protocol.DONE_MS.
 local LAPSE = {{LAPSE}}
@@ -47,347 +46,409 @@ local KEEP = {{KEEP}}
 local DONE = {{DONE}}
 local function s(n) return string.format('%.0f', n) end
 
-local server = p.now == nil
-local now, skew
-if server then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    skew = 0
-else
-    now = tonumber(p.now)
-    skew = tonumber(p.skew or 0)
-end
-local cut = now - skew
-
-local flat = redis.call('HGETALL', KEYS[1])
-local h = {}
-for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
-local has = #flat > 0
-local fence = redis.call('HMGET', KEYS[2], 'token', 'granted')
-
-local function lease(field)
-    local text = h[field]
-    if text == nil then return nil end
-    return cjson.decode(text)
-end
-local function free(l)
-    return l == nil or l.ended ~= '' or tonumber(l.exp) < cut
-end
--- How a lease id taken over here ended ("released", "forced:", ""), nil if it was not.
-local function done(id)
-    local score = redis.call('ZSCORE', KEYS[4], id)
-    if not score then return nil end
-    local how = tonumber(score) % 4
-    if how == 1 then return 'released' end
-    if how == 2 then return redis.call('HGET', KEYS[5], id) or 'forced:' end
-    return ''
-end
-local function granted(l, id)
-    if l ~= nil then
-        if l.lease == id then return true end
-        for _, old in ipairs(l.hist or {}) do
-            if old[1] == id then return true end
-        end
+-- The step's clock: the server's TIME (skew 0), or the caller's (p.now, p.skew).
+local function clock_of(p)
+    if p.now == nil then
+        local t = redis.call('TIME')
+        return {server = true, skew = 0,
+                now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
     end
-    return done(id) ~= nil
-end
--- A lease id an end step found holding nothing here: a take of it that lands later is refused.
-local function barred(id)
-    return redis.call('ZSCORE', KEYS[3], id) ~= false
-end
-local function unchanged(drop)
-    for _, d in ipairs(drop or {}) do
-        local place = h['w:' .. d[1]]
-        if place == nil or cjson.decode(place).seen ~= s(tonumber(d[2])) then return false end
-    end
-    return true
-end
-local function line_clear()
-    for field, _ in pairs(h) do
-        if string.sub(field, 1, 2) == 'w:' then
-            return h.polled ~= nil and tonumber(h.polled) < cut - LAPSE
-        end
-    end
-    return true
-end
-local function set(field, value) h[field] = value; redis.call('HSET', KEYS[1], field, value) end
-local function del(field) h[field] = nil; redis.call('HDEL', KEYS[1], field) end
-local function polled(at)
-    if h.polled == nil or tonumber(h.polled) < at then set('polled', s(at)) end
-end
--- After a write: a pool's hash is kept; a plain lock's goes RETAIN after nothing in it can
--- matter (its leases' ends, its line's lapse). Only on the server's clock: a caller's clock
--- (tests, simulations) may be anywhere.
-local function collect()
-    if h.slots ~= nil then redis.call('PERSIST', KEYS[1]); return end
-    if not server then return end
-    local last = 0
-    for field, value in pairs(h) do
-        if field == 'p' or string.sub(field, 1, 2) == 's:' then
-            last = math.max(last, tonumber(cjson.decode(value).exp))
-        end
-    end
-    if h.polled ~= nil then last = math.max(last, tonumber(h.polled) + LAPSE) end
-    redis.call('PEXPIREAT', KEYS[1], s(math.max(last, now) + RETAIN))
+    return {server = false, now = tonumber(p.now), skew = tonumber(p.skew or 0)}
 end
 
--- A user whose ACL allows some of the writes but not others would fail half-way: refuse first.
-if op ~= 'read' and redis.acl_check_cmd then
-    for _, check in ipairs({{'HSET', KEYS[1], 'f', 'v'}, {'HDEL', KEYS[1], 'f'},
-                            {'PEXPIREAT', KEYS[1], '1'}, {'PERSIST', KEYS[1]},
-                            {'HSET', KEYS[2], 'f', 'v'}, {'ZADD', KEYS[3], '1', 'x'},
-                            {'ZREMRANGEBYSCORE', KEYS[3], '0', '1'},
-                            {'PEXPIREAT', KEYS[3], '1'}, {'ZADD', KEYS[4], '1', 'x'},
-                            {'ZREMRANGEBYSCORE', KEYS[4], '0', '1'},
-                            {'PEXPIREAT', KEYS[4], '1'}, {'HSET', KEYS[5], 'f', 'v'},
-                            {'PEXPIREAT', KEYS[5], '1'}, KEYS[6] and {'SET', KEYS[6], 'v'}}) do
-        if not redis.acl_check_cmd(unpack(check)) then
-            return redis.error_reply('NOPERM awsflock: this user may not run ' .. check[1]
-                                     .. ' on ' .. check[2])
-        end
-    end
-end
-
--- A key of another type under a lock's names would fail a write half-way: refuse first.
-if op ~= 'read' then
-    local kinds = {'hash', 'hash', 'zset', 'zset', 'hash', 'string'}
-    for i = 1, #KEYS do
-        local kind = kinds[i]
-        local found = redis.call('TYPE', KEYS[i]).ok
-        if found ~= 'none' and found ~= kind then
-            return redis.error_reply('WRONGTYPE awsflock: ' .. KEYS[i] .. ' holds a ' .. found)
-        end
-    end
-end
-
-local slot = p.slot
-local field = 'p'
-if slot ~= cjson.null and slot ~= nil then field = 's:' .. s(slot) else slot = nil end
--- Arguments the library never sends, refused before anything is written: a slot below 0 (or
--- not a whole number), a pool's slot taken without the pool's size above it, a resize to no
--- slots.
-local function whole(x) return type(x) == 'number' and x % 1 == 0 end
-if (slot ~= nil and not (whole(slot) and slot >= 0))
-    or (op == 'take' and slot ~= nil and not (whole(p.slots) and p.slots > slot))
-    or (op == 'resize' and not (whole(p.new) and p.new >= 1)) then
-    return redis.error_reply('ERR awsflock: bad arguments for step ' .. op)
-end
-local ok = false
--- An end step that barred its lease id (it held nothing here): written, though not applied.
-local bar = false
--- Whether the step, applied, may let a waiter in: then the waiters are told (below).
-local wake = false
-
--- take: grant the lease (acquire).
---   lease, who (JSON text), lease_ms, sent (the caller's clock when sent: orders renews),
---   slot, slots (a pool's slot and size; absent: the plain lock), ticket, drop (a fair
---   waiter's place and the lapsed places it removes: [[ticket, seen_ms], ...]).
---   Applied when the lease (or the pool slot) is free, the id was never granted, barred or
---   taken over here, and the line lets this caller in (no line, or its lapse, or the ticket
---   with every place to drop as the caller saw it). Writes the lease, the fence's token; the
---   lease taken over goes to KEYS[4] (and KEYS[5] if forced) and the record's "hist".
-if op == 'take' then
-    local top = lease('p')
-    local r = lease(field)
-    if slot == nil then
-        ok = h.slots == nil and free(top) and not granted(top, p.lease)
-    else
-        local size_ok = (h.slots ~= nil and tonumber(h.slots) == tonumber(p.slots))
-            or (h.slots == nil and free(top))
-        ok = size_ok and free(r) and not granted(r, p.lease)
-    end
-    ok = ok and not barred(p.lease)
-    local ticket = p.ticket
-    if ticket == cjson.null or ticket == nil then
-        ok = ok and line_clear()
-    else
-        ok = ok and h['w:' .. ticket] ~= nil and unchanged(p.drop)
-    end
-    if ok and server and fence[2] and now < tonumber(fence[2]) then
-        return {-1, s(now), fence[2]}
-    end
-    if ok then
-        local token = math.max(now * 1000, tonumber(fence[1] or 0)) + 1
-        local hist = {}
-        if r ~= nil and r.lease ~= '' then
-            local how = 3
-            if r.ended == 'released' then how = 1
-            elseif string.sub(r.ended, 1, 7) == 'forced:' then how = 2 end
-            redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. s((now - DONE) * 4))
-            redis.call('ZADD', KEYS[4], s(now * 4 + how), r.lease)
-            if server then redis.call('PEXPIREAT', KEYS[4], s(now + DONE)) end
-            if how == 2 then
-                redis.call('HSET', KEYS[5], r.lease, r.ended)
-                if server then redis.call('PEXPIREAT', KEYS[5], s(now + DONE)) end
-            end
-            -- The lease taken over, then the ones before it: the last three, and any older
-            -- that ended within HISTORY (at most KEEP), so a release retried after many quick
-            -- hand-offs still finds what its first try did.
-            hist[1] = {r.lease, r.ended, s(now)}
-            for _, old in ipairs(r.hist or {}) do
-                if #hist >= KEEP then break end
-                local at = tonumber(old[3] or 0)
-                if #hist >= 3 and at < now - HISTORY then break end
-                hist[#hist + 1] = old
+-- What would make a step fail half-way, refused before its first write: a user whose ACL
+-- allows some of the writes but not others, a key of another type under a lock's names.
+local function usable(KEYS, op)
+    if op ~= 'read' and redis.acl_check_cmd then
+        for _, check in ipairs({{'HSET', KEYS[1], 'f', 'v'}, {'HDEL', KEYS[1], 'f'},
+                                {'PEXPIREAT', KEYS[1], '1'}, {'PERSIST', KEYS[1]},
+                                {'HSET', KEYS[2], 'f', 'v'}, {'ZADD', KEYS[3], '1', 'x'},
+                                {'ZREMRANGEBYSCORE', KEYS[3], '0', '1'},
+                                {'PEXPIREAT', KEYS[3], '1'}, {'ZADD', KEYS[4], '1', 'x'},
+                                {'ZREMRANGEBYSCORE', KEYS[4], '0', '1'},
+                                {'PEXPIREAT', KEYS[4], '1'}, {'HSET', KEYS[5], 'f', 'v'},
+                                {'PEXPIREAT', KEYS[5], '1'}, KEYS[6] and {'SET', KEYS[6], 'v'}}) do
+            if not redis.acl_check_cmd(unpack(check)) then
+                return redis.error_reply('NOPERM awsflock: this user may not run ' .. check[1]
+                                         .. ' on ' .. check[2])
             end
         end
-        local new = {lease = p.lease, who = p.who, ms = s(p.lease_ms), exp = s(now + p.lease_ms),
-                     acq = s(now), fence = s(token), ended = '', keeper = ''}
-        if p.sent ~= nil then new.rs = s(p.sent) end
-        if #hist > 0 then new.hist = hist end
-        set(field, cjson.encode(new))
-        if slot ~= nil then set('slots', s(p.slots)) end
-        if ticket ~= cjson.null and ticket ~= nil then
-            del('w:' .. ticket)
-            for _, d in ipairs(p.drop or {}) do del('w:' .. d[1]) end
-            wake = slot ~= nil  -- the next in line may take another free slot
+    end
+
+    if op ~= 'read' then
+        local kinds = {'hash', 'hash', 'zset', 'zset', 'hash', 'string'}
+        for i = 1, #KEYS do
+            local kind = kinds[i]
+            local found = redis.call('TYPE', KEYS[i]).ok
+            if found ~= 'none' and found ~= kind then
+                return redis.error_reply('WRONGTYPE awsflock: ' .. KEYS[i] .. ' holds a ' .. found)
+            end
         end
-        redis.call('HSET', KEYS[2], 'token', s(token), 'granted', s(now))
     end
 
--- renew: extend a held lease.
---   lease, lease_ms, sent, order (how far apart two callers' readings must be to order
---   them), slot, keeper (who keeps it alive, or absent).
---   Applied when the lease is still held, not run out, in a pool still that large, and the new
---   end is not earlier than the one a later renew set.
-elseif op == 'renew' then
-    local l = lease(field)
-    local in_pool = (slot == nil and h.slots == nil)
-        or (slot ~= nil and h.slots ~= nil and tonumber(h.slots) > slot)
-    ok = l ~= nil and l.lease == p.lease and l.ended == '' and tonumber(l.exp) > now and in_pool
-    local from = now
-    -- A renew made before the lease's grant or latest renew (the caller's clock) counts from
-    -- that one's time.
-    if ok and tonumber(l.exp) - tonumber(l.ms) > now then
-        from = tonumber(l.exp) - tonumber(l.ms)
-    end
-    -- Only a renew sent after the one that set the end may move it back: one that lands late,
-    -- after a later renew extended the lease further, must not shorten what that one's caller
-    -- was told (its own caller learns the lease is held at least as long as it asked). The
-    -- callers' clock readings order them (``rs``) only a whole window (``order``) apart: within
-    -- it, a clock ahead could make the renew sent first look later.
-    if ok and from + p.lease_ms < tonumber(l.exp) then
-        ok = p.sent ~= nil and l.rs ~= nil
-            and tonumber(p.sent) >= tonumber(l.rs) + tonumber(p.order or 0)
-    end
-    if ok then
-        l.exp = s(from + p.lease_ms)
-        l.ms = s(p.lease_ms)
-        if p.sent ~= nil then l.rs = s(math.max(tonumber(p.sent), tonumber(l.rs or 0))) end
-        if p.keeper ~= cjson.null and p.keeper ~= nil then l.keeper = p.keeper end
-        set(field, cjson.encode(l))
-    end
+    return nil
+end
 
--- end: release or force-release a lease.
---   lease, slot, ended ("released" or "forced:ACTION"), forced_by, forced_reason, audit (a
---   force-release's audit record, JSON text, written at KEYS[6] when applied: it exists iff
---   the force took effect).
---   Applied when the lease is still held (not yet ended, run out or not). A lease id never
---   seen here is barred instead (answer 2); one taken over answers 0 with how it ended.
-elseif op == 'end' then
-    local l = lease(field)
-    ok = l ~= nil and l.lease == p.lease and l.ended == '' and (slot ~= nil or h.slots == nil)
-    wake = true
-    if ok then
-        l.ended = p.ended
-        l.exp = s(now)
-        if p.forced_by ~= nil then
-            l.fby, l.fwhy, l.fms = p.forced_by, p.forced_reason, s(now)
+-- One lock's step (KEYS: its keys; op, p: as above). dry: a take that would be applied
+-- answers true and writes nothing (a set's first pass, see all()).
+local function step(KEYS, op, p, clock, dry)
+    local server, now, skew = clock.server, clock.now, clock.skew
+    local cut = now - skew
+
+    local flat = redis.call('HGETALL', KEYS[1])
+    local h = {}
+    for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+    local has = #flat > 0
+    local fence = redis.call('HMGET', KEYS[2], 'token', 'granted')
+
+    local function lease(field)
+        local text = h[field]
+        if text == nil then return nil end
+        return cjson.decode(text)
+    end
+    local function free(l)
+        return l == nil or l.ended ~= '' or tonumber(l.exp) < cut
+    end
+    -- How a lease id taken over here ended ("released", "forced:", ""), nil if it was not.
+    local function done(id)
+        local score = redis.call('ZSCORE', KEYS[4], id)
+        if not score then return nil end
+        local how = tonumber(score) % 4
+        if how == 1 then return 'released' end
+        if how == 2 then return redis.call('HGET', KEYS[5], id) or 'forced:' end
+        return ''
+    end
+    local function granted(l, id)
+        if l ~= nil then
+            if l.lease == id then return true end
+            for _, old in ipairs(l.hist or {}) do
+                if old[1] == id then return true end
+            end
         end
-        set(field, cjson.encode(l))
-        if p.audit ~= nil and KEYS[6] then redis.call('SET', KEYS[6], p.audit) end
-    elseif not granted(l, p.lease) and not barred(p.lease) then
-        -- Nothing here was ever granted under this id, but a take of it may still be on its
-        -- way (an acquire that gave up with its answer lost): bar the id, so that take is
-        -- refused whenever it lands (within RETAIN), and the lock is never held by nobody.
-        bar = true
-        redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. s(now - RETAIN))
-        redis.call('ZADD', KEYS[3], s(now), p.lease)
-        if server then redis.call('PEXPIREAT', KEYS[3], s(now + RETAIN)) end
+        return done(id) ~= nil
+    end
+    -- A lease id an end step found holding nothing here: a take of it that lands later is refused.
+    local function barred(id)
+        return redis.call('ZSCORE', KEYS[3], id) ~= false
+    end
+    local function unchanged(drop)
+        for _, d in ipairs(drop or {}) do
+            local place = h['w:' .. d[1]]
+            if place == nil or cjson.decode(place).seen ~= s(tonumber(d[2])) then return false end
+        end
+        return true
+    end
+    local function line_clear()
+        for field, _ in pairs(h) do
+            if string.sub(field, 1, 2) == 'w:' then
+                return h.polled ~= nil and tonumber(h.polled) < cut - LAPSE
+            end
+        end
+        return true
+    end
+    local function set(field, value) h[field] = value; redis.call('HSET', KEYS[1], field, value) end
+    local function del(field) h[field] = nil; redis.call('HDEL', KEYS[1], field) end
+    local function polled(at)
+        if h.polled == nil or tonumber(h.polled) < at then set('polled', s(at)) end
+    end
+    -- After a write: a pool's hash is kept; a plain lock's goes RETAIN after nothing in it can
+    -- matter (its leases' ends, its line's lapse). Only on the server's clock: a caller's clock
+    -- (tests, simulations) may be anywhere.
+    local function collect()
+        if h.slots ~= nil then redis.call('PERSIST', KEYS[1]); return end
+        if not server then return end
+        local last = 0
+        for field, value in pairs(h) do
+            if field == 'p' or string.sub(field, 1, 2) == 's:' then
+                last = math.max(last, tonumber(cjson.decode(value).exp))
+            end
+        end
+        if h.polled ~= nil then last = math.max(last, tonumber(h.polled) + LAPSE) end
+        redis.call('PEXPIREAT', KEYS[1], s(math.max(last, now) + RETAIN))
     end
 
--- join: take a place in the lock's line of fair waiters.
---   ticket, who (JSON text), since (when the caller began waiting; absent: now).
---   Applied when the lock's hash exists and the ticket has no place yet.
-elseif op == 'join' then
-    ok = has and h['w:' .. p.ticket] == nil
-    if ok then
-        local number = tonumber(h.next or 0)
-        local since = now
-        if p.since ~= nil then since = tonumber(p.since) end
-        set('w:' .. p.ticket, cjson.encode({n = s(number), who = p.who, since = s(since),
-                                            seen = s(now)}))
-        set('next', s(number + 1))
-        polled(now)
-    end
 
--- beat: a waiter says it still waits, and removes lapsed places ahead of it.
---   ticket, drop ([[ticket, seen_ms], ...]).
---   Applied when the place exists, its last beat is older than now, and each place to drop
---   is as the caller saw it.
-elseif op == 'beat' then
-    local place = h['w:' .. p.ticket]
-    ok = place ~= nil and tonumber(cjson.decode(place).seen) < now and unchanged(p.drop)
-    if ok then
-        local w = cjson.decode(place)
-        w.seen = s(now)
-        set('w:' .. p.ticket, cjson.encode(w))
-        for _, d in ipairs(p.drop or {}) do del('w:' .. d[1]) end
-        polled(now)
-        wake = #(p.drop or {}) > 0
-    end
+    local bad = usable(KEYS, op)
+    if bad then return bad end
 
--- leave: give up a place in line.
---   ticket. Applied when the place exists.
-elseif op == 'leave' then
-    local place = h['w:' .. p.ticket]
-    ok = place ~= nil
-    if ok then
-        -- The head leaving lets the next in line (or, the line empty, anyone) go.
-        local n = tonumber(cjson.decode(place).n)
+    local slot = p.slot
+    local field = 'p'
+    if slot ~= cjson.null and slot ~= nil then field = 's:' .. s(slot) else slot = nil end
+    -- Arguments the library never sends, refused before anything is written: a slot below 0 (or
+    -- not a whole number), a pool's slot taken without the pool's size above it, a resize to no
+    -- slots.
+    local function whole(x) return type(x) == 'number' and x % 1 == 0 end
+    if (slot ~= nil and not (whole(slot) and slot >= 0))
+        or (op == 'take' and slot ~= nil and not (whole(p.slots) and p.slots > slot))
+        or (op == 'resize' and not (whole(p.new) and p.new >= 1)) then
+        return redis.error_reply('ERR awsflock: bad arguments for step ' .. op)
+    end
+    local ok = false
+    -- An end step that barred its lease id (it held nothing here): written, though not applied.
+    local bar = false
+    -- Whether the step, applied, may let a waiter in: then the waiters are told (below).
+    local wake = false
+
+    -- take: grant the lease (acquire).
+    --   lease, who (JSON text), lease_ms, sent (the caller's clock when sent: orders renews),
+    --   slot, slots (a pool's slot and size; absent: the plain lock), ticket, drop (a fair
+    --   waiter's place and the lapsed places it removes: [[ticket, seen_ms], ...]).
+    --   Applied when the lease (or the pool slot) is free, the id was never granted, barred or
+    --   taken over here, and the line lets this caller in (no line, or its lapse, or the ticket
+    --   with every place to drop as the caller saw it). Writes the lease, the fence's token; the
+    --   lease taken over goes to KEYS[4] (and KEYS[5] if forced) and the record's "hist".
+    if op == 'take' then
+        local top = lease('p')
+        local r = lease(field)
+        if slot == nil then
+            ok = h.slots == nil and free(top) and not granted(top, p.lease)
+        else
+            local size_ok = (h.slots ~= nil and tonumber(h.slots) == tonumber(p.slots))
+                or (h.slots == nil and free(top))
+            ok = size_ok and free(r) and not granted(r, p.lease)
+        end
+        ok = ok and not barred(p.lease)
+        local ticket = p.ticket
+        if ticket == cjson.null or ticket == nil then
+            ok = ok and line_clear()
+        else
+            ok = ok and h['w:' .. ticket] ~= nil and unchanged(p.drop)
+        end
+        if ok and server and fence[2] and now < tonumber(fence[2]) then
+            return {-1, s(now), fence[2]}
+        end
+        if ok and dry then return true end
+        if ok then
+            local token = math.max(now * 1000, tonumber(fence[1] or 0)) + 1
+            local hist = {}
+            if r ~= nil and r.lease ~= '' then
+                local how = 3
+                if r.ended == 'released' then how = 1
+                elseif string.sub(r.ended, 1, 7) == 'forced:' then how = 2 end
+                redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. s((now - DONE) * 4))
+                redis.call('ZADD', KEYS[4], s(now * 4 + how), r.lease)
+                if server then redis.call('PEXPIREAT', KEYS[4], s(now + DONE)) end
+                if how == 2 then
+                    redis.call('HSET', KEYS[5], r.lease, r.ended)
+                    if server then redis.call('PEXPIREAT', KEYS[5], s(now + DONE)) end
+                end
+                -- The lease taken over, then the ones before it: the last three, and any older
+                -- that ended within HISTORY (at most KEEP), so a release retried after many quick
+                -- hand-offs still finds what its first try did.
+                hist[1] = {r.lease, r.ended, s(now)}
+                for _, old in ipairs(r.hist or {}) do
+                    if #hist >= KEEP then break end
+                    local at = tonumber(old[3] or 0)
+                    if #hist >= 3 and at < now - HISTORY then break end
+                    hist[#hist + 1] = old
+                end
+            end
+            local new = {lease = p.lease, who = p.who, ms = s(p.lease_ms), exp = s(now + p.lease_ms),
+                         acq = s(now), fence = s(token), ended = '', keeper = ''}
+            if p.sent ~= nil then new.rs = s(p.sent) end
+            if #hist > 0 then new.hist = hist end
+            set(field, cjson.encode(new))
+            if slot ~= nil then set('slots', s(p.slots)) end
+            if ticket ~= cjson.null and ticket ~= nil then
+                del('w:' .. ticket)
+                for _, d in ipairs(p.drop or {}) do del('w:' .. d[1]) end
+                wake = slot ~= nil  -- the next in line may take another free slot
+            end
+            redis.call('HSET', KEYS[2], 'token', s(token), 'granted', s(now))
+        end
+
+    -- renew: extend a held lease.
+    --   lease, lease_ms, sent, order (how far apart two callers' readings must be to order
+    --   them), slot, keeper (who keeps it alive, or absent).
+    --   Applied when the lease is still held, not run out, in a pool still that large, and the new
+    --   end is not earlier than the one a later renew set.
+    elseif op == 'renew' then
+        local l = lease(field)
+        local in_pool = (slot == nil and h.slots == nil)
+            or (slot ~= nil and h.slots ~= nil and tonumber(h.slots) > slot)
+        ok = l ~= nil and l.lease == p.lease and l.ended == '' and tonumber(l.exp) > now and in_pool
+        local from = now
+        -- A renew made before the lease's grant or latest renew (the caller's clock) counts from
+        -- that one's time.
+        if ok and tonumber(l.exp) - tonumber(l.ms) > now then
+            from = tonumber(l.exp) - tonumber(l.ms)
+        end
+        -- Only a renew sent after the one that set the end may move it back: one that lands late,
+        -- after a later renew extended the lease further, must not shorten what that one's caller
+        -- was told (its own caller learns the lease is held at least as long as it asked). The
+        -- callers' clock readings order them (``rs``) only a whole window (``order``) apart: within
+        -- it, a clock ahead could make the renew sent first look later.
+        if ok and from + p.lease_ms < tonumber(l.exp) then
+            ok = p.sent ~= nil and l.rs ~= nil
+                and tonumber(p.sent) >= tonumber(l.rs) + tonumber(p.order or 0)
+        end
+        if ok then
+            l.exp = s(from + p.lease_ms)
+            l.ms = s(p.lease_ms)
+            if p.sent ~= nil then l.rs = s(math.max(tonumber(p.sent), tonumber(l.rs or 0))) end
+            if p.keeper ~= cjson.null and p.keeper ~= nil then l.keeper = p.keeper end
+            set(field, cjson.encode(l))
+        end
+
+    -- end: release or force-release a lease.
+    --   lease, slot, ended ("released" or "forced:ACTION"), forced_by, forced_reason, audit (a
+    --   force-release's audit record, JSON text, written at KEYS[6] when applied: it exists iff
+    --   the force took effect).
+    --   Applied when the lease is still held (not yet ended, run out or not). A lease id never
+    --   seen here is barred instead (answer 2); one taken over answers 0 with how it ended.
+    elseif op == 'end' then
+        local l = lease(field)
+        ok = l ~= nil and l.lease == p.lease and l.ended == '' and (slot ~= nil or h.slots == nil)
         wake = true
-        for f, v in pairs(h) do
-            if string.sub(f, 1, 2) == 'w:' and tonumber(cjson.decode(v).n) < n then wake = false end
+        if ok then
+            l.ended = p.ended
+            l.exp = s(now)
+            if p.forced_by ~= nil then
+                l.fby, l.fwhy, l.fms = p.forced_by, p.forced_reason, s(now)
+            end
+            set(field, cjson.encode(l))
+            if p.audit ~= nil and KEYS[6] then redis.call('SET', KEYS[6], p.audit) end
+        elseif not granted(l, p.lease) and not barred(p.lease) then
+            -- Nothing here was ever granted under this id, but a take of it may still be on its
+            -- way (an acquire that gave up with its answer lost): bar the id, so that take is
+            -- refused whenever it lands (within RETAIN), and the lock is never held by nobody.
+            bar = true
+            redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. s(now - RETAIN))
+            redis.call('ZADD', KEYS[3], s(now), p.lease)
+            if server then redis.call('PEXPIREAT', KEYS[3], s(now + RETAIN)) end
         end
-        del('w:' .. p.ticket)
+
+    -- join: take a place in the lock's line of fair waiters.
+    --   ticket, who (JSON text), since (when the caller began waiting; absent: now).
+    --   Applied when the lock's hash exists and the ticket has no place yet.
+    elseif op == 'join' then
+        ok = has and h['w:' .. p.ticket] == nil
+        if ok then
+            local number = tonumber(h.next or 0)
+            local since = now
+            if p.since ~= nil then since = tonumber(p.since) end
+            set('w:' .. p.ticket, cjson.encode({n = s(number), who = p.who, since = s(since),
+                                                seen = s(now)}))
+            set('next', s(number + 1))
+            polled(now)
+        end
+
+    -- beat: a waiter says it still waits, and removes lapsed places ahead of it.
+    --   ticket, drop ([[ticket, seen_ms], ...]).
+    --   Applied when the place exists, its last beat is older than now, and each place to drop
+    --   is as the caller saw it.
+    elseif op == 'beat' then
+        local place = h['w:' .. p.ticket]
+        ok = place ~= nil and tonumber(cjson.decode(place).seen) < now and unchanged(p.drop)
+        if ok then
+            local w = cjson.decode(place)
+            w.seen = s(now)
+            set('w:' .. p.ticket, cjson.encode(w))
+            for _, d in ipairs(p.drop or {}) do del('w:' .. d[1]) end
+            polled(now)
+            wake = #(p.drop or {}) > 0
+        end
+
+    -- leave: give up a place in line.
+    --   ticket. Applied when the place exists.
+    elseif op == 'leave' then
+        local place = h['w:' .. p.ticket]
+        ok = place ~= nil
+        if ok then
+            -- The head leaving lets the next in line (or, the line empty, anyone) go.
+            local n = tonumber(cjson.decode(place).n)
+            wake = true
+            for f, v in pairs(h) do
+                if string.sub(f, 1, 2) == 'w:' and tonumber(cjson.decode(v).n) < n then wake = false end
+            end
+            del('w:' .. p.ticket)
+        end
+
+    -- resize: make the lock a pool of "new" slots, or change a pool's size.
+    --   old (the size the caller saw; null: a plain lock), new.
+    --   Applied when the size is still "old", a plain lock's lease is free, and no slot that
+    --   would be cut off is held.
+    elseif op == 'resize' then
+        local old = p.old
+        if old == cjson.null then old = nil end
+        local size = h.slots and tonumber(h.slots)
+        ok = size == (old and tonumber(old)) and (size ~= nil or free(lease('p')))
+        for n = tonumber(p.new), (size or 0) - 1 do
+            ok = ok and free(lease('s:' .. s(n)))
+        end
+        if ok then set('slots', s(p.new)) end
+        wake = tonumber(p.new) > (size or 0)
+
+    -- read: no branch of its own: nothing is written, the answer is all (lease, slot: the answer
+    --   says how that lease ended, if it was taken over). Any other step is an error.
+    elseif op ~= 'read' then
+        return redis.error_reply('ERR awsflock: unknown step ' .. op)
     end
 
--- resize: make the lock a pool of "new" slots, or change a pool's size.
---   old (the size the caller saw; null: a plain lock), new.
---   Applied when the size is still "old", a plain lock's lease is free, and no slot that
---   would be cut off is held.
-elseif op == 'resize' then
-    local old = p.old
-    if old == cjson.null then old = nil end
-    local size = h.slots and tonumber(h.slots)
-    ok = size == (old and tonumber(old)) and (size ~= nil or free(lease('p')))
-    for n = tonumber(p.new), (size or 0) - 1 do
-        ok = ok and free(lease('s:' .. s(n)))
+    if ok and op ~= 'read' then collect() end
+    -- Only a hint, after every write: pcall, so that a user not allowed to publish (ACL rules from
+    -- before the hint) or any failure of it leaves the step as it was; waiters then only poll.
+    if ok and wake then redis.pcall('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'wake', op) end
+    if p.touch and op ~= 'read' then
+        -- Something to wait for: WAIT and WAITAOF count this connection's writes, and what a
+        -- refusal showed may have been written by another connection not yet on the replicas.
+        redis.call('HSET', KEYS[2], 'touched', s(now))
     end
-    if ok then set('slots', s(p.new)) end
-    wake = tonumber(p.new) > (size or 0)
-
--- read: no branch of its own: nothing is written, the answer is all (lease, slot: the answer
---   says how that lease ended, if it was taken over). Any other step is an error.
-elseif op ~= 'read' then
-    return redis.error_reply('ERR awsflock: unknown step ' .. op)
+    local out = {}
+    for k, v in pairs(h) do out[#out + 1] = k; out[#out + 1] = v end
+    if ok then return {1, s(now), out} end
+    if bar then return {2, s(now), out} end
+    local ended = false
+    if (op == 'end' or op == 'renew' or op == 'read') and p.lease then
+        ended = done(p.lease) or false
+    end
+    return {0, s(now), out, ended}
 end
 
-if ok and op ~= 'read' then collect() end
--- Only a hint, after every write: pcall, so that a user not allowed to publish (ACL rules from
--- before the hint) or any failure of it leaves the step as it was; waiters then only poll.
-if ok and wake then redis.pcall('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'wake', op) end
-if p.touch and op ~= 'read' then
-    -- Something to wait for: WAIT and WAITAOF count this connection's writes, and what a
-    -- refusal showed may have been written by another connection not yet on the replicas.
-    redis.call('HSET', KEYS[2], 'touched', s(now))
+-- A set's step (awsflock/sets.py): take_all, renew_all or end_all of 1 to 32 plain locks, KEYS
+-- holding each lock's five keys in turn, p.steps each lock's parameters. Every lock's keys are
+-- checked (usable) before the first write. take_all is all or nothing: a first pass checks
+-- every take (dry), and only if each would be applied are they made; refused, the refused
+-- take's answer and a read of each other lock. Answer: {1 or 0, now, {each lock's answer}}.
+local function all(op, p)
+    local steps = p.steps
+    local bad = type(steps) ~= 'table' or #steps < 1 or #steps > 32 or #KEYS ~= 5 * #steps
+    local keys, seen = {}, {}
+    for i = 1, bad and 0 or #steps do
+        keys[i] = {KEYS[5 * i - 4], KEYS[5 * i - 3], KEYS[5 * i - 2], KEYS[5 * i - 1], KEYS[5 * i]}
+        local one = steps[i]
+        bad = bad or seen[keys[i][1]] or (one.slot ~= nil and one.slot ~= cjson.null)
+            or (one.ticket ~= nil and one.ticket ~= cjson.null)
+        seen[keys[i][1]] = true
+    end
+    if bad then return redis.error_reply('ERR awsflock: bad arguments for step ' .. op) end
+    local clock = clock_of(steps[1])  -- every lock's step carries the same clock
+    local single = string.sub(op, 1, -5)
+    for i = 1, #steps do
+        local refused = usable(keys[i], single)
+        if refused then return refused end
+    end
+    if p.touch then redis.call('HSET', keys[1][2], 'touched', s(clock.now)) end
+    local replies = {}
+    for i = 1, op == 'take_all' and #steps or 0 do
+        local r = step(keys[i], 'take', steps[i], clock, true)
+        if r ~= true then
+            if r.err then return r end
+            for j = 1, #steps do
+                replies[j] = (j == i) and r or step(keys[j], 'read', {}, clock, false)
+            end
+            return {0, s(clock.now), replies}
+        end
+    end
+    for i = 1, #steps do
+        local r = step(keys[i], single, steps[i], clock, false)
+        if r.err then return r end
+        replies[i] = r
+    end
+    return {1, s(clock.now), replies}
 end
-local out = {}
-for k, v in pairs(h) do out[#out + 1] = k; out[#out + 1] = v end
-if ok then return {1, s(now), out} end
-if bar then return {2, s(now), out} end
-local ended = false
-if (op == 'end' or op == 'renew' or op == 'read') and p.lease then
-    ended = done(p.lease) or false
-end
-return {0, s(now), out, ended}
+
+local op = ARGV[1]
+local p = cjson.decode(ARGV[2])
+if op == 'take_all' or op == 'renew_all' or op == 'end_all' then return all(op, p) end
+return step(KEYS, op, p, clock_of(p), false)

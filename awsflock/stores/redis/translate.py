@@ -45,13 +45,21 @@ _REFUSALS: dict[str, tuple[type[errors.AwsflockError], str, str, bool]] = {
         False,
     ),
 }
-for _code in ("MOVED", "ASK", "CROSSSLOT"):
+for _code in ("MOVED", "ASK"):
     _REFUSALS[_code] = (
         errors.StoreError,
         "{where} is a cluster node that does not own this lock's keys ({text})",
         "awsflock speaks to one node: point --store at the shard that owns the lock",
         False,
     )
+# A set's step names several locks, whose keys a cluster keeps in different hash slots.
+_REFUSALS["CROSSSLOT"] = (
+    errors.StoreError,
+    "{where} is a cluster node, which cannot take locks kept in different hash slots in one "
+    "step ({text})",
+    "take one lock at a time there, or keep the locks on one Redis server (not a cluster)",
+    False,
+)
 
 
 def clears_up(exc: BaseException) -> bool:

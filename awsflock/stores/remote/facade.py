@@ -4,7 +4,8 @@ step function, Redis's script): the steps' parameters, one call each through the
 layer, and the answer read in the shared form (``answers``).
 
 A backend gives a ``link`` whose ``step(conn, request)`` sends one step, and a ``program``
-(``StepProgram``): the request a step sends and its reply in the shared form. Both are plain
+(``StepProgram``): the request a step sends and its reply in the shared form (and a set's
+steps, ``awsflock.sets``, each one call too, where its kind holds sets). Both are plain
 data in, data out, so an asynchronous transport sends the same requests and reads the same
 replies. The calls that are not lock steps (scans, audit, set-up) are the backend's own.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from awsflock import errors
@@ -36,6 +37,7 @@ from awsflock.records import (
     Waiter,
     kept_audit,
 )
+from awsflock.sets import check_set_attempts, no_sets
 from awsflock.stores import kinds
 from awsflock.stores.remote import answers
 from awsflock.stores.remote.connected import Connected
@@ -54,6 +56,15 @@ class StepProgram(Protocol):
 
     def answer(self, reply: Any, lock_id: str) -> answers.Answer:
         """The server's ``reply`` to a step on ``lock_id``, in the shared form."""
+        ...
+
+    def request_all(self, op: str, steps: list[tuple[str, dict[str, Any]]]) -> Any:
+        """The request of a set's step ``op`` (take_all, renew_all, end_all): each
+        ``(lock_id, params)``'s take, renew or end in one call (``awsflock.sets``)."""
+        ...
+
+    def answer_all(self, reply: Any, lock_ids: list[str]) -> list[answers.Answer]:
+        """The server's ``reply`` to a set's step, one answer per lock, in order."""
         ...
 
 
@@ -92,7 +103,38 @@ class StepStore(Connected[C], Generic[C]):
             return link.step(conn, request, self._try_timeout()), wall_ms, mono
 
         reply, wall_ms, mono = self._send(operation, call)
-        answer = self.program.answer(reply, lock_id)
+        return self._outcome(self.program.answer(reply, lock_id), lock_id, params, wall_ms, mono)
+
+    def _call_all(
+        self, operation: str, op: str, steps: list[tuple[str, dict[str, Any]]]
+    ) -> tuple[Outcome, ...]:
+        """A set's step (``awsflock.sets``): one call; each lock's answer as an Outcome."""
+        if not kinds.get(self.kind).sets:
+            raise no_sets(self.where())
+        request = self.program.request_all(op, steps)
+        link: Any = self.link
+
+        def call(conn: C) -> tuple[Any, int, float]:
+            wall_ms, mono = round(self.clock.time() * 1000), self.clock.monotonic()
+            return link.step(conn, request, self._try_timeout()), wall_ms, mono
+
+        reply, wall_ms, mono = self._send(operation, call)
+        found = self.program.answer_all(reply, [lock_id for lock_id, _ in steps])
+        return tuple(
+            self._outcome(answer, lock_id, params, wall_ms, mono)
+            for answer, (lock_id, params) in zip(found, steps)
+        )
+
+    def _outcome(
+        self,
+        answer: answers.Answer,
+        lock_id: str,
+        params: dict[str, Any],
+        wall_ms: int,
+        mono: float,
+    ) -> Outcome:
+        """A step's answer on ``lock_id`` as an Outcome in the caller's clock (``wall_ms`` and
+        ``mono``: the caller's clocks, read together when the answered try was sent)."""
         shift, to_mono = 0, None
         if self.server_time:
             shift = wall_ms - answer.now_ms
@@ -109,8 +151,41 @@ class StepStore(Connected[C], Generic[C]):
         return {} if self.server_time else {"now": now_ms, "skew": skew_ms}
 
     def take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        return self._call("acquire", "take", lock_id, self._take_params(attempt))
+
+    def take_all(self, takes: Sequence[tuple[str, Attempt]]) -> tuple[Outcome, ...]:
+        check_set_attempts(takes)
+        steps = [(lock_id, self._take_params(attempt)) for lock_id, attempt in takes]
+        return self._call_all("acquire", "take_all", steps)
+
+    def renew_all(
+        self,
+        leases: Sequence[tuple[str, str]],
+        *,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        keeper: str | None = None,
+    ) -> tuple[Outcome, ...]:
+        steps = [
+            (lock_id, self._renew_params(lease_id, now_ms, lease_ms, skew_ms, None, keeper))
+            for lock_id, lease_id in leases
+        ]
+        return self._call_all("renew", "renew_all", steps)
+
+    def release_all(
+        self, leases: Sequence[tuple[str, str]], *, now_ms: int, skew_ms: int
+    ) -> tuple[Outcome, ...]:
+        clock = self._clock(now_ms, skew_ms)
+        steps = [
+            (lock_id, {**clock, "lease": lease_id, "slot": None, "ended": ENDED_RELEASED})
+            for lock_id, lease_id in leases
+        ]
+        return self._call_all("release", "end_all", steps)
+
+    def _take_params(self, attempt: Attempt) -> dict[str, Any]:
         _check_drops(attempt.drop)
-        params = {
+        return {
             **self._clock(attempt.now_ms, attempt.skew_ms),
             "lease": attempt.lease_id,
             "who": _who(attempt.identity),
@@ -121,7 +196,6 @@ class StepStore(Connected[C], Generic[C]):
             "ticket": attempt.ticket,
             "drop": [list(d) for d in attempt.drop],
         }
-        return self._call("acquire", "take", lock_id, params)
 
     def renew(
         self,
@@ -134,7 +208,19 @@ class StepStore(Connected[C], Generic[C]):
         slot: int | None = None,
         keeper: str | None = None,
     ) -> Outcome:
-        params = {
+        params = self._renew_params(lease_id, now_ms, lease_ms, skew_ms, slot, keeper)
+        return self._call("renew", "renew", lock_id, params)
+
+    def _renew_params(
+        self,
+        lease_id: str,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        slot: int | None,
+        keeper: str | None,
+    ) -> dict[str, Any]:
+        return {
             **self._clock(now_ms, skew_ms),
             "lease": lease_id,
             "lease_ms": lease_ms,
@@ -143,7 +229,6 @@ class StepStore(Connected[C], Generic[C]):
             "slot": slot,
             "keeper": keeper,
         }
-        return self._call("renew", "renew", lock_id, params)
 
     def release(
         self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
