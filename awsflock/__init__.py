@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from awsflock.lock.connect import connect
     from awsflock.lock.heartbeat import Hold
     from awsflock.lock.lease import Lease, LockTable
+    from awsflock.lock.set_table import LeaseSet
     from awsflock.protocol import Attempt, LockStore, Outcome
     from awsflock.records import Identity, Line, LockRecord, Pool, Waiter
     from awsflock.stores.dynamodb import DynamoDBStore
@@ -65,6 +66,7 @@ _WHERE = {
     "Identity": "records",
     "Lease": "lock.lease",
     "LeaseLost": "errors",
+    "LeaseSet": "lock.set_table",
     "LockBusy": "errors",
     "Line": "records",
     "LockRecord": "records",
@@ -103,6 +105,7 @@ __all__ = [
     "Identity",
     "Lease",
     "LeaseLost",
+    "LeaseSet",
     "Line",
     "LockBusy",
     "LockRecord",

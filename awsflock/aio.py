@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from awsflock import errors
@@ -123,7 +124,7 @@ class LockTable(table_async.LockTable):
 
     def lock(
         self,
-        lock_id: str,
+        lock_id: str | Sequence[str],
         *,
         lease: float | str = 60.0,
         wait: float | str | None = DEFAULT_WAIT,

@@ -134,3 +134,23 @@ class SetSteps(Protocol):
         per lease, in order, each applied or not on its own (a lease id an end finds nothing
         under is barred as a release bars it)."""
         ...
+
+
+class AsyncSetSteps(Protocol):
+    """``SetSteps`` as ``awsflock.aio`` awaits them."""
+
+    async def take_all(self, takes: Sequence[tuple[str, Attempt]]) -> tuple[Outcome, ...]: ...
+
+    async def renew_all(
+        self,
+        leases: Sequence[tuple[str, str]],
+        *,
+        now_ms: int,
+        lease_ms: int,
+        skew_ms: int,
+        keeper: str | None = None,
+    ) -> tuple[Outcome, ...]: ...
+
+    async def release_all(
+        self, leases: Sequence[tuple[str, str]], *, now_ms: int, skew_ms: int
+    ) -> tuple[Outcome, ...]: ...

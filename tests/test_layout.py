@@ -303,6 +303,7 @@ LAYERS = (
             "names",
             "metrics",
             "extras",
+            "sets",
         ),
     ),
     ("stores", ("stores",)),

@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import logging
 import random
-import uuid
-from dataclasses import dataclass
-from typing import Any
 
 from awsflock import errors
 from awsflock.clock_async import AsyncClock
-from awsflock.names import slot_of
+from awsflock.lock.grants import Grant, new_lease_id
 from awsflock.protocol import MIN_TRY, Attempt, Drops, Outcome
 from awsflock.protocol_async import AsyncLockStore
 from awsflock.records import NO_LINE, Identity, Line, LockRecord
@@ -33,42 +30,6 @@ log = logging.getLogger("awsflock.lease")
 
 #: An acquire returns a lease only with at least this fraction of its duration left.
 MIN_LEFT = 0.5
-
-
-def event_fields(name: str, lock_id: str, record: LockRecord | None) -> dict[str, Any]:
-    """Fields of a log event (the JSON format drops lease_id unless at debug level)."""
-    data: dict[str, Any] = {"event": name, "lock_id": lock_id}
-    if record is not None:
-        data["owner"] = record.owner
-        data["fencing_token"] = record.fencing_token
-        data["lease_id"] = record.lease_id
-        if slot_of(record.lease_id) is not None:
-            data["slot"] = slot_of(record.lease_id)
-    return data
-
-
-def new_lease_id() -> str:
-    """An unguessable LEASE_ID: uuid4 takes its 122 random bits from os.urandom."""
-    return str(uuid.uuid4())
-
-
-@dataclass(frozen=True)
-class Grant:
-    """A lease an acquisition holds: its LEASE_ID and the record as the store wrote it.
-    ``to_mono`` turns the record's times into the clock's monotonic time (see
-    ``Outcome.to_mono``; None: not known)."""
-
-    lease_id: str
-    record: LockRecord
-    slot: int | None
-    attempts: int
-    waited: float
-    to_mono: float | None = None
-    #: The caller was told it waits for the lock: the grant is said as loudly.
-    contended: bool = False
-    #: Seconds from the last answer that did not grant to this grant's (None: the first try
-    #: granted): how long the hand-off took at most, as this waiter saw it.
-    handoff: float | None = None
 
 
 class Acquisition:
@@ -176,7 +137,7 @@ class Acquisition:
         """A new attempt's lease id (on ``slot``), said at debug level and counted as sent and
         unsettled before it is: it may land whatever its answer."""
         self.attempts += 1
-        lease_id = new_lease_id() + ("" if slot is None else f".{slot}")
+        lease_id = self.fresh_id(slot)
         log.debug(
             "acquire attempt %d on %r%s",
             self.attempts,
@@ -192,6 +153,20 @@ class Acquisition:
         self.sent.add(lease_id)
         self.unsettled[lease_id] = slot
         return lease_id
+
+    def fresh_id(self, slot: int | None) -> str:
+        """A new attempt's LEASE_ID (on ``slot``)."""
+        return new_lease_id() + ("" if slot is None else f".{slot}")
+
+    def release_command(self, lease_id: str) -> str:
+        """The command that frees what an attempt under ``lease_id`` may hold."""
+        return f"awsflock release {self.lock_id} {lease_id}"
+
+    def what(self) -> str:
+        """What this acquire waits for, for messages ("lock 'x'")."""
+        if self.size:
+            return f"all {self.size} slots of pool {self.lock_id!r} are held; the next to free up"
+        return f"lock {self.lock_id!r}"
 
     def _attempt_end(self) -> float:
         """When an attempt's requests must be over: one request timeout from now, and early
@@ -367,12 +342,11 @@ class Acquisition:
             log.warning(
                 "an attempt to acquire %r may have been granted without an answer; if so, the "
                 "lock is held until about %s (later if the request landed late) under LEASE_ID "
-                "%s: free it with `awsflock release %s %s`",
+                "%s: free it with `%s`",
                 self.lock_id,
                 iso_utc(self.clock.time() + self.lease_s),
                 lease_id,
-                self.lock_id,
-                lease_id,
+                self.release_command(lease_id),
                 extra={"event": "abandon_failed", "lock_id": self.lock_id, "slot": slot},
             )
         self.unsettled.clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from awsflock import errors, metrics
@@ -32,16 +33,24 @@ LostCallback = Callable[["Hold", errors.LeaseLost], None]
 
 
 class HeldLease(Protocol):
-    """What a hold needs of its lease (``awsflock.lock.lease.Lease``)."""
+    """What a hold needs of its lease (``awsflock.lock.lease.Lease``, or a ``LeaseSet``)."""
 
     lease_id: str
     owner: str
-    fencing_token: int | None
     slot: int | None
-    expires_at: float
-    expires_mono: float
-    acquired_at: float
     released: bool
+
+    @property
+    def fencing_token(self) -> int | None: ...
+
+    @property
+    def expires_at(self) -> float: ...
+
+    @property
+    def expires_mono(self) -> float: ...
+
+    @property
+    def acquired_at(self) -> float: ...
 
     def renew(self, lease: float | str | None = None) -> Any: ...
 
@@ -59,7 +68,7 @@ class Leases(Protocol):
 
     def acquire(
         self,
-        lock_id: str,
+        lock_id: str | Sequence[str],
         *,
         lease: float | str = ...,
         wait: float | str | None = ...,
@@ -81,7 +90,7 @@ class Hold(HoldState):
     def __init__(
         self,
         table: Leases,
-        lock_id: str,
+        lock_id: str | Sequence[str],
         *,
         lease: float | str = 60.0,
         wait: float | str | None = 60.0,
@@ -96,7 +105,11 @@ class Hold(HoldState):
     ) -> None:
         self.table = table
         self.fair = fair
-        self.lock_id = lock_id
+        #: The locks held (several: taken together, ``awsflock.sets``), and their names as
+        #: messages say them.
+        self.lock_ids = (lock_id,) if isinstance(lock_id, str) else tuple(lock_id)
+        self.lock_id = lock_id if isinstance(lock_id, str) else ", ".join(self.lock_ids)
+        self._asked = lock_id if isinstance(lock_id, str) else self.lock_ids
         self.lease_s = lease_seconds(lease)
         self.wait_s = wait
         policy = renewal.POLICY
@@ -143,7 +156,7 @@ class Hold(HoldState):
         if self._lease is not None:
             raise errors.UsageError("the hold was already started")
         self._lease = self.table.acquire(
-            self.lock_id,
+            self._asked,
             lease=self.lease_s,
             wait=self.wait_s,
             identity=self.identity,
@@ -152,7 +165,8 @@ class Hold(HoldState):
             fair=self.fair,
         )
         if (self.slots or 1) == 1:
-            owners.enter(self.table.store, self.lock_id, self)
+            for name in self.lock_ids:
+                owners.enter(self.table.store, name, self)
         self._next_renew = self._first_renewal(self._lease)
         return self._lease
 
@@ -179,7 +193,8 @@ class Hold(HoldState):
     def stop(self, release: bool = True, join_timeout: float | None = None) -> None:
         """Stop renewing and (by default) release. Raises LeaseLost if the lease was lost."""
         self._stop.set()
-        owners.leave(self.table.store, self.lock_id, self)
+        for name in self.lock_ids:
+            owners.leave(self.table.store, name, self)
         if self._renewing:
             renewer = self.table.renewer()
             renewer.remove(self)

@@ -20,9 +20,13 @@ class Held(Protocol):
 
     lease_id: str
     owner: str
-    fencing_token: int | None
     slot: int | None
-    expires_mono: float
+
+    @property
+    def fencing_token(self) -> int | None: ...
+
+    @property
+    def expires_mono(self) -> float: ...
 
 
 class HoldState:
@@ -54,6 +58,12 @@ class HoldState:
     @property
     def fencing_token(self) -> int | None:
         return self.lease.fencing_token
+
+    @property
+    def fencing_tokens(self) -> dict[str, int | None]:
+        """Each lock's fencing token, by name (one name for a single lock)."""
+        tokens: dict[str, int | None] | None = getattr(self.lease, "fencing_tokens", None)
+        return tokens if tokens is not None else {self.lock_id: self.lease.fencing_token}
 
     @property
     def lease_id(self) -> str:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Callable
 
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
 from awsflock.lock import table
-from awsflock.lock.acquisition import new_lease_id
+from awsflock.lock.grants import new_lease_id
 from awsflock.lock.heartbeat import Hold, LostCallback
 from awsflock.lock.held import Lease
 from awsflock.lock.table import DEFAULT_LEASE, DEFAULT_SKEW, DEFAULT_WAIT, WAIT_FOREVER
@@ -108,7 +108,7 @@ class LockTable(table.LockTable):
 
     def lock(
         self,
-        lock_id: str,
+        lock_id: str | Sequence[str],
         *,
         lease: float | str = 60.0,
         wait: float | str | None = DEFAULT_WAIT,

@@ -27,7 +27,8 @@ from typing import Callable
 
 from awsflock import errors, metrics
 from awsflock.clock import Clock
-from awsflock.lock.acquisition import Acquisition, Grant
+from awsflock.lock.acquisition import Acquisition
+from awsflock.lock.grants import Grant
 from awsflock.lock.telling import NOTICE
 from awsflock.lock.waiting import Policy
 from awsflock.protocol import LINE_LAPSE_MS, MAX_DROPS, Drops, Outcome

@@ -9,17 +9,20 @@ import dataclasses
 import logging
 import random
 import threading
-from typing import Any, Callable
+from collections.abc import Sequence
+from typing import Any, Callable, overload
 
 from awsflock import errors, metrics
 from awsflock.clock_async import AsyncClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
 from awsflock.lock import owners, telling, verdict, waiting_async
-from awsflock.lock.acquisition_async import Acquisition, Grant, event_fields
+from awsflock.lock.acquisition_async import Acquisition
 from awsflock.lock.election_async import Election, Term
+from awsflock.lock.grants import Grant, event_fields
 from awsflock.lock.held_async import Lease
 from awsflock.lock.line_async import Fair, new_ticket
 from awsflock.lock.renewer import AsyncRenewer
+from awsflock.lock.set_table_async import LeaseSet, SetTable
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol_async import AsyncLockStore
 from awsflock.records import Identity, LockRecord, Pool
@@ -39,7 +42,7 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-class LockTable:
+class LockTable(SetTable):
     """Locks in one store (``store``). The clock (the store's unless given), the random source
     and the identity written into records are injectable, so tests of waiting and expiry need
     no sleeping."""
@@ -103,9 +106,35 @@ class LockTable:
         """Now, by this table's clock, in epoch milliseconds."""
         return _ms(self.clock.time())
 
+    @overload
     async def acquire(
         self,
         lock_id: str,
+        *,
+        lease: float | str = ...,
+        wait: float | str | None = ...,
+        identity: Identity | None = ...,
+        slots: int | None = ...,
+        cancel: threading.Event | None = ...,
+        fair: bool = ...,
+    ) -> Lease: ...
+
+    @overload
+    async def acquire(
+        self,
+        lock_id: Sequence[str],
+        *,
+        lease: float | str = ...,
+        wait: float | str | None = ...,
+        identity: Identity | None = ...,
+        slots: int | None = ...,
+        cancel: threading.Event | None = ...,
+        fair: bool = ...,
+    ) -> Lease | LeaseSet: ...
+
+    async def acquire(
+        self,
+        lock_id: str | Sequence[str],
         *,
         lease: float | str = DEFAULT_LEASE,
         wait: float | str | None = DEFAULT_WAIT,
@@ -113,7 +142,7 @@ class LockTable:
         slots: int | None = None,
         cancel: threading.Event | None = None,
         fair: bool = False,
-    ) -> Lease:
+    ) -> Lease | LeaseSet:
         """Take the lock, waiting up to ``wait`` seconds (0: don't wait; ``WAIT_FOREVER``).
 
         With ``slots=N`` (N > 1) the lock is a pool of N slots: up to N holders at once, each
@@ -121,7 +150,33 @@ class LockTable:
         the lock's line and is served in order of arrival (``awsflock.lock.line``); without it, it
         never goes ahead of a live waiter in line. Raises LockBusy (with ``.holder``) when it
         stayed held, and Cancelled (holding nothing) once ``cancel`` is set.
+
+        With a list of names, every one of them is taken together in one step, or none is
+        (``awsflock.sets``): a ``LeaseSet``, one LEASE_ID with a fencing token per lock. Plain
+        locks only (no ``slots``, no ``fair``).
         """
+        if not isinstance(lock_id, str):
+            if slots is not None or fair:
+                raise errors.UsageError(
+                    "locks taken together are plain locks, served as they come",
+                    hint="drop slots/fair (--slots/--fair), or take that lock on its own",
+                )
+            return await self.acquire_set(
+                lock_id, lease=lease, wait=wait, identity=identity, cancel=cancel
+            )
+        return await self._acquire_one(lock_id, lease, wait, identity, slots, cancel, fair)
+
+    async def _acquire_one(
+        self,
+        lock_id: str,
+        lease: float | str,
+        wait: float | str | None,
+        identity: Identity | None,
+        slots: int | None,
+        cancel: threading.Event | None,
+        fair: bool,
+    ) -> Lease:
+        """``acquire`` of one lock."""
         check_lock_id(lock_id)
         size = check_slots(lock_id, slots)
         lease_s = lease_seconds(lease)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from awsflock import errors, metrics
 from awsflock.clock import Clock
-from awsflock.lock.acquisition import event_fields
+from awsflock.lock.grants import event_fields
 from awsflock.records import LockRecord
 from awsflock.text import format_seconds
 
@@ -109,9 +109,7 @@ def next_pause(
 
 
 def _what(run: Acquisition) -> str:
-    if run.size:
-        return f"all {run.size} slots of pool {run.lock_id!r} are held; the next to free up"
-    return f"lock {run.lock_id!r}"
+    return run.what()
 
 
 def check_cancel(cancel: threading.Event | None, when: str) -> None:

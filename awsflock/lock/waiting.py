@@ -34,7 +34,8 @@ from typing import Callable
 
 from awsflock import metrics
 from awsflock.clock import Clock
-from awsflock.lock.acquisition import Acquisition, Grant
+from awsflock.lock.acquisition import Acquisition
+from awsflock.lock.grants import Grant
 from awsflock.lock.telling import Progress, busy_error, check_cancel, log_retry, next_pause
 from awsflock.protocol import Waker
 from awsflock.records import LockRecord

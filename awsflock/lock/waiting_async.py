@@ -34,8 +34,9 @@ from typing import Callable
 
 from awsflock import metrics
 from awsflock.clock_async import AsyncClock
-from awsflock.lock.acquisition_async import Acquisition, Grant
+from awsflock.lock.acquisition_async import Acquisition
 from awsflock.lock.finishing import finish  # async only
+from awsflock.lock.grants import Grant
 from awsflock.lock.telling import Progress, busy_error, check_cancel, log_retry, next_pause
 from awsflock.protocol_async import AsyncWaker
 from awsflock.records import LockRecord

@@ -32,6 +32,12 @@ class AsyncMemoryStore:
     def skew_free(self) -> bool:
         return bool(self.sync.skew_free)
 
+    @property
+    def transactions(self) -> bool:
+        """As the store it awaits (``kinds.transactions``: a kind whose stores run them always
+        does not say so)."""
+        return bool(getattr(self.sync, "transactions", True))
+
     def where(self) -> str:
         return self.sync.where()
 
@@ -58,6 +64,15 @@ class AsyncMemoryStore:
 
     async def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
         return self.sync.read(lock_id, lease_id)
+
+    async def take_all(self, takes: Any) -> tuple[Outcome, ...]:
+        return self.sync.take_all(takes)
+
+    async def renew_all(self, leases: Any, **step: Any) -> tuple[Outcome, ...]:
+        return self.sync.renew_all(leases, **step)
+
+    async def release_all(self, leases: Any, **step: Any) -> tuple[Outcome, ...]:
+        return self.sync.release_all(leases, **step)
 
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
         return self.sync.locks(prefix)

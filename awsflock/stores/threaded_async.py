@@ -18,16 +18,18 @@ import functools
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from awsflock.clock_async import AsyncClock
 from awsflock.protocol import Attempt, Drops, LockStore, Outcome
 from awsflock.protocol_async import AsyncSleeper, AsyncWaker
 from awsflock.records import Waiter
+from awsflock.sets import SetSteps
 
 #: Steps of one store running at once, at most (each a thread while it runs).
 MAX_THREADS = 16
 
+_T = TypeVar("_T")
 _BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "awsflock_step_budget", default=None
 )
@@ -49,6 +51,12 @@ class AsyncThreadedStore:
     @property
     def skew_free(self) -> bool:
         return bool(self.sync.skew_free)
+
+    @property
+    def transactions(self) -> bool:
+        """As the store it awaits (``kinds.transactions``: a kind whose stores run them always
+        does not say so)."""
+        return bool(getattr(self.sync, "transactions", True))
 
     def where(self) -> str:
         return self.sync.where()
@@ -84,6 +92,20 @@ class AsyncThreadedStore:
     async def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
         return await self._run(self.sync.read, lock_id, lease_id)
 
+    async def take_all(self, takes: Any) -> tuple[Outcome, ...]:
+        return await self._run(self._sets().take_all, takes)
+
+    async def renew_all(self, leases: Any, **step: Any) -> tuple[Outcome, ...]:
+        return await self._run(self._sets().renew_all, leases, **step)
+
+    async def release_all(self, leases: Any, **step: Any) -> tuple[Outcome, ...]:
+        return await self._run(self._sets().release_all, leases, **step)
+
+    def _sets(self) -> SetSteps:
+        """The store's set steps (a kind without them refuses a set before this is reached)."""
+        steps: Any = self.sync
+        return steps  # type: ignore[no-any-return]
+
     def waker(self, lock_id: str) -> AsyncWaker:
         return AsyncSleeper()
 
@@ -102,7 +124,7 @@ class AsyncThreadedStore:
                 self._pool = ThreadPoolExecutor(MAX_THREADS, "awsflock-step")
             return self._pool
 
-    async def _run(self, step: Callable[..., Outcome], *args: Any, **kwargs: Any) -> Outcome:
+    async def _run(self, step: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         end = _BUDGET.get()
         call = functools.partial(_bounded, self.sync, end, step, args, kwargs)
         future = asyncio.get_running_loop().run_in_executor(self._threads(), call)
@@ -117,7 +139,7 @@ class AsyncThreadedStore:
             raise
 
 
-async def _landed(future: asyncio.Future[Outcome]) -> None:
+async def _landed(future: asyncio.Future[Any]) -> None:
     """Wait for ``future`` to end, whatever its outcome (its error is its caller's)."""
     with contextlib.suppress(Exception):
         await asyncio.shield(future)
@@ -126,10 +148,10 @@ async def _landed(future: asyncio.Future[Outcome]) -> None:
 def _bounded(
     store: LockStore,
     end: float | None,
-    step: Callable[..., Outcome],
+    step: Callable[..., _T],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> Outcome:
+) -> _T:
     if end is None:
         return step(*args, **kwargs)
     with store.budget(end):

@@ -67,7 +67,7 @@ def one_lease_id_per_acquire() -> contextlib.AbstractContextManager[None]:
     unanswered is granted again past its lease while 0.2.0 reclaims the lock."""
     ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
     step = acquisition.Acquisition.step
-    new_lease_id = acquisition.new_lease_id
+    new_lease_id = acquisition.new_lease_id  # type: ignore[attr-defined]
     current: list[Any] = [None]
 
     def same_id() -> str:
