@@ -90,7 +90,7 @@ def test_renew_and_release_act_on_every_name_and_a_lost_one_is_named(store, cloc
         "b", member, force_id="F1", now_ms=now_ms, skew_ms=5000, actor="ops", reason="stuck"
     )
     assert forced.applied
-    with pytest.raises(errors.NotHeld, match="'b'.*force-released"):
+    with pytest.raises(errors.NotHeld, match=r"'b'.*force-released"):
         held.renew()
     with pytest.raises(errors.NotHeld, match="'b'"):
         held.release()
@@ -114,7 +114,7 @@ def test_a_hold_of_several_names_keeps_them_and_releases_them_after_the_body(sto
     with table.lock(["x", "y"], lease=30, wait=5) as held:
         assert set(held.fencing_tokens) == {"x", "y"} and held.fencing_token is None
         assert not store.read("x").lock.released  # type: ignore[union-attr]
-        with pytest.raises(errors.UsageError, match="lock .y. is already held by this thread"):
+        with pytest.raises(errors.UsageError, match=r"lock .y. is already held by this thread"):
             table.acquire(["z", "y"], lease=30, wait=1)
     assert store.read("x").lock.released and store.read("y").lock.released  # type: ignore[union-attr]
 

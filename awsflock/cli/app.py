@@ -223,9 +223,11 @@ def cli(**_shared: Any) -> None:
 
 
 class RunCommand(click.Command):
-    """`run LOCK_ID [OPTIONS] [--] CMD [ARGS]...`: awsflock's options may come before or after
-    LOCK_ID; the first word after LOCK_ID that is not an option (or everything after `--`)
-    starts CMD, whose own options are never parsed by awsflock."""
+    """`run LOCK_ID... [OPTIONS] [--] CMD [ARGS]...`: awsflock's options may come before or
+    after the names. With a `--`, every word before it that is not an option is a LOCK_ID and
+    CMD follows it; without one, the word after the first LOCK_ID that is not an option starts
+    CMD (with -c STRING, which leaves no CMD, every such word is a LOCK_ID). CMD's own options
+    are never parsed by awsflock."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         head, tail = self.split(args)
@@ -235,6 +237,7 @@ class RunCommand(click.Command):
     def split(self, args: list[str]) -> tuple[list[str], list[str]]:
         """(awsflock's own words, CMD and its arguments)."""
         takes_value = _options_taking_a_value(self)
+        ended = "--" in args  # the names end at the first `--`
         positional = 0
         i = 0
         while i < len(args):
@@ -242,16 +245,17 @@ class RunCommand(click.Command):
             if word == "--":
                 return args[:i], args[i + 1 :]
             if word.startswith("-") and word != "-":
+                ended = ended or (not word.startswith("--") and "c" in word[1:])
                 i += _value_words(word, takes_value)  # its value
             else:
                 positional += 1
-                if positional == 2:
+                if positional == 2 and not ended:
                     return args[:i], args[i:]
             i += 1
         return args, []
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage(ctx.command_path, "LOCK_ID [OPTIONS] [--] CMD [ARGS]...")
+        formatter.write_usage(ctx.command_path, "LOCK_ID... [OPTIONS] [--] CMD [ARGS]...")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,7 @@ from awsflock.lock import renewal
 
 if TYPE_CHECKING:
     from awsflock.lock.lease import Lease, LockTable
+    from awsflock.lock.set_table import LeaseSet
 
 
 def start_renewer(
@@ -56,18 +57,25 @@ def start_renewer(
         raise
 
 
-def give_back(table: LockTable, lease: Lease) -> None:
+def give_back(table: LockTable, lease: Lease | LeaseSet) -> None:
     """Release a lease no LEASE_ID was printed for; if that fails, name it and what frees it
     (one line), so that no lease is left held that nobody knows of."""
+    import shlex
+
+    names = getattr(lease, "lock_ids", (lease.lock_id,))
     try:
-        table.release_lease(lease.lock_id, lease.lease_id)
+        if len(names) > 1:
+            table.release_set_lease(names, lease.lease_id)
+        else:
+            table.release_lease(lease.lock_id, lease.lease_id)
     except errors.NotHeld:
         return
     except errors.AwsflockError as exc:
+        frees = shlex.join(["awsflock", "release", *names, lease.lease_id])
         logs.say(
             f"could not give back the lease on {lease.lock_id!r} ({exc.one_line()}): it may be "
             f"held until its lease ends, under LEASE_ID {lease.lease_id}: free it with "
-            f"`awsflock release {lease.lock_id} {lease.lease_id}`",
+            f"`{frees}`",
             level="warning",
             label="warning",
             event="release_failed",

@@ -24,17 +24,19 @@ from awsflock.cli.lock_options import (
 )
 from awsflock.cli.options import Common, common_options
 from awsflock.lock import renewal
+from awsflock.names import check_lease_id
 
 #: The largest pid Linux hands out (pid_max's limit).
 PID_MAX = 4_194_304
 
 if TYPE_CHECKING:
     from awsflock.lock.lease import Lease, LockTable
+    from awsflock.lock.set_table import LeaseSet
     from awsflock.supervise.keepalive_plan import KeepAlive
 
 
 @cli.command("acquire", context_settings=CONTEXT)
-@click.argument("lock_id", metavar="LOCK_ID")
+@click.argument("lock_ids", metavar="LOCK_ID...", nargs=-1, required=True)
 @common_options
 @lease_option("2 hours", "How long the lease lasts unless renewed.")
 @wait_options
@@ -68,7 +70,7 @@ if TYPE_CHECKING:
 )
 def acquire(
     common: Common,
-    lock_id: str,
+    lock_ids: tuple[str, ...],
     lease_duration: float,
     wait_time: float | None,
     no_wait: bool,
@@ -86,10 +88,15 @@ def acquire(
     --fair, waiters are served in order of arrival; without it, an acquire
     never goes ahead of a live --fair waiter.
 
+    Several LOCK_IDs are taken together in one request, or none is: one
+    LEASE_ID for all of them (renew and release it with the same names), a
+    fencing token each (--json).
+
     \b
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
     the holder with a failed conditional write).
     """
+    lock_id = _set_or_one(lock_ids, slots=slots, fair=fair, keep_alive=keep_alive or while_pid)
     # Until the wait's own signal handling takes over, Ctrl-C can only come before it.
     if_interrupted(f" while waiting for {lock_id!r}; nothing is held")
     plan = None
@@ -104,8 +111,9 @@ def acquire(
     # the LEASE_ID is out, names it), never leaving a lease held that nobody was told of.
     with _stopped_by_signals(signal.SIGINT) as (cancel, received):
         try:
+            asked = lock_ids if len(lock_ids) > 1 else lock_id
             lease = table.acquire(
-                lock_id, lease=lease_duration, wait=wait, slots=slots, fair=fair, cancel=cancel
+                asked, lease=lease_duration, wait=wait, slots=slots, fair=fair, cancel=cancel
             )
         except errors.Cancelled:
             _interrupted(
@@ -118,6 +126,21 @@ def acquire(
             _say_busy(common, exc, lock_id, wait, conflict_exit_code)
             raise click.exceptions.Exit(conflict_exit_code) from None
         _hand_over(common, table, lease, lock_id, plan, as_json, cancel, received)
+
+
+def _set_or_one(lock_ids: tuple[str, ...], **one_lock_only: object) -> str:
+    """The lock's name for messages: the one named, or the names of a set joined ("a, b"),
+    after refusing what only one lock can have (--slots, --fair, --keep-alive)."""
+    if len(lock_ids) == 1:
+        return lock_ids[0]
+    given = [name for name, value in one_lock_only.items() if value]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise errors.UsageError(
+            f"{flags} takes one LOCK_ID; {len(lock_ids)} were given",
+            hint="take that lock on its own, or drop " + flags,
+        )
+    return ", ".join(lock_ids)
 
 
 def _plan_keep_alive(lock_id: str, while_pid: int | None, lease_s: float) -> KeepAlive:
@@ -159,7 +182,7 @@ def _say_busy(
 def _hand_over(
     common: Common,
     table: LockTable,
-    lease: Lease,
+    lease: Lease | LeaseSet,
     lock_id: str,
     plan: KeepAlive | None,
     as_json: bool,
@@ -172,6 +195,9 @@ def _hand_over(
         kept.give_back(table, lease)
         _interrupted(received, lock_id, f"just after {lock_id!r} was granted; gave it back")
     if plan is not None:
+        from awsflock.lock.held import Lease as OneLease
+
+        assert isinstance(lease, OneLease)  # --keep-alive takes one LOCK_ID (_set_or_one)
         try:
             kept.start_renewer(common, table, lease, plan.follow, plan.started, cancel)
         except errors.Cancelled:
@@ -191,7 +217,9 @@ def _hand_over(
         )
 
 
-def _print_or_give_back(table: LockTable, lease: Lease, lock_id: str, as_json: bool) -> None:
+def _print_or_give_back(
+    table: LockTable, lease: Lease | LeaseSet, lock_id: str, as_json: bool
+) -> None:
     """Print the LEASE_ID; if it cannot be written, nobody will ever know it: the lease is
     given back (and a keep-alive renewer then finds it ended and stops)."""
     try:
@@ -256,7 +284,7 @@ def _stopped_by_signals(*more: int) -> Iterator[tuple[threading.Event, list[int]
 
 
 @cli.command("renew", context_settings=CONTEXT)
-@click.argument("lock_id", metavar="LOCK_ID")
+@click.argument("lock_ids", metavar="LOCK_ID...", nargs=-1, required=True)
 @click.argument("lease_id", metavar="LEASE_ID")
 @common_options
 @lease_option("2 hours", "New lease length, counted from now.")
@@ -264,7 +292,7 @@ def _stopped_by_signals(*more: int) -> Iterator[tuple[threading.Event, list[int]
 @json_option
 def renew(
     common: Common,
-    lock_id: str,
+    lock_ids: tuple[str, ...],
     lease_id: str,
     lease_duration: float,
     owner: str | None,
@@ -273,12 +301,20 @@ def renew(
     """Extend the lease LEASE_ID on LOCK_ID and print the LEASE_ID (exit 3 if not held).
 
     The LEASE_ID stays the same, so scripts that capture the output as awsflock
-    0.2.0 taught them keep working, and so do scripts that do not.
+    0.2.0 taught them keep working, and so do scripts that do not. The
+    LEASE_ID of several locks taken together renews them all, named as acquired.
 
     \b
     IAM: dynamodb:UpdateItem.
     """
     table = common.table(owner)
+    if _of_a_set(lock_ids, lease_id):
+        from awsflock.lock.set_table import LeaseSet
+
+        leases = table.renew_set_lease(lock_ids, lease_id, lease=lease_duration)
+        print_lease(LeaseSet(table, check_lease_id(lease_id), leases), as_json)
+        return
+    lock_id = lock_ids[0]
     lease = table.renew_lease(lock_id, lease_id, lease=lease_duration)
     from awsflock.supervise import keepalive
 
@@ -289,22 +325,30 @@ def renew(
 
 
 @cli.command("release", context_settings=CONTEXT)
-@click.argument("lock_id", metavar="LOCK_ID")
+@click.argument("lock_ids", metavar="LOCK_ID...", nargs=-1, required=True)
 @click.argument("lease_id", metavar="LEASE_ID")
 @common_options
 @json_option
-def release(common: Common, lock_id: str, lease_id: str, as_json: bool) -> None:
+def release(common: Common, lock_ids: tuple[str, ...], lease_id: str, as_json: bool) -> None:
     """Release LOCK_ID held by LEASE_ID (exit 3 if that lease does not hold it).
+
+    The LEASE_ID of several locks taken together releases them all in one
+    request, named as acquired.
 
     \b
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
     the item with a failed conditional write).
     """
-    from awsflock.names import check_lease_id
     from awsflock.supervise import keepalive
 
     table = common.table()
     lease_id = check_lease_id(lease_id)
+    if _of_a_set(lock_ids, lease_id):
+        table.release_set_lease(lock_ids, lease_id)
+        if as_json:
+            emit({"lock_ids": list(lock_ids), "released": True})
+        return
+    lock_id = lock_ids[0]
     try:
         table.release_lease(lock_id, lease_id)
     except errors.NotHeld:
@@ -316,3 +360,18 @@ def release(common: Common, lock_id: str, lease_id: str, as_json: bool) -> None:
     keepalive.stop(lease_id, lock_id)
     if as_json:
         emit({"lock_id": lock_id, "released": True})
+
+
+def _of_a_set(lock_ids: tuple[str, ...], lease_id: str) -> bool:
+    """Whether ``lease_id`` is a set's (``awsflock.sets``), refusing several names with the
+    LEASE_ID of one lock."""
+    from awsflock import sets
+
+    if sets.is_set_id(check_lease_id(lease_id)):
+        return True
+    if len(lock_ids) > 1:
+        raise errors.UsageError(
+            f"{len(lock_ids)} LOCK_IDs with the LEASE_ID of one lock",
+            hint="name the one lock that LEASE_ID holds (acquire printed it for that name)",
+        )
+    return False

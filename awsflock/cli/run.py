@@ -27,10 +27,17 @@ HELP = """Hold LOCK_ID while CMD runs; exit with CMD's status.
   awsflock run deploy-prod -- terraform apply -auto-approve
   awsflock run --no-wait -E 0 nightly-report -- ./report.sh
   awsflock run backup -c 'pg_dump db | gzip > /backups/db.gz'
+  awsflock run network db app-prod -- ./deploy.sh
+
+Several LOCK_IDs (ended by `--`, or after -c STRING) are taken together in
+one request, or none is: nothing is held while another is waited for.
 
 The lease (default 1 minute) is renewed {said}. CMD gets
 AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN
-(and AWSFLOCK_SLOT with --slots).
+(and AWSFLOCK_SLOT with --slots); and for each lock, in the order named,
+AWSFLOCK_LOCK_ID_N and AWSFLOCK_FENCING_TOKEN_N (N from 1), with
+AWSFLOCK_LOCKS, their count. With several, AWSFLOCK_LOCK_ID holds the names,
+one per line, and AWSFLOCK_FENCING_TOKEN is not set.
 Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
 
 As flock(1) holds its lock while any process still has the lock file open,
@@ -59,7 +66,7 @@ CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
 
 
 @cli.command("run", cls=RunCommand, context_settings=CONTEXT, help=HELP)
-@click.argument("lock_id", metavar="LOCK_ID")
+@click.argument("lock_ids", metavar="LOCK_ID...", nargs=-1, required=True)
 @click.option("-c", "shell", metavar="STRING", help="Run STRING with /bin/sh -c instead of CMD.")
 @common_options
 @lease_option("1 minute", f"Lease length; renewed {renewal.POLICY.said} while CMD runs.")
@@ -93,7 +100,7 @@ CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
 )
 def run_command(
     common: Common,
-    lock_id: str,
+    lock_ids: tuple[str, ...],
     shell: str | None,
     lease_duration: float,
     wait_time: float | None,
@@ -129,7 +136,13 @@ def run_command(
         fair=fair,
         hold_until=hold_until,
     )
-    code = run(table, lock_id, argv, options)
+    if len(lock_ids) > 1 and (slots is not None or fair):
+        raise errors.UsageError(
+            f"{'--slots' if slots is not None else '--fair'} takes one LOCK_ID; "
+            f"{len(lock_ids)} were given",
+            hint="take that lock on its own",
+        )
+    code = run(table, lock_ids[0] if len(lock_ids) == 1 else lock_ids, argv, options)
     if_interrupted("")
     STATE["ran"] = True
     raise click.exceptions.Exit(code)

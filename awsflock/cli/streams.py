@@ -12,13 +12,14 @@ import click
 
 if TYPE_CHECKING:
     from awsflock.lock.lease import Lease
+    from awsflock.lock.set_table import LeaseSet
 
 
 def emit(data: dict[str, Any]) -> None:
     click.echo(json.dumps(data, sort_keys=True))
 
 
-def print_lease(lease: Lease, as_json: bool) -> None:
+def print_lease(lease: Lease | LeaseSet, as_json: bool) -> None:
     """stdout of acquire and renew: the LEASE_ID alone (0.2.0's contract), or JSON; flushed at
     once. Raises OSError if it cannot be written (a pipe nobody reads, a closed stdout), after
     which stdout writes nowhere (so the exit reports nothing more about it)."""

@@ -142,7 +142,7 @@ class LockTable(table.LockTable):
             fair=fair,
         )
 
-    def hold(self, lock_id: str, **options: Any) -> Hold:
+    def hold(self, lock_id: str | Sequence[str], **options: Any) -> Hold:
         """``lock()``'s earlier name, kept for the code that calls it."""
         return self.lock(lock_id, **options)
 

@@ -51,6 +51,11 @@ class LeaseSet:
         return tuple(lease.lock_id for lease in self.leases)
 
     @property
+    def lock_id(self) -> str:
+        """The names, as messages say them ("a, b")."""
+        return ", ".join(self.lock_ids)
+
+    @property
     def fencing_tokens(self) -> dict[str, int | None]:
         """Each lock's fencing token, by name."""
         return {lease.lock_id: lease.fencing_token for lease in self.leases}

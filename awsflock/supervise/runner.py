@@ -135,7 +135,9 @@ def _has_terminal() -> bool:
         return False
 
 
-def run(table: LockTable, lock_id: str, argv: list[str], options: RunOptions) -> int:
+def run(
+    table: LockTable, lock_id: str | tuple[str, ...], argv: list[str], options: RunOptions
+) -> int:
     """Acquire ``lock_id``, run ``argv`` while renewing, release; return the exit status."""
     if not argv:
         raise errors.UsageError(
@@ -275,14 +277,22 @@ def _command_env(hold: Hold, options: RunOptions) -> dict[str, str]:
     """CMD's environment: ours, and what it needs to know of the lock (never the LEASE_ID)."""
     env = dict(os.environ)
     env.update(options.extra_env)
+    names, tokens = hold.lock_ids, hold.fencing_tokens
     env.update(
         {
             "AWSFLOCK_HELD": "1",
-            "AWSFLOCK_LOCK_ID": hold.lock_id,
+            "AWSFLOCK_LOCK_ID": "\n".join(names),
             "AWSFLOCK_OWNER": hold.lease.owner,
-            "AWSFLOCK_FENCING_TOKEN": str(hold.fencing_token),
+            "AWSFLOCK_LOCKS": str(len(names)),
         }
     )
+    for n, name in enumerate(names, start=1):
+        env[f"AWSFLOCK_LOCK_ID_{n}"] = name
+        env[f"AWSFLOCK_FENCING_TOKEN_{n}"] = str(tokens[name])
+    if len(names) == 1:
+        env["AWSFLOCK_FENCING_TOKEN"] = str(hold.fencing_token)
+    else:
+        env.pop("AWSFLOCK_FENCING_TOKEN", None)  # never one inherited from an outer run
     if hold.slot is not None:
         env["AWSFLOCK_SLOT"] = str(hold.slot)
     return env

@@ -1,0 +1,38 @@
+"""How ``awsflock run`` tells its lock names from CMD (``RunCommand.split``): with ``--`` every
+word before it that is not an option is a LOCK_ID; without, the word after the first LOCK_ID
+starts CMD; with -c STRING every such word is a LOCK_ID. CMD's own words are never parsed."""
+
+from __future__ import annotations
+
+import pytest
+
+from awsflock.cli.app import cli
+
+RUN = cli.commands["run"]
+
+
+@pytest.mark.parametrize(
+    ("words", "ours", "command"),
+    [
+        (["deploy", "--", "terraform", "apply"], ["deploy"], ["terraform", "apply"]),
+        (["deploy", "make", "deploy"], ["deploy"], ["make", "deploy"]),
+        (["a", "b", "c", "--", "./deploy.sh"], ["a", "b", "c"], ["./deploy.sh"]),
+        (["a", "-w", "5", "b", "--", "x"], ["a", "-w", "5", "b"], ["x"]),
+        # -c after a second word is that command's own (a CMD may be `sh -c ...`)
+        (["a", "b", "-c", "echo"], ["a"], ["b", "-c", "echo"]),
+        (["-c", "make", "a", "b"], ["-c", "make", "a", "b"], []),
+        (["-qc", "make", "a", "b"], ["-qc", "make", "a", "b"], []),
+        # CMD's own -c and --, after a command word with no `--` before: CMD's
+        (["lock", "sh", "-c", "echo hi"], ["lock"], ["sh", "-c", "echo hi"]),
+        (["lock", "--", "git", "checkout", "--", "f"], ["lock"], ["git", "checkout", "--", "f"]),
+    ],
+)
+def test_the_names_end_where_cmd_begins(words, ours, command):
+    assert RUN.split(words) == (ours, command)  # type: ignore[attr-defined]
+
+
+def test_the_usage_line_names_several_locks():
+    from click.testing import CliRunner
+
+    shown = CliRunner().invoke(cli, ["run", "--help"], prog_name="awsflock").output
+    assert "Usage: awsflock run LOCK_ID... [OPTIONS] [--] CMD [ARGS]..." in shown
