@@ -138,3 +138,37 @@ def _close(table: LockTable) -> None:
     close = getattr(table.store, "close", None)
     if close is not None:
         close()
+
+
+def test_tasks_taking_the_same_locks_in_opposite_orders_never_overlap(at):
+    """Sets (``awsflock.sets``) awaited on every store: [a, b] and [b, a] in a loop, a fenced
+    counter per name; dynalite (no transactions) refuses a set before sending it."""
+    server, shared_table = at
+    a, b = _name(), _name()
+    holding: list[str] = []
+    tokens: dict[str, list[int]] = {a: [], b: []}
+
+    async def worker(table: aio.LockTable, order: list[str]) -> None:
+        for _ in range(6):
+            async with table.lock(order, lease=20, wait=60) as held:
+                assert not holding, holding
+                holding.append(held.lease_id)
+                for name in order:
+                    tokens[name].append(held.fencing_tokens[name])
+                await asyncio.sleep(0.01)
+                holding.remove(held.lease_id)
+
+    async def main() -> None:
+        one, two = _aio(server, shared_table, "one"), _aio(server, shared_table, "two")
+        try:
+            await asyncio.gather(worker(one, [a, b]), worker(two, [b, a]))
+        finally:
+            await one.aclose()
+            await two.aclose()
+
+    try:
+        asyncio.run(main())
+    except errors.ConfigurationError as exc:
+        assert "several locks in one step" in exc.message and server.name == "dynalite"
+        return
+    assert all(t == sorted(t) and len(set(t)) == len(t) == 12 for t in tokens.values())
