@@ -81,7 +81,13 @@ def test_a_best_effort_server_grants_nothing_until_max_lease_after_it_started():
         refused = cli("acquire", "x", "-n", "--lease-duration", "2s")
         if time.monotonic() - restarted < 4:
             assert refused.returncode == 1 and "grants nothing until" in refused.stderr
-        again = _acquire_when_allowed(cli, "x", "-n", "--lease-duration", "2s")
+        # On a loaded machine that try may come after the hold ended, and be granted: another
+        # would then find its lease ("held", exit 3).
+        again = (
+            refused
+            if refused.returncode == 0
+            else _acquire_when_allowed(cli, "x", "-n", "--lease-duration", "2s")
+        )
         assert again.returncode == 0, again.stderr
         # The lease granted before the crash (2 s) had ended: no two holders at once.
         assert time.monotonic() - restarted >= 4.0
