@@ -36,3 +36,18 @@ def test_the_usage_line_names_several_locks():
 
     shown = CliRunner().invoke(cli, ["run", "--help"], prog_name="awsflock").output
     assert "Usage: awsflock run LOCK_ID... [OPTIONS] [--] CMD [ARGS]..." in shown
+
+
+def test_a_second_lock_taken_for_cmd_is_named_in_the_one_line(tmp_path):
+    # `run a b -c STRING` runs `b -c STRING` holding a (a CMD may be `sh -c ...`): where b is no
+    # command, the one line says how to hold both. Nothing is sent: the command is checked
+    # before the lock is asked for.
+    from click.testing import CliRunner
+
+    env = {"AWSFLOCK_ENDPOINT_URL": "http://127.0.0.1:9", "PATH": str(tmp_path)}
+    result = CliRunner().invoke(cli, ["run", "a", "db-lock", "-c", "true"], env=env)
+    assert result.exit_code == 127
+    assert result.stderr.strip().splitlines() == [
+        "awsflock: error: command not found: db-lock (if 'db-lock' is another lock to hold, "
+        "end the lock names with --: awsflock run LOCK db-lock -- CMD)"
+    ]

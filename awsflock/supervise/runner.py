@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -76,7 +77,11 @@ def resolve(argv: list[str]) -> str:
         return name
     found = shutil.which(name)
     if found is None:
-        raise _CommandProblem(EXIT_NOT_FOUND, f"command not found: {name}")
+        raise _CommandProblem(
+            EXIT_NOT_FOUND,
+            f"command not found: {name} (if {name!r} is another lock to hold, end the lock "
+            f"names with --: awsflock run LOCK {shlex.quote(name)} -- CMD)",
+        )
     return found
 
 

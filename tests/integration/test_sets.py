@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -201,3 +202,33 @@ def _calls(server: Any, kind: str) -> int:
         '%\\_step"(%',
     )
     return int(rows[0][0])
+
+
+def test_one_lock_of_a_set_force_released_stops_cmd_and_frees_the_others(awsflock, tmp_path):
+    """The set is lost with any of its locks: run stops CMD (124), then releases the rest."""
+    if not _takes_sets(awsflock):
+        return
+    a, b = _names("a", "b")
+    started, stopped = tmp_path / "started", tmp_path / "stopped"
+    proc = awsflock.popen(
+        "run",
+        "--lease-duration",
+        "6s",
+        "--kill-after",
+        "1s",
+        "-c",
+        f"trap 'touch {stopped}; exit 0' TERM; touch {started}; while true; do sleep 0.05; done",
+        a,
+        b,
+    )
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), "CMD never started"
+    forced = awsflock("force-release", b, "--reason", "test", "--yes")
+    assert forced.returncode == 0, forced.stderr
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 124, err
+    assert stopped.exists() and f"'{b}'" in err and "force-released" in err, err
+    state = json.loads(awsflock("status", a, "--json").stdout)
+    assert state.get("state") in (None, "free"), state  # released once CMD had stopped
