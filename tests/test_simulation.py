@@ -74,3 +74,35 @@ def test_the_audit_invariant_names_each_wrong_record(records, found):
     else:
         with pytest.raises(Violation, match=found):
             checker.check_audit(records)
+
+
+#: Client operations with sets (several names taken in one step) in the fast tier.
+SETS_BUDGET = 3_000
+
+
+def test_with_sets_every_invariant_holds_and_no_partial_hold_is_seen():
+    # A share of the workers' operations take sets through the real library (acquire([...])
+    # waiting or not, lock([...]) with its heartbeat; both orders of L0 and L1, and sets with C,
+    # which may become a pool), the operator ending single members now and then.
+    from tests.simulation.mutants import SETS_SHARE
+
+    results, failed = run_many(
+        seeds=itertools.count(0),
+        clients=8,
+        ops=60,
+        budget=SETS_BUDGET,
+        duration=None,
+        store="memory",
+        sets=SETS_SHARE,
+    )
+    assert failed is None, (
+        f"{failed.violation}\n"
+        + "\n".join(failed.trace[-40:])
+        + f"\nreplay: {failed.replay(60, 'memory')}"
+    )
+    assert sum(r.set_grants for r in results) > 0 and sum(r.set_refusals for r in results) > 0
+    first, again = (
+        simulate(2, clients=6, ops=25, sets=1.0),
+        simulate(2, clients=6, ops=25, sets=1.0),
+    )
+    assert first.trace == again.trace and first.set_grants > 0

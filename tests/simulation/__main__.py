@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from awsflock.stores.memory import MemoryStore
-from tests.simulation.mutants import AIO, AIO_SHARE, MUTANTS
+from tests.simulation.mutants import AIO, AIO_SHARE, MUTANTS, SETS, SETS_SHARE
 from tests.simulation.network import Faults
 from tests.simulation.run import Result, simulate
 
@@ -209,12 +209,14 @@ def run_many(
     redis_url: str | None = None,
     transactions: bool = True,
     aio: float = 0.0,
+    sets: float = 0.0,
 ) -> tuple[list[Result], Result | None]:
     """Simulate seed after seed until ``budget`` operations or ``duration`` seconds are spent,
     or a violation is found (returned second). ``store``: memory, moto, postgresql or redis (on
     the server at ``pg_url`` or ``redis_url``, else on a throw-away one); without
     ``transactions`` (memory, moto), as the DynamoDB store on an endpoint that has none
-    (dynalite). ``aio``: the share of workers that run ``awsflock.aio``."""
+    (dynalite). ``aio``: the share of workers that run ``awsflock.aio``; ``sets``: the share
+    of a worker's operations that take several names together."""
     started = time.perf_counter()
     results: list[Result] = []
     done = 0
@@ -232,10 +234,12 @@ def run_many(
             make = stack.enter_context(redis_store(redis_url))
         for seed in seeds:
             result = simulate(
-                seed, clients=clients, ops=ops, make_store=make, faults=faults, aio=aio
+                seed, clients=clients, ops=ops, make_store=make, faults=faults, aio=aio, sets=sets
             )
-            result.flags = ("" if transactions else " --no-transactions") + (
-                f" --aio {aio}" if aio else ""
+            result.flags = (
+                ("" if transactions else " --no-transactions")
+                + (f" --aio {aio}" if aio else "")
+                + (f" --sets {sets}" if sets else "")
             )
             results.append(result)
             done += result.operations
@@ -285,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the share of workers (drawn per seed) that run awsflock.aio in an event loop in "
         "virtual time (default 0; 0.5 for a mutant of the asynchronous API)",
     )
+    parser.add_argument(
+        "--sets",
+        type=float,
+        default=None,
+        help="the share of a worker's operations that take several locks together (default 0; "
+        f"{SETS_SHARE} for a mutant of sets)",
+    )
     parser.add_argument("--mutant", help="put a known bug back (a name's start: '4', 'C fenc')")
     parser.add_argument(
         "--late-by", type=float, help="how late a late request may land (default 5 s)"
@@ -309,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutant: {names[0]}", file=sys.stderr)
         if args.aio is None and names[0] in AIO:
             args.aio = AIO_SHARE
+        if args.sets is None and names[0] in SETS:
+            args.sets = SETS_SHARE
     seeds: Iterator[int]
     if args.seed is not None:
         seeds = iter([args.seed])
@@ -330,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             redis_url=args.redis_url,
             transactions=not args.no_transactions,
             aio=args.aio or 0.0,
+            sets=args.sets or 0.0,
         )
     wall = time.perf_counter() - started
     operations = sum(r.operations for r in results)
@@ -353,6 +367,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{sum(r.bodies for r in results)} bodies under its locks "
             f"({sum(r.told for r in results)} told to stop), "
             f"{sum(r.cancelled for r in results)} acquires cancelled by a timeout"
+        )
+    if args.sets:
+        print(
+            f"{sum(r.set_grants for r in results)} takes of sets applied, "
+            f"{sum(r.set_refusals for r in results)} refused"
         )
     why = WHY_OFF.get(args.store, {})
     left_out = sorted({what for r in results for what in r.off})

@@ -19,9 +19,11 @@ import dataclasses
 from typing import Any, Callable
 
 from awsflock import errors
+from awsflock.protocol import Outcome
 from awsflock.stores.dynamodb.items import BAR_PREFIX, PENDING_AUDIT_PREFIX
 from awsflock.stores.remote import connected, worker
 from tests.simulation.checker import Violation
+from tests.simulation.checker_sets import SET_STEPS
 from tests.simulation.network import Call, Network, Tap, TryState, slot_of_call
 from tests.simulation.world import Proc
 
@@ -89,6 +91,8 @@ class FaultyClient(TryState):
         self, call: Call, name: str, method: Callable[..., Any], kw: dict[str, Any]
     ) -> Callable[[], Any]:
         """The call; one that writes the lock's item, applied with the checker watching."""
+        if call.operation in SET_STEPS:
+            return self._watched_set(call, name, method, kw)
         lock_id = call.args[0] if call.args and isinstance(call.args[0], str) else None
         if name not in WRITES or lock_id is None or lock_id not in _keys(name, kw):
             return lambda: method(**kw)
@@ -100,6 +104,48 @@ class FaultyClient(TryState):
             return dataclasses.replace(after, applied=True, slot=slot_of_call(call))
 
         return lambda: self._tap.apply(call, lambda: method(**kw), decode)
+
+    def _watched_set(
+        self, call: Call, name: str, method: Callable[..., Any], kw: dict[str, Any]
+    ) -> Callable[[], Any]:
+        """A set's step: its transaction writing several lock items (or, once refused, one
+        name's own write), applied with the checker watching; a cancelled transaction is shown
+        too, as refused for every name (it wrote nothing)."""
+        from botocore.exceptions import ClientError
+
+        names = [lock_id for lock_id, _ in call.args[0]]
+        written = _keys(name, kw) & set(names) if name in WRITES else set()
+        if not written:
+            return lambda: method(**kw)
+        cancelled: list[ClientError] = []
+
+        def attempt() -> Any:
+            try:
+                return method(**kw)
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if name != "transact_write_items" or code != "TransactionCanceledException":
+                    raise
+                cancelled.append(exc)
+                return None
+
+        def decode(_answer: Any) -> Any:
+            if cancelled:
+                return tuple(Outcome(False, None) for _ in names)
+            return tuple(
+                dataclasses.replace(self._inner.read(n), applied=True, slot=None)
+                if n in written
+                else None
+                for n in names
+            )
+
+        def run() -> Any:
+            result = self._tap.apply(call, attempt, decode)
+            if cancelled:
+                raise cancelled.pop()
+            return result
+
+        return run
 
 
 def _keys(name: str, kw: dict[str, Any]) -> set[str]:

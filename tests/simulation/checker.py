@@ -64,6 +64,7 @@ from awsflock.protocol import LINE_LAPSE_MS, Attempt, LockStore, Outcome
 from awsflock.records import Line, LockRecord, Waiter
 from awsflock.stores import kinds
 from tests.simulation.bodies import Bodies
+from tests.simulation.checker_sets import SET_STEPS, SetChecks
 from tests.simulation.world import EPOCH, Proc, World
 
 Key = tuple[str, "int | None"]  # (lock name, slot)
@@ -122,6 +123,8 @@ class Checker:
         self.bodies = Bodies(self)
         #: Acquires cancelled (a task's timeout) and checked to hold nothing afterwards.
         self.cancelled = 0
+        #: Sets of names taken together (``checker_sets``: fanned out, and all or none).
+        self.sets = SetChecks(self)
 
     def fail(self, what: str) -> NoReturn:
         at = self.world.now - EPOCH
@@ -136,13 +139,17 @@ class Checker:
         """The state a step is applied to (for the steps whose condition is checked after)."""
         if operation in ("take", "renew", "release", "force_release", "resize"):
             return self.inner.read(args[0])
+        if operation in SET_STEPS:
+            return self.sets.before(operation, args)
         return None
 
     def applied(
         self, operation: str, args: tuple[Any, ...], result: Any, before: Any, made: float
     ) -> None:
         """A step the store applied (``result``: its answer), made at true time ``made``."""
-        if operation in ("join", "beat", "leave"):
+        if operation in SET_STEPS:
+            self.sets.applied(operation, args, result, before, made)
+        elif operation in ("join", "beat", "leave"):
             if isinstance(result, Outcome) and result.applied:
                 self._line_step(operation, args, made)
         elif operation == "take" and isinstance(result, Outcome) and result.applied:
@@ -392,7 +399,7 @@ class Checker:
                 continue
             if record.expires_at <= proc.clock.time() or record.lease_id == keep:
                 continue
-            if record.lease_id in self.known or record.lease_id in self.reported:
+            if self._told_of(record.lease_id):
                 continue
             self.fail(f"phantom: {proc.name} holds {record.lease_id[:8]} on {name!r} unawares")
 
@@ -447,6 +454,13 @@ class Checker:
             return  # ran out by the renewer's clock
         self.fail(f"{proc.name} was told {lease_id[:8]} does not hold {key}, but it does: {record}")
 
+    def _told_of(self, lease_id: str) -> bool:
+        """Whether a client was told of ``lease_id``, or the library named it (or its set's
+        LEASE_ID, for a member of a set) on stderr."""
+        if lease_id in self.known or lease_id in self.reported:
+            return True
+        return self.sets.set_of.get(lease_id, "") in self.reported
+
     def _current(self, key: Key) -> LockRecord | None:
         return _record(self.inner.read(key[0]), key[1])
 
@@ -491,7 +505,7 @@ class Checker:
                 if record.released or record.expires_at <= now or record.legacy:
                     continue
                 if record.owner in alive and record.lease_id not in self.known:
-                    if record.lease_id in self.reported:
+                    if self._told_of(record.lease_id):
                         continue
                     self.fail(
                         f"phantom holder at the end: {(name, slot)} held by {record.owner} "

@@ -22,6 +22,7 @@ from awsflock.lock import admin
 from awsflock.lock.lease import Lease, LockTable
 from awsflock.records import Identity, LockRecord, Pool
 from tests.simulation.checker import Belief, Checker
+from tests.simulation.clients_sets import SetWork
 
 if TYPE_CHECKING:
     from tests.simulation.network import Tap
@@ -48,11 +49,14 @@ FAIR = 0.5
 class Shared:
     """What every process of one simulation may consult: the pool's size, as configured."""
 
-    def __init__(self) -> None:
+    def __init__(self, sets: float = 0.0) -> None:
         self.pool_size = 3
+        #: The share of a worker's operations that take sets (``clients_sets``); 0: none, and
+        #: nothing drawn for them (a seed's run is as before sets).
+        self.sets = sets
 
 
-class Client:
+class Client(SetWork):
     def __init__(
         self, world: World, proc: Proc, store: Tap, checker: Checker, shared: Shared, ops: int
     ) -> None:
@@ -91,7 +95,9 @@ class Client:
         while self.ops > 0:
             choice = self.rng.random()
             try:
-                if choice < 0.5:
+                if self.shared.sets and self.rng.random() < self.shared.sets:
+                    (self.set_work if choice < 0.7 else self.set_hold_work)()
+                elif choice < 0.5:
                     self.lease_work(plain_name(self.rng), None)
                 elif choice < 0.51:
                     self.lease_work(self.rng.choice(CONVERTS), self.shared.pool_size)
@@ -225,7 +231,8 @@ class Client:
                 pass
 
     def force_one(self) -> None:
-        name = self.rng.choice((*PLAIN, POOL))
+        # With sets, the names they take: a member of a set is ended alone.
+        name = self.rng.choice((*PLAIN, POOL, *(CONVERTS if self.shared.sets else ())))
         state = self.table.state(name)
         if state is None:
             return

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from awsflock.stores.remote import answers
 from awsflock.stores.remote.connected import TRY_GRACE
 from tests.simulation.checker import Violation
+from tests.simulation.checker_sets import SET_STEPS
 from tests.simulation.network import Call, Network, Tap, TryState, slot_of_call
 from tests.simulation.world import Proc
 
@@ -128,6 +129,10 @@ class FaultyLink(TryState):
         program = self.tap.store.program
 
         def decode(reply: Any) -> Any:
+            if call.operation in SET_STEPS:  # one answer per name, as the step program reads it
+                names = [name for name, _ in call.args[0]]
+                found = program.answer_all(reply, names)
+                return tuple(answers.outcome(a, n, None, 0, False) for a, n in zip(found, names))
             if call.operation not in STEPS:
                 return reply
             lock_id = call.args[0] if call.args else ""

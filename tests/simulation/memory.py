@@ -53,6 +53,8 @@ class FaultyMemory(RetryingStore):
                 result = self._send(name, lambda: lambda: _settled(method(*args, **kw)))
                 if isinstance(result, Outcome) and self._in_doubt():
                     result = replace(result, in_doubt=True)
+                elif isinstance(result, tuple) and self._in_doubt():  # a set's step
+                    result = tuple(replace(o, in_doubt=True) for o in result)
                 return iter(result) if isinstance(result, list) else result
 
         return call

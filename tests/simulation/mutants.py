@@ -22,8 +22,9 @@ from awsflock.stores.memory_records import _Lease, _Record
 from awsflock.stores.remote import connected
 from awsflock.stores.remote import requests as retrying
 from tests.simulation.mutants_aio import AIO_SHARE, MUTANTS_AIO
+from tests.simulation.mutants_sets import MUTANTS_SETS, SETS_SHARE
 
-__all__ = ["AIO_SHARE", "MUTANTS"]
+__all__ = ["AIO_SHARE", "MUTANTS", "SETS_SHARE"]
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
 
@@ -519,10 +520,14 @@ MUTANTS: dict[str, Patch] = {
     "P audit put before the force": audit_before_force,
     "Q no-transaction audit after the end": audit_after_the_end_without_transactions,
     **MUTANTS_AIO,
+    **MUTANTS_SETS,
 }
 
 #: The mutants of the asynchronous API: looked for with a share of the workers on it.
 AIO = set(MUTANTS_AIO)
+
+#: The mutants of sets: looked for with a share of the workers' operations on them.
+SETS = set(MUTANTS_SETS)
 
 #: The mutants of a store's own code, and the stores whose code they are in and where they are
 #: looked for: N and O in the request code (the in-memory store has none: its fault layer is the

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from awsflock import sets
 from awsflock.stores.memory import MemoryStore
 from tests.simulation.aioclients import AioClient
 from tests.simulation.attach import Attach
@@ -67,6 +68,9 @@ class Result:
     bodies: int = 0
     told: int = 0
     cancelled: int = 0
+    #: Takes of sets the store applied, and refused.
+    set_grants: int = 0
+    set_refusals: int = 0
 
     def replay(self, ops: int, store: str = "memory") -> str:
         return (
@@ -96,16 +100,18 @@ def simulate(
     make_store: Callable[[], Any] | None = None,
     max_steps: int = 2_000_000,
     aio: float = 0.0,
+    sets: float = 0.0,
 ) -> Result:
     """Run ``clients`` processes (workers, one operator, one awsflock 0.2.0 client where the
     store has them, else one more worker) for about ``ops`` operations each, on a fresh store.
-    ``aio``: the share of the workers (drawn from the seed) that run ``awsflock.aio``."""
+    ``aio``: the share of the workers (drawn from the seed) that run ``awsflock.aio``;
+    ``sets``: the share of a worker's operations that take several names together."""
     started = time.perf_counter()
     world = World(seed)
     inner = make_store() if make_store is not None else MemoryStore()
     network = Network(world, faults or default_faults(seed))
     checker = Checker(world, inner)
-    shared = Shared()
+    shared = Shared(sets)
     result = Result(seed, clients, off=off(inner))
     legacy = "awsflock 0.2.0 clients" not in result.off
     roles = ["operator", "legacy" if legacy else "worker"] + ["worker"] * max(1, clients - 2)
@@ -123,7 +129,7 @@ def simulate(
             workers.append(proc)
     if chaos:
         _chaos(world, network, inner, workers, checker)
-    with _quiet(checker), _seeded_ids(world):
+    with _quiet(checker), _seeded_ids(world, checker):
         try:
             while world.step():
                 _reap(world)
@@ -147,6 +153,7 @@ def simulate(
     result.lapsed = checker.lapsed
     result.bodies, result.told = checker.bodies.started, checker.bodies.told
     result.cancelled = checker.cancelled
+    result.set_grants, result.set_refusals = checker.sets.grants, checker.sets.refusals
     result.virtual_seconds = world.now - 1_900_000_000.0
     result.wall_seconds = time.perf_counter() - started
     result.trace = list(world.trace)
@@ -219,15 +226,23 @@ def _chaos(
 
 
 @contextmanager
-def _seeded_ids(world: World) -> Iterator[None]:
+def _seeded_ids(world: World, checker: Checker) -> Iterator[None]:
     """LEASE_IDs, record versions and action ids from the seed (the library takes them from
-    ``uuid.uuid4``), so that a replay names them alike."""
-    real = uuid.uuid4
+    ``uuid.uuid4``), and sets' LEASE_IDs (``sets.new_set_id``, from ``secrets``), so that a
+    replay names them alike; the checker learns each set id as it is made."""
+    real, real_set_id = uuid.uuid4, sets.new_set_id
     uuid.uuid4 = lambda: uuid.UUID(int=world.rng.getrandbits(128), version=4)
+
+    def set_id() -> str:
+        value = world.rng.getrandbits(128) & ~(0xF000 << 64) & ~(0xC000 << 48)
+        value |= (0x8000 << 64) | (0x8000 << 48)  # version 8, RFC 9562's variant
+        return checker.sets.issued(str(uuid.UUID(int=value)))
+
+    sets.new_set_id = set_id
     try:
         yield
     finally:
-        uuid.uuid4 = real
+        uuid.uuid4, sets.new_set_id = real, real_set_id
 
 
 @contextmanager
