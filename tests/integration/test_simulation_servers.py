@@ -109,3 +109,29 @@ def test_aio_processes_on_the_store_keep_every_invariant(
     )
     assert sum(r.operations for r in results) >= 1_000
     assert sum(r.writes for r in results) > 0
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("store", ["postgresql", "redis"])
+def test_sets_on_the_store_keep_every_invariant(store: str, request: pytest.FixtureRequest) -> None:
+    # Workers take sets (one call of the step function or script over every name): each name's
+    # checks per step, and no partial hold ever visible after a set's take.
+    from tests.simulation.mutants import SETS_SHARE
+
+    server = request.getfixturevalue("postgres" if store == "postgresql" else "redis_server")
+    results, failed = run_many(
+        seeds=itertools.count(0),
+        clients=8,
+        ops=60,
+        budget=1_000,
+        duration=None,
+        store=store,
+        sets=SETS_SHARE,
+        **{"pg_url" if store == "postgresql" else "redis_url": server.url},
+    )
+    assert failed is None, (
+        f"{failed.violation}\n"
+        + "\n".join(failed.trace[-40:])
+        + f"\nreplay: {failed.replay(60, store)}"
+    )
+    assert sum(r.set_grants for r in results) > 0
