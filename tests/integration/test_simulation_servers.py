@@ -17,6 +17,7 @@ import pytest
 
 from tests.simulation.__main__ import run_many
 from tests.simulation.mutants import BENEATH, MUTANTS
+from tests.simulation.mutants_sets import SETS_SHARE
 
 #: Client operations of each run: 4 to 5 seeds of 8 processes, about 15 s alone on one core.
 BUDGET = 3_000
@@ -27,15 +28,23 @@ MUTANT_BUDGET = 12_000
 
 @pytest.mark.timeout(300)  # far longer beside the servers and simulations of other tests
 @pytest.mark.parametrize("store", ["postgresql", "redis"])
-def test_the_store_keeps_every_invariant(store: str, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize(
+    ("sets", "budget"), [(0.0, BUDGET), (SETS_SHARE, 1_000)], ids=["locks", "with-sets"]
+)
+def test_the_store_keeps_every_invariant(
+    store: str, sets: float, budget: int, request: pytest.FixtureRequest
+) -> None:
+    # With sets, workers also take several names in one call of the step function or script:
+    # each name's checks per step, and no partial hold ever visible after a set's take.
     server = request.getfixturevalue("postgres" if store == "postgresql" else "redis_server")
     results, failed = run_many(
         seeds=itertools.count(0),
         clients=8,
         ops=60,
-        budget=BUDGET,
+        budget=budget,
         duration=None,
         store=store,
+        sets=sets,
         **{"pg_url" if store == "postgresql" else "redis_url": server.url},
     )
     assert failed is None, (
@@ -43,13 +52,14 @@ def test_the_store_keeps_every_invariant(store: str, request: pytest.FixtureRequ
         + "\n".join(failed.trace[-40:])
         + f"\nreplay: {failed.replay(60, store)}"
     )
-    assert sum(r.operations for r in results) >= BUDGET
+    assert sum(r.operations for r in results) >= budget
     assert all(r.off == ["TTL deletion", "awsflock 0.2.0 clients"] for r in results)
     # Real work happened on the store: grants, fenced writes, the line, requests under faults.
     assert sum(r.grants for r in results) > 0
     assert sum(r.writes for r in results) > 0
     assert sum(r.fair_grants for r in results) > 0
-    assert sum(r.tries for r in results) > 2 * BUDGET
+    assert sum(r.tries for r in results) > 2 * budget
+    assert sets == 0 or sum(r.set_grants for r in results) > 0
     # What each simulation made was removed when it was over.
     if store == "postgresql":
         tables = server.sql("SELECT tablename FROM pg_tables WHERE tablename LIKE 'sim\\_%'")
@@ -109,29 +119,3 @@ def test_aio_processes_on_the_store_keep_every_invariant(
     )
     assert sum(r.operations for r in results) >= 1_000
     assert sum(r.writes for r in results) > 0
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("store", ["postgresql", "redis"])
-def test_sets_on_the_store_keep_every_invariant(store: str, request: pytest.FixtureRequest) -> None:
-    # Workers take sets (one call of the step function or script over every name): each name's
-    # checks per step, and no partial hold ever visible after a set's take.
-    from tests.simulation.mutants import SETS_SHARE
-
-    server = request.getfixturevalue("postgres" if store == "postgresql" else "redis_server")
-    results, failed = run_many(
-        seeds=itertools.count(0),
-        clients=8,
-        ops=60,
-        budget=1_000,
-        duration=None,
-        store=store,
-        sets=SETS_SHARE,
-        **{"pg_url" if store == "postgresql" else "redis_url": server.url},
-    )
-    assert failed is None, (
-        f"{failed.violation}\n"
-        + "\n".join(failed.trace[-40:])
-        + f"\nreplay: {failed.replay(60, store)}"
-    )
-    assert sum(r.set_grants for r in results) > 0

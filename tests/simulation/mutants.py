@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import types
 import weakref
-from collections.abc import Iterator
 from typing import Any, Callable
 
 from awsflock.lock import acquisition, admin, line, renewal, verdict
@@ -23,22 +22,11 @@ from awsflock.stores.remote import connected
 from awsflock.stores.remote import requests as retrying
 from tests.simulation.mutants_aio import AIO_SHARE, MUTANTS_AIO
 from tests.simulation.mutants_sets import MUTANTS_SETS, SETS_SHARE
+from tests.simulation.patching import patched as _patched
 
 __all__ = ["AIO_SHARE", "MUTANTS", "SETS_SHARE"]
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
-
-
-@contextlib.contextmanager
-def _patched(*changes: tuple[Any, str, Any]) -> Iterator[None]:
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in changes]
-    try:
-        for owner, name, value in changes:
-            setattr(owner, name, value)
-        yield
-    finally:
-        for owner, name, value in reversed(saved):
-            setattr(owner, name, value)
 
 
 # -- findings of the review ---------------------------------------------------------------------

@@ -6,25 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from awsflock import aio
 from awsflock.lock import finishing, waiting_async
 from awsflock.stores import threaded_async
+from tests.simulation.patching import patched
 
 #: The share of workers that run awsflock.aio when these are looked for.
 AIO_SHARE = 0.5
-
-
-@contextlib.contextmanager
-def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    saved = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, saved)
 
 
 def release_before_the_body_stopped() -> contextlib.AbstractContextManager[None]:
@@ -38,7 +28,7 @@ def release_before_the_body_stopped() -> contextlib.AbstractContextManager[None]
         if self._cancelled_body and lease is not None and not lease.released:
             asyncio.get_running_loop().create_task(_quietly(lease.release()))
 
-    return _patched(aio.Hold, "_cancel_body", hasty)
+    return patched((aio.Hold, "_cancel_body", hasty))
 
 
 async def _quietly(release: Any) -> None:
@@ -49,7 +39,7 @@ async def _quietly(release: Any) -> None:
 def body_not_cancelled() -> contextlib.AbstractContextManager[None]:
     """S. A lost lease is declared (``lost`` set, ``check()`` raises) but the body is not
     cancelled: a body that does not call ``check()`` runs on beside the next holder."""
-    return _patched(aio.Hold, "_cancel_body", lambda self: None)
+    return patched((aio.Hold, "_cancel_body", lambda self: None))
 
 
 def grant_kept_when_cancelled() -> contextlib.AbstractContextManager[None]:
@@ -67,7 +57,7 @@ def grant_kept_when_cancelled() -> contextlib.AbstractContextManager[None]:
             return None
         return await real(lambda: step, dropped)
 
-    return _patched(waiting_async, "finish", finish)
+    return patched((waiting_async, "finish", finish))
 
 
 def release_cut_short() -> contextlib.AbstractContextManager[None]:
@@ -77,7 +67,7 @@ def release_cut_short() -> contextlib.AbstractContextManager[None]:
     async def shielded(start: Any, dropped: Any = None) -> Any:
         return await asyncio.shield(start())
 
-    return _patched(aio, "finish", shielded)
+    return patched((aio, "finish", shielded))
 
 
 def step_in_the_loop() -> contextlib.AbstractContextManager[None]:
@@ -87,7 +77,7 @@ def step_in_the_loop() -> contextlib.AbstractContextManager[None]:
     async def inline(self: Any, step: Any, *args: Any, **kwargs: Any) -> Any:
         return step(*args, **kwargs)
 
-    return _patched(threaded_async.AsyncThreadedStore, "_run", inline)
+    return patched((threaded_async.AsyncThreadedStore, "_run", inline))
 
 
 MUTANTS_AIO = {

@@ -5,8 +5,7 @@ with a share of the workers' operations on sets (``SETS_SHARE``)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from awsflock.lock.set_acquisition import SetAcquisition
 from awsflock.protocol import Attempt, Outcome
@@ -14,19 +13,10 @@ from awsflock.stores.memory import MemoryStore
 from awsflock.stores.memory_records import _Record
 from awsflock.stores.memory_sets import MemorySets
 from awsflock.stores.memory_takes import grant, may_take
+from tests.simulation.patching import patched
 
 #: The share of a worker's operations that take sets when these are looked for.
 SETS_SHARE = 0.3
-
-
-@contextlib.contextmanager
-def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    saved = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, saved)
 
 
 def one_at_a_time() -> contextlib.AbstractContextManager[None]:
@@ -42,7 +32,7 @@ def one_at_a_time() -> contextlib.AbstractContextManager[None]:
             outcomes.append(outcome)
         return tuple(outcomes)
 
-    return _patched(MemorySets, "take_all", take_all)
+    return patched((MemorySets, "take_all", take_all))
 
 
 def one_condition_skipped() -> contextlib.AbstractContextManager[None]:
@@ -69,7 +59,7 @@ def one_condition_skipped() -> contextlib.AbstractContextManager[None]:
                 outcomes.append(self._outcome(True, name, record, None))
             return tuple(outcomes)
 
-    return _patched(MemorySets, "take_all", take_all)
+    return patched((MemorySets, "take_all", take_all))
 
 
 def one_member_cleaned_up() -> contextlib.AbstractContextManager[None]:
@@ -90,7 +80,7 @@ def one_member_cleaned_up() -> contextlib.AbstractContextManager[None]:
         finally:
             del self.members
 
-    return _patched(SetAcquisition, "_release", first_only)
+    return patched((SetAcquisition, "_release", first_only))
 
 
 MUTANTS_SETS = {
