@@ -8,8 +8,10 @@ the takes made together.
 
 The ids. A set's LEASE_ID (``new_set_id``) is a random UUID of version 8 (RFC 9562's custom
 version), so that ``renew`` and ``release`` tell it from a lock's own LEASE_ID (version 4) with
-nothing else given. Each name of the set is held under its own lease id, the member id
-``member_id(set_id, name)``: a version-5 UUID of the name in the set id's namespace. So every
+nothing else given; its last 32 bits are a digest of the set's names, so that a renew or
+release naming only some of them (or others) is refused before it is sent (``names_fit``).
+Each name of the set is held under its own lease id, the member id ``member_id(set_id,
+name)``: a version-5 UUID of the name in the set id's namespace. So every
 mechanism kept per lease (the done items, bars, audit records, histories) keeps working per
 name unchanged, an operator's ``force-release NAME LEASE_ID`` with the id ``status`` shows
 ends that name alone, and the holder derives every name's id from the one LEASE_ID it printed.
@@ -31,6 +33,7 @@ name at a time; both are refused before any request (``check_names``).
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import uuid
 from collections.abc import Sequence
@@ -46,14 +49,29 @@ from awsflock.protocol import Attempt, Outcome
 MAX_NAMES = 32
 
 
-def new_set_id() -> str:
-    """A fresh LEASE_ID for a set: a random UUID whose version is 8."""
-    value = int.from_bytes(secrets.token_bytes(16), "big")
+def new_set_id(names: Sequence[str] = (), bits: int | None = None) -> str:
+    """A fresh LEASE_ID for the set of ``names``: a random UUID whose version is 8, and whose
+    last 32 bits are a digest of the names (``names_fit``), leaving 90 random bits (``bits``:
+    128 random bits to make it of, for a simulation's seeded runs; default the system's)."""
+    value = int.from_bytes(secrets.token_bytes(16), "big") if bits is None else bits
     value &= ~(0xF000 << 64)
     value |= 0x8000 << 64  # version 8
     value &= ~(0xC000 << 48)
     value |= 0x8000 << 48  # RFC 9562 variant
+    if names:
+        value = (value & ~0xFFFFFFFF) | _digest(names)
     return str(uuid.UUID(int=value))
+
+
+def names_fit(set_id: str, names: Sequence[str]) -> bool:
+    """Whether ``set_id`` was made for exactly ``names`` (in any order): so that a renew or a
+    release naming only some of a set's locks, or others, is refused before it is sent."""
+    return uuid.UUID(set_id).int & 0xFFFFFFFF == _digest(names)
+
+
+def _digest(names: Sequence[str]) -> int:
+    text = "\0".join(sorted(set(names))).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.sha256(text).digest()[:4], "big")
 
 
 def is_set_id(lease_id: str) -> bool:

@@ -22,6 +22,8 @@ RUN = cli.commands["run"]
         (["a", "b", "-c", "echo"], ["a"], ["b", "-c", "echo"]),
         (["-c", "make", "a", "b"], ["-c", "make", "a", "b"], []),
         (["-qc", "make", "a", "b"], ["-qc", "make", "a", "b"], []),
+        # a value that holds a "c" is no -c (found by a review: -w10sec took the command)
+        (["-w10sec", "lock", "echo", "hi"], ["-w10sec", "lock"], ["echo", "hi"]),
         # CMD's own -c and --, after a command word with no `--` before: CMD's
         (["lock", "sh", "-c", "echo hi"], ["lock"], ["sh", "-c", "echo hi"]),
         (["lock", "--", "git", "checkout", "--", "f"], ["lock"], ["git", "checkout", "--", "f"]),
@@ -51,3 +53,19 @@ def test_a_second_lock_taken_for_cmd_is_named_in_the_one_line(tmp_path):
         "awsflock: error: command not found: db-lock (if 'db-lock' is another lock to hold, "
         "end the lock names with --: awsflock run LOCK db-lock -- CMD)"
     ]
+
+
+def test_a_command_read_as_a_second_lock_name_is_refused_before_anything_is_sent():
+    # `run L ssh host -- ./restart.sh` holds L, ssh and host and runs ./restart.sh here: the
+    # names end at `--`. A name that is a command on PATH is refused (found by a review).
+    from click.testing import CliRunner
+
+    env = {"AWSFLOCK_ENDPOINT_URL": "http://127.0.0.1:9"}
+    result = CliRunner().invoke(cli, ["run", "deploy", "env", "--", "sh", "-c", "true"], env=env)
+    assert result.exit_code == 125
+    assert result.stderr.strip().splitlines() == [
+        "awsflock: usage error: 'env' is a command, but here it is a lock name (the names end at "
+        "--): to run it, put -- after the lock name: awsflock run deploy -- env ..."
+    ]
+    # The first name may be anything; so may every name with -c STRING (no CMD words there).
+    assert RUN.split(["env", "-c", "true", "sh"]) == (["env", "-c", "true", "sh"], [])  # type: ignore[attr-defined]

@@ -37,3 +37,11 @@ def test_the_names_of_a_set_are_checked_with_the_fix_named():
         sets.check_names([f"n{i}" for i in range(33)])
     with pytest.raises(errors.UsageError, match="LOCK_ID is empty"):
         sets.check_names(["a", ""])
+
+
+def test_a_set_id_says_which_names_it_was_made_for_in_any_order():
+    set_id = sets.new_set_id(["db", "net"])
+    assert sets.names_fit(set_id, ["net", "db"]) and sets.names_fit(set_id, ["db", "net"])
+    for other in (["db"], ["db", "net", "app"], ["db", "nett"], []):
+        assert not sets.names_fit(set_id, other)
+    assert sets.is_set_id(set_id) and uuid.UUID(set_id).version == 8

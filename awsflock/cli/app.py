@@ -133,6 +133,19 @@ def _options_taking_a_value(command: click.Command) -> set[str]:
     }
 
 
+def _gives_shell(word: str, takes_value: set[str]) -> bool:
+    """Whether ``word`` (an option) is or holds -c: alone, with its value (-cSTRING), or in a
+    cluster of short options before any that takes a value (-qc, not -w10sec)."""
+    if word.startswith("--"):
+        return False
+    for letter in word[1:]:
+        if letter == "c":
+            return True
+        if f"-{letter}" in takes_value:
+            return False  # the rest of the word is that option's value
+    return False
+
+
 def _value_words(word: str, takes_value: set[str]) -> int:
     """How many of the words after ``word`` (an option) are its value: 1 or 0 (a flag, a value
     given with =, or short options run together whose last takes none, as -qn; in -nw5 the
@@ -245,7 +258,7 @@ class RunCommand(click.Command):
             if word == "--":
                 return args[:i], args[i + 1 :]
             if word.startswith("-") and word != "-":
-                ended = ended or (not word.startswith("--") and "c" in word[1:])
+                ended = ended or _gives_shell(word, takes_value)
                 i += _value_words(word, takes_value)  # its value
             else:
                 positional += 1

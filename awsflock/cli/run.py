@@ -136,6 +136,8 @@ def run_command(
         fair=fair,
         hold_until=hold_until,
     )
+    if shell is None:
+        _no_command_among(lock_ids)
     if len(lock_ids) > 1 and (slots is not None or fair):
         raise errors.UsageError(
             f"{'--slots' if slots is not None else '--fair'} takes one LOCK_ID; "
@@ -146,3 +148,19 @@ def run_command(
     if_interrupted("")
     STATE["ran"] = True
     raise click.exceptions.Exit(code)
+
+
+def _no_command_among(lock_ids: tuple[str, ...]) -> None:
+    """Refuse a second lock name that is a command on PATH: the names end at `--`, so
+    `run L ssh host -- cmd` would hold "ssh" and "host" and run cmd here (found by a review).
+    The first name is never CMD, so a lock named like a command can come first."""
+    import shlex
+    import shutil
+
+    for name in lock_ids[1:]:
+        if shutil.which(name) is not None:
+            raise errors.UsageError(
+                f"{name!r} is a command, but here it is a lock name (the names end at --)",
+                hint=f"to run it, put -- after the lock name: awsflock run "
+                f"{shlex.quote(lock_ids[0])} -- {shlex.quote(name)} ...",
+            )

@@ -162,6 +162,10 @@ class Acquisition:
         """The command that frees what an attempt under ``lease_id`` may hold."""
         return f"awsflock release {self.lock_id} {lease_id}"
 
+    def attempted(self) -> tuple[str, str]:
+        """What an attempt of this acquire asked for, and what its grant holds, for messages."""
+        return repr(self.lock_id), "the lock is"
+
     def what(self) -> str:
         """What this acquire waits for, for messages ("lock 'x'")."""
         if self.size:
@@ -336,10 +340,10 @@ class Acquisition:
                     if self._release(lease_id, slot):
                         continue
             log.warning(
-                "an attempt to acquire %r may have been granted without an answer; if so, the "
-                "lock is held until about %s (later if the request landed late) under LEASE_ID "
+                "an attempt to acquire %s may have been granted without an answer; if so, %s "
+                "held until about %s (later if the request landed late) under LEASE_ID "
                 "%s: free it with `%s`",
-                self.lock_id,
+                *self.attempted(),
                 iso_utc(self.clock.time() + self.lease_s),
                 lease_id,
                 self.release_command(lease_id),

@@ -56,10 +56,13 @@ class SetAcquisition(Acquisition):
         return found  # type: ignore[no-any-return]
 
     def fresh_id(self, slot: int | None) -> str:
-        return sets.new_set_id()
+        return sets.new_set_id(self.lock_ids)
 
     def release_command(self, lease_id: str) -> str:
         return shlex.join(["awsflock", "release", *self.lock_ids, lease_id])
+
+    def attempted(self) -> tuple[str, str]:
+        return ", ".join(map(repr, self.lock_ids)), "every one of those locks is"
 
     def what(self) -> str:
         others = [name for name in self.lock_ids if name != self.lock_id]

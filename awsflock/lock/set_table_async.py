@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shlex
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -209,7 +210,7 @@ class SetTable:
     ) -> tuple[Lease, ...]:
         """Extend every lock's lease of set ``set_id`` from now, in one step. Raises NotHeld
         naming the first lock that is not held any more (the set is lost)."""
-        names, set_id = sets.check_names(lock_ids), check_lease_id(set_id)
+        names, set_id = _checked(lock_ids, set_id)
         lease_s, lease_ms = lease_seconds(lease), round(lease_seconds(lease) * 1000)
         members = [(name, sets.member_id(set_id, name)) for name in names]
         mono, now_ms = self.clock.monotonic(), round(self.clock.time() * 1000)
@@ -218,6 +219,8 @@ class SetTable:
         outcomes = await self._set_store().renew_all(members, **step)
         table: Any = self
         leases = []
+        refusals: list[errors.NotHeld] = []
+        renewed: list[str] = []
         for (name, member), outcome in zip(members, outcomes):
             record = outcome.record
             if not outcome.applied and verdict.held_longer(record, member, now_ms, lease_ms):
@@ -225,7 +228,9 @@ class SetTable:
             if not outcome.applied:
                 metrics.record("awsflock.renewals", 1, name, self.store, outcome=metrics.LOST)
                 refused = verdict.of(outcome, name, member, "renew", self.clock.time())
-                raise refused or errors.NotHeld(f"the lease of {name!r} was not renewed")
+                refusals.append(refused or errors.NotHeld(f"the lease of {name!r} was not renewed"))
+                continue
+            renewed.append(name)
             if record is None:  # a transaction answers nothing: the end it wrote
                 record = LockRecord(
                     lock_id=name,
@@ -235,6 +240,8 @@ class SetTable:
                 )
             to_mono = outcome.to_mono if outcome.to_mono is not None else mono - now_ms / 1000
             leases.append(Lease.of_record(table, record, name, member, to_mono))
+        if refusals:
+            raise _lost_with(refusals[0], names, set_id, renewed, "renewed, and {} held")
         for name in names:
             metrics.record("awsflock.renewals", 1, name, self.store, outcome=metrics.OK)
         log.info("renewed %s for %s", ", ".join(map(repr, names)), format_seconds(lease_s))
@@ -249,11 +256,11 @@ class SetTable:
         """End every lock's lease of set ``set_id``, in one step. Raises NotHeld naming the
         first lock whose lease was lost (the others are released all the same); a release
         whose first try went through (or a second release) succeeds."""
-        names, set_id = sets.check_names(lock_ids), check_lease_id(set_id)
+        names, set_id = _checked(lock_ids, set_id)
         members = [(name, sets.member_id(set_id, name)) for name in names]
         now_ms, skew_ms = round(self.clock.time() * 1000), round(self.skew * 1000)
         outcomes = await self._set_store().release_all(members, now_ms=now_ms, skew_ms=skew_ms)
-        refusals = []
+        refusals, released = [], []
         for (name, member), outcome in zip(members, outcomes):
             refusal = None
             if not outcome.applied:
@@ -262,6 +269,43 @@ class SetTable:
             metrics.record("awsflock.releases", 1, name, self.store, outcome=said)
             if refusal is not None:
                 refusals.append(refusal)
+            else:
+                released.append(name)
         if refusals:
-            raise refusals[0]
+            raise _lost_with(refusals[0], (), set_id, released, "released")
         log.info("released %s", ", ".join(map(repr, names)))
+
+
+def _checked(lock_ids: Sequence[str], set_id: str) -> tuple[tuple[str, ...], str]:
+    """The names and the LEASE_ID of a set's renew or release, checked: the LEASE_ID must be
+    the one acquired for exactly these names (any order)."""
+    names, set_id = sets.check_names(lock_ids), check_lease_id(set_id)
+    if not sets.names_fit(set_id, names):
+        raise errors.UsageError(
+            f"LEASE_ID {set_id} was not acquired for {', '.join(map(repr, names))}",
+            hint="name every lock it was acquired for, no other (in any order)",
+        )
+    return names, set_id
+
+
+def _lost_with(
+    refusal: errors.NotHeld,
+    names: Sequence[str],
+    set_id: str,
+    others: list[str],
+    done: str,
+) -> errors.NotHeld:
+    """``refusal`` of one lock of a set, saying what became of the others (``others``, whose
+    own step was applied: ``done``), and, where they stay held (``names``), what frees them:
+    a script that stops on the refusal must not leave them held unknowingly (found by a
+    review: a renew that exited 3 had renewed the others for its whole lease)."""
+    if not others:
+        return refusal
+    verb, stays = ("were", "stay") if len(others) > 1 else ("was", "stays")
+    said = f"{refusal.message}; {', '.join(map(repr, others))} {verb} {done.format(stays)}"
+    hint = refusal.hint
+    if names:
+        hint = "release them with `" + shlex.join(["awsflock", "release", *names, set_id]) + "`"
+    lost = errors.NotHeld(said, hint=hint)
+    lost.reason = refusal.reason
+    return lost

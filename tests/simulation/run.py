@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -233,10 +233,8 @@ def _seeded_ids(world: World, checker: Checker) -> Iterator[None]:
     real, real_set_id = uuid.uuid4, sets.new_set_id
     uuid.uuid4 = lambda: uuid.UUID(int=world.rng.getrandbits(128), version=4)
 
-    def set_id() -> str:
-        value = world.rng.getrandbits(128) & ~(0xF000 << 64) & ~(0xC000 << 48)
-        value |= (0x8000 << 64) | (0x8000 << 48)  # version 8, RFC 9562's variant
-        return checker.sets.issued(str(uuid.UUID(int=value)))
+    def set_id(names: Sequence[str] = (), bits: int | None = None) -> str:
+        return checker.sets.issued(real_set_id(names, world.rng.getrandbits(128)))
 
     sets.new_set_id = set_id
     try:

@@ -67,7 +67,10 @@ BEGIN
             FOR v_each IN SELECT e.value AS step, e.n FROM jsonb_array_elements(p->'steps')
                           WITH ORDINALITY AS e(value, n) ORDER BY e.value->>'lock' COLLATE "C"
             LOOP
-                v_one := {{F}}(left(p_op, -4), v_each.step->>'lock', v_each.step->'p');
+                -- One time for every name (the server's, read once above, unless the caller
+                -- gave its own): the set's leases start and end together.
+                v_one := {{F}}(left(p_op, -4), v_each.step->>'lock',
+                               jsonb_build_object('now', v_now) || (v_each.step->'p'));
                 v_answers := v_answers || jsonb_build_object(v_each.n::text, v_one);
                 IF p_op = 'take_all' AND NOT (v_one->>'applied')::boolean THEN
                     RAISE EXCEPTION 'refused' USING ERRCODE = 'AF001';
