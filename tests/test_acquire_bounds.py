@@ -69,7 +69,7 @@ def _acquire(store: SlowStore, clock: FakeClock, **kw: Any) -> tuple[float, list
     class Catch(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             if getattr(record, "event", None) == "abandon_failed":
-                warned.append(str(record.args[2]))  # type: ignore[index]
+                warned.append(str(getattr(record, "lease_id")))  # noqa: B009
 
     handler = Catch()
     logging.getLogger("awsflock").addHandler(handler)

@@ -347,7 +347,12 @@ class Acquisition:
                 iso_utc(self.clock.time() + self.lease_s),
                 lease_id,
                 self.release_command(lease_id),
-                extra={"event": "abandon_failed", "lock_id": self.lock_id, "slot": slot},
+                extra={
+                    "event": "abandon_failed",
+                    "lock_id": self.lock_id,
+                    "slot": slot,
+                    "lease_id": lease_id,
+                },
             )
         self.unsettled.clear()
 

@@ -321,5 +321,5 @@ class Reported(logging.Handler):
         self.checker = checker
 
     def emit(self, record: logging.LogRecord) -> None:
-        if getattr(record, "event", None) == "abandon_failed" and isinstance(record.args, tuple):
-            self.checker.reported.add(str(record.args[2]))
+        if getattr(record, "event", None) == "abandon_failed":
+            self.checker.reported.add(str(getattr(record, "lease_id")))  # noqa: B009
