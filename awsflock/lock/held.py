@@ -136,12 +136,18 @@ class Lease:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        # Never swallow the caller's exception; a failed release is logged, not raised over it.
-        if self.released:
-            return
-        try:
-            self.release()
-        except errors.AwsflockError as err:
-            if exc[0] is None:
-                raise
-            log.warning("release of %r failed: %s", self.lock_id, err.one_line())
+        release_on_exit(self, exc[0])
+
+
+def release_on_exit(held: Lease | Any, raised: object) -> None:
+    """A ``with`` block of ``held`` (a ``Lease`` or a ``LeaseSet``) is over: release it. Never
+    swallow the caller's exception (``raised``): a failed release is then logged, not raised
+    over it."""
+    if held.released:
+        return
+    try:
+        held.release()
+    except errors.AwsflockError as err:
+        if raised is None:
+            raise
+        log.warning("release of %r failed: %s", held.lock_id, err.one_line())

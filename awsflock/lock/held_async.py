@@ -136,13 +136,19 @@ class Lease:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        # Never swallow the caller's exception; a failed release is logged, not raised over it.
-        # A release after a cancellation is not cut short by another.  # async only
-        if self.released:
-            return
-        try:
-            await finish(self.release)  # sync: self.release()
-        except errors.AwsflockError as err:
-            if exc[0] is None:
-                raise
-            log.warning("release of %r failed: %s", self.lock_id, err.one_line())
+        await release_on_exit(self, exc[0])
+
+
+async def release_on_exit(held: Lease | Any, raised: object) -> None:
+    """A ``with`` block of ``held`` (a ``Lease`` or a ``LeaseSet``) is over: release it. Never
+    swallow the caller's exception (``raised``): a failed release is then logged, not raised
+    over it."""
+    # A release after a cancellation is not cut short by another.  # async only
+    if held.released:
+        return
+    try:
+        await finish(held.release)  # sync: held.release()
+    except errors.AwsflockError as err:
+        if raised is None:
+            raise
+        log.warning("release of %r failed: %s", held.lock_id, err.one_line())

@@ -21,7 +21,7 @@ from typing import Any
 from awsflock import errors, metrics, sets
 from awsflock.durations import lease_seconds, wait_limit
 from awsflock.lock import owners, telling, verdict, waiting
-from awsflock.lock.held import Lease
+from awsflock.lock.held import Lease, release_on_exit
 from awsflock.lock.set_acquisition import SetAcquisition, SetGrant
 from awsflock.names import check_lease_id
 from awsflock.records import Identity, LockRecord
@@ -118,14 +118,7 @@ class LeaseSet:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.released:
-            return
-        try:
-            self.release()
-        except errors.AwsflockError as err:
-            if exc[0] is None:
-                raise
-            log.warning("release of %r failed: %s", self.lock_ids, err.one_line())
+        release_on_exit(self, exc[0])
 
 
 class SetTable:

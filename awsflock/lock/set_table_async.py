@@ -20,8 +20,7 @@ from typing import Any
 from awsflock import errors, metrics, sets
 from awsflock.durations import lease_seconds, wait_limit
 from awsflock.lock import owners, telling, verdict, waiting_async
-from awsflock.lock.finishing import finish  # async only
-from awsflock.lock.held_async import Lease
+from awsflock.lock.held_async import Lease, release_on_exit
 from awsflock.lock.set_acquisition_async import SetAcquisition, SetGrant
 from awsflock.names import check_lease_id
 from awsflock.records import Identity, LockRecord
@@ -118,14 +117,7 @@ class LeaseSet:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.released:
-            return
-        try:
-            await finish(self.release)  # sync: self.release()
-        except errors.AwsflockError as err:
-            if exc[0] is None:
-                raise
-            log.warning("release of %r failed: %s", self.lock_ids, err.one_line())
+        await release_on_exit(self, exc[0])
 
 
 class SetTable:
