@@ -15,21 +15,21 @@ from awsflock.stores.postgresql import PostgresStore
 from tests.conformance.awaited import Awaited
 from tests.conformance.sets import SetConformance
 from tests.conformance.suite import StoreConformance
-from tests.servers import PostgresServer, Server, local_client
+from tests.servers import PATIENT, PostgresServer, Server, local_client
 
 
 @pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
 class TestDynamoDBStoreOnServers(StoreConformance):
     @pytest.fixture
     def store(self, server: Server, shared_table: str) -> DynamoDBStore:
-        return DynamoDBStore(shared_table, local_client(server.url))
+        return DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)
 
 
 @pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
 class TestDynamoDBStoreOnServersSets(SetConformance):
     @pytest.fixture
     def store(self, server: Server, shared_table: str) -> DynamoDBStore:
-        return DynamoDBStore(shared_table, local_client(server.url))
+        return DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)
 
 
 class TestPostgresStore(StoreConformance):
@@ -63,7 +63,7 @@ class TestDynamoDBStoreOnServersAwaited(StoreConformance):
 
     @pytest.fixture
     def store(self, server: Server, shared_table: str) -> Iterator[Any]:
-        awaited = kinds.awaited(DynamoDBStore(shared_table, local_client(server.url)))
+        awaited = kinds.awaited(DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT))
         adapter = Awaited(awaited)
         yield adapter
         adapter.close()
