@@ -135,6 +135,7 @@ class LockTable(table_async.LockTable):
         slots: int | None = None,
         fair: bool = False,
         cancel: threading.Event | None = None,
+        shared: bool = False,
     ) -> Hold:
         """``async with table.lock("x", lease=30, wait=10) as held:``. Acquires on entry
         (waiting up to ``wait``), renews in the background, and on exit, once the body has
@@ -152,6 +153,7 @@ class LockTable(table_async.LockTable):
             slots=slots,
             fair=fair,
             cancel=cancel,
+            shared=shared,
         )
 
     async def aclose(self) -> None:

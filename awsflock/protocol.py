@@ -153,8 +153,7 @@ class Attempt:
 #: How far apart two callers' clock readings must be for a renew to count as sent after the one
 #: that set a lease's end, and so to be allowed to move the end back (shorten the lease): the
 #: clients' clocks are assumed to agree within it (the NTP assumption; the default skew window).
-#: A store whose leases are timed by its own clock, which has no skew window of its own, uses
-#: this; the others use theirs.
+#: A store timed by its own clock (no skew window of its own) uses this; the others use theirs.
 RENEW_ORDER_MS = 5000
 
 
@@ -193,11 +192,12 @@ class Outcome:
 
     def knows(self, lease_id: str) -> bool:
         """Whether the record this outcome is about (a plain lease on a pool: the plain lock's
-        last state) has ``lease_id`` as its lease or in its history."""
+        last state) has ``lease_id`` as its lease, a share, or in its history."""
         record = self.lock if self.slot is None else self.record
         if record is None:
             return False
-        return record.lease_id == lease_id or any(lease == lease_id for lease, _ in record.history)
+        held = (record.lease_id, *(s.lease_id for s in record.shares), *dict(record.history))
+        return lease_id in held
 
     def remembering(self, lease_id: str, ended: str, lock_id: str = "") -> Outcome:
         """This outcome with ``lease_id`` in the history of the record it is about, ended as

@@ -180,6 +180,12 @@ class LockRecord:
     legacy: bool = False
     #: Who keeps this lease alive in the background (``acquire --keep-alive``): host, pid.
     keeper: str = ""
+    #: Held by shared holders (``awsflock.shares``): this lease is their group's, each
+    #: share's record is in ``shares``; ``claimed_until``: a waiting exclusive acquire's claim
+    #: (epoch seconds by its clock; None: none).
+    shared: bool = False
+    shares: tuple[LockRecord, ...] = field(default=(), compare=False, repr=False)
+    claimed_until: float | None = None
     #: The lock's line of fair waiters (on a plain lock's record; a pool has its own).
     line: Line = field(default=NO_LINE, compare=False, repr=False)
     #: The store's raw fields (for debugging; their names are the store's own).
@@ -207,7 +213,16 @@ class LockRecord:
         return not self.released and self.expires_at <= now
 
     def describe(self, now: float) -> str:
-        """One line naming the holder, for a waiter's stderr."""
+        """One line naming the holder (a shared lock's: how many, and the first), for a
+        waiter's stderr."""
+        if self.shared and self.shares:
+            first = min(self.shares, key=lambda s: s.acquired_at or 0.0)
+            n = len(self.shares)
+            text = f"{n} shared holders, the first " if n > 1 else "a shared holder, "
+            text += first.describe(now)
+            if self.claimed_until is not None and self.claimed_until > now:
+                text += "; an exclusive acquire waits, so no share is added until it is served"
+            return text
         who = self.owner or "unknown owner"
         details = []
         if self.host and self.host != self.owner:

@@ -34,7 +34,6 @@ name at a time; both are refused before any request (``check_names``).
 from __future__ import annotations
 
 import hashlib
-import secrets
 import uuid
 from collections.abc import Sequence
 from typing import Protocol
@@ -42,6 +41,7 @@ from typing import Protocol
 from awsflock import errors
 from awsflock.names import check_lock_id
 from awsflock.protocol import Attempt, Outcome
+from awsflock.shares import KIND_SET, custom_id, kind_of
 
 #: The most names one set may have: on DynamoDB a set's take is one transaction of three items
 #: per name (the lock's item, its fence record, its done item's check), and a transaction
@@ -50,14 +50,11 @@ MAX_NAMES = 32
 
 
 def new_set_id(names: Sequence[str] = (), bits: int | None = None) -> str:
-    """A fresh LEASE_ID for the set of ``names``: a random UUID whose version is 8, and whose
-    last 32 bits are a digest of the names (``names_fit``), leaving 90 random bits (``bits``:
-    128 random bits to make it of, for a simulation's seeded runs; default the system's)."""
-    value = int.from_bytes(secrets.token_bytes(16), "big") if bits is None else bits
-    value &= ~(0xF000 << 64)
-    value |= 0x8000 << 64  # version 8
-    value &= ~(0xC000 << 48)
-    value |= 0x8000 << 48  # RFC 9562 variant
+    """A fresh LEASE_ID for the set of ``names``: a random UUID of version 8 marked as a set's
+    (``awsflock.shares.custom_id``), whose last 32 bits are a digest of the names
+    (``names_fit``), leaving 86 random bits (``bits``: 128 random bits to make it of, for a
+    simulation's seeded runs; default the system's)."""
+    value = uuid.UUID(custom_id(KIND_SET, bits)).int
     if names:
         value = (value & ~0xFFFFFFFF) | _digest(names)
     return str(uuid.UUID(int=value))
@@ -76,10 +73,7 @@ def _digest(names: Sequence[str]) -> int:
 
 def is_set_id(lease_id: str) -> bool:
     """Whether ``lease_id`` is a set's LEASE_ID (``new_set_id``'s form)."""
-    try:
-        return uuid.UUID(lease_id).version == 8
-    except ValueError:
-        return False
+    return kind_of(lease_id) == KIND_SET
 
 
 def member_id(set_id: str, name: str) -> str:

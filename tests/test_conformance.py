@@ -13,6 +13,7 @@ from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.memory import MemoryStore
 from tests.conformance.awaited import Awaited
 from tests.conformance.sets import SetConformance
+from tests.conformance.shares import ShareConformance
 from tests.conformance.suite import StoreConformance
 
 
@@ -56,6 +57,18 @@ class TestDynamoDBStoreOnMotoSets(SetConformance):
 
 
 class TestMemoryStoreWithoutTransactionsSets(SetConformance):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore(transactions=False)
+
+
+class TestMemoryStoreShares(ShareConformance):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore()
+
+
+class TestMemoryStoreWithoutTransactionsShares(ShareConformance):
     @pytest.fixture
     def store(self) -> MemoryStore:
         return MemoryStore(transactions=False)

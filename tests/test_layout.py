@@ -304,6 +304,7 @@ LAYERS = (
             "metrics",
             "extras",
             "sets",
+            "shares",
         ),
     ),
     ("stores", ("stores",)),

@@ -134,7 +134,7 @@ def test_a_hold_of_several_names_keeps_them_and_releases_them_after_the_body(sto
 @pytest.mark.parametrize(("option", "value"), [("slots", 2), ("fair", True)])
 def test_pools_and_fair_waiting_take_one_lock_at_a_time(store, option, value):
     table = LockTable(store=store)
-    with pytest.raises(errors.UsageError, match="plain locks, served as they come"):
+    with pytest.raises(errors.UsageError, match="plain exclusive locks, served as they come"):
         table.acquire(["a", "b"], **{option: value})
     with pytest.raises(errors.UsageError, match="named twice"):
         table.acquire(["a", "a"])

@@ -6,7 +6,7 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -18,6 +18,7 @@ from awsflock.cli.lock_options import (
     json_option,
     lease_option,
     owner_option,
+    shared_option,
     slots_option,
     wait_of,
     wait_options,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 @json_option
 @slots_option
 @fair_option
+@shared_option
 @click.option(
     "--keep-alive",
     is_flag=True,
@@ -79,6 +81,7 @@ def acquire(
     conflict_exit_code: int,
     slots: int | None,
     fair: bool,
+    shared: bool,
     keep_alive: bool,
     while_pid: int | None,
 ) -> None:
@@ -96,25 +99,40 @@ def acquire(
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
     the holder with a failed conditional write).
     """
-    lock_id = _set_or_one(lock_ids, slots=slots, fair=fair, keep_alive=keep_alive or while_pid)
+    lock_id = _set_or_one(
+        lock_ids, slots=slots, fair=fair, shared=shared, keep_alive=keep_alive or while_pid
+    )
     # Until the wait's own signal handling takes over, Ctrl-C can only come before it.
     if_interrupted(f" while waiting for {lock_id!r}; nothing is held")
-    plan = None
-    if keep_alive or while_pid is not None:
-        plan = _plan_keep_alive(lock_id, while_pid, lease_duration)
-        lease_duration = plan.lease_s
+    plan = _plan_keep_alive(lock_id, while_pid, lease_duration) if keep_alive or while_pid else None
+    lease_duration = plan.lease_s if plan is not None else lease_duration
     table = common.table(owner)
     _name_the_script(table, plan.follow if plan is not None else 0)
     wait = wait_of(no_wait, wait_time, old_command=True, quiet=common.quiet)
+    asked = lock_ids if len(lock_ids) > 1 else lock_id
+    options = {"lease": lease_duration, "wait": wait, "slots": slots, "fair": fair}
+    _take(common, table, asked, lock_id, plan, as_json, conflict_exit_code, shared, options)
+
+
+def _take(
+    common: Common,
+    table: LockTable,
+    asked: str | tuple[str, ...],
+    lock_id: str,
+    plan: KeepAlive | None,
+    as_json: bool,
+    conflict_exit_code: int,
+    shared: bool,
+    options: dict[str, Any],
+) -> None:
+    """``acquire``'s wait and grant: the LEASE_ID printed, or the exit that says why not."""
+    wait, fair = options["wait"], options["fair"]
     # From the wait until the LEASE_ID is printed, TERM, INT and HUP are recorded: a signal
     # ends the wait cleanly, and one that comes with the grant gives the lease back (or, once
     # the LEASE_ID is out, names it), never leaving a lease held that nobody was told of.
     with _stopped_by_signals(signal.SIGINT) as (cancel, received):
         try:
-            asked = lock_ids if len(lock_ids) > 1 else lock_id
-            lease = table.acquire(
-                asked, lease=lease_duration, wait=wait, slots=slots, fair=fair, cancel=cancel
-            )
+            lease = table.acquire(asked, **options, shared=shared, cancel=cancel)
         except errors.Cancelled:
             _interrupted(
                 received,
@@ -130,7 +148,7 @@ def acquire(
 
 def _set_or_one(lock_ids: tuple[str, ...], **one_lock_only: object) -> str:
     """The lock's name for messages: the one named, or the names of a set joined ("a, b"),
-    after refusing what only one lock can have (--slots, --fair, --keep-alive)."""
+    after refusing what only one lock can have (--slots, --fair, --shared, --keep-alive)."""
     if len(lock_ids) == 1:
         return lock_ids[0]
     given = [name for name, value in one_lock_only.items() if value]

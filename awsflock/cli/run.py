@@ -11,6 +11,7 @@ from awsflock.cli.lock_options import (
     fair_option,
     lease_option,
     owner_option,
+    shared_option,
     slots_option,
     wait_of,
     wait_options,
@@ -74,6 +75,7 @@ CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
 @owner_option
 @slots_option
 @fair_option
+@shared_option
 @click.option(
     "--kill-after",
     type=DurationType(durations.parse_seconds),
@@ -111,6 +113,7 @@ def run_command(
     hold_until: str,
     slots: int | None,
     fair: bool,
+    shared: bool,
 ) -> None:
     """``run`` (its help is ``HELP``): the lock held while CMD runs, by the runner."""
     # Until the runner's signal handling takes over, Ctrl-C can only come before the wait.
@@ -134,14 +137,16 @@ def run_command(
         conflict_exit_code=conflict_exit_code,
         slots=slots,
         fair=fair,
+        shared=shared,
         hold_until=hold_until,
     )
     if shell is None:
         _no_command_among(lock_ids)
-    if len(lock_ids) > 1 and (slots is not None or fair):
+    flags = (("--slots", slots is not None), ("--fair", fair), ("--shared", shared))
+    given = [flag for flag, on in flags if on]
+    if len(lock_ids) > 1 and given:
         raise errors.UsageError(
-            f"{'--slots' if slots is not None else '--fair'} takes one LOCK_ID; "
-            f"{len(lock_ids)} were given",
+            f"{', '.join(given)} takes one LOCK_ID; {len(lock_ids)} were given",
             hint="take that lock on its own",
         )
     code = run(table, lock_ids[0] if len(lock_ids) == 1 else lock_ids, argv, options)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import random
+from typing import Any
 
-from awsflock import errors
+from awsflock import errors, shares
 from awsflock.clock_async import AsyncClock
 from awsflock.lock.grants import Grant, new_lease_id
 from awsflock.protocol import MIN_TRY, Attempt, Drops, Outcome
@@ -249,6 +250,21 @@ class Acquisition:
             self.quick = 0
             self.slot = self.rng.randrange(self.size)
         return None
+
+    async def claim(self) -> None:
+        """A wait going on after a refusal by shared holders keeps new shares out
+        (``awsflock.shares``: writer preference). Only a preference: a failure is the next
+        poll's to mend."""
+        holder = self.holder
+        if self.size is not None or not shares.wants_claim(holder, self.clock.time(), self.skew):
+            return
+        assert holder is not None
+        now_ms = self._now_ms()
+        try:
+            steps: Any = self.store
+            await steps.claim(holder.lock_id, now_ms=now_ms, until_ms=now_ms + shares.CLAIM_MS)
+        except errors.AwsflockError as err:
+            log.debug("claim of %r failed: %s", holder.lock_id, err.one_line())
 
     def wants_retry_now(self) -> bool:
         """A pool probe found another free slot: try it without sleeping."""

@@ -6,7 +6,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
-from awsflock import errors, metrics
+from awsflock import errors, metrics, shares
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import AUDIT_APPLIED, AUDIT_VOID, Outcome, audit_key
 from awsflock.records import ENDED_FORCED, KEEPALIVE_FORCE, LockRecord, kept_audit
@@ -50,7 +50,7 @@ def force_release(
     lease_id, slot = _checked(lock_id, reason, lease_id, confirm, slot, actor)
     # With the lease named, the store also says how it ended if it is no longer current (a
     # re-run after a lost answer: was it this force, another, or its holder's release?).
-    current = table.store.read(lock_id, lease_id)
+    current = shares.about(table.store.read(lock_id, lease_id), lease_id or "")
     now = table.clock.time()
     record = _held(table, current, lock_id, lease_id, slot, now)
     if confirm is not None and not confirm(record):
@@ -62,7 +62,7 @@ def force_release(
     # exactly when the force took effect, whether this run lives to see the answer or not, and
     # names the operator whose force it was (protocol.force_release). One record per lease,
     # keyed by it: a lease is forced at most once.
-    outcome = _force(table, entry)
+    outcome = shares.about(_force(table, entry), entry["lease_id"])
     if not outcome.applied:
         if not _forced_by_us(outcome.record, record.lease_id, action_id):
             _not_forced(table, entry, record, outcome, now)

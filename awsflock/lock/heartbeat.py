@@ -76,6 +76,7 @@ class Leases(Protocol):
         slots: int | None = ...,
         cancel: threading.Event | None = ...,
         fair: bool = ...,
+        shared: bool = ...,
     ) -> HeldLease: ...
 
 
@@ -102,9 +103,11 @@ class Hold(HoldState):
         slots: int | None = None,
         cancel: threading.Event | None = None,
         fair: bool = False,
+        shared: bool = False,
     ) -> None:
         self.table = table
         self.fair = fair
+        self.shared = shared
         #: The locks held (several: taken together, ``awsflock.sets``), and their names as
         #: messages say them.
         self.lock_ids = (lock_id,) if isinstance(lock_id, str) else tuple(lock_id)
@@ -163,6 +166,7 @@ class Hold(HoldState):
             slots=self.slots,
             cancel=self.cancel,
             fair=self.fair,
+            shared=self.shared,
         )
         if (self.slots or 1) == 1:
             for name in self.lock_ids:

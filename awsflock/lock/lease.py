@@ -119,6 +119,7 @@ class LockTable(table.LockTable):
         slots: int | None = None,
         cancel: threading.Event | None = None,
         fair: bool = False,
+        shared: bool = False,
     ) -> Hold:
         """The lock held while you work, renewed in the background (every lease/3).
 
@@ -140,6 +141,7 @@ class LockTable(table.LockTable):
             slots=slots,
             cancel=cancel,
             fair=fair,
+            shared=shared,
         )
 
     def hold(self, lock_id: str | Sequence[str], **options: Any) -> Hold:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Callable, overload
 
-from awsflock import errors, metrics
+from awsflock import errors, metrics, shares
 from awsflock.clock_async import AsyncClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
 from awsflock.lock import owners, telling, verdict, waiting_async
@@ -23,6 +23,11 @@ from awsflock.lock.held_async import Lease
 from awsflock.lock.line_async import Fair, new_ticket
 from awsflock.lock.renewer import AsyncRenewer
 from awsflock.lock.set_table_async import LeaseSet, SetTable
+from awsflock.lock.share_acquisition_async import (
+    ShareAcquisition,
+    check_shared,
+    share_renewed,
+)
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol_async import AsyncLockStore
 from awsflock.records import Identity, LockRecord, Pool
@@ -117,6 +122,7 @@ class LockTable(SetTable):
         slots: int | None = ...,
         cancel: threading.Event | None = ...,
         fair: bool = ...,
+        shared: bool = ...,
     ) -> Lease: ...
 
     @overload
@@ -130,6 +136,7 @@ class LockTable(SetTable):
         slots: int | None = ...,
         cancel: threading.Event | None = ...,
         fair: bool = ...,
+        shared: bool = ...,
     ) -> Lease | LeaseSet: ...
 
     async def acquire(
@@ -142,13 +149,16 @@ class LockTable(SetTable):
         slots: int | None = None,
         cancel: threading.Event | None = None,
         fair: bool = False,
+        shared: bool = False,
     ) -> Lease | LeaseSet:
         """Take the lock, waiting up to ``wait`` seconds (0: don't wait; ``WAIT_FOREVER``).
 
         With ``slots=N`` (N > 1) the lock is a pool of N slots: up to N holders at once, each
         told its slot (``Lease.slot``). With ``fair=True`` a waiting acquire takes a place in
         the lock's line and is served in order of arrival (``awsflock.lock.line``); without it, it
-        never goes ahead of a live waiter in line. Raises LockBusy (with ``.holder``) when it
+        never goes ahead of a live waiter in line. With ``shared=True`` it is held beside any
+        other shared holder and never beside an exclusive one (``awsflock.shares``: a waiting
+        exclusive acquire keeps new shares out). Raises LockBusy (with ``.holder``) when it
         stayed held, and Cancelled (holding nothing) once ``cancel`` is set.
 
         With a list of names, every one of them is taken together in one step, or none is
@@ -156,15 +166,20 @@ class LockTable(SetTable):
         locks only (no ``slots``, no ``fair``).
         """
         if not isinstance(lock_id, str):
-            if slots is not None or fair:
+            if slots is not None or fair or shared:
                 raise errors.UsageError(
-                    "locks taken together are plain locks, served as they come",
-                    hint="drop slots/fair (--slots/--fair), or take that lock on its own",
+                    "locks taken together are plain exclusive locks, served as they come",
+                    hint="drop slots/fair/shared (--slots/--fair/--shared), or take that lock "
+                    "on its own",
                 )
             return await self.acquire_set(
                 lock_id, lease=lease, wait=wait, identity=identity, cancel=cancel
             )
-        return await self._acquire_one(lock_id, lease, wait, identity, slots, cancel, fair)
+        if shared:
+            check_shared(self.store, slots, fair)
+        return await self._acquire_one(
+            lock_id, lease, wait, identity, slots, cancel, fair, shared=shared
+        )
 
     async def _acquire_one(
         self,
@@ -175,6 +190,8 @@ class LockTable(SetTable):
         slots: int | None,
         cancel: threading.Event | None,
         fair: bool,
+        *,
+        shared: bool = False,
     ) -> Lease:
         """``acquire`` of one lock."""
         check_lock_id(lock_id)
@@ -183,7 +200,7 @@ class LockTable(SetTable):
         wait_s = None if wait is None else wait_limit(wait)
         if size is None and wait_s != 0:
             owners.refuse_reentry(self.store, lock_id)
-        run = Acquisition(
+        run = (ShareAcquisition if shared else Acquisition)(
             self.store,
             lock_id,
             lease_s,
@@ -284,6 +301,7 @@ class LockTable(SetTable):
         record who keeps it alive from now on (shown by ``status``)."""
         check_lock_id(lock_id)
         lease_id = check_lease_id(lease_id)
+        shares.check_plain(lease_id)
         lease_s = lease_seconds(lease)
         slot = slot_of(lease_id)
         mono, now_ms = self.clock.monotonic(), self.now_ms()  # read together: see Lease.of_record
@@ -300,6 +318,7 @@ class LockTable(SetTable):
         except errors.AwsflockError:
             metrics.record("awsflock.renewals", 1, lock_id, self.store, outcome=metrics.TRANSIENT)
             raise
+        outcome = await share_renewed(self.store, outcome, lock_id, lease_id)
         record = outcome.record
         if not outcome.applied and verdict.held_longer(record, lease_id, now_ms, _ms(lease_s)):
             # Refused because a renew made later (another host's, or ours before a clock step
@@ -330,6 +349,7 @@ class LockTable(SetTable):
         whose first try went through (or a second release) succeeds."""
         check_lock_id(lock_id)
         lease_id = check_lease_id(lease_id)
+        shares.check_plain(lease_id)
         try:
             outcome = await self.store.release(
                 lock_id,
@@ -342,6 +362,7 @@ class LockTable(SetTable):
             failed = metrics.IN_DOUBT if exc.maybe_applied else metrics.FAILED
             metrics.record("awsflock.releases", 1, lock_id, self.store, outcome=failed)
             raise
+        outcome = shares.about(outcome, lease_id)
         record = outcome.record
         if not outcome.applied:
             refusal = verdict.of_release(outcome, lock_id, lease_id, self.clock.time())

@@ -68,6 +68,11 @@ class Policy:
         """The lease whose reclaim time the next poll must not sleep past (None: none)."""
         return run.holder
 
+    def waiting(self, run: Acquisition) -> None:
+        """The wait goes on after an answered poll that did not grant: keep what it needs in
+        the store (a waiting exclusive acquire's claim on a lock held shared)."""
+        run.claim()
+
     def tidy(self, run: Acquisition) -> None:
         """Undo what the policy keeps in the store (a place in line), on a grant and on every
         exit alike; a failure must leave nothing that does not lapse by itself."""
@@ -121,6 +126,8 @@ def wait(
                 break
             if run.error is not None:
                 log_retry(run)
+            else:
+                policy.waiting(run)
             if waker is None:
                 waker = run.store.waker(run.lock_id)  # only a wait that pauses makes one
             # A wake ends the pause early: the next poll goes at once, as a step like any other.

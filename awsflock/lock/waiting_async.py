@@ -69,6 +69,11 @@ class Policy:
         """The lease whose reclaim time the next poll must not sleep past (None: none)."""
         return run.holder
 
+    async def waiting(self, run: Acquisition) -> None:
+        """The wait goes on after an answered poll that did not grant: keep what it needs in
+        the store (a waiting exclusive acquire's claim on a lock held shared)."""
+        await run.claim()
+
     async def tidy(self, run: Acquisition) -> None:
         """Undo what the policy keeps in the store (a place in line), on a grant and on every
         exit alike; a failure must leave nothing that does not lapse by itself."""
@@ -122,6 +127,8 @@ async def wait(
                 break
             if run.error is not None:
                 log_retry(run)
+            else:
+                await policy.waiting(run)
             if waker is None:
                 waker = run.store.waker(run.lock_id)  # only a wait that pauses makes one
             # A wake ends the pause early: the next poll goes at once, as a step like any other.

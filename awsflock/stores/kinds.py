@@ -1,6 +1,5 @@
 """The store kinds: the one front door through which the CLI, ``LockTable``, the keep-alive
-renewer and the tests choose and open a store, and the one place each kind's capabilities are
-declared.
+renewer and the tests choose and open a store, and the one place each kind's abilities are told.
 
 A store is named by a URL (``--store``, ``AWSFLOCK_STORE``) or, with none, is the default kind
 (DynamoDB) named by the command-line options. Each backend is one ``Kind`` in ``KINDS``: its URL
@@ -123,9 +122,10 @@ class Kind:
     #: ``transactions`` says at run time (DynamoDB: an endpoint without transactions, such as
     #: dynalite, has none; the in-memory store can be made as one). See ``transactions()``.
     transactions: Literal["always", "varies"] = "always"
-    #: Whether its stores hold sets of names taken in one step (``awsflock.sets.SetSteps``);
-    #: where ``transactions`` varies, only a store that has them (see ``sets()``).
+    #: Whether its stores hold sets of names in one step (``awsflock.sets``; see ``sets()``),
+    #: and shared holders (``awsflock.shares``).
     sets: bool = False
+    shares: bool = False
     #: The wire protocol its servers speak ("": none, in-process): tests with a tool of that
     #: protocol (a fault proxy, a raw client) run on every kind that speaks it.
     api: str = ""
@@ -222,6 +222,7 @@ MEMORY = Kind(
     extra=None,
     transactions="varies",
     sets=True,
+    shares=True,
 )
 
 #: Every kind: those a URL names, and the in-memory store.

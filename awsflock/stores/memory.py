@@ -41,26 +41,26 @@ from awsflock.protocol import (
 from awsflock.records import (
     ENDED_FORCED,
     ENDED_RELEASED,
-    Line,
     LockRecord,
     Pool,
     Waiter,
     kept_audit,
 )
+from awsflock.shares import is_share_id
 from awsflock.stores import kinds
 from awsflock.stores.memory_records import (
     ForSimulations,
-    _Lease,
     _Record,
     _seconds,
     _version,
     audit_put_lands,
 )
 from awsflock.stores.memory_sets import MemorySets
+from awsflock.stores.memory_shares import MemoryShares, grant_share, may_share, raise_group
 from awsflock.stores.memory_takes import grant, may_resize, may_take
 
 
-class MemoryStore(ForSimulations, MemorySets):
+class MemoryStore(ForSimulations, MemorySets, MemoryShares):
     """Lock records in this process's memory (a ``LockStore``); safe to share between threads.
 
     ``clock`` is only what ``LockTable(store=...)`` uses unless given one: the steps take their
@@ -116,9 +116,11 @@ class MemoryStore(ForSimulations, MemorySets):
     # -- the lock steps --------------------------------------------------------------------------
 
     def take(self, lock_id: str, attempt: Attempt) -> Outcome:
+        shared = is_share_id(attempt.lease_id)
+        allowed, write = (may_share, grant_share) if shared else (may_take, grant)
         with self._mutex:
             record = self._records.get(lock_id)
-            if not may_take(
+            if not allowed(
                 record,
                 attempt,
                 ended_before=attempt.lease_id in self._done,
@@ -130,7 +132,7 @@ class MemoryStore(ForSimulations, MemorySets):
                 record.remove([attempt.ticket, *(t for t, _ in attempt.drop)])
             if record is None:
                 record = self._records[lock_id] = _Record()
-            grant(record, attempt, lock_id, self._fences, transactions=self.transactions)
+            write(record, attempt, lock_id, self._fences, transactions=self.transactions)
             return self._outcome(True, lock_id, record, attempt.slot)
 
     def renew(
@@ -169,6 +171,8 @@ class MemoryStore(ForSimulations, MemorySets):
             lease.expires_s = record.ttl(_seconds(expires_ms + skew_ms))
             if keeper is not None:
                 lease.keeper = keeper
+            if is_share_id(lease_id):
+                raise_group(record, lease, skew_ms)
             return self._outcome(True, lock_id, record, slot)
 
     def release(
@@ -206,7 +210,11 @@ class MemoryStore(ForSimulations, MemorySets):
     ) -> Outcome:
         with self._mutex:
             record = self._records.get(lock_id)
-            lease = self._running(record, slot, lease_id)
+            lease = self._running(record, slot, lease_id, group_ok=forced is not None)
+            if lease is not None and record is not None and is_share_id(lease_id):
+                return self._end_share(
+                    lock_id, record, lease_id, ended, now_ms, skew_ms, forced, audit
+                )
             if lease is None or record is None:
                 outcome = self._remembering(
                     self._outcome(False, lock_id, record, slot), lock_id, lease_id
@@ -352,39 +360,3 @@ class MemoryStore(ForSimulations, MemorySets):
         with self._mutex:
             entries = [dict(e) for k, e in self._audit.items() if k.startswith(AUDIT_PREFIX)]
         yield from entries
-
-    # -- reading -----------------------------------------------------------------------------
-
-    @staticmethod
-    def _lease(record: _Record | None, slot: int | None) -> _Lease | None:
-        if record is None:
-            return None
-        return record.top if slot is None else record.pool.get(slot)
-
-    @classmethod
-    def _running(cls, record: _Record | None, slot: int | None, lease_id: str) -> _Lease | None:
-        """The lease, if it is ``lease_id``'s and not ended, and a plain lease's record is not a
-        pool: what renew, release and force-release all need (the DynamoDB store's
-        ``owned AND not_ended``, and ``PLAIN_NOT_POOL`` for a plain lease)."""
-        lease = cls._lease(record, slot)
-        if lease is None or record is None or not lease.owned_by(lease_id) or lease.ended:
-            return None
-        if slot is None and record.slots is not None:
-            return None
-        return lease
-
-    @staticmethod
-    def _outcome(applied: bool, lock_id: str, record: _Record | None, slot: int | None) -> Outcome:
-        if record is None:
-            return Outcome(applied, None, None, slot)
-        lock = record.top.record(lock_id, record.slots)
-        line = Line(
-            record.next_number,
-            tuple(sorted(record.line.values(), key=lambda w: w.number)),
-            record.polled_ms if record.line else None,
-        )
-        lock = dataclasses.replace(lock, line=line)
-        if record.slots is None:
-            return Outcome(applied, lock, None, slot, line=line)
-        slots = {i: lease.record(lock_id, record.slots) for i, lease in sorted(record.pool.items())}
-        return Outcome(applied, lock, Pool(lock_id, record.slots, slots, line), slot, line=line)

@@ -74,6 +74,9 @@ class AsyncMemoryStore:
     async def release_all(self, leases: Any, **step: Any) -> tuple[Outcome, ...]:
         return self.sync.release_all(leases, **step)
 
+    async def claim(self, lock_id: str, **step: Any) -> Outcome:
+        return self.sync.claim(lock_id, **step)
+
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
         return self.sync.locks(prefix)
 

@@ -120,6 +120,11 @@ class _Record:
     #: A pool's bars: LEASE_ID -> until when (epoch ms), each a slot's id that a release found
     #: never granted (the DynamoDB store's ``xb_`` attributes of the pool's item).
     bars: dict[str, int] = field(default_factory=dict)
+    #: Shared holders (``awsflock.shares``): the top is their group's lease; each share's lease
+    #: by its id; a waiting exclusive acquire's claim (epoch ms, by its clock).
+    shared: bool = False
+    shares: dict[str, _Lease] = field(default_factory=dict)
+    claim_ms: int | None = None
 
     def ttl(self, seconds: int) -> int:
         """The record's expiry time for a plain lease's write (DynamoDB's TTL attribute)."""

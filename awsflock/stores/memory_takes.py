@@ -92,6 +92,8 @@ def grant(
         fence=fence,
         history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
     )
+    # An exclusive grant ends a group of shared holders for good, and the claim made for it.
+    record.shares, record.shared, record.claim_ms = {}, False, None
     if slot is None:
         record.top = new
     else:

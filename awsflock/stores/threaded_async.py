@@ -101,6 +101,10 @@ class AsyncThreadedStore:
     async def release_all(self, leases: Any, **step: Any) -> tuple[Outcome, ...]:
         return await self._run(self._sets().release_all, leases, **step)
 
+    async def claim(self, lock_id: str, **step: Any) -> Outcome:
+        steps: Any = self.sync
+        return await self._run(steps.claim, lock_id, **step)
+
     def _sets(self) -> SetSteps:
         """The store's set steps (a kind without them refuses a set before this is reached)."""
         steps: Any = self.sync

@@ -60,6 +60,7 @@ class RunOptions:
     conflict_exit_code: int = EXIT_NOT_ACQUIRED
     slots: int | None = None
     fair: bool = False
+    shared: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
     #: "group": hold until the command and every process left in its group have exited;
     #: "command": release when the command itself exits (``--hold-until``).
@@ -167,6 +168,7 @@ def run(
         slots=options.slots,
         cancel=signals.cancel,
         fair=options.fair,
+        shared=options.shared,
     )
     try:
         refused = _acquire(hold, signals.received, options)
@@ -300,6 +302,7 @@ def _command_env(hold: Hold, options: RunOptions) -> dict[str, str]:
         env.pop("AWSFLOCK_FENCING_TOKEN", None)  # never one inherited from an outer run
     if hold.slot is not None:
         env["AWSFLOCK_SLOT"] = str(hold.slot)
+    env["AWSFLOCK_SHARED"] = "1" if options.shared else "0"
     return env
 
 

@@ -63,7 +63,9 @@ class TestDynamoDBStoreOnServersAwaited(StoreConformance):
 
     @pytest.fixture
     def store(self, server: Server, shared_table: str) -> Iterator[Any]:
-        awaited = kinds.awaited(DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT))
+        awaited = kinds.awaited(
+            DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)
+        )
         adapter = Awaited(awaited)
         yield adapter
         adapter.close()
