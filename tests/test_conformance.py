@@ -72,3 +72,9 @@ class TestMemoryStoreWithoutTransactionsShares(ShareConformance):
     @pytest.fixture
     def store(self) -> MemoryStore:
         return MemoryStore(transactions=False)
+
+
+class TestDynamoDBStoreOnMotoShares(ShareConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ exclusive acquire that keeps new shares out; on the in-memory store in fake time
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -102,11 +103,10 @@ def test_shared_takes_neither_slots_nor_fair_nor_several_names(table):
         table.acquire(["a", "b"], shared=True)
 
 
-def test_a_store_without_shares_refuses_a_shared_acquire(table):
-    class NoShares(MemoryStore):
-        kind = "dynamodb"
-
-    other = LockTable(store=NoShares(), owner="x")
+def test_a_store_without_shares_refuses_a_shared_acquire(monkeypatch):
+    without = dataclasses.replace(kinds.MEMORY, shares=False)
+    monkeypatch.setattr(kinds, "of", lambda store: without)
+    other = LockTable(store=MemoryStore(), owner="x")
     with pytest.raises(errors.ConfigurationError, match="does not hold shared locks"):
         other.acquire("state", shared=True)
 

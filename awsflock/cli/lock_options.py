@@ -107,8 +107,6 @@ def shared_option(func: F) -> F:
     return click.option(
         "--shared",
         is_flag=True,
-        # Shown once the stores the CLI names hold shares (the in-memory store does).
-        hidden=True,
         help="Hold LOCK_ID beside any other --shared holder, never beside an exclusive one "
         "(readers and a writer); a waiting exclusive acquire keeps new shares out.",
     )(func)

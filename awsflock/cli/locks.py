@@ -89,7 +89,8 @@ def acquire(
 
     Waits up to --wait-time (default 60s), checking about once a second. With
     --fair, waiters are served in order of arrival; without it, an acquire
-    never goes ahead of a live --fair waiter.
+    never goes ahead of a live --fair waiter. With --shared, any number of
+    shared holders hold it together, and an exclusive acquire waits for them.
 
     Several LOCK_IDs are taken together in one request, or none is: one
     LEASE_ID for all of them (renew and release it with the same names), a

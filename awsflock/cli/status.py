@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from awsflock.records import Line, LockRecord, Pool
+from awsflock.shares import is_share_id
 from awsflock.text import format_seconds, iso_utc, printable
 
 HELD, EXPIRED, FREE = "held", "expired", "free"
@@ -63,7 +64,24 @@ def view(
         data["reclaimable_in_s"] = round(max(0.0, record.expires_at + skew - now), 3)
     if show_lease_id:
         data["lease_id"] = record.lease_id
+    if record.shared and not is_share_id(record.lease_id):  # a group, not a share's view
+        _with_shares(data, record, now, skew, show_lease_id)
     return data
+
+
+def _with_shares(
+    data: dict[str, Any], record: LockRecord, now: float, skew: float, show_lease_id: bool
+) -> None:
+    """A lock held shared: its group's lease is the top; every share, oldest first, each with
+    its own end and token; whether a waiting exclusive acquire keeps new shares out."""
+    shares = []
+    for share in record.shares:
+        entry = view(record.lock_id, share, now, skew, show_lease_id)
+        del entry["lock_id"]
+        shares.append(entry)
+    data["shared"] = True
+    data["shares"] = shares
+    data["exclusive_waiting"] = bool(record.claimed_until and record.claimed_until > now)
 
 
 def line_view(line: Line, now: float, skew: float) -> list[dict[str, Any]]:
@@ -116,7 +134,26 @@ def _with_line(text: str, data: dict[str, Any]) -> str:
 
 def render_status(data: dict[str, Any], label: str = "lock") -> str:
     """``status`` for people: a few aligned lines, then the line of waiters, if any."""
+    if "shares" in data and data["state"] != FREE:
+        return _with_line(_render_shared(data), data)
     return _with_line(_render_status(data, label), data)
+
+
+def _render_shared(data: dict[str, Any]) -> str:
+    """A lock held shared: the group, then each share as ``status`` shows a lease."""
+    shares = data["shares"]
+    head = f"{printable(data['lock_id'])}: {data['state']}, shared by {len(shares)}"
+    left = data["expires_in_s"]
+    head += f"; until {data['expires_at']} (in {format_seconds(left)})" if left >= 0 else ""
+    lines = [head]
+    if data.get("exclusive_waiting"):
+        lines.append("  an exclusive acquire waits: no share is added until it is served")
+    if data.get("lease_id"):
+        lines.append(f"  group lease id: {data['lease_id']} (force-release it to end every share)")
+    for number, entry in enumerate(shares, start=1):
+        text = _render_status({"lock_id": str(number), **entry}, label="share")
+        lines.append("  " + text.replace("\n", "\n  "))
+    return "\n".join(lines)
 
 
 def _render_status(data: dict[str, Any], label: str) -> str:
@@ -229,6 +266,8 @@ def render_list_row(data: dict[str, Any]) -> str:
         expires = f"in {format_seconds(left)}" if left >= 0 else f"{format_seconds(-left)} ago"
         held = format_seconds(data["held_for_s"]) if data.get("held_for_s") is not None else "?"
         owner = printable(data["owner"]) or "?"
+        if data.get("shares"):
+            owner = f"shared by {len(data['shares'])}"
         if data.get("long_held"):
             state = "LONG"
     if len(owner) > 24:

@@ -122,8 +122,7 @@ class Kind:
     #: ``transactions`` says at run time (DynamoDB: an endpoint without transactions, such as
     #: dynalite, has none; the in-memory store can be made as one). See ``transactions()``.
     transactions: Literal["always", "varies"] = "always"
-    #: Whether its stores hold sets of names in one step (``awsflock.sets``; see ``sets()``),
-    #: and shared holders (``awsflock.shares``).
+    #: Whether its stores hold sets of names in one step (``sets()``), shared holders.
     sets: bool = False
     shares: bool = False
     #: The wire protocol its servers speak ("": none, in-process): tests with a tool of that
@@ -172,6 +171,7 @@ KINDS: tuple[Kind, ...] = (
         create_options=("billing_mode", "capacity"),
         transactions="varies",
         sets=True,
+        shares=True,
         api="dynamodb",
         commands=("iam-policy", "dev-server"),
     ),

@@ -39,6 +39,8 @@ CAPABILITIES: dict[str, Callable[[kinds.Kind], bool]] = {
     "endpoint": lambda kind: "endpoint_url" in kind.location,
     # The server speaks DynamoDB's API: its HTTP fault proxy, a raw client, awsflock 0.2.0.
     "dynamodb_api": lambda kind: kind.api == "dynamodb",
+    # Shared holders (awsflock.shares).
+    "shares": lambda kind: kind.shares,
 }
 #: Fixtures that need a capability: a test that asks for one runs where it is.
 FIXTURE_NEEDS = {

@@ -200,3 +200,19 @@ def test_mixed_fleet_never_grants_a_lock_twice(server, old_bin, awsflock: Cli, l
         assert proc.returncode == 0, err
     holds = assert_never_two_holders(log, counter, expected=8)
     assert {h["bin"] for h in holds} == {str(old_bin), str(BIN)}
+
+
+def test_020_never_takes_a_lock_held_shared(server, old_bin, awsflock: Cli, lock_name):
+    # A lock held shared is held by its group's lease, which 0.2.0 sees as any lease of ours.
+    held = awsflock("acquire", "--shared", lock_name, "--lease-duration", "1m")
+    assert held.returncode == 0, held.stderr
+    env = _old_env(server.url, awsflock.table)
+    old = subprocess.run(
+        [str(old_bin), "acquire", lock_name, "--no-wait"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert old.returncode == 3, old.stderr
+    assert awsflock("release", lock_name, held.stdout.strip()).returncode == 0

@@ -14,6 +14,7 @@ from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.postgresql import PostgresStore
 from tests.conformance.awaited import Awaited
 from tests.conformance.sets import SetConformance
+from tests.conformance.shares import ShareConformance
 from tests.conformance.suite import StoreConformance
 from tests.servers import PATIENT, PostgresServer, Server, local_client
 
@@ -27,6 +28,13 @@ class TestDynamoDBStoreOnServers(StoreConformance):
 
 @pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
 class TestDynamoDBStoreOnServersSets(SetConformance):
+    @pytest.fixture
+    def store(self, server: Server, shared_table: str) -> DynamoDBStore:
+        return DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)
+
+
+@pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
+class TestDynamoDBStoreOnServersShares(ShareConformance):
     @pytest.fixture
     def store(self, server: Server, shared_table: str) -> DynamoDBStore:
         return DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)

@@ -36,8 +36,8 @@ from awsflock.stores.dynamodb.items import (
     line_from_item,
     pending_audit_name,
     pool_from_item,
-    record_from_item,
 )
+from awsflock.stores.dynamodb.share_items import lock_record
 from awsflock.stores.dynamodb.strangers import check_answer
 from awsflock.stores.dynamodb.tables import (
     KEY_REFUSAL,
@@ -329,7 +329,7 @@ class TableBase(RetryingStore):
             return Outcome(applied, None, None, slot)
         line = line_from_item(item)
         pool = pool_from_item(lock_id, item, line) if is_pool_item(item) else None
-        record = dataclasses.replace(record_from_item(item), line=line)
+        record = dataclasses.replace(lock_record(item), line=line)
         return Outcome(applied, record, pool, slot, line=line)
 
 

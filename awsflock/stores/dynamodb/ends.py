@@ -20,6 +20,7 @@ from awsflock.protocol import (
     audit_key,
 )
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, kept_audit
+from awsflock.shares import is_share_id
 from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb.base import expiration_seconds, new_version
 from awsflock.stores.dynamodb.items import (
@@ -33,6 +34,7 @@ from awsflock.stores.dynamodb.items import (
     pending_audit_name,
     slot_prefix,
 )
+from awsflock.stores.dynamodb.share_items import share_name
 from awsflock.stores.dynamodb.writes import Writes, _request
 
 log = logging.getLogger("awsflock.store")
@@ -144,7 +146,7 @@ class Ends(Writes):
         force's ``audit`` record, where the endpoint has transactions)."""
         values = end_values(lease_id, ended, now_ms, skew_ms, **extra)
         p = slot_prefix(slot)
-        condition = expressions.release_condition(p)
+        condition = expressions.release_condition(p, group_ok=operation == "force_release")
         alone = update(p)  # the lock's item alone (no transactions)
         if audit is not None:
             # With no transaction to put the force's audit record beside its end, the end's
@@ -239,6 +241,8 @@ class Ends(Writes):
         not_held = (
             "attribute_not_exists(#slots) AND (attribute_not_exists(#lease) OR #lease <> :lease)"
         )
+        if is_share_id(lease_id):  # nor as a share
+            not_held += f" AND attribute_not_exists(#{share_name(lease_id)})"
         if slot is not None and outcome.lock is not None:
             # The lock's item gets the slot's bar too: a pool made of it keeps it, and its
             # slot's take checks it (a take sent later than the fence record's raise allows).

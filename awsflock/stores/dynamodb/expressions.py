@@ -123,6 +123,8 @@ def free_slot(p: str) -> str:
 PLAIN_BELOW = "(attribute_not_exists(#fence) OR #fence < :token)"
 #: A plain acquire never takes a pool's item.
 PLAIN_NOT_POOL = "attribute_not_exists(#slots)"
+#: Nobody holds a group of shares' own lease: only a force-release ends it.
+NOT_GROUP = "attribute_not_exists(#shared)"
 #: A pool acquire needs the pool's size to agree, or turns a free plain lock into the pool.
 POOL_SIZE_AGREES = f"(#slots = :slots OR (attribute_not_exists(#slots) AND {FREE_PLAIN}))"
 #: The item is this pool already (the one-request take of a slot).
@@ -202,6 +204,7 @@ def acquire_update(
     removes = [
         f"#{p}{name}" for name in ("ended", "forced_by", "forced_reason", "forced_ms", "keeper")
     ]
+    removes += ["#shared", "#hn", "#claim"]  # a group of shares ends with any grant
     removes += [f"#{p}{name}" for name in holder_removes]
     if p:
         sets.append("#slots = :slots")
@@ -220,7 +223,7 @@ def renew_condition(p: str) -> str:
         f"{owned(p)} AND {not_ended(p)} AND {live(p)} AND {NOT_OLDER.format(p=p)}"
         f" AND {NO_EARLIER.format(p=p)}"
     )
-    return condition + (f" AND {SLOT_IN_POOL}" if p else f" AND {PLAIN_NOT_POOL}")
+    return condition + (f" AND {SLOT_IN_POOL}" if p else f" AND {PLAIN_NOT_POOL} AND {NOT_GROUP}")
 
 
 def renew_update(p: str, keeper: bool = False) -> str:
@@ -232,10 +235,12 @@ def renew_update(p: str, keeper: bool = False) -> str:
     )
 
 
-def release_condition(p: str) -> str:
-    """Also for force-release. A plain lease's writes never touch an item that became a pool
-    (its top-level attributes would then give the pool a TTL, or a lease 0.2.0 could take)."""
-    return f"{owned(p)} AND {not_ended(p)}" + ("" if p else f" AND {PLAIN_NOT_POOL}")
+def release_condition(p: str, group_ok: bool = False) -> str:
+    """Also for force-release (``group_ok``: which may end a group of shares). A plain lease's
+    writes never touch an item that became a pool (its top-level attributes would then give
+    the pool a TTL, or a lease 0.2.0 could take)."""
+    condition = f"{owned(p)} AND {not_ended(p)}" + ("" if p else f" AND {PLAIN_NOT_POOL}")
+    return condition if p or group_ok else f"{condition} AND {NOT_GROUP}"
 
 
 def release_update(p: str, kept: bool = False) -> str:

@@ -189,6 +189,8 @@ def to_attr(value: Any) -> dict[str, Any]:
         return {"N": str(value)}
     if isinstance(value, frozenset):
         return {"SS": sorted(value)}
+    if isinstance(value, dict):
+        return {"M": {k: to_attr(v) for k, v in value.items()}}
     return {"S": str(value)}
 
 

@@ -41,9 +41,9 @@ from awsflock.stores.dynamodb.items import (
     pending_audits,
     place_entry,
     pool_from_item,
-    record_from_item,
     slot_prefix,
 )
+from awsflock.stores.dynamodb.share_items import lock_record
 from awsflock.stores.dynamodb.tables import TABLE_HINT
 from awsflock.stores.dynamodb.writes import Writes, _request
 
@@ -244,7 +244,7 @@ class Steps(Writes):
             if is_pool_item(item):
                 yield pool_from_item(key, item, line)
             else:
-                yield dataclasses.replace(record_from_item(item), line=line)
+                yield dataclasses.replace(lock_record(item), line=line)
 
     def _scan(self, prefix: str, page_size: int, where: str = "") -> Iterator[dict[str, Any]]:
         """The items whose key starts with ``prefix`` (no prefix: that match the filter

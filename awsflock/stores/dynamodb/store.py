@@ -15,18 +15,19 @@ cannot outlast the budget (``base``).
 from __future__ import annotations
 
 from awsflock.protocol import Attempt, Outcome
+from awsflock.shares import is_share_id
 from awsflock.stores import kinds
 from awsflock.stores.dynamodb.base import TableBase, expiration_seconds, new_version
-from awsflock.stores.dynamodb.sets import Sets
+from awsflock.stores.dynamodb.shares import Shares
 
 __all__ = ["DynamoDBStore", "TableBase", "expiration_seconds", "new_version"]
 
 
-class DynamoDBStore(Sets):
+class DynamoDBStore(Shares):
     """A lock table in DynamoDB (a ``LockStore``). Builds its botocore client on first use.
     The layers: ``base`` (client, requests, errors, reads), ``writes`` (the conditional
-    writes), ``takes``, ``ends`` (release, force-release), ``steps`` (the others) and ``sets``
-    (several names in one step)."""
+    writes), ``takes``, ``ends`` (release, force-release), ``steps`` (the others), ``sets``
+    (several names in one step) and ``shares`` (shared holders)."""
 
     kind = "dynamodb"
     skew_free = kinds.get("dynamodb").skew_free
@@ -42,4 +43,6 @@ class DynamoDBStore(Sets):
         """Take the lock (or the attempt's slot of its pool) if it is free (see ``LockStore``).
         One step of up to five calls: a doubt from any of them stays with the answer."""
         with self.step():
+            if is_share_id(attempt.lease_id):
+                return self._take_share(lock_id, attempt)
             return self._take(lock_id, attempt)
