@@ -106,3 +106,33 @@ def test_with_sets_every_invariant_holds_and_no_partial_hold_is_seen():
         simulate(2, clients=6, ops=25, sets=1.0),
     )
     assert first.trace == again.trace and first.set_grants > 0
+
+
+#: Client operations with shared holders in the fast tier.
+SHARES_BUDGET = 3_000
+
+
+@pytest.mark.parametrize("transactions", [True, False])
+def test_with_shares_every_invariant_holds_and_no_exclusive_holder_is_beside_a_share(transactions):
+    # A share of the workers' operations take shares of the plain locks (acquire(shared=True)
+    # waiting or not, lock(shared=True) with its heartbeat) beside exclusive holders, sets and a
+    # 0.2.0 client of the same names; the operator ends one share or a whole group now and then.
+    from tests.simulation.mutants import SHARES_SHARE
+
+    results, failed = run_many(
+        seeds=itertools.count(0),
+        clients=8,
+        ops=60,
+        budget=SHARES_BUDGET,
+        duration=None,
+        store="memory",
+        transactions=transactions,
+        sets=0.1,
+        shares=SHARES_SHARE,
+    )
+    assert failed is None, (
+        f"{failed.violation}\n"
+        + "\n".join(failed.trace[-40:])
+        + f"\nreplay: {failed.replay(60, 'memory')}"
+    )
+    assert sum(r.share_grants for r in results) > 50

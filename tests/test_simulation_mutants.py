@@ -18,6 +18,8 @@ from tests.simulation.mutants import (
     ORDER_ONLY,
     SETS,
     SETS_SHARE,
+    SHARES,
+    SHARES_SHARE,
 )
 from tests.simulation.network import Faults
 from tests.test_simulation import HALF_BUDGET
@@ -86,6 +88,7 @@ def test_each_known_bug_put_back_is_found(name):
             store=store,
             transactions=name not in NO_TRANSACTIONS,
             sets=SETS_SHARE if name in SETS else 0.0,
+            shares=SHARES_SHARE if name in SHARES else 0.0,
         )
     spent = sum(r.operations for r in results)
     assert failed is not None, f"{name}: not found in {spent} operations"
@@ -95,17 +98,19 @@ def test_each_known_bug_put_back_is_found(name):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sets", [0.0, SETS_SHARE])
-def test_the_dynamodb_store_on_moto_keeps_every_invariant(sets):
-    # With sets: each take one TransactWriteItems of several lock items, watched as one step.
+@pytest.mark.parametrize(("sets", "shares"), [(0.0, 0.0), (SETS_SHARE, 0.0), (0.0, SHARES_SHARE)])
+def test_the_dynamodb_store_on_moto_keeps_every_invariant(sets, shares):
+    # With sets: each take one TransactWriteItems of several lock items, watched as one step;
+    # with shares: the DynamoDB store's share steps, with faults beneath them.
     _, failed = run_many(
         seeds=itertools.count(0),
         clients=6,
         ops=30,
-        budget=1_500 if not sets else 600,
+        budget=1_500 if not (sets or shares) else 600,
         duration=None,
         store="moto",
         sets=sets,
+        shares=shares,
     )
     assert failed is None, f"{failed.violation}\nreplay: {failed.replay(30, 'moto')}"
 

@@ -24,7 +24,15 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from awsflock.stores.memory import MemoryStore
-from tests.simulation.mutants import AIO, AIO_SHARE, MUTANTS, SETS, SETS_SHARE
+from tests.simulation.mutants import (
+    AIO,
+    AIO_SHARE,
+    MUTANTS,
+    SETS,
+    SETS_SHARE,
+    SHARES,
+    SHARES_SHARE,
+)
 from tests.simulation.network import Faults
 from tests.simulation.run import Result, simulate
 
@@ -210,13 +218,15 @@ def run_many(
     transactions: bool = True,
     aio: float = 0.0,
     sets: float = 0.0,
+    shares: float = 0.0,
 ) -> tuple[list[Result], Result | None]:
     """Simulate seed after seed until ``budget`` operations or ``duration`` seconds are spent,
     or a violation is found (returned second). ``store``: memory, moto, postgresql or redis (on
     the server at ``pg_url`` or ``redis_url``, else on a throw-away one); without
     ``transactions`` (memory, moto), as the DynamoDB store on an endpoint that has none
     (dynalite). ``aio``: the share of workers that run ``awsflock.aio``; ``sets``: the share
-    of a worker's operations that take several names together."""
+    of a worker's operations that take several names together; ``shares``: that take a share
+    of a lock."""
     started = time.perf_counter()
     results: list[Result] = []
     done = 0
@@ -234,12 +244,20 @@ def run_many(
             make = stack.enter_context(redis_store(redis_url))
         for seed in seeds:
             result = simulate(
-                seed, clients=clients, ops=ops, make_store=make, faults=faults, aio=aio, sets=sets
+                seed,
+                clients=clients,
+                ops=ops,
+                make_store=make,
+                faults=faults,
+                aio=aio,
+                sets=sets,
+                shares=shares,
             )
             result.flags = (
                 ("" if transactions else " --no-transactions")
                 + (f" --aio {aio}" if aio else "")
                 + (f" --sets {sets}" if sets else "")
+                + (f" --shares {shares}" if shares else "")
             )
             results.append(result)
             done += result.operations
@@ -296,6 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the share of a worker's operations that take several locks together (default 0; "
         f"{SETS_SHARE} for a mutant of sets)",
     )
+    parser.add_argument(
+        "--shares",
+        type=float,
+        default=None,
+        help="the share of a worker's operations that take a shared lock (default 0; "
+        f"{SHARES_SHARE} for a mutant of shares)",
+    )
     parser.add_argument("--mutant", help="put a known bug back (a name's start: '4', 'C fenc')")
     parser.add_argument(
         "--late-by", type=float, help="how late a late request may land (default 5 s)"
@@ -322,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             args.aio = AIO_SHARE
         if args.sets is None and names[0] in SETS:
             args.sets = SETS_SHARE
+        if args.shares is None and names[0] in SHARES:
+            args.shares = SHARES_SHARE
     seeds: Iterator[int]
     if args.seed is not None:
         seeds = iter([args.seed])
@@ -344,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             transactions=not args.no_transactions,
             aio=args.aio or 0.0,
             sets=args.sets or 0.0,
+            shares=args.shares or 0.0,
         )
     wall = time.perf_counter() - started
     operations = sum(r.operations for r in results)
@@ -373,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{sum(r.set_grants for r in results)} takes of sets applied, "
             f"{sum(r.set_refusals for r in results)} refused"
         )
+    if args.shares:
+        print(f"{sum(r.share_grants for r in results)} shares granted")
     why = WHY_OFF.get(args.store, {})
     left_out = sorted({what for r in results for what in r.off})
     if left_out:

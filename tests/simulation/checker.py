@@ -62,9 +62,11 @@ from typing import Any, NoReturn
 
 from awsflock.protocol import LINE_LAPSE_MS, Attempt, LockStore, Outcome
 from awsflock.records import Line, LockRecord, Waiter
+from awsflock.shares import is_group_id, is_share_id
 from awsflock.stores import kinds
 from tests.simulation.bodies import Bodies
 from tests.simulation.checker_sets import SET_STEPS, SetChecks
+from tests.simulation.checker_shares import ShareChecks, held_shares, view
 from tests.simulation.world import EPOCH, Proc, World
 
 Key = tuple[str, "int | None"]  # (lock name, slot)
@@ -83,6 +85,7 @@ class Belief:
     lease_id: str
     token: int | None
     expires_at: float  # by the holder's own clock
+    shared: bool = False  # a share (``awsflock.shares``): beside other shares
 
     def valid(self, world: World) -> bool:
         return self.proc.clock.time() < self.expires_at and not self.proc.killed
@@ -125,6 +128,8 @@ class Checker:
         self.cancelled = 0
         #: Sets of names taken together (``checker_sets``: fanned out, and all or none).
         self.sets = SetChecks(self)
+        #: Shared holders (``checker_shares``).
+        self.shares = ShareChecks(self)
 
     def fail(self, what: str) -> NoReturn:
         at = self.world.now - EPOCH
@@ -161,6 +166,7 @@ class Checker:
             self.grants[key] = self.grants.get(key, 0) + 1
             record = result.record
             assert record is not None
+            self.shares.granted(key, attempt.lease_id, record)
             token = record.fencing_token
             if token is not None:
                 last = self.max_token.get(key)
@@ -177,7 +183,7 @@ class Checker:
             if result.applied:
                 lease_id = args[1]
                 slot = args[2].get("slot")
-                old = _record(before, slot)
+                old = view(_record(before, slot), lease_id)
                 if old is None or old.lease_id != lease_id or old.ended:
                     self.fail(
                         f"{operation} of {lease_id[:8]} on {(args[0], slot)} applied to "
@@ -188,7 +194,7 @@ class Checker:
                     now_ms = args[2]["now_ms"]
                     if round(old.expires_at * 1000) <= now_ms:
                         self.fail(f"renew revived {lease_id[:8]} on {(args[0], slot)}, expired")
-                    new = result.record
+                    new = view(result.record, lease_id)
                     if self.landing_late and new is not None and new.expires_at < old.expires_at:
                         # A renew made before a later one that was applied: moving the end back
                         # would leave its holder believing the later end.
@@ -231,7 +237,9 @@ class Checker:
         name, slot = key
         old = _record(before, slot) if before is not None else None
         cutoff = attempt.now_ms - attempt.skew_ms
-        if old is not None and not _free(old, cutoff):
+        if is_share_id(attempt.lease_id):
+            self.shares.check_take(key, attempt, old, old is None or _free(old, cutoff))
+        elif old is not None and not _free(old, cutoff):
             self.fail(
                 f"take of {key} by {attempt.lease_id[:8]} over a live lease {old.lease_id[:8]}"
             )
@@ -327,8 +335,16 @@ class Checker:
 
     # -- what clients believe --------------------------------------------------------------------
 
-    def hold(self, proc: Proc, key: Key, lease_id: str, token: int | None, expires: float) -> None:
-        self.beliefs[lease_id] = Belief(proc, key, lease_id, token, expires)
+    def hold(
+        self,
+        proc: Proc,
+        key: Key,
+        lease_id: str,
+        token: int | None,
+        expires: float,
+        shared: bool = False,
+    ) -> None:
+        self.beliefs[lease_id] = Belief(proc, key, lease_id, token, expires, shared)
         self.known.add(lease_id)
 
     def drop(self, lease_id: str) -> None:
@@ -340,12 +356,12 @@ class Checker:
             raise Violation(self.violations[0])
         by_key: dict[Key, list[Belief]] = {}
         for belief in self.beliefs.values():
-            if belief.lease_id not in self.forced and belief.valid(self.world):
+            if not self.shares.forced(belief.lease_id) and belief.valid(self.world):
                 by_key.setdefault(belief.key, []).append(belief)
         names: dict[str, list[Belief]] = {}
         for key, holders in by_key.items():
-            if len(holders) > 1:
-                self.fail(f"two holders of {key}: {_who(holders)}")
+            if len(holders) > 1 and not all(b.shared for b in holders):
+                self.fail(f"an exclusive holder of {key} beside another: {_who(holders)}")
             names.setdefault(key[0], []).extend(holders)
         for name, holders in names.items():
             slots = [b for b in holders if b.key[1] is not None]
@@ -368,10 +384,12 @@ class Checker:
         self.resource[key] = token
         self.writes += 1
         latest = self.latest.get(key)
+        if belief.shared:  # readers beside readers: stale only behind a later exclusive grant
+            latest = self.shares.stale(key, belief.lease_id, token)
         if (
             latest is not None
             and latest[0] != belief.lease_id
-            and belief.lease_id not in self.forced
+            and not self.shares.forced(belief.lease_id)
         ):
             self.fail(
                 f"stale write accepted on {key}: {proc.name} wrote with token {token} of lease "
@@ -394,9 +412,12 @@ class Checker:
         """No live lease of ``name`` is ``proc``'s without its knowing (or being told)."""
         outcome = self.inner.read(name)
         records = [outcome.lock] if outcome.pool is None else list(outcome.pool.slots.values())
+        records += held_shares(outcome.lock) if outcome.pool is None else []
         for record in records:
             if record is None or record.released or record.owner != proc.name:
                 continue
+            if is_group_id(record.lease_id):
+                continue  # a group's own lease: nobody's (its shares are checked each)
             if record.expires_at <= proc.clock.time() or record.lease_id == keep:
                 continue
             if self._told_of(record.lease_id):
@@ -408,9 +429,9 @@ class Checker:
     ) -> None:
         """``over``: the holder counts the lease as over already, by its own monotonic clock (an
         answer that reached it after a pause: true when made, and nothing is done under it)."""
-        if lease_id in self.forced or over:
+        if self.shares.forced(lease_id) or over:
             return  # an operator ended it meanwhile: the holder hears at its next renewal
-        record = self._current(key)
+        record = self._current(key, lease_id)
         if record is None or record.lease_id != lease_id or record.released:
             self.fail(
                 f"{proc.name} was told {what} {lease_id[:8]} on {key}, but the store has {record}"
@@ -439,7 +460,10 @@ class Checker:
             grants, deletions = self.released[lease_id]
             handoffs = self.grants.get(key, 0) - grants
             kept = _keeps_done(self.inner) or (
-                handoffs <= 3 and self.deletions.get(key[0], 0) == deletions
+                # A share's end, there, is in no record's history: nothing remembers it.
+                handoffs <= 3
+                and self.deletions.get(key[0], 0) == deletions
+                and not is_share_id(lease_id)
             )
             if kept:
                 self.fail(
@@ -447,7 +471,7 @@ class Checker:
                     f"was applied ({handoffs} hand-offs ago)"
                 )
             return
-        record = self._current(key)
+        record = self._current(key, lease_id)
         if record is None or record.lease_id != lease_id or record.ended:
             return
         if renewing and record.expires_at <= proc.clock.time():
@@ -461,8 +485,8 @@ class Checker:
             return True
         return self.sets.set_of.get(lease_id, "") in self.reported
 
-    def _current(self, key: Key) -> LockRecord | None:
-        return _record(self.inner.read(key[0]), key[1])
+    def _current(self, key: Key, lease_id: str = "") -> LockRecord | None:
+        return view(_record(self.inner.read(key[0]), key[1]), lease_id)
 
     # -- the end ---------------------------------------------------------------------------------
 
@@ -497,12 +521,14 @@ class Checker:
         alive = {p.name for p in self.world.procs if not p.killed}
         for entry in self.inner.locks(""):
             records = (
-                [(entry.lock_id, None, entry)]
+                [(entry.lock_id, None, r) for r in (entry, *held_shares(entry))]
                 if isinstance(entry, LockRecord)
                 else [(entry.lock_id, s, r) for s, r in entry.slots.items()]
             )
             for name, slot, record in records:
                 if record.released or record.expires_at <= now or record.legacy:
+                    continue
+                if is_group_id(record.lease_id):
                     continue
                 if record.owner in alive and record.lease_id not in self.known:
                     if self._told_of(record.lease_id):

@@ -23,6 +23,7 @@ from awsflock.lock.lease import Lease, LockTable
 from awsflock.records import Identity, LockRecord, Pool
 from tests.simulation.checker import Belief, Checker
 from tests.simulation.clients_sets import SetWork
+from tests.simulation.clients_shares import ShareWork
 
 if TYPE_CHECKING:
     from tests.simulation.network import Tap
@@ -49,14 +50,16 @@ FAIR = 0.5
 class Shared:
     """What every process of one simulation may consult: the pool's size, as configured."""
 
-    def __init__(self, sets: float = 0.0) -> None:
+    def __init__(self, sets: float = 0.0, shares: float = 0.0) -> None:
         self.pool_size = 3
         #: The share of a worker's operations that take sets (``clients_sets``); 0: none, and
         #: nothing drawn for them (a seed's run is as before sets).
         self.sets = sets
+        #: The share that take shares of a lock (``clients_shares``), as ``sets``.
+        self.shares = shares
 
 
-class Client(SetWork):
+class Client(SetWork, ShareWork):
     def __init__(
         self, world: World, proc: Proc, store: Tap, checker: Checker, shared: Shared, ops: int
     ) -> None:
@@ -97,6 +100,9 @@ class Client(SetWork):
             try:
                 if self.shared.sets and self.rng.random() < self.shared.sets:
                     (self.set_work if choice < 0.7 else self.set_hold_work)()
+                elif self.shared.shares and self.rng.random() < self.shared.shares:
+                    name = plain_name(self.rng)
+                    self.share_work(name) if choice < 0.7 else self.hold_work(name, shared=True)
                 elif choice < 0.5:
                     self.lease_work(plain_name(self.rng), None)
                 elif choice < 0.51:
@@ -140,7 +146,7 @@ class Client(SetWork):
         else:
             self.checker.drop(lease.lease_id)  # walks away; the lease runs out
 
-    def renew(self, lease: Lease, key: Any) -> bool:
+    def renew(self, lease: Lease, key: Any, shared: bool = False) -> bool:
         try:
             lease.renew()
         except errors.NotHeld:
@@ -153,7 +159,8 @@ class Client(SetWork):
         self.checker.told_held(
             self.proc, key, lease.lease_id, lease.fencing_token, "renewed", over=over
         )
-        self.checker.hold(self.proc, key, lease.lease_id, lease.fencing_token, lease.expires_at)
+        token, expires = lease.fencing_token, lease.expires_at
+        self.checker.hold(self.proc, key, lease.lease_id, token, expires, shared=shared)
         return True
 
     def release(self, lease: Lease, key: Any) -> None:
@@ -178,16 +185,21 @@ class Client(SetWork):
         if belief is not None and lease.remaining() > 0:
             self.checker.write(self.proc, belief)
 
-    def hold_work(self) -> None:
+    def hold_work(self, name: str | None = None, shared: bool = False) -> None:
+        """``table.lock()``: held with its heartbeat, a fenced write after each ``check()``
+        (``shared``: a share of ``name``)."""
         if not self.count():
             return
-        name = self.rng.choice(PLAIN)
+        name = name or self.rng.choice(PLAIN)
         lease_s = self.rng.choice((6.0, 15.0, 30.0))
         wait = self.rng.choice((0.0, 30.0))
-        held = self.table.hold(name, lease=lease_s, wait=wait, fair=self.rng.random() < FAIR)
+        fair = not shared and self.rng.random() < FAIR
+        held = self.table.hold(name, lease=lease_s, wait=wait, fair=fair, shared=shared)
         try:
             held.start()
         except errors.AwsflockError:
+            if shared:
+                self.checker.no_phantom(self.proc, name)
             return
         key = (name, held.slot)
         lease_id = held.lease_id
@@ -195,7 +207,8 @@ class Client(SetWork):
         deadline = held.deadline  # the hold's own view: lost past it without a renewal
 
         def believe() -> None:
-            self.checker.hold(self.proc, key, lease_id, held.fencing_token, deadline())
+            token = held.fencing_token
+            self.checker.hold(self.proc, key, lease_id, token, deadline(), shared=shared)
 
         believe()
         try:
@@ -244,6 +257,8 @@ class Client(SetWork):
             slot, record = self.rng.choice(held)
         else:
             slot, record = None, state
+        if record.shares and not record.released and self.rng.random() < 0.7:
+            record = self.rng.choice(record.shares)  # one share; else the group, every share
         if record.released or record.legacy:
             return
         admin.force_release(

@@ -22,9 +22,10 @@ from awsflock.stores.remote import connected
 from awsflock.stores.remote import requests as retrying
 from tests.simulation.mutants_aio import AIO_SHARE, MUTANTS_AIO
 from tests.simulation.mutants_sets import MUTANTS_SETS, SETS_SHARE
+from tests.simulation.mutants_shares import MUTANTS_SHARES, SHARES_SHARE
 from tests.simulation.patching import patched as _patched
 
-__all__ = ["AIO_SHARE", "MUTANTS", "SETS_SHARE"]
+__all__ = ["AIO_SHARE", "MUTANTS", "SETS_SHARE", "SHARES_SHARE"]
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
 
@@ -509,6 +510,7 @@ MUTANTS: dict[str, Patch] = {
     "Q no-transaction audit after the end": audit_after_the_end_without_transactions,
     **MUTANTS_AIO,
     **MUTANTS_SETS,
+    **MUTANTS_SHARES,
 }
 
 #: The mutants of the asynchronous API: looked for with a share of the workers on it.
@@ -516,6 +518,9 @@ AIO = set(MUTANTS_AIO)
 
 #: The mutants of sets: looked for with a share of the workers' operations on them.
 SETS = set(MUTANTS_SETS)
+
+#: The mutants of shared holders: looked for with a share of the workers' operations on them.
+SHARES = set(MUTANTS_SHARES)
 
 #: The mutants of a store's own code, and the stores whose code they are in and where they are
 #: looked for: N and O in the request code (the in-memory store has none: its fault layer is the

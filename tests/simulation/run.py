@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from awsflock import sets
+from awsflock import sets, shares
 from awsflock.stores.memory import MemoryStore
 from tests.simulation.aioclients import AioClient
 from tests.simulation.attach import Attach
@@ -68,6 +68,8 @@ class Result:
     bodies: int = 0
     told: int = 0
     cancelled: int = 0
+    #: Shares the store granted.
+    share_grants: int = 0
     #: Takes of sets the store applied, and refused.
     set_grants: int = 0
     set_refusals: int = 0
@@ -101,17 +103,19 @@ def simulate(
     max_steps: int = 2_000_000,
     aio: float = 0.0,
     sets: float = 0.0,
+    shares: float = 0.0,
 ) -> Result:
     """Run ``clients`` processes (workers, one operator, one awsflock 0.2.0 client where the
     store has them, else one more worker) for about ``ops`` operations each, on a fresh store.
     ``aio``: the share of the workers (drawn from the seed) that run ``awsflock.aio``;
-    ``sets``: the share of a worker's operations that take several names together."""
+    ``sets``: the share of a worker's operations that take several names together; ``shares``:
+    that take a share of a lock."""
     started = time.perf_counter()
     world = World(seed)
     inner = make_store() if make_store is not None else MemoryStore()
     network = Network(world, faults or default_faults(seed))
     checker = Checker(world, inner)
-    shared = Shared(sets)
+    shared = Shared(sets, shares)
     result = Result(seed, clients, off=off(inner))
     legacy = "awsflock 0.2.0 clients" not in result.off
     roles = ["operator", "legacy" if legacy else "worker"] + ["worker"] * max(1, clients - 2)
@@ -154,6 +158,7 @@ def simulate(
     result.bodies, result.told = checker.bodies.started, checker.bodies.told
     result.cancelled = checker.cancelled
     result.set_grants, result.set_refusals = checker.sets.grants, checker.sets.refusals
+    result.share_grants = checker.shares.grants
     result.virtual_seconds = world.now - 1_900_000_000.0
     result.wall_seconds = time.perf_counter() - started
     result.trace = list(world.trace)
@@ -230,17 +235,18 @@ def _seeded_ids(world: World, checker: Checker) -> Iterator[None]:
     """LEASE_IDs, record versions and action ids from the seed (the library takes them from
     ``uuid.uuid4``), and sets' LEASE_IDs (``sets.new_set_id``, from ``secrets``), so that a
     replay names them alike; the checker learns each set id as it is made."""
-    real, real_set_id = uuid.uuid4, sets.new_set_id
+    real, real_set_id, real_share_id = uuid.uuid4, sets.new_set_id, shares.new_share_id
     uuid.uuid4 = lambda: uuid.UUID(int=world.rng.getrandbits(128), version=4)
 
     def set_id(names: Sequence[str] = (), bits: int | None = None) -> str:
         return checker.sets.issued(real_set_id(names, world.rng.getrandbits(128)))
 
     sets.new_set_id = set_id
+    shares.new_share_id = lambda bits=None: real_share_id(world.rng.getrandbits(128))
     try:
         yield
     finally:
-        uuid.uuid4, sets.new_set_id = real, real_set_id
+        uuid.uuid4, sets.new_set_id, shares.new_share_id = real, real_set_id, real_share_id
 
 
 @contextmanager
