@@ -492,6 +492,7 @@ var require_inputs = __commonJS({
         lease: runner2.input("lease") || "60s",
         wait: runner2.input("wait") || "30m",
         fair: runner2.input("fair") === "" ? true : runner2.flag("fair"),
+        shared: runner2.input("shared") === "" ? false : runner2.flag("shared"),
         slots: runner2.input("slots"),
         owner: runner2.input("owner"),
         version: runner2.input("version")
@@ -502,6 +503,9 @@ var require_inputs = __commonJS({
       }
       if (inputs.slots && !/^[1-9][0-9]*$/.test(inputs.slots)) {
         throw new runner2.UsageError(`input slots must be a whole number of slots, not "${inputs.slots}"`);
+      }
+      if (inputs.shared && inputs.slots) {
+        throw new runner2.UsageError("input shared takes a plain lock: drop slots, or shared");
       }
       return inputs;
     }
@@ -516,7 +520,8 @@ var require_inputs = __commonJS({
       const args = ["acquire", "--json", "--while-pid", String(whilePid)];
       args.push("--lease-duration", inputs.lease, "--wait-time", inputs.wait);
       args.push("--owner", inputs.owner || defaultOwner(env));
-      if (inputs.fair) args.push("--fair");
+      if (inputs.shared) args.push("--shared");
+      else if (inputs.fair) args.push("--fair");
       if (inputs.slots) args.push("--slots", inputs.slots);
       args.push("--", inputs.name);
       return args;
@@ -627,6 +632,7 @@ var require_lock = __commonJS({
       runner2.setOutput("fencing-token", token);
       runner2.exportVariable("AWSFLOCK_LOCK_ID", inputs.name);
       runner2.exportVariable("AWSFLOCK_FENCING_TOKEN", token);
+      runner2.exportVariable("AWSFLOCK_SHARED", inputs.shared ? "1" : "0");
       if (lease.slot !== void 0 && lease.slot !== null) {
         runner2.setOutput("slot", String(lease.slot));
         runner2.exportVariable("AWSFLOCK_SLOT", String(lease.slot));

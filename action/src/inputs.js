@@ -16,6 +16,7 @@ const runner = require("./runner");
  * @property {string} lease
  * @property {string} wait
  * @property {boolean} fair
+ * @property {boolean} shared
  * @property {string} slots
  * @property {string} owner
  * @property {string} version
@@ -34,6 +35,7 @@ function readInputs() {
     lease: runner.input("lease") || "60s",
     wait: runner.input("wait") || "30m",
     fair: runner.input("fair") === "" ? true : runner.flag("fair"),
+    shared: runner.input("shared") === "" ? false : runner.flag("shared"),
     slots: runner.input("slots"),
     owner: runner.input("owner"),
     version: runner.input("version"),
@@ -44,6 +46,9 @@ function readInputs() {
   }
   if (inputs.slots && !/^[1-9][0-9]*$/.test(inputs.slots)) {
     throw new runner.UsageError(`input slots must be a whole number of slots, not "${inputs.slots}"`);
+  }
+  if (inputs.shared && inputs.slots) {
+    throw new runner.UsageError("input shared takes a plain lock: drop slots, or shared");
   }
   return inputs;
 }
@@ -67,7 +72,10 @@ function acquireArgs(inputs, whilePid, env = process.env) {
   const args = ["acquire", "--json", "--while-pid", String(whilePid)];
   args.push("--lease-duration", inputs.lease, "--wait-time", inputs.wait);
   args.push("--owner", inputs.owner || defaultOwner(env));
-  if (inputs.fair) args.push("--fair");
+  // Shared jobs are served as they come (a waiting job that takes the lock alone keeps new
+  // shared ones out), so fair applies only to the jobs that take it alone.
+  if (inputs.shared) args.push("--shared");
+  else if (inputs.fair) args.push("--fair");
   if (inputs.slots) args.push("--slots", inputs.slots);
   args.push("--", inputs.name); // a name may start with "-"
   return args;

@@ -147,6 +147,7 @@ function held(inputs, lease, done, { waitedS, holder }) {
   runner.setOutput("fencing-token", token);
   runner.exportVariable("AWSFLOCK_LOCK_ID", inputs.name);
   runner.exportVariable("AWSFLOCK_FENCING_TOKEN", token);
+  runner.exportVariable("AWSFLOCK_SHARED", inputs.shared ? "1" : "0");
   if (lease.slot !== undefined && lease.slot !== null) {
     runner.setOutput("slot", String(lease.slot));
     runner.exportVariable("AWSFLOCK_SLOT", String(lease.slot));

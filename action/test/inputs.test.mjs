@@ -13,6 +13,7 @@ const DEFAULTS = {
   lease: "60s",
   wait: "30m",
   fair: true,
+  shared: false,
   slots: "",
   owner: "",
   version: "",
@@ -54,6 +55,18 @@ test("a pool's slots and unfair waiting reach the command; a name starting with 
   const args = inputs.acquireArgs({ ...DEFAULTS, name: "-x", owner: "ops", fair: false, slots: "3" }, 1);
   assert.ok(!args.includes("--fair"));
   assert.deepEqual(args.slice(-4), ["--slots", "3", "--", "-x"]);
+});
+
+test("shared jobs take the lock --shared and are served as they come; not with slots", () => {
+  const args = inputs.acquireArgs({ ...DEFAULTS, owner: "ops", shared: true }, 7);
+  assert.ok(args.includes("--shared") && !args.includes("--fair"));
+  assert.deepEqual(args.slice(-2), ["--", "deploy"]);
+  withInputs({ INPUT_NAME: "state", INPUT_SHARED: "true" });
+  assert.equal(inputs.readInputs().shared, true);
+  withInputs({ INPUT_NAME: "state", INPUT_SHARED: "true", INPUT_SLOTS: "2" });
+  assert.throws(() => inputs.readInputs(), /input shared takes a plain lock/);
+  withInputs({ INPUT_NAME: "state", INPUT_SHARED: "sometimes" });
+  assert.throws(() => inputs.readInputs(), /input shared must be true or false, not "sometimes"/);
 });
 
 test("without an owner input, waiting jobs see the repository, workflow, job and actor", () => {

@@ -268,6 +268,33 @@ def test_a_pool_gives_each_job_its_slot(store: Store, jobs, lock_name):
     assert a.run("post").code == 0 and b.run("post").code == 0
 
 
+def test_plan_jobs_share_the_lock_and_an_apply_job_waits_for_them(store: Store, jobs, lock_name):
+    a, b = (
+        jobs("plan-a", name=lock_name, shared="true"),
+        jobs("plan-b", name=lock_name, shared="true"),
+    )
+    first = a.run("main")
+    if store.name == "postgresql":  # shares are held on DynamoDB (and in memory) so far
+        assert first.code == 1 and "does not hold shared locks yet" in first.text, a.logs()
+        return
+    second = b.run("main")
+    assert first.code == 0 and second.code == 0, a.logs() + b.logs()
+    assert a.exported["AWSFLOCK_SHARED"] == b.exported["AWSFLOCK_SHARED"] == "1"
+    tokens = [int(first.outputs["fencing-token"]), int(second.outputs["fencing-token"])]
+    assert len(store.status(lock_name)["shares"]) == 2
+    apply_job = jobs("apply", name=lock_name)
+    waiting = apply_job.start("main")
+    wait_for("the apply job's claim", lambda: store.status(lock_name)["exclusive_waiting"])
+    late = jobs("plan-c", name=lock_name, shared="true", wait="2s").run("main")
+    assert late.code == 1, late.text  # kept out while the apply job waits
+    assert a.run("post").code == 0 and b.run("post").code == 0
+    apply_job.finish(waiting)
+    assert waiting.code == 0, apply_job.logs()
+    assert apply_job.exported["AWSFLOCK_SHARED"] == "0"
+    assert int(waiting.outputs["fencing-token"]) > max(tokens)
+    assert apply_job.run("post").code == 0
+
+
 def test_bad_inputs_fail_the_step_in_one_line(store: Store, jobs, lock_name):
     for inputs, says in [
         ({"name": ""}, "input name is required"),
