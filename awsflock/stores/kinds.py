@@ -35,8 +35,7 @@ if TYPE_CHECKING:
     from awsflock.clock import Clock
     from awsflock.protocol import LockStore
 
-#: The shared command-line options that describe where a store is, beyond its table name.
-LOCATION_OPTIONS = ("region", "profile", "endpoint_url")
+LOCATION_OPTIONS = ("region", "profile", "endpoint_url")  # where a store is, beyond its table
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,7 @@ class Kind:
     #: ``transactions`` says at run time (DynamoDB: an endpoint without transactions, such as
     #: dynalite, has none; the in-memory store can be made as one). See ``transactions()``.
     transactions: Literal["always", "varies"] = "always"
-    #: Whether its stores hold sets of names in one step (``sets()``), shared holders.
+    #: Whether its stores hold sets of names in one step (``sets()``); shared holders.
     sets: bool = False
     shares: bool = False
     #: The wire protocol its servers speak ("": none, in-process): tests with a tool of that
@@ -186,6 +185,7 @@ KINDS: tuple[Kind, ...] = (
         no_skew="its leases are timed by the database server's clock alone, so no clock-skew "
         "window is needed",
         sets=True,
+        shares=True,
         api="postgresql",
         commands=("grants",),
     ),

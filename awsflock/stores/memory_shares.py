@@ -134,7 +134,12 @@ class MemoryShares(Views):
         group = record.top
         group.version = _version()
         cutoff_ms = now_ms - skew_ms
-        if not any((s.expires_ms or 0) >= cutoff_ms for s in record.shares.values()):
+        if record.shares and any((s.expires_ms or 0) >= cutoff_ms for s in record.shares.values()):
+            # The group's end comes down to the latest of the shares left: a waiting exclusive
+            # acquire waits for them only.
+            group.expires_ms = max(s.expires_ms or 0 for s in record.shares.values())
+            group.expires_s = record.ttl(_seconds(group.expires_ms + skew_ms))
+        else:
             record.shares = {}
             group.ended = ended
             group.expires_ms = now_ms

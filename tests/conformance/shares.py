@@ -29,6 +29,13 @@ class ShareLab(Lab):
         attempt = Attempt(lease_id, who, self.now + at, MINUTE, SKEW)
         return lease_id, self.store.take(name, attempt)
 
+    def share_seen(self, name: str, seen: LockRecord | None, *, at: int = 0) -> Any:
+        """A share's take sent as a waiter sends it: with the record its last answer showed."""
+        who = Identity(owner="late", host="late-host", pid=9, user="u", command="cmd")
+        lease_id = shares.new_share_id()
+        attempt = Attempt(lease_id, who, self.now + at, MINUTE, SKEW, seen=seen)
+        return lease_id, self.store.take(name, attempt)
+
     def claim(self, name: str, *, at: int = 0, until: int = shares.CLAIM_MS) -> Outcome:
         steps: Any = self.store
         return steps.claim(name, now_ms=self.now + at, until_ms=self.now + at + until)
@@ -96,6 +103,19 @@ class ShareConformance:
         assert granted.applied
         assert _token(shl.share_of(name, share)) > _token(shl.held(taken))
         assert shl.record(name).history[0][0] == writer
+
+    def test_a_release_brings_the_group_end_down_to_the_shares_left(self, shl):
+        # Found by review 4: the group's end stayed the latest ever given, so a waiting
+        # exclusive acquire waited for a share already released.
+        name = shl.name()
+        long, _ = shl.share(name, lease=10 * MINUTE)
+        shl.share(name, at=1, lease=10_000)  # dies at 10 s
+        assert shl.release(name, long, at=2).applied
+        assert shl.record(name).expires_at * 1000 == shl.now + 1 + 10_000
+        _, early = shl.take(name, at=10_000 + SKEW)
+        assert not early.applied
+        _, taken = shl.take(name, at=10_000 + SKEW + 10)
+        assert taken.applied
 
     def test_a_share_that_dies_holds_the_group_until_its_own_end(self, shl):
         name = shl.name()
@@ -214,3 +234,49 @@ class ShareConformance:
         shl.take(pool, slot=0, slots=2)
         _, share = shl.share(pool, at=1)
         assert not share.applied
+
+    def test_a_join_sent_for_a_group_that_ended_is_counted_in_the_group_it_lands_in(self, shl):
+        # Found by review 4 on DynamoDB: a waiter's join, made from its last answer, landed in
+        # the group that replaced the one it saw, uncounted (a phantom share, a false "not
+        # held" for the others, and a group that could end only by running out).
+        name = shl.name()
+        first, _ = shl.share(name)
+        seen = shl.record(name)
+        assert shl.release(name, first, at=1).applied
+        second, _ = shl.share(name, at=2)
+        late, joined = shl.share_seen(name, seen, at=3)
+        if joined.applied:
+            assert {s.lease_id for s in shl.record(name).shares} == {second, late}
+            assert shl.release(name, second, at=4).applied
+            assert not shl.record(name).released
+            assert shl.release(name, late, at=5).applied
+            assert shl.record(name).released  # the last share's release ends the group
+        else:
+            assert second in {s.lease_id for s in shl.record(name).shares}
+
+    def test_shares_that_ran_out_leave_room_and_never_hold_up_the_last_release(self, shl):
+        # Found by review 4 on DynamoDB: shares that ran out were counted against the limit,
+        # and more than 20 of them kept the last live share's release from ending the group.
+        name = shl.name()
+        for n in range(shares.MAX_SHARES - 1):
+            shl.share(name, at=n, lease=10_000)  # die without a release
+        live, _ = shl.share(name, at=shares.MAX_SHARES, lease=10 * MINUTE)
+        later = 10_000 + shares.MAX_SHARES + SKEW + 1
+        joiner, joined = shl.share_seen(name, shl.record(name), at=later)
+        assert joined.applied, "refused though every share but one ran out"
+        assert shl.release(name, joiner, at=later + 1).applied
+        assert shl.release(name, live, at=later + 2).applied
+        assert shl.record(name).released
+        _, taken = shl.take(name, at=later + 3)
+        assert taken.applied
+
+    def test_a_new_group_over_the_most_shares_that_ran_out(self, shl):
+        # Found by review 4 on DynamoDB Local: a new group's take over a group of 100 shares
+        # that ran out named them all, past DynamoDB's 4 KB expression limit.
+        name = shl.name()
+        for n in range(shares.MAX_SHARES):
+            shl.share(name, at=n, lease=10_000)
+        later = 10_000 + shares.MAX_SHARES + SKEW + 1
+        share, taken = shl.share_seen(name, shl.record(name), at=later)
+        assert taken.applied
+        assert [s.lease_id for s in shl.record(name).shares] == [share]

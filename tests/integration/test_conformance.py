@@ -65,6 +65,16 @@ class TestPostgresStoreSets(SetConformance):
         store.close()
 
 
+class TestPostgresStoreShares(ShareConformance):
+    """Shared holders on a real PostgreSQL server, in the caller's time."""
+
+    @pytest.fixture
+    def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:
+        store = PostgresStore(postgres.url, pg_table, server_time=False)
+        yield store
+        store.close()
+
+
 @pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
 class TestDynamoDBStoreOnServersAwaited(StoreConformance):
     """As ``awsflock.aio`` awaits it (tests/conformance/awaited.py)."""

@@ -85,6 +85,8 @@ FENCE_PREFIX = RESERVED_PREFIX + "fence#"
 DONE_PREFIX = RESERVED_PREFIX + "done#"
 A_DONE_LOCK = "lock"  # on a done item: the lock the lease was on
 A_DONE_AT_MS = "at_ms"  # on a done item: when it ended (the caller's clock)
+#: The key of a step's values that maps placeholders to attribute names (``writes._request``).
+ALIASES = "_names"
 #: DynamoDB's limit on a partition key, in UTF-8 bytes.
 MAX_KEY_BYTES = 2048
 

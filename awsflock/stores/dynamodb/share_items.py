@@ -19,14 +19,16 @@ applies to a group it is not in.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from dataclasses import replace
 from typing import Any
 
-from awsflock.records import Identity, LockRecord
-from awsflock.shares import MAX_SHARES
-from awsflock.stores.dynamodb.items import from_attr, record_from_item
+from awsflock.protocol import Attempt
+from awsflock.records import Identity, LockRecord, holder_fields
+from awsflock.shares import MAX_SHARES, group_of
+from awsflock.stores.dynamodb.items import ALIASES, from_attr, record_from_item
 
 A_SHARED = "shared"
 A_SHARES = "hn"
@@ -96,7 +98,7 @@ def stale_shares(record: LockRecord | None, keep: str = "") -> list[str]:
         return []
     live = {share_name(s.lease_id) for s in record.shares} if record.shared else set()
     names = [k for k in record.extra if k.startswith(SHARE_PREFIX) and k not in live]
-    return sorted(n for n in names if n != keep)[:MAX_SHARES]
+    return sorted(n for n in names if n != keep)[: 2 * MAX_SHARES]
 
 
 def shares_of(item: dict[str, Any], lock_id: str) -> tuple[tuple[LockRecord, ...], list[str]]:
@@ -140,84 +142,178 @@ def _share(lock_id: str, name: str, fields: dict[str, Any]) -> LockRecord:
     )
 
 
-def join_condition(name: str, raise_end: bool) -> str:
-    """A share joins the live group: the group not ended and not run out more than the skew
-    window ago, room for one more, no claim, the line clear, the token above the counter;
-    ``raise_end``: the share ends after the group (its end is raised), else not."""
+def aliases(mine: str, lapsed: list[tuple[str, int]], stale: list[str]) -> dict[str, Any]:
+    """The values that name a share step's attributes (``writes.ALIASES``): the share's own
+    (``#sh``), the shares that ran out it removes, each asserted unchanged (``#o0``..., their
+    ends ``:oe0``...), and the attributes left over from earlier groups it removes (``#x0``...).
+    Short placeholders keep the expressions within DynamoDB's 4 KB however many there are."""
+    names = {"sh": mine}
+    names.update({f"o{i}": name for i, (name, _) in enumerate(lapsed)})
+    names.update({f"x{i}": name for i, name in enumerate(stale)})
+    values: dict[str, Any] = {ALIASES: names}
+    values.update({f"oe{i}": end for i, (_, end) in enumerate(lapsed)})
+    return values
+
+
+def _unchanged(count: int) -> str:
+    return "".join(f" AND #o{i}.#e = :oe{i}" for i in range(count))
+
+
+def _removed(lapsed: int, stale: int) -> list[str]:
+    return [f"#o{i}" for i in range(lapsed)] + [f"#x{i}" for i in range(stale)]
+
+
+def join_condition(raise_end: bool, lapsed: int) -> str:
+    """A share joins the live group it saw (``:group``): not ended and not run out more than
+    the skew window ago, room for one more once the ``lapsed`` shares that ran out leave
+    (``:room``), no claim, the token above the counter; ``raise_end``: the share ends after
+    the group (its end is raised), else not."""
     end = "#expires_ms <= :expires_ms" if raise_end else "#expires_ms > :expires_ms"
     return (
-        f"{GROUP} AND #expires_ms >= :cutoff_ms AND #hn < :max AND attribute_not_exists(#{name})"
+        f"{GROUP} AND #lease = :group AND #expires_ms >= :cutoff_ms AND #hn < :room"
+        " AND attribute_not_exists(#sh)"
         f" AND (attribute_not_exists(#fence) OR #fence < :token) AND {NO_CLAIM} AND {end}"
+        + _unchanged(lapsed)
     )
 
 
-def join_update(name: str, raise_end: bool, stale: list[str]) -> str:
-    update = f"SET #{name} = :entry, #hn = #hn + :one, #fence = :token, #lease_id = :version"
+def join_update(raise_end: bool, lapsed: int, stale: int) -> str:
+    """The share joins (``:delta``: one less the shares that ran out it removes)."""
+    update = "SET #sh = :entry, #hn = #hn + :delta, #fence = :token, #lease_id = :version"
     if raise_end:
         update += ", #expires_ms = :expires_ms, #expiration_time = if_not_exists(#kept_until, :ttl)"
-    return update + (" REMOVE " + ", ".join(f"#{s}" for s in stale) if stale else "")
+    removed = _removed(lapsed, stale)
+    return update + (" REMOVE " + ", ".join(removed) if removed else "")
 
 
-def with_new_group(update: str, name: str, stale: list[str]) -> str:
+def with_new_group(update: str, stale: int) -> str:
     """A plain take's update (``expressions.acquire_update`` of the group's lease) that also
     makes the group: marked shared, with this share alone, and no claim or old share left."""
     sets, removes = update.split(" REMOVE ")
-    sets += f", #shared = :one, #hn = :one, #{name} = :entry"
-    dropped = [r for r in removes.split(", ") if r not in UNSHARE and r not in ("#hn",)]
-    dropped += ["#claim", *(f"#{s}" for s in stale if s != name)]
+    sets += ", #shared = :one, #hn = :one, #sh = :entry"
+    dropped = [r for r in removes.split(", ") if r not in UNSHARE]
+    dropped += ["#claim", *_removed(0, stale)]
     return f"{sets} REMOVE {', '.join(dropped)}"
 
 
-def renew_condition(name: str, raise_end: bool) -> str:
+def renew_condition(raise_end: bool) -> str:
     """The share is in the live group, not run out at ``:now_ms``, its reading no older than
     its last (a renew landing late changes nothing), and it moves its end back only from a
     reading a whole skew window later (``expressions.NO_EARLIER``)."""
     end = "#expires_ms <= :expires_ms" if raise_end else "#expires_ms > :expires_ms"
     return (
-        f"{GROUP} AND attribute_exists(#{name}) AND #{name}.#g = #lease"
-        f" AND #{name}.#e > :now_ms AND #{name}.#r <= :now_ms"
-        f" AND (#{name}.#e <= :expires_ms OR #{name}.#r <= :order_ms) AND {end}"
+        f"{GROUP} AND attribute_exists(#sh) AND #sh.#g = #lease"
+        " AND #sh.#e > :now_ms AND #sh.#r <= :now_ms"
+        f" AND (#sh.#e <= :expires_ms OR #sh.#r <= :order_ms) AND {end}"
     )
 
 
-def renew_update(name: str, raise_end: bool, keeper: bool) -> str:
+def renew_update(raise_end: bool, keeper: bool) -> str:
     update = (
-        f"SET #{name}.#e = :expires_ms, #{name}.#r = :now_ms, #{name}.#d = :lease_duration,"
-        " #lease_id = :version"
+        "SET #sh.#e = :expires_ms, #sh.#r = :now_ms, #sh.#d = :lease_duration, #lease_id = :version"
     )
     if keeper:
-        update += f", #{name}.#k = :keeper"
+        update += ", #sh.#k = :keeper"
     if raise_end:
         update += ", #expires_ms = :expires_ms, #expiration_time = if_not_exists(#kept_until, :ttl)"
     return update
 
 
-def end_condition(name: str, last: list[tuple[str, int]] | None) -> str:
-    """A share's end: it is in the group, not ended. ``last``: the group ends with it, for
-    the other shares are exactly these (name, end), each run out (asserted unchanged); None:
-    others are left (at least one more share)."""
-    base = f"{GROUP} AND attribute_exists(#{name}) AND #{name}.#g = #lease"
-    if last is None:
+#: How a share's end leaves its group: the group ends with it (``LAST``: every other share ran
+#: out); its end comes down to the latest of the others' (``LOWER``); or it is left as it is
+#: (``MORE``: sent when the others keep changing).
+LAST, LOWER, MORE = "last", "lower", "more"
+
+
+def end_condition(kind: str, others: int) -> str:
+    """A share's end: it is in the group, not ended; for ``LAST`` and ``LOWER``, the other
+    shares are exactly ``others``, each unchanged (``:count`` in all); for ``MORE``, at least
+    one more is there."""
+    base = f"{GROUP} AND attribute_exists(#sh) AND #sh.#g = #lease"
+    if kind == MORE:
         return base + " AND #hn > :one"
-    checks = "".join(f" AND #{other}.#e = :e{i}" for i, (other, _) in enumerate(last))
-    return base + " AND #hn = :count" + checks
+    return base + " AND #hn = :count" + _unchanged(others)
 
 
-def end_update(name: str, last: list[tuple[str, int]] | None, forced: bool) -> str:
-    """Remove the share; ``last``: the group ends too (marked as the share's end), and the run
-    out shares with it."""
-    if last is None:
-        return f"SET #hn = #hn - :one, #lease_id = :version REMOVE #{name}"
+def end_update(kind: str, others: int, forced: bool) -> str:
+    """Remove the share; ``LAST``: the group ends too (marked as the share's end), and the
+    shares that ran out with it; ``LOWER``: the group's end becomes the latest of the others'
+    (``:group_end``), so a waiting exclusive acquire waits only for the shares that are left."""
+    if kind == MORE:
+        return "SET #hn = #hn - :one, #lease_id = :version REMOVE #sh"
+    if kind == LOWER:
+        return (
+            "SET #hn = #hn - :one, #lease_id = :version, #expires_ms = :group_end,"
+            " #expiration_time = if_not_exists(#kept_until, :group_ttl) REMOVE #sh"
+        )
     update = (
         "SET #ended = :ended, #expires_ms = :now_ms, #hn = :zero, #lease_id = :version,"
         " #expiration_time = if_not_exists(#kept_until, :ttl)"
     )
     if forced:
         update += ", #forced_by = :actor, #forced_reason = :reason, #forced_ms = :now_ms"
-    removes = [f"#{name}", *(f"#{other}" for other, _ in last)]
-    return update + " REMOVE " + ", ".join(removes)
+    return update + " REMOVE " + ", ".join(["#sh", *_removed(others, 0)])
 
 
 #: A waiting exclusive acquire's claim, raised only (a claim landing late never shortens one).
 CLAIM_CONDITION = f"{GROUP} AND (attribute_not_exists(#claim) OR #claim < :until)"
 CLAIM_UPDATE = "SET #claim = :until, #lease_id = :version"
+
+
+def all_shares(record: LockRecord | None) -> list[str]:
+    """Every share attribute of ``record``'s group (a new group replaces them)."""
+    return [share_name(s.lease_id) for s in record.shares] if record is not None else []
+
+
+def granted(
+    lock_id: str, attempt: Attempt, values: dict[str, Any], joined: LockRecord | None
+) -> LockRecord:
+    """The group as a share's take that a transaction applied left it (it answers nothing):
+    the share, in the group it joined or in its new one."""
+    end_ms, token = attempt.now_ms + attempt.lease_ms, int(values["token"])
+    share = LockRecord(
+        lock_id=lock_id,
+        lease_id=attempt.lease_id,
+        **holder_fields(attempt.identity),
+        acquired_at=attempt.now_ms / 1000,
+        expires_at=end_ms / 1000,
+        lease_duration=attempt.lease_ms / 1000,
+        fencing_token=token,
+        shared=True,
+        extra={"renewed_ms": attempt.now_ms, "expires_ms": end_ms},
+    )
+    if joined is not None:
+        return dataclasses.replace(
+            joined,
+            version=str(values["version"]),
+            expires_at=max(joined.expires_at, end_ms / 1000),
+            fencing_token=token,
+            shares=(*joined.shares, share),
+        )
+    return dataclasses.replace(
+        share, lease_id=group_of(attempt.lease_id), version=str(values["version"]), shares=(share,)
+    )
+
+
+def ends(record: LockRecord, name: str, cutoff_ms: int) -> list[tuple[str, int]]:
+    """The shares of ``record`` but ``name`` that ran out before ``cutoff_ms``: (attribute,
+    end), each removed only if its end is still that one."""
+    ends = [(share_name(s.lease_id), int(s.extra.get("expires_ms", 0))) for s in record.shares]
+    return [(n, ms) for n, ms in ends if n != name and ms < cutoff_ms]
+
+
+def end_plan(
+    seen: LockRecord | None, name: str, now_ms: int, skew_ms: int, *, exact: bool
+) -> tuple[str, list[tuple[str, int]]]:
+    """How a share's end leaves its group as ``seen`` shows it (``share_items.LAST``, ``LOWER``
+    or ``MORE``) and the other shares it asserts unchanged: every other share ran out more than
+    the skew window ago (or none is seen: unseen, it is sent as the last share, and a refusal
+    shows what there is), the group ends; else, ``exact``, its end comes down to theirs; else
+    it is left."""
+    if seen is None:
+        return LAST, []
+    others = [s for s in seen.shares if share_name(s.lease_id) != name]
+    ends = [(share_name(s.lease_id), int(s.extra.get("expires_ms", 0))) for s in others]
+    if all(ms < now_ms - skew_ms for _, ms in ends):
+        return LAST, ends
+    return (LOWER, ends) if exact else (MORE, [])

@@ -25,12 +25,12 @@ import dataclasses
 import json
 from typing import Any
 
-from awsflock.protocol import KEPT_UNTIL, MAX_DROPS, Attempt, Outcome
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, holder_fields, kept_audit
-from awsflock.shares import MAX_SHARES, group_of, is_share_id
+from awsflock.protocol import KEPT_UNTIL, Attempt, Outcome
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, kept_audit
+from awsflock.shares import MAX_SHARES, group_of, is_share_id, live
 from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb import share_items as layout
-from awsflock.stores.dynamodb.base import new_version
+from awsflock.stores.dynamodb.base import expiration_seconds, new_version
 from awsflock.stores.dynamodb.ends import end_values
 from awsflock.stores.dynamodb.items import A_LOCK_ID, A_UNAUDITED, done_key, pending_audit_name
 from awsflock.stores.dynamodb.sets import Sets
@@ -72,12 +72,13 @@ class Shares(Sets):
                 attempt.identity, _group(seen, share, joins), now_ms=attempt.now_ms,
                 end_ms=end_ms, token=token,
             )  # fmt: skip
-            stale = layout.stale_shares(seen, keep=name)
+            values.update(self._share_names(name, seen, attempt, joins))
             if joins:
                 assert seen is not None
                 raise_end = seen.expires_at * 1000 <= end_ms
-                condition = f"{layout.join_condition(name, raise_end)} AND {line}"
-                update = layout.join_update(name, raise_end, stale)
+                lapsed, stale = values["lapsed"], values["stale"]
+                condition = f"{layout.join_condition(raise_end, lapsed)} AND {line}"
+                update = layout.join_update(raise_end, lapsed, stale)
             else:
                 free = _variant(seen, attempt.now_ms / 1000, attempt.skew_ms / 1000)
                 free = free if self._transactions else expressions.FREE_PLAIN
@@ -85,14 +86,14 @@ class Shares(Sets):
                 condition = expressions.acquire_condition("", line, free) + " AND "
                 condition += layout.NO_CLAIM
                 plain = expressions.acquire_update("", sets, removes, kept=not self._transactions)
-                update = layout.with_new_group(plain, name, [*stale, *_all_shares(seen)])
+                update = layout.with_new_group(plain, values["stale"])
             answer = self._share_try(lock_id, share, update, condition, values)
             if answer is None:  # no transactions after all (dynalite): made again without
                 continue
             outcome, fence = answer
             if outcome.applied:
                 self._learn_fence(lock_id, token)
-                granted = _granted(lock_id, attempt, values, seen if joins else None)
+                granted = layout.granted(lock_id, attempt, values, seen if joins else None)
                 self._seen_group(lock_id, granted)
                 return dataclasses.replace(outcome, lock=granted)
             record = outcome.lock if outcome.pool is None else None
@@ -108,6 +109,29 @@ class Shares(Sets):
                 continue
             return outcome
         return outcome
+
+    @staticmethod
+    def _share_names(
+        name: str, seen: LockRecord | None, attempt: Attempt, joins: bool
+    ) -> dict[str, Any]:
+        """What a share's take names besides its own attribute: joining, the group it saw
+        (``:group``) and its shares that ran out, which leave (``:room``, ``:delta``); either
+        way the attributes left over from earlier groups (a new group: every share of the one
+        it replaces too), removed."""
+        cutoff = attempt.now_ms - attempt.skew_ms
+        lapsed = layout.ends(seen, name, cutoff) if joins and seen is not None else []
+        stale = layout.stale_shares(seen, keep=name)
+        if not joins:
+            stale = sorted({*stale, *(n for n in layout.all_shares(seen) if n != name)})
+        values = layout.aliases(name, lapsed, stale)
+        values.update(
+            lapsed=len(lapsed),
+            stale=len(stale),
+            room=MAX_SHARES + len(lapsed),
+            delta=1 - len(lapsed),
+            group=seen.lease_id if joins and seen is not None else None,
+        )
+        return values
 
     def _share_try(
         self, lock_id: str, share: str, update: str, condition: str, values: dict[str, Any]
@@ -205,11 +229,11 @@ class Shares(Sets):
         self, lock_id: str, lease_id: str, now_ms: int, lease_ms: int, skew_ms: int, keeper: Any
     ) -> Outcome:
         values = {**renew_values(lease_id, now_ms, lease_ms, skew_ms, None, keeper), "one": 1}
-        name = layout.share_name(lease_id)
+        values.update(layout.aliases(layout.share_name(lease_id), [], []))
         outcome = Outcome(False, None)
         for raise_end in (True, False):
-            update = layout.renew_update(name, raise_end, keeper is not None)
-            condition = layout.renew_condition(name, raise_end)
+            update = layout.renew_update(raise_end, keeper is not None)
+            condition = layout.renew_condition(raise_end)
             outcome = self._conditional_update("renew", lock_id, update, condition, values, None)
             self._seen_group(lock_id, outcome.lock)
             record = outcome.lock
@@ -231,13 +255,14 @@ class Shares(Sets):
         forced = "actor" in values
         seen = self._seen_group(lock_id)
         outcome = Outcome(False, None)
-        for _ in range(3):
-            last = _last(seen, lease_id, now_ms, skew_ms)
-            if last is not None:
-                values["count"] = 1 + len(last)
-                values.update({f"e{i}": ms for i, (_, ms) in enumerate(last)})
-            update = layout.end_update(name, last, forced)
-            condition = layout.end_condition(name, last)
+        for tries in range(6):
+            kind, others = layout.end_plan(seen, name, now_ms, skew_ms, exact=tries < 4)
+            values.update(layout.aliases(name, others, []))
+            values["count"] = 1 + len(others)
+            group_end = max((ms for _, ms in others), default=now_ms)
+            values.update(group_end=group_end, group_ttl=expiration_seconds(group_end + skew_ms))
+            update = layout.end_update(kind, len(others), forced)
+            condition = layout.end_condition(kind, len(others))
             recorded = None
             if self._transactions:
                 recorded = self._end_recorded(
@@ -294,7 +319,7 @@ def _could_take(record: LockRecord | None, attempt: Attempt) -> bool:
     now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
     if record is None or record.is_free(now, skew):
         return record is None or record.claimed_until is None or record.claimed_until <= now
-    if not _joinable(record, attempt) or len(record.shares) >= MAX_SHARES:
+    if not _joinable(record, attempt) or len(live(record, now, skew)) >= MAX_SHARES:
         return False
     return record.claimed_until is None or record.claimed_until <= now
 
@@ -311,54 +336,6 @@ def _changed(seen: LockRecord | None, record: LockRecord) -> bool:
 def _group(seen: LockRecord | None, share: str, joins: bool) -> str:
     """The id of the group the share is taken into."""
     return seen.lease_id if joins and seen is not None else group_of(share)
-
-
-def _all_shares(record: LockRecord | None) -> list[str]:
-    """Every share attribute of ``record``'s group (a new group replaces them)."""
-    return [layout.share_name(s.lease_id) for s in record.shares] if record is not None else []
-
-
-def _granted(
-    lock_id: str, attempt: Attempt, values: dict[str, Any], joined: LockRecord | None
-) -> LockRecord:
-    """The group as a share's take that a transaction applied left it (it answers nothing):
-    the share, in the group it joined or in its new one."""
-    end_ms, token = attempt.now_ms + attempt.lease_ms, int(values["token"])
-    share = LockRecord(
-        lock_id=lock_id,
-        lease_id=attempt.lease_id,
-        **holder_fields(attempt.identity),
-        acquired_at=attempt.now_ms / 1000,
-        expires_at=end_ms / 1000,
-        lease_duration=attempt.lease_ms / 1000,
-        fencing_token=token,
-        shared=True,
-        extra={"renewed_ms": attempt.now_ms, "expires_ms": end_ms},
-    )
-    if joined is not None:
-        return dataclasses.replace(
-            joined,
-            version=str(values["version"]),
-            expires_at=max(joined.expires_at, end_ms / 1000),
-            fencing_token=token,
-            shares=(*joined.shares, share),
-        )
-    return dataclasses.replace(
-        share, lease_id=group_of(attempt.lease_id), version=str(values["version"]), shares=(share,)
-    )
-
-
-def _last(
-    seen: LockRecord | None, lease_id: str, now_ms: int, skew_ms: int
-) -> list[tuple[str, int]] | None:
-    """The other shares a share's end removes with the group, if ``seen`` shows them all run
-    out more than the skew window ago (at most ``MAX_DROPS``); None: the group goes on (or,
-    unseen, it is sent as the last share, and a refusal shows what there is)."""
-    others = [] if seen is None else [s for s in seen.shares if s.lease_id != lease_id]
-    ends = [(layout.share_name(s.lease_id), int(s.extra.get("expires_ms", 0))) for s in others]
-    if len(ends) > MAX_DROPS or any(ms >= now_ms - skew_ms for _, ms in ends):
-        return None
-    return ends
 
 
 def _alone(update: str, lease_id: str, values: dict[str, Any], audit: dict[str, Any] | None) -> str:

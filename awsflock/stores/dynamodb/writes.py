@@ -18,6 +18,7 @@ from awsflock.stores.dynamodb.base import TableBase
 from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
     A_UNAUDITED,
+    ALIASES,
     KIND_FENCE,
     audit_item,
     fence_key,
@@ -33,13 +34,15 @@ def _request(*expressions: str, values: dict[str, Any]) -> dict[str, Any]:
     """ExpressionAttributeNames/Values holding exactly what the expressions use.
 
     DynamoDB rejects unused names or values, so they are derived from the expressions; a
-    placeholder ``#x`` always names the attribute ``x``.
+    placeholder ``#x`` names the attribute ``x``, unless ``values[ALIASES]`` maps it to another
+    (a share's long attribute names, kept short so that expressions stay within 4 KB).
     """
     text = " ".join(expressions)
     used_names = sorted(set(_NAME.findall(text)))
-    used_values = sorted(set(_VALUE.findall(text)))
+    used_values = sorted(set(_VALUE.findall(text)) - {ALIASES})
+    aliases = values.get(ALIASES, {})
     return {
-        "ExpressionAttributeNames": {f"#{n}": n for n in used_names},
+        "ExpressionAttributeNames": {f"#{n}": aliases.get(n, n) for n in used_names},
         "ExpressionAttributeValues": {f":{k}": to_attr(values[k]) for k in used_values},
     }
 

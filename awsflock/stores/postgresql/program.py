@@ -81,6 +81,9 @@ def head(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         "next_number": top.get("next_number"),
         "polled_ms": top.get("polled_ms"),
         "line": top.get("line") or {},
+        "shared": top.get("shared"),
+        "shares": top.get("shares") or {},
+        "claim_ms": top.get("claim_ms"),
         "slot_leases": {int(r["slot"]): lease(r) for r in rows if r["slot"] >= 0},
     }
 

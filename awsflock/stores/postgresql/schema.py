@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 
 from awsflock.protocol import BAR_KEEP_MS, DONE_MS, LINE_LAPSE_MS
+from awsflock.shares import MAX_SHARES
 from awsflock.stores import programs
 
 #: The layout's version, kept in the table's comment; table-create refuses any other.
@@ -41,7 +42,13 @@ BAR_RETAIN_MS = BAR_KEEP_MS
 
 #: Columns added to the layout (``table.sql``) after tables were made with it: table-create
 #: adds them.
-ADDED_COLUMNS = (("renewed_ms", "bigint"),)
+ADDED_COLUMNS = (
+    ("renewed_ms", "bigint"),
+    # Shared holders (awsflock.shares): the head row's group, its shares, a writer's claim.
+    ("shared", "boolean NOT NULL DEFAULT false"),
+    ("shares", "jsonb NOT NULL DEFAULT '{}'"),
+    ("claim_ms", "bigint"),
+)
 
 
 def check_name(name: str) -> str:
@@ -102,6 +109,7 @@ def step_function(table: str) -> str:
         LAPSE=int(LINE_LAPSE_MS),
         RETAIN=int(BAR_RETAIN_MS),
         DONE_MS=int(DONE_MS),
+        MAX_SHARES=int(MAX_SHARES),
     )
 
 

@@ -14,7 +14,8 @@
 -- (clock_timestamp(), epoch ms) unless p holds "now".
 --
 -- p_op: the step: take, renew, end, join, beat, leave, resize or read (or a set's: take_all,
--- renew_all, end_all). p_lock: the lock's name.
+-- renew_all, end_all; or a share's: take_share, renew_share, end_share, claim). p_lock: the
+-- lock's name.
 -- p: its parameters (jsonb). Every step may have:
 --   now, skew  the caller's clock and skew window (ms); absent: the server's clock, skew 0
 -- and each step its own, listed above its branch below.
@@ -47,6 +48,11 @@ DECLARE
     v_each record;
     v_one jsonb;
     v_answers jsonb := '{}';
+    v_free boolean;
+    v_fence bigint;
+    v_end bigint;
+    v_entry jsonb;
+    v_left jsonb;
 BEGIN
     -- A set's step (awsflock/sets.py), p_lock unused: take_all, renew_all or end_all.
     --   steps: [{"lock": NAME, "p": {...}}, ...], 1 to 32 distinct names, each a plain lock.
@@ -118,7 +124,8 @@ BEGIN
     END IF;
     v_has := FOUND;
     IF NOT v_has AND ((p_op = 'resize' AND p->>'old' IS NULL)
-                      OR (p_op = 'take' AND v_ticket IS NULL) OR p_op = 'end') THEN
+                      OR (p_op = 'take' AND v_ticket IS NULL)
+                      OR p_op IN ('end', 'take_share', 'end_share')) THEN
         -- Rows are never deleted: slot rows without their head row are a pool whose head was
         -- deleted by hand. Refused, not made a plain lock granted beside the pool's holders.
         IF EXISTS (SELECT 1 FROM {{T}} WHERE lock_id = p_lock AND slot >= 0) THEN
@@ -175,6 +182,17 @@ BEGIN
                 WHERE (h.line->(e->>0)->>'seen')::bigint IS DISTINCT FROM (e->>1)::bigint);
             v_line := h.line - v_ticket - v_gone;
         END IF;
+        IF v_ok AND h.shared THEN
+            -- A group of shares ends with any grant: its shares are handed on with it.
+            INSERT INTO {{D}} (lock_id, lease_id, ended, at_ms)
+                SELECT p_lock, s.key, h.ended, v_now FROM jsonb_each(h.shares) s
+                ON CONFLICT DO NOTHING;
+            UPDATE {{T}} SET shared = false, shares = '{}', claim_ms = NULL
+                WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
+            IF v_slot < 0 THEN
+                r := h;
+            END IF;
+        END IF;
         IF v_ok THEN
             IF v_slot >= 0 AND NOT v_has_r THEN
                 INSERT INTO {{T}} (lock_id, slot) VALUES (p_lock, v_slot);
@@ -223,7 +241,8 @@ BEGIN
     --   new end is not earlier than the one a later renew set.
     ELSIF p_op = 'renew' THEN
         v_ok := v_has_r AND r.lease_id = p->>'lease' AND r.ended = '' AND r.expires_ms > v_now
-            AND CASE WHEN v_slot < 0 THEN h.slots IS NULL ELSE h.slots > v_slot END;
+            AND CASE WHEN v_slot < 0 THEN h.slots IS NULL AND NOT h.shared
+                ELSE h.slots > v_slot END;
         -- A renew made before the lease's grant or latest renew (its end less its length) counts
         -- from that one's time.
         IF v_ok AND r.expires_ms - r.lease_ms > v_now THEN
@@ -260,7 +279,7 @@ BEGIN
     --   how it ended.
     ELSIF p_op = 'end' THEN
         v_ok := v_has_r AND r.lease_id = p->>'lease' AND r.ended = ''
-            AND (v_slot >= 0 OR h.slots IS NULL);
+            AND (v_slot >= 0 OR (h.slots IS NULL AND (NOT h.shared OR p ? 'forced_by')));
         IF v_ok THEN
             UPDATE {{T}} SET
                 ended = p->>'ended',
@@ -294,6 +313,142 @@ BEGIN
             WHERE lock_id = p_lock AND slot = -1
             RETURNING * INTO h;
             v_barred := true;
+        END IF;
+
+    -- take_share: a share of the lock (awsflock.shares).
+    --   lease (the share's id), group (the id of the group it starts), who, lease_ms, sent.
+    --   Applied when the lock is free to take (a new group) or held by a group not ended with
+    --   room for one more (a join); no writer's claim is live; the line is clear; the id was
+    --   never granted, barred or handed on here. The share's token is one above the row's, and
+    --   the group ends no earlier than the share; shares that ran out leave the group.
+    ELSIF p_op = 'take_share' THEN
+        v_free := h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut;
+        v_ok := v_has AND h.slots IS NULL AND NOT h.barred ? (p->>'lease')
+            AND NOT EXISTS (
+                SELECT 1 FROM {{D}} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
+            AND NOT h.shares ? (p->>'lease') AND COALESCE(h.claim_ms, 0) <= v_now
+            AND (h.line = '{}' OR h.polled_ms < v_cut - {{LAPSE}})
+            AND CASE WHEN v_free THEN
+                    h.lease_id IS DISTINCT FROM p->>'group'
+                    AND NOT h.history @> jsonb_build_array(jsonb_build_array(p->>'group'))
+                ELSE h.shared AND h.ended = '' AND (
+                    SELECT count(*) FROM jsonb_each(h.shares) s
+                    WHERE (s.value->>'e')::bigint >= v_cut) < {{MAX_SHARES}} END;
+        IF v_ok THEN
+            v_fence := GREATEST(v_now * 1000, COALESCE(h.fence, 0)) + 1;
+            v_end := v_now + (p->>'lease_ms')::bigint;
+            v_entry := jsonb_build_object('e', v_end, 'r', (p->>'sent')::bigint, 'a', v_now,
+                'f', v_fence, 'd', (p->>'lease_ms')::bigint, 'who', p->'who');
+            -- Shares that ran out, and a lease the new group takes over, are handed on.
+            INSERT INTO {{D}} (lock_id, lease_id, ended, at_ms)
+                SELECT p_lock, s.key, h.ended, v_now FROM jsonb_each(h.shares) s
+                WHERE v_free OR (s.value->>'e')::bigint < v_cut
+                UNION ALL SELECT p_lock, h.lease_id, h.ended, v_now
+                WHERE v_free AND h.lease_id IS NOT NULL
+                ON CONFLICT DO NOTHING;
+            IF v_free THEN
+                UPDATE {{T}} SET
+                    lease_id = p->>'group', who = p->'who', lease_ms = (p->>'lease_ms')::bigint,
+                    expires_ms = v_end, acquired_ms = v_now, renewed_ms = (p->>'sent')::bigint,
+                    fence = v_fence, ended = '',
+                    history = jsonb_path_query_array(
+                        CASE WHEN h.lease_id IS NULL THEN '[]'::jsonb
+                        ELSE jsonb_build_array(jsonb_build_array(h.lease_id, h.ended)) END
+                        || h.history, '$[0 to 2]'),
+                    forced_by = NULL, forced_reason = NULL, forced_ms = NULL, keeper = '',
+                    shared = true, shares = jsonb_build_object(p->>'lease', v_entry),
+                    claim_ms = NULL
+                WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
+            ELSE
+                UPDATE {{T}} SET
+                    fence = v_fence, expires_ms = GREATEST(expires_ms, v_end),
+                    shares = COALESCE((SELECT jsonb_object_agg(s.key, s.value)
+                        FROM jsonb_each(shares) s WHERE (s.value->>'e')::bigint >= v_cut), '{}')
+                        || jsonb_build_object(p->>'lease', v_entry)
+                WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
+            END IF;
+        END IF;
+
+    -- renew_share: extend a share, as renew does a lease (lease, lease_ms, sent, order,
+    --   keeper). Applied when the share is in a group not ended and not run out; the group
+    --   ends no earlier than the share.
+    ELSIF p_op = 'renew_share' THEN
+        v_entry := CASE WHEN v_has THEN h.shares->(p->>'lease') END;
+        v_ok := v_has AND h.shared AND h.ended = '' AND v_entry IS NOT NULL
+            AND (v_entry->>'e')::bigint > v_now;
+        IF v_ok AND (v_entry->>'e')::bigint - (v_entry->>'d')::bigint > v_now THEN
+            v_now := (v_entry->>'e')::bigint - (v_entry->>'d')::bigint;
+        END IF;
+        IF v_ok AND v_now + (p->>'lease_ms')::bigint < (v_entry->>'e')::bigint THEN
+            v_ok := COALESCE((p->>'sent')::bigint
+                >= (v_entry->>'r')::bigint + COALESCE((p->>'order')::bigint, 0), false);
+        END IF;
+        IF v_ok THEN
+            v_end := v_now + (p->>'lease_ms')::bigint;
+            UPDATE {{T}} SET
+                shares = jsonb_set(shares, ARRAY[p->>'lease'], v_entry || jsonb_build_object(
+                    'e', v_end, 'd', (p->>'lease_ms')::bigint,
+                    'r', GREATEST((p->>'sent')::bigint, (v_entry->>'r')::bigint))
+                    || CASE WHEN p ? 'keeper' AND p->>'keeper' IS NOT NULL
+                       THEN jsonb_build_object('k', p->>'keeper') ELSE '{}' END),
+                expires_ms = GREATEST(expires_ms, v_end)
+            WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
+        END IF;
+
+    -- end_share: release or force-release a share (lease, ended, forced_by, forced_reason,
+    --   audit, as end). Applied when the share is in a group not ended: it leaves the group
+    --   (handed on), and a group left with no share that has not run out ends as it did (else
+    --   its end comes down to the latest of the shares left). An id never seen here is
+    --   barred, as end bars a lease's.
+    ELSIF p_op = 'end_share' THEN
+        v_ok := v_has AND h.shared AND h.ended = '' AND h.shares ? (p->>'lease');
+        IF v_ok THEN
+            v_left := COALESCE((SELECT jsonb_object_agg(s.key, s.value)
+                FROM jsonb_each(h.shares - (p->>'lease')) s
+                WHERE (s.value->>'e')::bigint >= v_cut), '{}');
+            INSERT INTO {{D}} (lock_id, lease_id, ended, at_ms)
+                SELECT p_lock, p->>'lease', p->>'ended', v_now
+                UNION ALL SELECT p_lock, s.key, '', v_now FROM jsonb_each(h.shares) s
+                WHERE v_left = '{}' AND s.key <> p->>'lease'
+                ON CONFLICT DO NOTHING;
+            UPDATE {{T}} SET
+                shares = CASE WHEN v_left = '{}' THEN '{}' ELSE shares - (p->>'lease') END,
+                ended = CASE WHEN v_left = '{}' THEN p->>'ended' ELSE ended END,
+                -- Else the group's end comes down to the latest of the shares left.
+                expires_ms = CASE WHEN v_left = '{}' THEN v_now ELSE (
+                    SELECT max((s.value->>'e')::bigint)
+                    FROM jsonb_each(h.shares - (p->>'lease')) s) END,
+                forced_by = CASE WHEN v_left = '{}' THEN p->>'forced_by' ELSE forced_by END,
+                forced_reason = CASE WHEN v_left = '{}' THEN p->>'forced_reason'
+                    ELSE forced_reason END,
+                forced_ms = CASE WHEN v_left = '{}' AND p ? 'forced_by' THEN v_now
+                    ELSE forced_ms END
+            WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
+            IF p ? 'audit' THEN
+                INSERT INTO {{T}} (lock_id, slot, audit)
+                    VALUES (p->'audit'->>'key', -1, p->'audit'->'entry')
+                    ON CONFLICT (lock_id, slot) DO UPDATE SET audit = EXCLUDED.audit;
+            END IF;
+        ELSIF v_has AND NOT h.barred ? (p->>'lease') AND NOT h.shares ? (p->>'lease')
+              AND NOT EXISTS (
+                SELECT 1 FROM {{D}} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease') THEN
+            UPDATE {{T}} SET barred = COALESCE((
+                SELECT jsonb_object_agg(b.key, b.value) FROM jsonb_each(barred) b
+                WHERE (b.value #>> '{}')::bigint >= v_now - {{RETAIN}}), '{}')
+                || jsonb_build_object(p->>'lease', v_now)
+            WHERE lock_id = p_lock AND slot = -1
+            RETURNING * INTO h;
+            v_barred := true;
+        END IF;
+
+    -- claim: a waiting exclusive acquire keeps new shares out (for: how long, ms). Applied
+    --   when the lock is held by a group not ended, and the claim only grows.
+    ELSIF p_op = 'claim' THEN
+        v_ok := v_has AND h.shared AND h.ended = '' AND h.slots IS NULL
+            AND COALESCE(h.claim_ms, 0) < v_now + (p->>'for')::bigint;
+        IF v_ok THEN
+            UPDATE {{T}} SET claim_ms = v_now + (p->>'for')::bigint
+            WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
         END IF;
 
     -- join: take a place in the lock's line of fair waiters.
@@ -366,7 +521,8 @@ BEGIN
     -- How a refused renew's or end's lease ended, or a read's named one, if it was handed on
     -- (only then is the table of those read: a role with the read-only grants has no right
     -- to it, and status names no lease).
-    IF NOT COALESCE(v_ok, false) AND p_op IN ('renew', 'end', 'read') AND p ? 'lease' THEN
+    IF NOT COALESCE(v_ok, false) AND p ? 'lease'
+       AND p_op IN ('renew', 'end', 'read', 'renew_share', 'end_share') THEN
         SELECT d.ended INTO v_ended FROM {{D}} d
         WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease';
     END IF;

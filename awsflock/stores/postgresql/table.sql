@@ -25,5 +25,8 @@ CREATE TABLE {{T}} (
     audit jsonb,
     barred jsonb NOT NULL DEFAULT '{}',
     renewed_ms bigint,
+    shared boolean NOT NULL DEFAULT false,
+    shares jsonb NOT NULL DEFAULT '{}',
+    claim_ms bigint,
     PRIMARY KEY (lock_id, slot)
 );

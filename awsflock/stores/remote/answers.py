@@ -14,6 +14,9 @@ The shared form (each step program turns its server's reply into it):
   ``forced_ms``, ``keeper``, ``who`` (a dict of ``records.Identity``'s fields) and ``raw`` (the
   server's own form, kept as the record's ``extra``).
 - a place: a dict with ``n``, ``who``, ``since`` and ``seen`` (milliseconds).
+- a lock held shared (``awsflock.shares``): the head's ``shared`` (true), ``shares`` ({share's
+  LEASE_ID: {``e`` end, ``r`` reading, ``a`` grant, ``f`` token, ``d`` length (ms), ``who``,
+  ``k`` keeper}}) and ``claim_ms`` (a waiting exclusive acquire's claim; None: none).
 """
 
 from __future__ import annotations
@@ -152,9 +155,39 @@ def outcome(
     size = None if head.get("slots") in (None, "") else int(head["slots"])
     waiting = line(head, shift)
     lock = record(lock_id, head.get("lease"), size, shift, waiting)
+    if head.get("shared") or head.get("claim_ms") is not None:
+        lock = _with_shares(lock, head, shift)
     if size is None:
         return Outcome(applied, lock, None, slot, in_doubt, waiting, to_mono, barred)
     leases = head.get("slot_leases") or {}
     slots = {int(n): record(lock_id, lease, size, shift) for n, lease in sorted(leases.items())}
     pool = Pool(lock_id, size, slots, waiting)
     return Outcome(applied, lock, pool, slot, in_doubt, waiting, to_mono, barred)
+
+
+def _with_shares(lock: LockRecord, head: dict[str, Any], shift: int) -> LockRecord:
+    """``lock`` with its group's shares (oldest token first) and its claim."""
+    found = []
+    if head.get("shared"):
+        for lease_id, share in (head.get("shares") or {}).items():
+            found.append(
+                LockRecord(
+                    lock_id=lock.lock_id,
+                    lease_id=str(lease_id),
+                    **_holder(share.get("who")),
+                    acquired_at=_seconds(share.get("a"), shift),
+                    expires_at=_seconds(share.get("e"), shift) or 0.0,
+                    lease_duration=int(share.get("d") or 0) / 1000,
+                    fencing_token=int(share["f"]),
+                    keeper=str(share.get("k") or ""),
+                    extra={"renewed_ms": share.get("r"), "expires_ms": share.get("e")},
+                )
+            )
+    found.sort(key=lambda s: s.fencing_token or 0)
+    claim = head.get("claim_ms")
+    return dataclasses.replace(
+        lock,
+        shared=bool(head.get("shared")),
+        shares=tuple(found),
+        claimed_until=_seconds(claim, shift),
+    )

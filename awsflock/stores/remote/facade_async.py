@@ -37,6 +37,7 @@ from awsflock.records import (
     kept_audit,
 )
 from awsflock.sets import check_set_attempts, no_sets
+from awsflock.shares import group_of, is_share_id
 from awsflock.stores import kinds
 from awsflock.stores.remote import answers
 from awsflock.stores.remote.connected_async import AsyncConnected
@@ -150,7 +151,8 @@ class StepStore(AsyncConnected[C], Generic[C]):
         return {} if self.server_time else {"now": now_ms, "skew": skew_ms}
 
     async def take(self, lock_id: str, attempt: Attempt) -> Outcome:
-        return await self._call("acquire", "take", lock_id, self._take_params(attempt))
+        op = _op("take", attempt.lease_id)
+        return await self._call("acquire", op, lock_id, self._take_params(attempt))
 
     async def take_all(self, takes: Sequence[tuple[str, Attempt]]) -> tuple[Outcome, ...]:
         check_set_attempts(takes)
@@ -184,6 +186,15 @@ class StepStore(AsyncConnected[C], Generic[C]):
 
     def _take_params(self, attempt: Attempt) -> dict[str, Any]:
         _check_drops(attempt.drop)
+        if is_share_id(attempt.lease_id):
+            return {
+                **self._clock(attempt.now_ms, attempt.skew_ms),
+                "lease": attempt.lease_id,
+                "group": group_of(attempt.lease_id),
+                "who": _who(attempt.identity),
+                "lease_ms": attempt.lease_ms,
+                "sent": attempt.now_ms,
+            }
         return {
             **self._clock(attempt.now_ms, attempt.skew_ms),
             "lease": attempt.lease_id,
@@ -208,7 +219,7 @@ class StepStore(AsyncConnected[C], Generic[C]):
         keeper: str | None = None,
     ) -> Outcome:
         params = self._renew_params(lease_id, now_ms, lease_ms, skew_ms, slot, keeper)
-        return await self._call("renew", "renew", lock_id, params)
+        return await self._call("renew", _op("renew", lease_id), lock_id, params)
 
     def _renew_params(
         self,
@@ -233,7 +244,8 @@ class StepStore(AsyncConnected[C], Generic[C]):
         self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
     ) -> Outcome:
         params = {**self._clock(now_ms, skew_ms), "lease": lease_id, "slot": slot}
-        return await self._call("release", "end", lock_id, {**params, "ended": ENDED_RELEASED})
+        params["ended"] = ENDED_RELEASED
+        return await self._call("release", _op("end", lease_id), lock_id, params)
 
     async def force_release(
         self,
@@ -258,7 +270,13 @@ class StepStore(AsyncConnected[C], Generic[C]):
         }
         if audit is not None:  # written by the step itself, applied (protocol.force_release)
             params["audit"] = {"key": audit_key(lease_id), "entry": kept_audit(audit)}
-        return await self._call("force_release", "end", lock_id, params)
+        return await self._call("force_release", _op("end", lease_id), lock_id, params)
+
+    async def claim(self, lock_id: str, *, now_ms: int, until_ms: int) -> Outcome:
+        """A waiting exclusive acquire's claim (``awsflock.shares``): for as long from the
+        step's time as ``until_ms`` is from the caller's ``now_ms``."""
+        params = {**self._clock(now_ms, 0), "for": until_ms - now_ms}
+        return await self._call("claim", "claim", lock_id, params)
 
     async def join(self, lock_id: str, waiter: Waiter) -> Outcome:
         params: dict[str, Any] = {
@@ -316,6 +334,11 @@ def opened(cls: Callable[..., _S], url: str, table: str | None, settings: Any) -
         clock=settings.clock,
         server_time=bool(settings.extra.get("server_time", True)),
     )
+
+
+def _op(step: str, lease_id: str) -> str:
+    """The step function's name of ``step`` for ``lease_id``: a share's has its own."""
+    return f"{step}_share" if is_share_id(lease_id) else step
 
 
 def _check_drops(drop: Drops) -> None:
