@@ -5,7 +5,10 @@ exclusive acquire that keeps new shares out; on the in-memory store in fake time
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -137,3 +140,34 @@ def test_asyncio_shares_and_a_waiting_writer(clock):
         assert writer.fencing_token > two.fencing_token
 
     asyncio.run(main())
+
+
+def test_a_claim_is_sent_within_the_wait_s_bound(clock):
+    # A claim is a request like a poll: sent within a budget that ends before the wait's hard
+    # end, so a store that stalls on it cannot hold the acquire past its bound.
+    class Bounded(MemoryStore):
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            self.ends: list[float | None] = []
+            self.inside: float | None = None
+
+        @contextlib.contextmanager
+        def budget(self, end: float) -> Iterator[None]:
+            self.inside = end
+            try:
+                yield
+            finally:
+                self.inside = None
+
+        def claim(self, lock_id: str, **step: Any) -> Any:
+            self.ends.append(self.inside)
+            return super().claim(lock_id, **step)
+
+    store = Bounded(clock=clock)
+    table = LockTable(store=store, clock=clock, owner="ops")
+    table.acquire("state", shared=True, lease=600)
+    started = clock.monotonic()
+    with pytest.raises(errors.LockBusy):
+        table.acquire("state", wait=3)
+    assert store.ends and all(end is not None for end in store.ends)
+    assert max(e for e in store.ends if e is not None) <= started + 3 + store.request_timeout

@@ -259,10 +259,11 @@ class Acquisition:
         if self.size is not None or not shares.wants_claim(holder, self.clock.time(), self.skew):
             return
         assert holder is not None
-        now_ms = self._now_ms()
         try:
-            steps: Any = self.store
-            await steps.claim(holder.lock_id, now_ms=now_ms, until_ms=now_ms + shares.CLAIM_MS)
+            with self.store.budget(self._attempt_end()):  # within the wait's bound, as a poll
+                now_ms = self._now_ms()
+                steps: Any = self.store
+                await steps.claim(holder.lock_id, now_ms=now_ms, until_ms=now_ms + shares.CLAIM_MS)
         except errors.AwsflockError as err:
             log.debug("claim of %r failed: %s", holder.lock_id, err.one_line())
 

@@ -283,12 +283,14 @@ def granted(
         extra={"renewed_ms": attempt.now_ms, "expires_ms": end_ms},
     )
     if joined is not None:
+        cutoff = (attempt.now_ms - attempt.skew_ms) / 1000
+        kept = tuple(s for s in joined.shares if s.expires_at >= cutoff)  # the others it removed
         return dataclasses.replace(
             joined,
             version=str(values["version"]),
             expires_at=max(joined.expires_at, end_ms / 1000),
             fencing_token=token,
-            shares=(*joined.shares, share),
+            shares=(*kept, share),
         )
     return dataclasses.replace(
         share, lease_id=group_of(attempt.lease_id), version=str(values["version"]), shares=(share,)
