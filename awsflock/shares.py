@@ -31,7 +31,8 @@ The steps, each one atomic step of the store on the lock's record:
   GROUP_ID`` (the LEASE_ID ``status`` shows for the lock) ends the group and every share with
   it. A plain renew or release never applies to a group: nobody holds its id.
 - ``claim`` (writer preference): an exclusive acquire refused by a live group marks the record
-  *claimed* until a time ``CLAIM_MS`` ahead, by its own clock, renewed while it waits; no share
+  *claimed* until a time ``CLAIM_MS`` ahead (never past its wait's end), by its own clock,
+  renewed while it waits; no share
   is granted while a claim is live. So a stream of shared holders cannot starve a waiting
   exclusive one: the shares held finish, none joins, and the exclusive take is granted when
   the last is released or runs out. The exclusive grant clears the claim. A claim only delays
@@ -170,6 +171,15 @@ def wants_claim(record: LockRecord | None, now: float, skew: float) -> bool:
     if record is None or not record.shared or record.is_free(now, skew):
         return False
     return record.claimed_until is None or record.claimed_until < now + CLAIM_MS / 2000
+
+
+def claim_ms(record: LockRecord | None, now: float, skew: float, left: float | None) -> int:
+    """How long (ms) a waiting exclusive acquire refused as ``record`` stands claims the lock:
+    ``CLAIM_MS`` where it should (``wants_claim``), never past the ``left`` seconds of its wait
+    (None: no end); 0: no claim."""
+    if not wants_claim(record, now, skew):
+        return 0
+    return CLAIM_MS if left is None else max(0, min(CLAIM_MS, round(left * 1000)))
 
 
 def check_plain(lease_id: str) -> None:

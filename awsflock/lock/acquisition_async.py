@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
+from typing import Any, cast
 
 from awsflock import errors, shares
 from awsflock.clock_async import AsyncClock
@@ -252,18 +252,17 @@ class Acquisition:
         return None
 
     async def claim(self) -> None:
-        """A wait going on after a refusal by shared holders keeps new shares out
-        (``awsflock.shares``: writer preference). Only a preference: a failure is the next
-        poll's to mend."""
-        holder = self.holder
-        if self.size is not None or not shares.wants_claim(holder, self.clock.time(), self.skew):
+        """A wait going on after a refusal by shared holders keeps new shares out (writer
+        preference, ``awsflock.shares``) until its next poll or its end. A failure is ignored."""
+        holder, mono = self.holder, self.clock.monotonic()
+        left = None if self.hard_end is None else self.hard_end - self.store.request_timeout - mono
+        claim_ms = shares.claim_ms(holder, self.clock.time(), self.skew, left)
+        if self.size is not None or holder is None or claim_ms <= 0:
             return
-        assert holder is not None
         try:
             with self.store.budget(self._attempt_end()):  # within the wait's bound, as a poll
-                now_ms = self._now_ms()
-                steps: Any = self.store
-                await steps.claim(holder.lock_id, now_ms=now_ms, until_ms=now_ms + shares.CLAIM_MS)
+                now_ms, steps = self._now_ms(), cast(Any, self.store)
+                await steps.claim(holder.lock_id, now_ms=now_ms, until_ms=now_ms + claim_ms)
         except errors.AwsflockError as err:
             log.debug("claim of %r failed: %s", holder.lock_id, err.one_line())
 
