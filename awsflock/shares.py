@@ -179,7 +179,7 @@ def claim_ms(record: LockRecord | None, now: float, skew: float, left: float | N
     (None: no end); 0: no claim."""
     if not wants_claim(record, now, skew):
         return 0
-    return CLAIM_MS if left is None else max(0, min(CLAIM_MS, round(left * 1000)))
+    return CLAIM_MS if left is None else max(0, min(CLAIM_MS, int(left * 1000)))
 
 
 def check_plain(lease_id: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
 import threading
 from typing import Any
 
@@ -374,6 +375,39 @@ def test_a_signal_just_after_the_grant_releases_and_never_starts_the_command(
     assert code == 128 + signal.SIGUSR1
     assert not marker.exists()
     assert make_any_table("b").acquire("s11", lease=60, wait=0)
+
+
+def _to_the_main_thread() -> None:
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR2)  # held back
+
+
+def _to_another_thread() -> None:
+    def send() -> None:  # this thread takes it in: the main thread's mask does not hold it
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
+        os.kill(os.getpid(), signal.SIGUSR2)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    sender.join()
+
+
+@pytest.mark.parametrize("send", [_to_the_main_thread, _to_another_thread])
+def test_a_signal_while_the_command_starts_reaches_it(make_any_table, monkeypatch, send):
+    # Found by CI: a signal that came while CMD started was handled before awsflock knew CMD's
+    # group, so it was dropped and CMD ran on.
+    from awsflock.supervise import runner
+
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args: Any, **kwargs: Any) -> Any:
+        child = real_popen(*args, **kwargs)
+        send()
+        return child
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen_then_signal)
+    options = runner.RunOptions(lease=60, wait=0)
+    code = runner.run(make_any_table("a"), "s11b", ["/bin/sleep", "20"], options)
+    assert code == 128 + signal.SIGUSR2  # without the forward: 0, after 20 s
 
 
 # -- 12. audit records for the longest names ------------------------------------------------------

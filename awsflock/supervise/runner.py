@@ -174,14 +174,13 @@ def run(
         refused = _acquire(hold, signals.received, options)
         if refused is not None:
             return refused
-        started = _start(hold, executable, argv, options, signals.received)
+        started = _start(hold, executable, argv, options, signals)
         if isinstance(started, int):
             return started
-        child, guard, tracked, foreground = started
-        signals.group = _work_of(child, guard, tracked)
+        child, group, foreground = started
         hold.start_renewing()
         group_too = options.hold_until == "group"
-        watch = Watch(child, signals.group, hold, lost, kill_after, group_too, signals.received)
+        watch = Watch(child, group, hold, lost, kill_after, group_too, signals.received)
         watch.take_terminal = _take_terminal_back if foreground else None
         status = supervise(watch)
         if foreground:
@@ -198,21 +197,39 @@ def run(
 class _Forwarder:
     """The handler of the forwarded signals: each is recorded in ``received`` and sets
     ``cancel`` (which ends the wait, and keeps CMD from starting once granted), and goes to
-    CMD's ``group`` once there is one."""
+    CMD's group once there is one (``forward_to``). One that comes while CMD starts is kept
+    until then: the mask that holds signals back covers the main thread only, and another
+    thread may take one in and have it handled at once."""
 
     def __init__(self) -> None:
         self.received: list[int] = []
         self.cancel = threading.Event()
         self.group: Group | None = None
+        self.kept: list[int] = []
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         self.received.append(signum)
         self.cancel.set()
         group = self.group
-        if group is not None:
-            group.signal(signum)
-            if signum in STOP_SIGNALS:
-                group.signal(signal.SIGCONT)  # a stopped command (Ctrl-Z) must get it too
+        if group is None:
+            self.kept.append(signum)
+        else:
+            _forward(group, signum)
+
+    def forward_to(self, group: Group) -> Group:
+        """From now on, signals go to ``group``; those that came while CMD started go now.
+        (Handlers run in the main thread, between its steps, so none is lost or sent twice.)"""
+        self.group = group
+        kept, self.kept = self.kept, []
+        for signum in kept:
+            _forward(group, signum)
+        return group
+
+
+def _forward(group: Group, signum: int) -> None:
+    group.signal(signum)
+    if signum in STOP_SIGNALS:
+        group.signal(signal.SIGCONT)  # a stopped command (Ctrl-Z) must get it too
 
 
 def _acquire(hold: Hold, received: list[int], options: RunOptions) -> int | None:
@@ -235,14 +252,15 @@ def _acquire(hold: Hold, received: list[int], options: RunOptions) -> int | None
 
 
 def _start(
-    hold: Hold, executable: str, argv: list[str], options: RunOptions, received: list[int]
-) -> tuple[subprocess.Popen[bytes], tree.Guard, bool, bool] | int:
-    """Start CMD under the lock just granted: the command, its guard, whether awsflock reaps
-    its orphans and whether it has the terminal; or, if it was not started (a signal came with
-    the grant, or it cannot be run), the lock is released and the exit status returned."""
-    # From here until CMD runs, a signal is held back: one that came after the grant but
-    # before this point means "do not start" (the lock is released); one that comes later
-    # is delivered once CMD exists, and forwarded to it.
+    hold: Hold, executable: str, argv: list[str], options: RunOptions, signals: _Forwarder
+) -> tuple[subprocess.Popen[bytes], Group, bool] | int:
+    """Start CMD under the lock just granted: the command, its group (now ``signals.group``)
+    and whether it has the terminal; or, if it was not started (a signal came with the grant,
+    or it cannot be run), the lock is released and the exit status returned."""
+    # From here until CMD's group is known, a signal is held back: one that came after the
+    # grant but before this point means "do not start" (the lock is released); one that comes
+    # later is forwarded to the group once it is known.
+    received = signals.received
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     if received:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
@@ -267,10 +285,12 @@ def _start(
         guard.done()
         _release_quietly(hold)
         return code
+    else:
+        # Signals held back since the grant, or kept, go to the group.
+        group = signals.forward_to(_work_of(child, guard, tracked))
     finally:
-        # Signals held back since the grant arrive now and go to CMD's group.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    return child, guard, tracked, foreground
+    return child, group, foreground
 
 
 def _work_of(child: subprocess.Popen[bytes], guard: tree.Guard, reaper: bool) -> Group:

@@ -178,7 +178,7 @@ class Cli:
         )
 
     def popen(self, *args: str, **env: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [str(BIN), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -186,6 +186,29 @@ class Cli:
             env=self.env(**env),
             stdin=subprocess.DEVNULL,
         )
+        _STARTED.append(proc)
+        return proc
+
+
+#: Every awsflock a test started in the background: ``_no_process_left`` ends them.
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left() -> Iterator[None]:
+    """A test that failed half-way leaves no awsflock running into the next tests (where its
+    unclosed pipes would fail an unrelated test)."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # a process it left holds its pipes
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
 
 
 def cli_for(server: Server, table: str) -> Cli:
