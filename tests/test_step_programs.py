@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from awsflock import errors, sets
+from awsflock import errors, sets, shares
 from awsflock.protocol import AUDIT_APPLIED, AUDIT_PREFIX, AUDIT_VOID, Attempt, LockStore, audit_key
 from awsflock.records import ENDED_RELEASED, Identity, Waiter
 from tests.helpers import STEP_PROGRAM_NOT_RUN
@@ -277,6 +277,32 @@ def test_a_set_s_step_the_library_never_sends_is_refused_and_writes_nothing(stor
     assert store.read(lock).record is None and store.read(f"{lock}-0").record is None
 
 
+def test_shares_join_renew_end_and_a_claim_keeps_new_ones_out(store):
+    lock, one, two, late = _lock(), shares.new_share_id(), shares.new_share_id(), _lease()
+    first = _take(store, lock, one)
+    assert first.applied and first.record.shared and first.record.lease_id == shares.group_of(one)
+    second = _take(store, lock, two, T0 + 1)
+    assert second.applied and [s.lease_id for s in second.record.shares] == [one, two]
+    assert second.record.fencing_token == second.record.shares[1].fencing_token
+    assert not _take(store, lock, late, T0 + 2).applied  # no exclusive holder beside them
+    renewed = store.renew(lock, one, now_ms=T0 + 3, lease_ms=2 * LEASE_MS, skew_ms=0)
+    assert renewed.applied and renewed.record.expires_at == (T0 + 3 + 2 * LEASE_MS) / 1000
+    steps: Any = store
+    assert steps.claim(lock, now_ms=T0 + 4, until_ms=T0 + 4 + shares.CLAIM_MS).applied
+    assert not _take(store, lock, shares.new_share_id(), T0 + 5).applied  # the claim is live
+    assert store.release(lock, one, now_ms=T0 + 6, skew_ms=0).applied
+    left = store.read(lock).record
+    assert left.expires_at == (T0 + 1 + LEASE_MS) / 1000 and not left.ended  # two's end
+    assert store.release(lock, two, now_ms=T0 + 7, skew_ms=0).applied  # the last: group ends
+    assert store.read(lock).record.ended == ENDED_RELEASED
+    retried = store.release(lock, two, now_ms=T0 + 8, skew_ms=0)
+    assert not retried.applied and store.read(lock, two).knows(two)
+    assert _take(store, lock, late, T0 + 9).applied  # the exclusive grant, above every share
+    assert store.read(lock).record.fencing_token > second.record.fencing_token
+    unseen = shares.new_share_id()
+    assert store.release(lock, unseen, now_ms=T0 + 10, skew_ms=0).barred
+
+
 def _attempt(lease: str, now: int = T0) -> Attempt:
     return Attempt(lease, WHO, now_ms=now, lease_ms=LEASE_MS, skew_ms=0)
 
@@ -345,6 +371,11 @@ def test_every_step_runs_on_the_servers_own_clock(request, kind):
         assert len(rows) == 1, rows
     assert all(o.applied for o in store.renew_all(leases, now_ms=0, lease_ms=LEASE_MS, skew_ms=0))
     assert all(o.applied for o in store.release_all(leases, now_ms=0, skew_ms=0))
+    share, other = shares.new_share_id(), _lock()
+    assert store.take(other, Attempt(share, WHO, now_ms=0, lease_ms=LEASE_MS, skew_ms=0)).applied
+    assert store.renew(other, share, now_ms=0, lease_ms=LEASE_MS, skew_ms=0).applied
+    assert store.claim(other, now_ms=0, until_ms=1000).applied  # type: ignore[attr-defined]
+    assert store.release(other, share, now_ms=0, skew_ms=0).applied
 
 
 def test_the_lua_programs_parse_as_lua_5_1():

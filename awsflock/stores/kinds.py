@@ -99,8 +99,7 @@ class Kind:
     #: of their metrics), and what messages call a place of it.
     name: str
     title: str
-    #: The URL schemes that name it (none: no URL does), and the URL form shown in help and
-    #: errors.
+    #: The URL schemes that name it (none: no URL does); its URL form for help and errors.
     schemes: tuple[str, ...]
     form: str
     #: Its ``KindModule`` (in its sub-package), imported only when the kind is used; the
@@ -201,6 +200,7 @@ KINDS: tuple[Kind, ...] = (
         no_skew="its leases are timed by the Redis server's clock alone, so no clock-skew "
         "window is needed",
         sets=True,
+        shares=True,
         api="redis",
         commands=("grants",),
     ),

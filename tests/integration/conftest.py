@@ -157,6 +157,8 @@ class Cli:
     def __init__(self, endpoint: str, table: str) -> None:
         self.endpoint = endpoint
         self.table = table
+        #: The server's name (``Server.name``) where ``cli_for`` made it, else "".
+        self.server_name = ""
 
     def env(self, **extra: str) -> dict[str, str]:
         return cli_env(self.endpoint, self.table, **extra)
@@ -216,7 +218,9 @@ def cli_for(server: Server, table: str) -> Cli:
     DynamoDB-compatible endpoint, by ``--endpoint-url``."""
     if server.store_url is not None:
         return UrlCli(server, table)
-    return Cli(server.url, table)
+    cli = Cli(server.url, table)
+    cli.server_name = server.name
+    return cli
 
 
 @pytest.fixture(scope="session")
@@ -282,6 +286,7 @@ class UrlCli(Cli):
     def __init__(self, server: Server, table: str, url: str | None = None) -> None:
         super().__init__("", table)
         self.server = server
+        self.server_name = server.name
         self.url = url or server.store_url or server.url
         self.skew_free = kinds.get(kinds.parse(self.url).kind).skew_free
 

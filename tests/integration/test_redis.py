@@ -24,6 +24,7 @@ from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
 from tests.conformance.awaited import Awaited
 from tests.conformance.sets import SetConformance
+from tests.conformance.shares import ShareConformance
 from tests.conformance.suite import StoreConformance
 from tests.integration.conftest import BIN, UrlCli
 from tests.servers import REDIS_DURABLE, REDIS_PASSWORD, RedisServer, ValkeyServer
@@ -55,6 +56,16 @@ class TestRedisStoreSets(SetConformance):
     """Sets, in the caller's time; ``bars`` as above."""
 
     bars = True
+
+    @pytest.fixture
+    def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:
+        store = _store(redis_server, server_time=False)
+        yield store
+        store.close()
+
+
+class TestRedisStoreShares(ShareConformance):
+    """Shared holders, in the caller's time."""
 
     @pytest.fixture
     def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:

@@ -33,11 +33,11 @@ def _lease(awsflock: Cli, *args: str) -> dict:
 NOT_KEPT = "it was released, or expired and taken over"
 
 
-def _kept(server) -> bool:
-    return server.name != "dynalite"
+def _kept(awsflock: Cli) -> bool:
+    return awsflock.server_name != "dynalite"
 
 
-def test_shares_hold_together_and_an_exclusive_acquire_waits_for_all(server, awsflock: Cli):
+def test_shares_hold_together_and_an_exclusive_acquire_waits_for_all(awsflock: Cli):
     name = _name("state")
     one = _lease(awsflock, "--shared", name, "--lease-duration", "5m")
     two = _lease(awsflock, "--shared", name, "--lease-duration", "2m", "--no-wait")
@@ -66,7 +66,7 @@ def test_shares_hold_together_and_an_exclusive_acquire_waits_for_all(server, aws
     assert writer.returncode == 0, err
     assert json.loads(out)["fencing_token"] > two["fencing_token"]
     again = awsflock("release", name, two["lease_id"])  # a retried release: it went through
-    if _kept(server):
+    if _kept(awsflock):
         assert again.returncode == 0, again.stderr
     else:
         assert again.returncode == 3 and NOT_KEPT in again.stderr, again.stderr
@@ -88,7 +88,7 @@ def test_run_shared_tells_cmd_and_runs_beside_another_share(awsflock: Cli):
     assert awsflock("run", name, "--no-wait", "--", "true").returncode == 0
 
 
-def test_force_release_ends_one_share_or_all_and_is_audited(server, awsflock: Cli):
+def test_force_release_ends_one_share_or_all_and_is_audited(awsflock: Cli):
     name = _name("ops")
     one = _lease(awsflock, "--shared", name)
     two = _lease(awsflock, "--shared", name)
@@ -96,7 +96,7 @@ def test_force_release_ends_one_share_or_all_and_is_audited(server, awsflock: Cl
     forced = awsflock("force-release", name, "--lease-id", one["lease_id"], "--reason", "stuck")
     assert forced.returncode == 0, forced.stderr
     renewed = awsflock("renew", name, one["lease_id"])
-    said = "force-released" if _kept(server) else NOT_KEPT
+    said = "force-released" if _kept(awsflock) else NOT_KEPT
     assert renewed.returncode == 3 and said in renewed.stderr, renewed.stderr
     assert awsflock("renew", name, two["lease_id"]).returncode == 0
     group = json.loads(awsflock("status", name, "--json", "--show-lease-id").stdout)["lease_id"]
@@ -128,5 +128,5 @@ def test_without_transactions_a_lock_held_shared_is_kept_for_good(server, raw_cl
     held = _lease(awsflock, "--shared", name)
     item = raw_client.get_item(TableName=awsflock.table, Key={"lock_id": {"S": name}})["Item"]
     kept = int(item["expiration_time"]["N"]) == KEPT_UNTIL
-    assert kept == (not _kept(server)), item["expiration_time"]
+    assert kept == (not _kept(awsflock)), item["expiration_time"]
     assert awsflock("release", name, held["lease_id"]).returncode == 0

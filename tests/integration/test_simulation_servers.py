@@ -18,6 +18,7 @@ import pytest
 from tests.simulation.__main__ import run_many
 from tests.simulation.mutants import BENEATH, MUTANTS
 from tests.simulation.mutants_sets import SETS_SHARE
+from tests.simulation.mutants_shares import SHARES_SHARE
 
 #: Client operations of each run: 4 to 5 seeds of 8 processes, about 15 s alone on one core.
 BUDGET = 3_000
@@ -29,13 +30,16 @@ MUTANT_BUDGET = 12_000
 @pytest.mark.timeout(300)  # far longer beside the servers and simulations of other tests
 @pytest.mark.parametrize("store", ["postgresql", "redis"])
 @pytest.mark.parametrize(
-    ("sets", "budget"), [(0.0, BUDGET), (SETS_SHARE, 1_000)], ids=["locks", "with-sets"]
+    ("sets", "shares", "budget"),
+    [(0.0, 0.0, BUDGET), (SETS_SHARE, 0.0, 1_000), (0.0, SHARES_SHARE, 1_000)],
+    ids=["locks", "with-sets", "with-shares"],
 )
 def test_the_store_keeps_every_invariant(
-    store: str, sets: float, budget: int, request: pytest.FixtureRequest
+    store: str, sets: float, shares: float, budget: int, request: pytest.FixtureRequest
 ) -> None:
     # With sets, workers also take several names in one call of the step function or script:
-    # each name's checks per step, and no partial hold ever visible after a set's take.
+    # each name's checks per step, and no partial hold ever visible after a set's take. With
+    # shares, they also hold locks shared: never an exclusive holder beside a share.
     server = request.getfixturevalue("postgres" if store == "postgresql" else "redis_server")
     results, failed = run_many(
         seeds=itertools.count(0),
@@ -45,6 +49,7 @@ def test_the_store_keeps_every_invariant(
         duration=None,
         store=store,
         sets=sets,
+        shares=shares,
         **{"pg_url" if store == "postgresql" else "redis_url": server.url},
     )
     assert failed is None, (
@@ -60,6 +65,7 @@ def test_the_store_keeps_every_invariant(
     assert sum(r.fair_grants for r in results) > 0
     assert sum(r.tries for r in results) > 2 * budget
     assert sets == 0 or sum(r.set_grants for r in results) > 0
+    assert shares == 0 or sum(r.share_grants for r in results) > 0
     # What each simulation made was removed when it was over.
     if store == "postgresql":
         tables = server.sql("SELECT tablename FROM pg_tables WHERE tablename LIKE 'sim\\_%'")

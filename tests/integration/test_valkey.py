@@ -21,6 +21,7 @@ from awsflock.records import Identity
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore
 from tests.conformance.sets import SetConformance
+from tests.conformance.shares import ShareConformance
 from tests.conformance.suite import StoreConformance
 from tests.integration.conftest import UrlCli
 from tests.servers import ValkeyServer
@@ -75,6 +76,16 @@ class TestValkeyStoreSets(SetConformance):
     """Sets through the WAITAOF path (in the caller's time)."""
 
     bars = True
+
+    @pytest.fixture
+    def store(self, valkey: ValkeyServer) -> Iterator[RedisStore]:
+        store = _store(valkey, server_time=False)
+        yield store
+        store.close()
+
+
+class TestValkeyStoreShares(ShareConformance):
+    """Shared holders through the WAITAOF path (in the caller's time)."""
 
     @pytest.fixture
     def store(self, valkey: ValkeyServer) -> Iterator[RedisStore]:

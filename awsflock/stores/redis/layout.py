@@ -4,7 +4,9 @@ A lock ``NAME`` under the prefix ``P`` (``?prefix=``, else the table name) has t
 one hash slot (the name, encoded so that it holds no ``}``, is their hash tag):
 
 - ``P:{NAME}:lock``, a hash: the plain lease (field ``p``), a pool's size (``slots``) and its
-  slots' leases (``s:N``), the line of fair waiters (``w:TICKET``, ``next``, ``polled``). Each
+  slots' leases (``s:N``), the line of fair waiters (``w:TICKET``, ``next``, ``polled``); a
+  lock held shared (``awsflock.shares``) marks it ``shared``, keeps its group's lease as ``p``
+  and each share as ``r:LEASE_ID``, and a waiting writer's ``claim`` (ms). Each
   lease is a JSON object whose numbers are strings (Lua's numbers are doubles: written with
   ``%.0f``, read with ``tonumber``, exact below 2^53). Garbage: once no lease in it can be
   live and nobody waits, ``PEXPIREAT`` removes it ``RETAIN_MS`` later. A pool's hash is kept.
@@ -43,6 +45,7 @@ import hashlib
 import re
 
 from awsflock.protocol import AUDIT_PREFIX, DONE_MS, LINE_LAPSE_MS
+from awsflock.shares import MAX_SHARES
 from awsflock.stores import programs
 
 #: The layout's version, kept at ``P:layout``; table-create refuses any other value there.
@@ -132,6 +135,7 @@ def script() -> str:
         HISTORY=int(HISTORY_MS),
         KEEP=int(HISTORY_KEEP),
         DONE=int(DONE_MS),
+        MAX_SHARES=int(MAX_SHARES),
     )
 
 

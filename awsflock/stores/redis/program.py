@@ -5,8 +5,9 @@
 The script's reply: ``[code, now_ms, head, ended]``: ``code`` 1 applied, 0 refused, 2 refused
 as barred, -1 refused because the server's clock reads earlier than the lock's last grant
 (``head`` then holds that grant's time); ``head`` the lock's hash as a flat
-``[field, value, ...]`` list (``p``: the lease; ``s:N``: a pool's slot N; ``w:TICKET``: a
-place in line; ``slots``, ``next``, ``polled``); ``ended``: how the step's lease ended.
+``[field, value, ...]`` list (``p``: the lease, or a lock held shared's group; ``s:N``: a
+pool's slot N; ``w:TICKET``: a place in line; ``r:LEASE_ID``: a share; ``slots``, ``next``,
+``polled``, ``shared``, ``claim``); ``ended``: how the step's lease ended.
 """
 
 from __future__ import annotations
@@ -132,11 +133,14 @@ def head(hash_: dict[str, str]) -> dict[str, Any] | None:
     """A lock's hash as the shared form's head (None: no lock)."""
     if not hash_:
         return None
-    places = {}
+    places, shares = {}, {}
     for name, value in hash_.items():
         if name.startswith("w:"):
             place = json.loads(value)
             places[name[2:]] = {**place, "who": _who(place.get("who"))}
+        elif name.startswith("r:"):
+            share = json.loads(value)
+            shares[name[2:]] = {**share, "who": _who(share.get("who"))}
     return {
         "lease": lease(hash_.get("p")),
         "slots": hash_.get("slots") or None,
@@ -146,6 +150,9 @@ def head(hash_: dict[str, str]) -> dict[str, Any] | None:
         "slot_leases": {
             int(name[2:]): lease(value) for name, value in hash_.items() if name.startswith("s:")
         },
+        "shared": "shared" in hash_,
+        "shares": shares,
+        "claim_ms": hash_.get("claim") or None,
     }
 
 

@@ -7,14 +7,17 @@
 --
 -- KEYS (all of one lock, one hash slot; layout.py says what each holds):
 --   KEYS[1] P:{NAME}:lock    hash: the plain lease "p", a pool's "slots" and leases "s:N", the
---                            line of fair waiters "w:TICKET", "next", "polled"
+--                            line of fair waiters "w:TICKET", "next", "polled"; a lock held
+--                            shared: "shared", its shares "r:LEASE_ID", a writer's "claim"
 --   KEYS[2] P:{NAME}:fence   hash: "token" (highest fencing token granted), "granted" (when)
 --   KEYS[3] P:{NAME}:bars    sorted set: lease ids an end step found holding nothing here
 --   KEYS[4] P:{NAME}:done    sorted set: lease ids taken over, scored when * 4 + how
 --   KEYS[5] P:{NAME}:forced  hash: the force-released ones among them -> "forced:ACTION"
 --   KEYS[6] P:{NAME}:audit:KEY  a force-release's audit record (string of JSON): end only
--- ARGV[1]: the step: take, renew, end, join, beat, leave, resize or read; or a set's step,
---   take_all, renew_all or end_all (see all() at the end: KEYS then hold several locks').
+-- ARGV[1]: the step: take, renew, end, join, beat, leave, resize or read; a share's step,
+--   take_share, renew_share, end_share or claim (awsflock/shares.py: "p" is then the group's
+--   lease); or a set's step, take_all, renew_all or end_all (see all() at the end: KEYS then
+--   hold several locks').
 -- ARGV[2]: its parameters, a JSON object. Every step may have:
 --   now, skew  the caller's clock and skew window (ms); absent: the server's TIME, skew 0
 --   touch      true: write KEYS[2]'s "touched" after the step, so WAIT / WAITAOF that follow
@@ -38,12 +41,13 @@
 -- (a key of another type), ERR (an unknown step, or arguments out of range).
 
 -- Filled in by layout.script() (ms, or a count): protocol.LINE_LAPSE_MS, layout.RETAIN_MS,
--- layout.HISTORY_MS, layout.HISTORY_KEEP, protocol.DONE_MS.
+-- layout.HISTORY_MS, layout.HISTORY_KEEP, protocol.DONE_MS, shares.MAX_SHARES.
 local LAPSE = {{LAPSE}}
 local RETAIN = {{RETAIN}}
 local HISTORY = {{HISTORY}}
 local KEEP = {{KEEP}}
 local DONE = {{DONE}}
+local MAX_SHARES = {{MAX_SHARES}}
 local function s(n) return string.format('%.0f', n) end
 
 -- The step's clock: the server's TIME (skew 0), or the caller's (p.now, p.skew).
@@ -148,6 +152,79 @@ local function step(KEYS, op, p, clock, dry)
     end
     local function set(field, value) h[field] = value; redis.call('HSET', KEYS[1], field, value) end
     local function del(field) h[field] = nil; redis.call('HDEL', KEYS[1], field) end
+    -- A lease id taken over (or a share ended) here, as it ended: kept in KEYS[4] (and KEYS[5]
+    -- if forced) for DONE, so a renew or end of it that comes later learns how. An id already
+    -- kept keeps its first entry.
+    local function remember(id, ended)
+        local how = 3
+        if ended == 'released' then how = 1
+        elseif string.sub(ended, 1, 7) == 'forced:' then how = 2 end
+        redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. s((now - DONE) * 4))
+        redis.call('ZADD', KEYS[4], 'NX', s(now * 4 + how), id)
+        if server then redis.call('PEXPIREAT', KEYS[4], s(now + DONE)) end
+        if how == 2 then
+            redis.call('HSET', KEYS[5], id, ended)
+            if server then redis.call('PEXPIREAT', KEYS[5], s(now + DONE)) end
+        end
+    end
+    -- The shares of the lock held shared ({id = entry}), and those of them live at the cut.
+    local function shares()
+        local all, live, n = {}, {}, 0
+        for f, v in pairs(h) do
+            if string.sub(f, 1, 2) == 'r:' then
+                local e = cjson.decode(v)
+                all[string.sub(f, 3)] = e
+                if tonumber(e.e) >= cut then live[string.sub(f, 3)] = e; n = n + 1 end
+            end
+        end
+        return all, live, n
+    end
+    -- A grant on a lock once held shared: the group's shares are handed on with it, as the
+    -- group ended, and the lock is no longer held shared.
+    local function end_group(ended)
+        for id, _ in pairs((shares())) do remember(id, ended); del('r:' .. id) end
+        if h.shared ~= nil then del('shared') end
+        if h.claim ~= nil then del('claim') end
+    end
+    -- The lease "r" (in "field") taken over by a grant: remembered, and the record's history
+    -- (returned): it, then the ones before it: the last three, and any older that ended within
+    -- HISTORY (at most KEEP), so a release retried after many quick hand-offs still finds what
+    -- its first try did.
+    local function hand_on(r)
+        if r == nil or r.lease == '' then return {} end
+        remember(r.lease, r.ended)
+        local hist = {{r.lease, r.ended, s(now)}}
+        for _, old in ipairs(r.hist or {}) do
+            if #hist >= KEEP then break end
+            local at = tonumber(old[3] or 0)
+            if #hist >= 3 and at < now - HISTORY then break end
+            hist[#hist + 1] = old
+        end
+        return hist
+    end
+    -- An end step's lease id that nothing here was ever granted under (nor a share): a take of
+    -- it may still be on its way (an acquire that gave up with its answer lost), so the id is
+    -- barred, that take refused whenever it lands (within RETAIN), and the lock never held by
+    -- nobody. True if it was barred now.
+    local function bar_if_unseen(l)
+        if granted(l, p.lease) or barred(p.lease) or h['r:' .. p.lease] ~= nil then return false end
+        redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. s(now - RETAIN))
+        redis.call('ZADD', KEYS[3], s(now), p.lease)
+        if server then redis.call('PEXPIREAT', KEYS[3], s(now + RETAIN)) end
+        return true
+    end
+    -- A force-release's audit record (KEYS[6]), written by the step that ends its lease: it
+    -- exists iff the force took effect.
+    local function write_audit()
+        if p.audit ~= nil and KEYS[6] then redis.call('SET', KEYS[6], p.audit) end
+    end
+    -- The lease "l" (in "field") ended by an end step: released, or forced (by whom, why).
+    local function finish(l, f)
+        l.ended, l.exp = p.ended, s(now)
+        if p.forced_by ~= nil then l.fby, l.fwhy, l.fms = p.forced_by, p.forced_reason, s(now) end
+        set(f, cjson.encode(l))
+        write_audit()
+    end
     local function polled(at)
         if h.polled == nil or tonumber(h.polled) < at then set('polled', s(at)) end
     end
@@ -220,29 +297,8 @@ local function step(KEYS, op, p, clock, dry)
         if ok and dry then return true end
         if ok then
             local token = math.max(now * 1000, tonumber(fence[1] or 0)) + 1
-            local hist = {}
-            if r ~= nil and r.lease ~= '' then
-                local how = 3
-                if r.ended == 'released' then how = 1
-                elseif string.sub(r.ended, 1, 7) == 'forced:' then how = 2 end
-                redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. s((now - DONE) * 4))
-                redis.call('ZADD', KEYS[4], s(now * 4 + how), r.lease)
-                if server then redis.call('PEXPIREAT', KEYS[4], s(now + DONE)) end
-                if how == 2 then
-                    redis.call('HSET', KEYS[5], r.lease, r.ended)
-                    if server then redis.call('PEXPIREAT', KEYS[5], s(now + DONE)) end
-                end
-                -- The lease taken over, then the ones before it: the last three, and any older
-                -- that ended within HISTORY (at most KEEP), so a release retried after many quick
-                -- hand-offs still finds what its first try did.
-                hist[1] = {r.lease, r.ended, s(now)}
-                for _, old in ipairs(r.hist or {}) do
-                    if #hist >= KEEP then break end
-                    local at = tonumber(old[3] or 0)
-                    if #hist >= 3 and at < now - HISTORY then break end
-                    hist[#hist + 1] = old
-                end
-            end
+            if h.shared ~= nil then end_group(top.ended) end
+            local hist = hand_on(r)
             local new = {lease = p.lease, who = p.who, ms = s(p.lease_ms), exp = s(now + p.lease_ms),
                          acq = s(now), fence = s(token), ended = '', keeper = ''}
             if p.sent ~= nil then new.rs = s(p.sent) end
@@ -264,7 +320,7 @@ local function step(KEYS, op, p, clock, dry)
     --   end is not earlier than the one a later renew set.
     elseif op == 'renew' then
         local l = lease(field)
-        local in_pool = (slot == nil and h.slots == nil)
+        local in_pool = (slot == nil and h.slots == nil and h.shared == nil)
             or (slot ~= nil and h.slots ~= nil and tonumber(h.slots) > slot)
         ok = l ~= nil and l.lease == p.lease and l.ended == '' and tonumber(l.exp) > now and in_pool
         local from = now
@@ -298,25 +354,119 @@ local function step(KEYS, op, p, clock, dry)
     --   seen here is barred instead (answer 2); one taken over answers 0 with how it ended.
     elseif op == 'end' then
         local l = lease(field)
-        ok = l ~= nil and l.lease == p.lease and l.ended == '' and (slot ~= nil or h.slots == nil)
+        ok = l ~= nil and l.lease == p.lease and l.ended == ''
+            and (slot ~= nil or (h.slots == nil and (h.shared == nil or p.forced_by ~= nil)))
         wake = true
         if ok then
-            l.ended = p.ended
-            l.exp = s(now)
-            if p.forced_by ~= nil then
-                l.fby, l.fwhy, l.fms = p.forced_by, p.forced_reason, s(now)
-            end
-            set(field, cjson.encode(l))
-            if p.audit ~= nil and KEYS[6] then redis.call('SET', KEYS[6], p.audit) end
-        elseif not granted(l, p.lease) and not barred(p.lease) then
-            -- Nothing here was ever granted under this id, but a take of it may still be on its
-            -- way (an acquire that gave up with its answer lost): bar the id, so that take is
-            -- refused whenever it lands (within RETAIN), and the lock is never held by nobody.
-            bar = true
-            redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. s(now - RETAIN))
-            redis.call('ZADD', KEYS[3], s(now), p.lease)
-            if server then redis.call('PEXPIREAT', KEYS[3], s(now + RETAIN)) end
+            finish(l, field)
+        else
+            bar = bar_if_unseen(l)
         end
+
+    -- take_share: a share of the lock (awsflock.shares).
+    --   lease (the share's id), group (the id of the group it starts), who, lease_ms, sent.
+    --   Applied when the lock is free to take (a new group) or held by a group not ended with
+    --   room for one more (a join); no writer's claim is live; the line is clear; the ids were
+    --   never granted, barred or handed on here. The share's token is one above the lock's, and
+    --   the group ends no earlier than the share; shares that ran out leave the group.
+    elseif op == 'take_share' then
+        local top = lease('p')
+        local open = free(top)
+        local all, _, n = shares()
+        ok = h.slots == nil and not barred(p.lease) and not granted(top, p.lease)
+            and h['r:' .. p.lease] == nil and tonumber(h.claim or 0) <= now and line_clear()
+        if open then
+            ok = ok and not granted(top, p.group)
+        else
+            ok = ok and h.shared ~= nil and top.ended == '' and n < MAX_SHARES
+        end
+        if ok and server and fence[2] and now < tonumber(fence[2]) then
+            return {-1, s(now), fence[2]}
+        end
+        if ok then
+            local token = math.max(now * 1000, tonumber(fence[1] or 0)) + 1
+            local e, sent = now + p.lease_ms, s(p.sent or now)
+            if open then
+                if h.shared ~= nil then end_group(top.ended) end
+                local hist = hand_on(top)
+                top = {lease = p.group, who = p.who, ms = s(p.lease_ms), exp = s(e), acq = s(now),
+                       fence = s(token), ended = '', keeper = '', rs = sent}
+                if #hist > 0 then top.hist = hist end
+                set('shared', '1')
+            else
+                for id, one in pairs(all) do
+                    if tonumber(one.e) < cut then remember(id, ''); del('r:' .. id) end
+                end
+                top.fence = s(token)
+                top.exp = s(math.max(tonumber(top.exp), e))
+            end
+            set('p', cjson.encode(top))
+            set('r:' .. p.lease, cjson.encode({e = s(e), r = sent, a = s(now), f = s(token),
+                                              d = s(p.lease_ms), who = p.who}))
+            redis.call('HSET', KEYS[2], 'token', s(token), 'granted', s(now))
+        end
+
+    -- renew_share: extend a share, as renew does a lease (lease, lease_ms, sent, order,
+    --   keeper). Applied when the share is in a group not ended and not run out; the group
+    --   ends no earlier than the share.
+    elseif op == 'renew_share' then
+        local top = lease('p')
+        local kept = h['r:' .. p.lease]
+        local one = kept and cjson.decode(kept)
+        ok = h.shared ~= nil and top ~= nil and top.ended == '' and one and tonumber(one.e) > now
+        local from = now
+        if ok and tonumber(one.e) - tonumber(one.d) > now then from = tonumber(one.e) - tonumber(one.d) end
+        if ok and from + p.lease_ms < tonumber(one.e) then
+            ok = p.sent ~= nil and tonumber(p.sent) >= tonumber(one.r) + tonumber(p.order or 0)
+        end
+        if ok then
+            one.e, one.d = s(from + p.lease_ms), s(p.lease_ms)
+            if p.sent ~= nil then one.r = s(math.max(tonumber(p.sent), tonumber(one.r))) end
+            if p.keeper ~= cjson.null and p.keeper ~= nil then one.k = p.keeper end
+            set('r:' .. p.lease, cjson.encode(one))
+            top.exp = s(math.max(tonumber(top.exp), from + p.lease_ms))
+            set('p', cjson.encode(top))
+        end
+
+    -- end_share: release or force-release a share (lease, ended, forced_by, forced_reason,
+    --   audit, as end). Applied when the share is in a group not ended: it leaves the group
+    --   (handed on), and a group left with no share that has not run out ends as it did (else
+    --   its end comes down to the latest of the shares left). An id never seen here is barred,
+    --   as end bars a lease's.
+    elseif op == 'end_share' then
+        local top = lease('p')
+        local all = shares()
+        ok = h.shared ~= nil and top ~= nil and top.ended == '' and all[p.lease] ~= nil
+        wake = true
+        if ok then
+            remember(p.lease, p.ended)
+            del('r:' .. p.lease)
+            all[p.lease] = nil
+            local left, last = false, 0
+            for _, one in pairs(all) do
+                left = left or tonumber(one.e) >= cut
+                last = math.max(last, tonumber(one.e))
+            end
+            if left then
+                top.exp = s(last)
+                set('p', cjson.encode(top))
+                write_audit()
+            else
+                for id, _ in pairs(all) do remember(id, ''); del('r:' .. id) end
+                finish(top, 'p')
+            end
+        else
+            bar = bar_if_unseen(top)
+        end
+
+    -- claim: a waiting exclusive acquire keeps new shares out ("for": how long, ms). Applied
+    --   when the lock is held by a group not ended, and the claim only grows.
+    elseif op == 'claim' then
+        local top = lease('p')
+        local claim = now + tonumber(p['for'])
+        ok = h.shared ~= nil and h.slots == nil and top ~= nil and top.ended == ''
+            and tonumber(h.claim or 0) < claim
+        if ok then set('claim', s(claim)) end
 
     -- join: take a place in the lock's line of fair waiters.
     --   ticket, who (JSON text), since (when the caller began waiting; absent: now).
@@ -399,7 +549,8 @@ local function step(KEYS, op, p, clock, dry)
     if ok then return {1, s(now), out} end
     if bar then return {2, s(now), out} end
     local ended = false
-    if (op == 'end' or op == 'renew' or op == 'read') and p.lease then
+    if p.lease and (op == 'end' or op == 'renew' or op == 'read' or op == 'renew_share'
+                    or op == 'end_share') then
         ended = done(p.lease) or false
     end
     return {0, s(now), out, ended}
