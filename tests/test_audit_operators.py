@@ -74,7 +74,7 @@ def test_the_audit_names_the_operator_whose_force_ended_a_lease_still_on_record(
 
 def _ended_by_keep_alive(make: Callable[..., Any], lock: str, lease_id: str) -> None:
     """The lease's keep-alive renewer ends it: the process it followed exited."""
-    assert _keepalive_end(make("k"), lock, lease_id, "host k, pid 7", "pid 6 exited") == 0
+    assert _keepalive_end(make("k"), (lock,), lease_id, "host k, pid 7", "pid 6 exited") == 0
 
 
 def test_a_force_release_of_a_lease_its_keep_alive_ended_writes_no_audit_record(make_any_table):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from awsflock.supervise import keepalive, processes
+from awsflock.supervise import keepalive, processes, renewers
 
 
 @pytest.fixture(autouse=True)
@@ -45,10 +45,10 @@ def test_a_recycled_pid_is_not_the_process_followed():
 
 
 def test_stop_without_a_renewer_does_nothing_and_clears_a_stale_pid_file(runtime):
-    assert keepalive.stop("no-such-lease") is False
-    stale = keepalive.pid_file("lease-1")
+    assert renewers.stop("no-such-lease") is False
+    stale = renewers.pid_file("lease-1")
     stale.write_text("4194303 12345")
-    assert keepalive.stop("lease-1") is False
+    assert renewers.stop("lease-1") is False
     assert not stale.exists()
     assert (runtime / f"awsflock-{os.getuid()}").stat().st_mode & 0o777 == 0o700
 
@@ -57,34 +57,46 @@ def test_stop_signals_a_live_renewer_and_waits_for_it(runtime):
     sleeper = subprocess.Popen(
         [sys.executable, "-c", "import signal, time; signal.pause()"],
     )
-    keepalive.pid_file("lease-2").write_text(f"{sleeper.pid} {processes.start_time(sleeper.pid)}")
-    assert keepalive.stop("lease-2") is True
+    renewers.pid_file("lease-2").write_text(f"{sleeper.pid} {processes.start_time(sleeper.pid)}")
+    assert renewers.stop("lease-2") is True
     assert sleeper.wait(timeout=5) == -10  # USR1's default action ends the stand-in
 
 
 def test_a_plain_release_leaves_no_runtime_directory_and_odd_ids_reach_no_file(runtime):
-    assert keepalive.stop("8796bea3-57de-4a69-ae23-7a2e01a18de7") is False
+    assert renewers.stop("8796bea3-57de-4a69-ae23-7a2e01a18de7") is False
     assert not (runtime / f"awsflock-{os.getuid()}").exists()
     with pytest.raises(Exception, match="not a LEASE_ID"):
-        keepalive.pid_file("../../etc/passwd")
+        renewers.pid_file("../../etc/passwd")
 
 
 def test_a_renewer_is_stopped_only_for_its_own_lock(runtime):
     stand_in = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
-    keepalive.pid_file("lease-3").write_text(
+    renewers.pid_file("lease-3").write_text(
         f"{stand_in.pid} {processes.start_time(stand_in.pid)} deploy"
     )
     # `release other-lock LEASE_ID` (a typo) must not stop the renewer of deploy's lease.
-    assert keepalive.stop("lease-3", "other-lock") is False
+    assert renewers.stop("lease-3", "other-lock") is False
     assert stand_in.poll() is None
-    assert keepalive.stop("lease-3", "deploy") is True
+    assert renewers.stop("lease-3", "deploy") is True
+    assert stand_in.wait(timeout=5) == -10
+
+
+def test_a_set_s_renewer_is_found_by_its_names_in_any_order_and_only_by_them(runtime):
+    stand_in = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+    kept = renewers.lock_key(("db", "app prod", "network"))
+    renewers.pid_file("lease-5").write_text(
+        f"{stand_in.pid} {processes.start_time(stand_in.pid)} {kept}"
+    )
+    assert renewers.renewer_of("lease-5", ("db", "network")) is None  # not every name
+    assert renewers.renewer_of("lease-5", "db") is None
+    assert renewers.stop("lease-5", ("network", "db", "app prod")) is True
     assert stand_in.wait(timeout=5) == -10
 
 
 def test_stale_pid_files_are_swept(runtime):
-    dead = keepalive.pid_file("lease-4")
+    dead = renewers.pid_file("lease-4")
     dead.write_text("4194303 1 deploy")
-    keepalive.sweep()
+    renewers.sweep()
     assert not dead.exists()
 
 

@@ -25,13 +25,14 @@ if TYPE_CHECKING:
 def start_renewer(
     common: Common,
     table: LockTable,
-    lease: Lease,
+    lease: Lease | LeaseSet,
     follow: int,
     follow_started: str,
     cancel: threading.Event,
 ) -> None:
-    """Start the renewer of a lease just taken. If the followed process is gone, the renewer
-    cannot start, or a signal comes first, the lease is given back, and named if that fails."""
+    """Start the renewer of a lease just taken (of one lock, or a set's). If the followed
+    process is gone, the renewer cannot start, or a signal comes first, the lease is given
+    back, and named if that fails."""
     from awsflock.supervise import keepalive, processes
 
     try:
@@ -43,7 +44,7 @@ def start_renewer(
             )
         keepalive.spawn(
             [*common.store_options(), "--log-format", common.log_format],
-            lease.lock_id,
+            getattr(lease, "lock_ids", (lease.lock_id,)),
             lease.lease_id,
             lease.lease_duration,
             follow,
@@ -86,20 +87,21 @@ def give_back(table: LockTable, lease: Lease | LeaseSet) -> None:
 
 
 @cli.command("keep-alive", context_settings=CONTEXT, hidden=True)
-@click.argument("lock_id", metavar="LOCK_ID")
+@click.argument("lock_ids", metavar="LOCK_ID...", nargs=-1, required=True)
 @common_options
 @lease_option("1 minute", f"Lease length; renewed {renewal.POLICY.said}.")
 @click.option("--while-pid", type=click.IntRange(1), required=True, metavar="PID")
 @click.option("--while-pid-start", default="-", metavar="TICKS")
 def keep_alive_command(
     common: Common,
-    lock_id: str,
+    lock_ids: tuple[str, ...],
     lease_duration: float,
     while_pid: int,
     while_pid_start: str,
 ) -> None:
-    """The renewer that `acquire --keep-alive` leaves behind (not for direct use). Its
-    LEASE_ID comes in its environment, never on its command line."""
+    """The renewer that `acquire --keep-alive` leaves behind (not for direct use), of one
+    lock or of a set's names. Its LEASE_ID comes in its environment, never on its command
+    line."""
     import os
 
     from awsflock.names import check_lease_id
@@ -118,12 +120,12 @@ def keep_alive_command(
             event="lost",
             logger="awsflock.keepalive",
             fmt=common.log_format,
-            lock_id=lock_id,
+            lock_id=", ".join(lock_ids),
         )
 
     code = serve(
         common.table(),
-        lock_id,
+        lock_ids,
         check_lease_id(lease_id),
         lease_duration,
         while_pid,

@@ -100,9 +100,7 @@ def acquire(
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
     the holder with a failed conditional write).
     """
-    lock_id = _set_or_one(
-        lock_ids, slots=slots, fair=fair, shared=shared, keep_alive=keep_alive or while_pid
-    )
+    lock_id = _set_or_one(lock_ids, slots=slots, fair=fair, shared=shared)
     # Until the wait's own signal handling takes over, Ctrl-C can only come before it.
     if_interrupted(f" while waiting for {lock_id!r}; nothing is held")
     plan = _plan_keep_alive(lock_id, while_pid, lease_duration) if keep_alive or while_pid else None
@@ -149,7 +147,7 @@ def _take(
 
 def _set_or_one(lock_ids: tuple[str, ...], **one_lock_only: object) -> str:
     """The lock's name for messages: the one named, or the names of a set joined ("a, b"),
-    after refusing what only one lock can have (--slots, --fair, --shared, --keep-alive)."""
+    after refusing what only one lock can have (--slots, --fair, --shared)."""
     if len(lock_ids) == 1:
         return lock_ids[0]
     given = [name for name, value in one_lock_only.items() if value]
@@ -214,9 +212,6 @@ def _hand_over(
         kept.give_back(table, lease)
         _interrupted(received, lock_id, f"just after {lock_id!r} was granted; gave it back")
     if plan is not None:
-        from awsflock.lock.held import Lease as OneLease
-
-        assert isinstance(lease, OneLease)  # --keep-alive takes one LOCK_ID (_set_or_one)
         try:
             kept.start_renewer(common, table, lease, plan.follow, plan.started, cancel)
         except errors.Cancelled:
@@ -327,19 +322,19 @@ def renew(
     IAM: dynamodb:UpdateItem.
     """
     table = common.table(owner)
+    from awsflock.supervise import renewers
+
+    lease: Lease | LeaseSet
     if _of_a_set(lock_ids, lease_id):
         from awsflock.lock.set_table import LeaseSet
 
         leases = table.renew_set_lease(lock_ids, lease_id, lease=lease_duration)
-        print_lease(LeaseSet(table, check_lease_id(lease_id), leases), as_json)
-        return
-    lock_id = lock_ids[0]
-    lease = table.renew_lease(lock_id, lease_id, lease=lease_duration)
-    from awsflock.supervise import keepalive
-
+        lease = LeaseSet(table, check_lease_id(lease_id), leases)
+    else:
+        lease = table.renew_lease(lock_ids[0], lease_id, lease=lease_duration)
     # A renewer keeping it alive renews at once with its own length, so a shorter renew here
     # cannot let the lease run out between its renewals.
-    keepalive.renew_now(lease.lease_id, lock_id)
+    renewers.renew_now(lease.lease_id, lock_ids)
     print_lease(lease, as_json)
 
 
@@ -358,27 +353,30 @@ def release(common: Common, lock_ids: tuple[str, ...], lease_id: str, as_json: b
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
     the item with a failed conditional write).
     """
-    from awsflock.supervise import keepalive
+    from awsflock.supervise import renewers
 
     table = common.table()
     lease_id = check_lease_id(lease_id)
-    if _of_a_set(lock_ids, lease_id):
-        table.release_set_lease(lock_ids, lease_id)
-        if as_json:
-            emit({"lock_ids": list(lock_ids), "released": True})
-        return
-    lock_id = lock_ids[0]
+    several = _of_a_set(lock_ids, lease_id)
     try:
-        table.release_lease(lock_id, lease_id)
+        if several:
+            table.release_set_lease(lock_ids, lease_id)
+        else:
+            table.release_lease(lock_ids[0], lease_id)
     except errors.NotHeld:
-        keepalive.stop(lease_id, lock_id)  # ended already: its renewer has nothing to keep
+        renewers.stop(lease_id, lock_ids)  # ended already: its renewer has nothing to keep
         raise
     # Released: a renewer of it on this host (acquire --keep-alive) stops, without ending
     # anything. If the release failed otherwise, the renewer goes on, and ends the lease
     # when the process it follows is gone.
-    keepalive.stop(lease_id, lock_id)
+    renewers.stop(lease_id, lock_ids)
     if as_json:
-        emit({"lock_id": lock_id, "released": True})
+        emit(
+            {
+                **({"lock_ids": list(lock_ids)} if several else {"lock_id": lock_ids[0]}),
+                "released": True,
+            }
+        )
 
 
 def _of_a_set(lock_ids: tuple[str, ...], lease_id: str) -> bool:

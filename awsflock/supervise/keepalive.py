@@ -22,22 +22,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
-from awsflock import errors
+from awsflock import errors, sets
 from awsflock.names import slot_of
 from awsflock.records import KEEPALIVE_ACTOR, KEEPALIVE_FORCE
 from awsflock.supervise.processes import alive, start_time
+from awsflock.supervise.renewers import lock_key, pid_file
 
 if TYPE_CHECKING:
     from awsflock.lock.heartbeat import Hold
@@ -45,29 +43,6 @@ if TYPE_CHECKING:
 
 #: How often the renewer looks at the process it follows.
 FOLLOW_EVERY = 0.25
-#: How long ``release`` waits for the renewer it stopped to exit.
-STOP_WAIT = 2.0
-
-
-def runtime_dir(create: bool = True) -> Path:
-    """Where renewers keep their pid files: private to the user."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    path = Path(base) / f"awsflock-{os.getuid()}"
-    if create:
-        path.mkdir(mode=0o700, exist_ok=True)
-    return path
-
-
-#: What a LEASE_ID may hold to become part of a file name (a uuid, and a pool's ".slot").
-_SAFE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z.-]*")
-
-
-def pid_file(lease_id: str, create: bool = True) -> Path:
-    if not _SAFE_ID.fullmatch(lease_id):
-        raise errors.UsageError(f"not a LEASE_ID: {lease_id!r}")
-    return runtime_dir(create) / f"keepalive-{lease_id}.pid"
-
-
 #: How long the renewer may take to start (Python importing botocore), besides its first renewal.
 START_UP = 10.0
 
@@ -79,7 +54,7 @@ LEASE_ENV = "AWSFLOCK_KEEP_ALIVE_LEASE_ID"
 
 def spawn(
     options: list[str],
-    lock_id: str,
+    lock_ids: tuple[str, ...],
     lease_id: str,
     lease_s: float,
     follow: int,
@@ -88,8 +63,9 @@ def spawn(
     env: dict[str, str] | None = None,
     cancel: threading.Event | None = None,
 ) -> int:
-    """Start the renewer for a lease this process holds; its pid once it renewed the lease
-    (within ``START_UP`` plus ``request_timeout``). ``options``: the store's command-line
+    """Start the renewer for a lease this process holds on ``lock_ids`` (one lock, or a set's
+    names); its pid once it renewed the lease (within ``START_UP`` plus ``request_timeout``).
+    ``options``: the store's command-line
     options (table, endpoint, region, ...); ``env``: variables to add to its environment;
     ``follow_started``: the followed process's start time, read before the lock was waited
     for. ``cancel`` set (a signal) kills the renewer and raises ``Cancelled``."""
@@ -106,7 +82,7 @@ def spawn(
         follow_started or "-",
         *options,
         "--",  # a lock's name may start with "-"
-        lock_id,
+        *lock_ids,
     ]
     child = subprocess.Popen(
         argv,
@@ -169,31 +145,9 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def stop(lease_id: str, lock_id: str | None = None) -> bool:
-    """Stop the renewer of ``lease_id`` (on ``lock_id``) on this host, if there is one,
-    without its release (``awsflock release`` released it). True if one was stopped."""
-    pid = renewer_of(lease_id, lock_id)
-    if pid is None:
-        return False
-    os.kill(pid, signal.SIGUSR1)
-    end = time.monotonic() + STOP_WAIT
-    while time.monotonic() < end and alive(pid):
-        time.sleep(0.02)
-    return True
-
-
-def renew_now(lease_id: str, lock_id: str) -> bool:
-    """Ask the renewer of ``lease_id`` to renew now with its own length (after the script
-    renewed it with another). True if there is one."""
-    pid = renewer_of(lease_id, lock_id)
-    if pid is not None:
-        os.kill(pid, signal.SIGUSR2)
-    return pid is not None
-
-
 def serve(
     table: LockTable,
-    lock_id: str,
+    lock_ids: tuple[str, ...],
     lease_id: str,
     lease_s: float,
     follow: int,
@@ -206,7 +160,7 @@ def serve(
     signals = _Signals()
     keeper = f"host {socket.gethostname()}, pid {os.getpid()}, following pid {follow}"
     try:
-        hold = _take_over(table, lock_id, lease_id, lease_s, follow, follow_started, keeper)
+        hold = _take_over(table, lock_ids, lease_id, lease_s, follow, follow_started, keeper)
     except Exception as err:  # whatever it is, the caller says it and gives the lease back
         code = err.exit_code if isinstance(err, errors.AwsflockError) else 1
         text = err.one_line() if isinstance(err, errors.AwsflockError) else repr(err)
@@ -226,13 +180,13 @@ def serve(
             try:
                 hold.check()
             except errors.LeaseLost as lost:
-                _tell_lost(lost, follow, lock_id, render or _plain)
+                _tell_lost(lost, follow, lock_ids, render or _plain)
                 why = f"its renewal failed ({lost.message})"
         elif signals.received:
             why = f"its keep-alive renewer was stopped by signal {signals.received[0]}"
         else:
             why = f"pid {follow}, for which it was kept alive, exited"
-        return _end(table, lock_id, lease_id, keeper, why)
+        return _end(table, lock_ids, lease_id, keeper, why)
     finally:
         pid_file(lease_id).unlink(missing_ok=True)
 
@@ -259,7 +213,7 @@ class _Signals:
 
 def _take_over(
     table: LockTable,
-    lock_id: str,
+    lock_ids: tuple[str, ...],
     lease_id: str,
     lease_s: float,
     follow: int,
@@ -273,11 +227,18 @@ def _take_over(
             f"process {follow}, for which the lease was to be kept alive, has exited",
             hint="give --while-pid a process that runs until the lock is released",
         )
-    hold = table.hold(lock_id, lease=lease_s)  # checks the lease can be renewed in time
-    lease = table.renew_lease(lock_id, lease_id, lease=lease_s, keeper=keeper)
-    hold.adopt(lease)
+    # The hold checks the lease can be renewed in time.
+    if len(lock_ids) == 1:
+        hold = table.hold(lock_ids[0], lease=lease_s)
+        hold.adopt(table.renew_lease(lock_ids[0], lease_id, lease=lease_s, keeper=keeper))
+    else:
+        from awsflock.lock.set_table import LeaseSet
+
+        hold = table.hold(lock_ids, lease=lease_s)
+        leases = table.renew_set_lease(lock_ids, lease_id, lease=lease_s, keeper=keeper)
+        hold.adopt(LeaseSet(table, lease_id, leases))
     path = pid_file(lease_id)
-    path.write_text(f"{os.getpid()} {start_time(os.getpid())} {lock_id}")
+    path.write_text(f"{os.getpid()} {start_time(os.getpid())} {lock_key(lock_ids)}")
     return hold
 
 
@@ -301,29 +262,33 @@ def _keep(hold: Hold, signals: _Signals, lease_s: float, follow: int, follow_sta
                 cut_back = renewed.remaining() > lease_s + 1.0
 
 
-def _end(table: LockTable, lock_id: str, lease_id: str, keeper: str, why: str) -> int:
+def _end(table: LockTable, lock_ids: tuple[str, ...], lease_id: str, keeper: str, why: str) -> int:
     """End the lease on behalf of its holder, marked so that the holder's own ``renew`` and
     ``release`` exit 3 saying who ended it and why (a plain release would make a later
     ``release`` of the script say all was well). A lease already ended, or taken over after it
-    ran out, is left as it is."""
+    ran out, is left as it is. A set's lease is ended name by name (an end grants nothing, so
+    none needs the others'); a name not reached lapses with its short lease."""
     store = table.store
-    now_ms = table.now_ms()
-    end = table.clock.monotonic() + store.request_timeout
-    try:
-        with store.budget(end):
-            store.force_release(
-                lock_id,
-                lease_id,
-                force_id=f"{KEEPALIVE_FORCE}{os.getpid()}",
-                now_ms=now_ms,
-                skew_ms=round(table.skew * 1000),
-                actor=f"{KEEPALIVE_ACTOR} ({keeper})",
-                reason=why,
-                slot=slot_of(lease_id),
-            )
-    except errors.AwsflockError:
-        return 1  # unreachable: the short lease lapses by itself
-    return 0
+    one = len(lock_ids) == 1
+    failed = 0
+    for lock_id in lock_ids:
+        member = lease_id if one else sets.member_id(lease_id, lock_id)
+        end = table.clock.monotonic() + store.request_timeout
+        try:
+            with store.budget(end):
+                store.force_release(
+                    lock_id,
+                    member,
+                    force_id=f"{KEEPALIVE_FORCE}{os.getpid()}",
+                    now_ms=table.now_ms(),
+                    skew_ms=round(table.skew * 1000),
+                    actor=f"{KEEPALIVE_ACTOR} ({keeper})",
+                    reason=why,
+                    slot=slot_of(member),
+                )
+        except errors.AwsflockError:
+            failed = 1  # unreachable: the short lease lapses by itself
+    return failed
 
 
 def _say(handshake: IO[str], line: str) -> None:
@@ -337,17 +302,22 @@ def _plain(message: str) -> str:
 
 
 def _tell_lost(
-    lost: errors.LeaseLost, follow: int, lock_id: str, render: Callable[[str], str] = _plain
+    lost: errors.LeaseLost,
+    follow: int,
+    lock_ids: str | tuple[str, ...],
+    render: Callable[[str], str] = _plain,
 ) -> None:
     """Write the loss to the followed process's stderr, if it is still there: the script cannot
     be stopped, but its log shows why its lock went away. Appended, never truncating a log."""
     why = lost.message
     if "it was released" in why:
         return  # released elsewhere (by its LEASE_ID): nothing was lost
+    names = (lock_ids,) if isinstance(lock_ids, str) else lock_ids
+    what = f"the lock{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
     line = (
         render(
-            f"the lock {lock_id!r} kept alive for this process was lost ({why}); commands that "
-            "must stop when it is lost should use `awsflock run`"
+            f"{what} kept alive for this process was lost ({why}); commands that must stop "
+            "when it is lost should use `awsflock run`"
         )
         + "\n"
     )
@@ -359,28 +329,3 @@ def _tell_lost(
     with contextlib.suppress(OSError):
         os.write(fd, line.encode())
     os.close(fd)
-
-
-def renewer_of(lease_id: str, lock_id: str | None = None) -> int | None:
-    """The pid of the live renewer of ``lease_id`` (of ``lock_id``, when given) on this host."""
-    path = pid_file(lease_id, create=False)
-    try:
-        pid_text, started, lock = [*path.read_text().split(" ", 2), "", ""][:3]
-        pid = int(pid_text)
-    except (OSError, ValueError):
-        return None
-    if not alive(pid, started):
-        path.unlink(missing_ok=True)
-        return None
-    if lock_id is not None and lock and lock != lock_id:
-        return None
-    return pid
-
-
-def sweep() -> None:
-    """Remove the pid files of renewers that are gone (killed without their clean-up)."""
-    folder = runtime_dir(create=False)
-    for path in folder.glob("keepalive-*.pid") if folder.is_dir() else ():
-        lease_id = path.name[len("keepalive-") : -len(".pid")]
-        with contextlib.suppress(errors.AwsflockError):
-            renewer_of(lease_id)

@@ -9,7 +9,7 @@ import dataclasses
 
 from awsflock import errors
 from awsflock.lock import renewal
-from awsflock.supervise import keepalive, processes
+from awsflock.supervise import processes, renewers
 
 #: The default lease of ``acquire --keep-alive``: short, since it is renewed.
 KEEP_ALIVE_LEASE = 60.0
@@ -53,5 +53,5 @@ def plan(while_pid: int | None, lease_s: float, lease_given: bool) -> KeepAlive:
             "following pid 1 (init), which does not exit: the lock is kept until "
             "`awsflock release`; give --while-pid the process to follow"
         )
-    keepalive.sweep()
+    renewers.sweep()
     return KeepAlive(follow, started, lease_s, warning)

@@ -265,6 +265,55 @@ def test_release_stops_the_renewer_and_leaves_nothing(awsflock: Cli, lock_name):
     assert status(awsflock, lock_name)["state"] == "free"
 
 
+def test_a_set_is_kept_alive_whole_and_released_whole(awsflock: Cli, lock_name):
+    # Several names taken together, kept alive by one renewer: renewed together past their
+    # first lease, stopped by the set's release, which frees every name.
+    a, b = f"{lock_name}-a", f"{lock_name}-b"
+    taken = awsflock(
+        "acquire", a, b, "--keep-alive", "--while-pid", str(os.getpid()),
+        "--lease-duration", "6s", "--json",
+    )  # fmt: skip
+    assert taken.returncode == 0, taken.stderr
+    lease_id = json.loads(taken.stdout)["lease_id"]
+    pid = renewer_pid(awsflock, b)
+    assert renewer_pid(awsflock, a) == pid  # one renewer keeps both
+    first_end = status(awsflock, b)["expires_at"]
+    deadline = time.monotonic() + LEASE + SKEW + SLACK
+    while status(awsflock, b)["expires_at"] == first_end:
+        assert time.monotonic() < deadline, "the set was not renewed"
+        time.sleep(0.2)
+    assert awsflock("acquire", b, "--no-wait").returncode == 3
+    released = awsflock("release", b, a, lease_id)  # the names in any order
+    assert (released.returncode, released.stderr) == (0, ""), released.stderr
+    assert gone(pid, timeout=3.0)
+    assert [status(awsflock, n)["state"] for n in (a, b)] == ["free", "free"]
+
+
+def test_a_killed_script_frees_every_name_of_its_set(awsflock: Cli, lock_name):
+    a, b = f"{lock_name}-a", f"{lock_name}-b"
+    script = shell(
+        awsflock,
+        f"LEASE_ID=$(awsflock acquire {a} {b} --keep-alive --lease-duration 6s) || exit 9\n"
+        "echo $LEASE_ID\n"
+        "sleep 120\n",
+    )
+    pid = renewer_pid(awsflock, a)
+    lease_id = script.stdout.readline().strip() if script.stdout else ""
+    os.killpg(script.pid, signal.SIGKILL)  # the script and its children; not the renewer
+    script.communicate(timeout=10)
+    # The renewer ends each name's lease itself: both turn free, never "expired".
+    deadline = time.monotonic() + LEASE + SKEW + SLACK
+    states = [status(awsflock, n)["state"] for n in (a, b)]
+    while states != ["free", "free"] and time.monotonic() < deadline:
+        assert "expired" not in states, states
+        time.sleep(0.2)
+        states = [status(awsflock, n)["state"] for n in (a, b)]
+    assert states == ["free", "free"], f"the renewer did not end the set: {states}"
+    assert gone(pid)
+    late = awsflock("release", a, b, lease_id)  # as a script's own release would be told
+    assert late.returncode == 3 and "force-released by" in late.stderr, late.stderr
+
+
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_a_force_release_is_told_to_the_script_and_to_its_release(awsflock: Cli, lock_name, fmt):
     acquire = f"awsflock acquire {lock_name} --keep-alive --lease-duration 6s --log-format {fmt}"
