@@ -140,9 +140,13 @@ def test_the_lease_acquire_prints_has_every_field_the_action_reads(world):
     table = declared()
     plain = json.loads(world.run("acquire", "deploy", "--json").stdout)
     pooled = json.loads(world.run("acquire", "gpus", "--slots", "2", "--json").stdout)
-    assert set(table["LEASE"]) - {"slot"} <= plain.keys()
+    several = json.loads(world.run("acquire", "network", "db", "--json").stdout)
+    assert set(table["LEASE"]) - {"slot", "fencing_tokens"} <= plain.keys()
     assert "slot" not in plain  # a plain lock's lease has no slot: the action says none
-    assert set(table["LEASE"]) <= pooled.keys()
+    assert set(table["LEASE"]) - {"fencing_tokens"} <= pooled.keys()
+    # Several locks' lease has each one's token (the action reads it), and no single one.
+    assert {"lease_id", "fencing_tokens"} <= several.keys() and "fencing_token" not in several
+    assert set(several["fencing_tokens"]) == {"network", "db"}
 
 
 def test_status_has_every_field_the_action_reads(world):

@@ -23,7 +23,7 @@ var require_output = __commonJS({
       acquired: ["handoff_s"]
     };
     var LEVELS = ["warning", "error"];
-    var LEASE = ["lease_id", "fencing_token", "slot"];
+    var LEASE = ["lease_id", "fencing_token", "slot", "fencing_tokens"];
     var STATUS = [
       "state",
       "owner",
@@ -383,9 +383,14 @@ var require_report = __commonJS({
     var format = require_format();
     var output = require_output();
     var oneLine = (text) => String(text).replace(/[\r\n]+/g, " ");
-    function checked(name, data, held) {
-      const said = held ? `held: ${oneLine(format.holders(data))}` : "free";
-      const summary = `### awsflock: \`${name}\` is ${held ? "held" : "free"}
+    var named = (names) => names.map((n) => `'${n}'`).join(", ");
+    var titled = (names) => names.map((n) => `\`${n}\``).join(", ");
+    function checked(names, look, held) {
+      const one = names.length === 1;
+      const which = one ? "" : `'${look.name}' `;
+      const state = held ? `${which}held: ${oneLine(format.holders(look.data))}` : "free";
+      const said = one ? `lock ${named(names)} is ${state}` : `locks ${named(names)}: ${held ? state : "all free"}`;
+      const summary = `### awsflock: ${titled(names)} ${one ? "is" : "are"} ${held ? "held" : "free"}
 
 ${said}
 `;
@@ -396,39 +401,51 @@ ${said}
       const mine = line.find((w) => w.pid !== null && w.pid !== void 0 && pids.includes(w.pid));
       return mine ? `, place ${mine.place} of ${line.length} in line` : "";
     }
-    function waiting(name, data, waitedS, pids) {
+    function waiting(names, look, waitedS, pids) {
       const waited = format.seconds(waitedS);
-      return `waiting ${waited} for '${name}'${place(data, pids)}: ${format.holders(data)}`;
+      const which = names.length === 1 ? "" : ` '${look.name}' held by`;
+      return `waiting ${waited} for ${named(names)}${place(look.data, pids)}:${which} ${format.holders(look.data)}`;
     }
-    function failure(name, { lease, cancelled, done, waitedS }) {
+    function failure(names, { lease, cancelled, done, waitedS }) {
+      const name = named(names);
       if (lease && cancelled) {
-        return { level: "info", text: `cancelled just as '${name}' was granted: the post step gives it back` };
+        return { level: "info", text: `cancelled just as ${name} was granted: the post step gives it back` };
       }
       if (lease && done.code !== 0) {
         const why = output.lastError(done);
-        return { level: "error", text: `'${name}' was granted, then awsflock failed: ${why} (the post step gives it back)` };
+        return { level: "error", text: `${name} was granted, then awsflock failed: ${why} (the post step gives it back)` };
       }
       if (lease) return null;
       if (cancelled || done.code === 130) {
-        return { level: "info", text: `cancelled while waiting for '${name}': the lock was not taken` };
+        return { level: "info", text: `cancelled while waiting for ${name}: the lock was not taken` };
       }
       if (done.code === 3) {
         const busy = done.events.find((e) => e.event === "busy");
-        const now = busy ? busy.message : `lock '${name}' stayed held`;
-        return { level: "error", text: `gave up waiting for '${name}' after ${format.seconds(waitedS)}: ${now}` };
+        const now = busy ? busy.message : `lock ${name} stayed held`;
+        return { level: "error", text: `gave up waiting for ${name} after ${format.seconds(waitedS)}: ${now}` };
       }
-      return { level: "error", text: `could not take '${name}': ${output.lastError(done)}` };
+      return { level: "error", text: `could not take ${name}: ${output.lastError(done)}` };
     }
     function slotOf(lease) {
       return lease.slot === void 0 || lease.slot === null ? "" : `, slot ${lease.slot}`;
     }
-    function acquired(name, lease, waitedS, leaseInput) {
-      return `acquired '${name}'${slotOf(lease)} (fencing token ${lease.fencing_token}) after ${format.seconds(waitedS)}; held for the rest of the job (renewed every third of ${leaseInput})`;
+    function tokensOf(names, lease) {
+      if (lease.fencing_tokens) return lease.fencing_tokens;
+      return { [names[0]]: Number(lease.fencing_token) };
     }
-    function heldSummary(name, { lease, waitedS, holder, granted }) {
+    function tokensSaid(names, lease) {
+      const tokens = tokensOf(names, lease);
+      if (names.length === 1) return `fencing token ${tokens[names[0]]}`;
+      return `fencing tokens ${names.map((n) => `${n} ${tokens[n]}`).join(", ")}`;
+    }
+    function acquired(names, lease, waitedS, leaseInput) {
+      return `acquired ${named(names)}${slotOf(lease)} (${tokensSaid(names, lease)}) after ${format.seconds(waitedS)}; held for the rest of the job (renewed every third of ${leaseInput})`;
+    }
+    function heldSummary(names, { lease, waitedS, holder, granted }) {
       const cell = (text) => oneLine(text).replace(/\|/g, "\\|");
+      const tokens = tokensOf(names, lease);
       const rows = [
-        ["Fencing token", `\`${lease.fencing_token}\`${slotOf(lease)}`],
+        names.length === 1 ? ["Fencing token", `\`${tokens[names[0]]}\`${slotOf(lease)}`] : ["Fencing tokens", names.map((n) => `${n} \`${tokens[n]}\``).join(", ")],
         ["Waited", format.seconds(waitedS)]
       ];
       const handoff = granted ? granted.handoff_s : void 0;
@@ -437,14 +454,14 @@ ${said}
       }
       rows.push(["Held when this job began waiting", holder ? format.holders(holder) : "free"]);
       const table = rows.map(([k, v]) => `| ${k} | ${cell(v)} |`).join("\n");
-      return `### awsflock: \`${name}\` held by this job
+      return `### awsflock: ${titled(names)} held by this job
 
 | | |
 |---|---|
 ${table}
 `;
     }
-    module2.exports = { acquired, checked, failure, heldSummary, place, slotOf, waiting };
+    module2.exports = { acquired, checked, failure, heldSummary, named, place, slotOf, tokensOf, waiting };
   }
 });
 
@@ -457,19 +474,29 @@ var require_check = __commonJS({
     var report = require_report();
     var runner2 = require_runner();
     async function check2(inputs, bin, env) {
-      const { data, error, code } = await awsflock2.status(bin, inputs.name, env);
-      if (error) throw new Error(`could not tell whether ${inputs.name} is held: ${error}`);
-      const held = code === 0;
+      let look = null;
+      let held = false;
+      for (const name of inputs.names) {
+        const { data, error, code } = await awsflock2.status(bin, name, env);
+        if (error) throw new Error(`could not tell whether '${name}' is held: ${error}`);
+        if (code === 0) {
+          look = { name, data };
+          held = true;
+          break;
+        }
+        look = look || { name, data };
+      }
+      if (look === null) throw new Error("no lock to look at");
       runner2.setOutput("acquired", "false");
       runner2.setOutput("held", String(held));
-      runner2.setOutput("holder", format.holderJson(data));
-      const { said, summary } = report.checked(inputs.name, data, held);
+      runner2.setOutput("holder", format.holderJson(look.data));
+      const { said, summary } = report.checked(inputs.names, look, held);
       runner2.summary(summary);
       if (held && inputs.failIfHeld) {
-        runner2.error(`lock '${inputs.name}' is ${said} (mode: check fails while it is held)`);
+        runner2.error(`${said} (mode: check fails while it is held)`);
         return 1;
       }
-      runner2.info(`lock '${inputs.name}' is ${said}`);
+      runner2.info(said);
       return 0;
     }
     module2.exports = { check: check2 };
@@ -482,8 +509,10 @@ var require_inputs = __commonJS({
     "use strict";
     var runner2 = require_runner();
     function readInputs2() {
+      const names = namesOf(runner2.input("name"), runner2.input("names"));
       const inputs = {
-        name: runner2.input("name"),
+        name: names.map((n) => `'${n}'`).join(", "),
+        names,
         mode: runner2.input("mode") || "lock",
         failIfHeld: runner2.input("fail-if-held") === "" ? true : runner2.flag("fail-if-held"),
         store: runner2.input("store"),
@@ -497,7 +526,6 @@ var require_inputs = __commonJS({
         owner: runner2.input("owner"),
         version: runner2.input("version")
       };
-      if (!inputs.name) throw new runner2.UsageError("input name is required: the lock's name");
       if (!["lock", "check"].includes(inputs.mode)) {
         throw new runner2.UsageError(`input mode must be lock or check, not "${inputs.mode}"`);
       }
@@ -507,7 +535,22 @@ var require_inputs = __commonJS({
       if (inputs.shared && inputs.slots) {
         throw new runner2.UsageError("input shared takes a plain lock: drop slots, or shared");
       }
+      if (names.length > 1 && (inputs.slots || inputs.shared)) {
+        const which = inputs.slots ? "slots" : "shared";
+        throw new runner2.UsageError(`input ${which} takes one lock: give name, or drop ${which}`);
+      }
       return inputs;
+    }
+    function namesOf(name, names) {
+      const several = names.split(/\r?\n/).map((n) => n.trim()).filter(Boolean);
+      if (name && several.length) {
+        throw new runner2.UsageError("give input name (one lock) or names (several), not both");
+      }
+      if (name) return [name];
+      if (!several.length) {
+        throw new runner2.UsageError("input name is required: the lock's name (or names: several, one per line)");
+      }
+      return several;
     }
     function defaultOwner(e = process.env) {
       const where = [e.GITHUB_REPOSITORY, e.GITHUB_WORKFLOW].filter(Boolean).join(": ");
@@ -521,9 +564,9 @@ var require_inputs = __commonJS({
       args.push("--lease-duration", inputs.lease, "--wait-time", inputs.wait);
       args.push("--owner", inputs.owner || defaultOwner(env));
       if (inputs.shared) args.push("--shared");
-      else if (inputs.fair) args.push("--fair");
+      else if (inputs.fair && inputs.names.length === 1) args.push("--fair");
       if (inputs.slots) args.push("--slots", inputs.slots);
-      args.push("--", inputs.name);
+      args.push("--", ...inputs.names);
       return args;
     }
     module2.exports = { acquireArgs, defaultOwner, readInputs: readInputs2 };
@@ -555,9 +598,9 @@ var require_lock = __commonJS({
       }
     };
     var Watch = class {
-      /** @param {string} name @param {string} bin @param {Record<string, string>} env */
-      constructor(name, bin, env) {
-        this.name = name;
+      /** @param {string[]} names @param {string} bin @param {Record<string, string>} env */
+      constructor(names, bin, env) {
+        this.names = names;
         this.bin = bin;
         this.env = env;
         this.began = Date.now();
@@ -577,17 +620,18 @@ var require_lock = __commonJS({
           this.warnings.push(event);
         }
       }
-      /** One `status` read, said as a line (none once awsflock has ended, or while one is out). */
+      /** A `status` read of each lock until one is held, said as a line (none once awsflock
+       * has ended, or while one is out). */
       async progress() {
         const child = this.child;
         if (this.polling || !child || child.exitCode !== null) return;
         this.polling = true;
         try {
-          const { data } = await awsflock2.status(this.bin, this.name, this.env);
-          if (!data || child.exitCode !== null) return;
-          if (this.holder === null) this.holder = data;
+          const look = await firstHeld(this.bin, this.names, this.env);
+          if (!look || child.exitCode !== null) return;
+          if (this.holder === null) this.holder = look.data;
           const pids = [process.ppid, child.pid].filter((pid) => pid !== void 0);
-          runner2.info(report.waiting(this.name, data, (Date.now() - this.began) / 1e3, pids));
+          runner2.info(report.waiting(this.names, look, (Date.now() - this.began) / 1e3, pids));
         } finally {
           this.polling = false;
         }
@@ -596,9 +640,19 @@ var require_lock = __commonJS({
         if (this.ticker !== null) clearInterval(this.ticker);
       }
     };
+    async function firstHeld(bin, names, env) {
+      let first = null;
+      for (const name of names) {
+        const { data } = await awsflock2.status(bin, name, env);
+        if (!data) continue;
+        if (data.state !== "free") return { name, data };
+        first = first || { name, data };
+      }
+      return first;
+    }
     async function lock2(inputs, bin, env) {
       const cancel = new Cancel();
-      const watch = new Watch(inputs.name, bin, env);
+      const watch = new Watch(inputs.names, bin, env);
       const done = await awsflock2.run(bin, acquireArgs(inputs, process.ppid), env, {
         onEvent: (event) => watch.onEvent(event),
         started: (child) => cancel.child = watch.child = child
@@ -612,7 +666,7 @@ var require_lock = __commonJS({
       for (const event of watch.warnings) {
         (cancel.signal ? runner2.info : runner2.warning)(event.message);
       }
-      const failed = report.failure(inputs.name, { lease, cancelled: cancel.signal, done, waitedS });
+      const failed = report.failure(inputs.names, { lease, cancelled: cancel.signal, done, waitedS });
       if (failed || !lease) {
         runner2.setOutput("acquired", "false");
         if (failed) (failed.level === "info" ? runner2.info : runner2.error)(failed.text);
@@ -627,19 +681,28 @@ var require_lock = __commonJS({
       runner2.mask(lease.lease_id);
     }
     function held(inputs, lease, done, { waitedS, holder }) {
-      const token = String(lease.fencing_token);
+      const names = inputs.names;
+      const tokens = report.tokensOf(names, lease);
       runner2.setOutput("acquired", "true");
-      runner2.setOutput("fencing-token", token);
-      runner2.exportVariable("AWSFLOCK_LOCK_ID", inputs.name);
-      runner2.exportVariable("AWSFLOCK_FENCING_TOKEN", token);
+      runner2.setOutput("fencing-tokens", JSON.stringify(tokens));
+      runner2.exportVariable("AWSFLOCK_LOCK_ID", names.join("\n"));
+      runner2.exportVariable("AWSFLOCK_LOCKS", String(names.length));
+      names.forEach((name, i) => {
+        runner2.exportVariable(`AWSFLOCK_LOCK_ID_${i + 1}`, name);
+        runner2.exportVariable(`AWSFLOCK_FENCING_TOKEN_${i + 1}`, String(tokens[name]));
+      });
+      if (names.length === 1) {
+        runner2.setOutput("fencing-token", String(tokens[names[0]]));
+        runner2.exportVariable("AWSFLOCK_FENCING_TOKEN", String(tokens[names[0]]));
+      }
       runner2.exportVariable("AWSFLOCK_SHARED", inputs.shared ? "1" : "0");
       if (lease.slot !== void 0 && lease.slot !== null) {
         runner2.setOutput("slot", String(lease.slot));
         runner2.exportVariable("AWSFLOCK_SLOT", String(lease.slot));
       }
-      runner2.info(report.acquired(inputs.name, lease, waitedS, inputs.lease));
+      runner2.info(report.acquired(names, lease, waitedS, inputs.lease));
       const granted = done.events.find((e) => e.event === "acquired");
-      runner2.summary(report.heldSummary(inputs.name, { lease, waitedS, holder, granted }));
+      runner2.summary(report.heldSummary(names, { lease, waitedS, holder, granted }));
     }
     module2.exports = { lock: lock2 };
   }
@@ -656,6 +719,7 @@ async function main() {
   const bin = awsflock.ensure(inputs);
   const env = awsflock.storeEnv(inputs);
   runner.saveState("name", inputs.name);
+  runner.saveState("names", JSON.stringify(inputs.names));
   runner.saveState("bin", bin);
   runner.saveState("env", JSON.stringify(env));
   return inputs.mode === "check" ? check(inputs, bin, env) : lock(inputs, bin, env);

@@ -23,7 +23,7 @@ var require_output = __commonJS({
       acquired: ["handoff_s"]
     };
     var LEVELS = ["warning", "error"];
-    var LEASE = ["lease_id", "fencing_token", "slot"];
+    var LEASE = ["lease_id", "fencing_token", "slot", "fencing_tokens"];
     var STATUS = [
       "state",
       "owner",
@@ -333,9 +333,10 @@ var awsflock = require_awsflock();
 var runner = require_runner();
 async function post() {
   const name = runner.state("name");
+  const names = JSON.parse(runner.state("names") || "[]");
   const lease = runner.state("lease-id");
   if (!lease) {
-    if (name) runner.info(`this job never held '${name}': nothing to release`);
+    if (name) runner.info(`this job never held ${name}: nothing to release`);
     return 0;
   }
   runner.mask(lease);
@@ -343,20 +344,20 @@ async function post() {
   const env = JSON.parse(runner.state("env") || "{}");
   process.on("SIGINT", () => {
   });
-  const done = await awsflock.run(bin, ["release", "--", name, lease], env);
+  const done = await awsflock.run(bin, ["release", "--", ...names, lease], env);
   const said = done.events.map((e) => e.message).filter(Boolean);
   if (done.code === 0) {
     const since = Number(runner.state("acquired-at"));
     const held = since ? ` (granted to this job at ${new Date(since).toISOString()})` : "";
-    runner.info(`released '${name}'${held}`);
+    runner.info(`released ${name}${held}`);
     return 0;
   }
   if (done.code === 3) {
-    runner.error(`the lock '${name}' was lost while this job ran: ${said.join(" ") || "not held"}`);
+    runner.error(`the lock ${name} was lost while this job ran: ${said.join(" ") || "not held"}`);
     return 1;
   }
   runner.warning(
-    `could not release '${name}' (${said.join(" ") || `awsflock exited ${done.code}`}): it is freed when its lease runs out, at most the action's lease plus the skew window after the job ends`
+    `could not release ${name} (${said.join(" ") || `awsflock exited ${done.code}`}): it is freed when its lease runs out, at most the action's lease plus the skew window after the job ends`
   );
   return 0;
 }

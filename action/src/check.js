@@ -1,5 +1,5 @@
 // @ts-check
-// Mode check: only look whether the lock is held, and say who holds it.
+// Mode check: only look whether the lock (or one of the locks) is held, and say who holds it.
 "use strict";
 
 const awsflock = require("./awsflock");
@@ -7,24 +7,35 @@ const format = require("./format");
 const report = require("./report");
 const runner = require("./runner");
 
-/** Looks at the lock; the step's exit status (1 while it is held, with fail-if-held).
+/** Looks at the locks; the step's exit status (1 while one is held, with fail-if-held).
  * @param {import("./inputs").Inputs} inputs
  * @param {string} bin
  * @param {Record<string, string>} env */
 async function check(inputs, bin, env) {
-  const { data, error, code } = await awsflock.status(bin, inputs.name, env);
-  if (error) throw new Error(`could not tell whether ${inputs.name} is held: ${error}`);
-  const held = code === 0;
+  /** @type {{name: string, data: import("./output").Status | undefined} | null} */
+  let look = null;
+  let held = false;
+  for (const name of inputs.names) {
+    const { data, error, code } = await awsflock.status(bin, name, env);
+    if (error) throw new Error(`could not tell whether '${name}' is held: ${error}`);
+    if (code === 0) {
+      look = { name, data };
+      held = true;
+      break;
+    }
+    look = look || { name, data };
+  }
+  if (look === null) throw new Error("no lock to look at");
   runner.setOutput("acquired", "false");
   runner.setOutput("held", String(held));
-  runner.setOutput("holder", format.holderJson(data));
-  const { said, summary } = report.checked(inputs.name, data, held);
+  runner.setOutput("holder", format.holderJson(look.data));
+  const { said, summary } = report.checked(inputs.names, look, held);
   runner.summary(summary);
   if (held && inputs.failIfHeld) {
-    runner.error(`lock '${inputs.name}' is ${said} (mode: check fails while it is held)`);
+    runner.error(`${said} (mode: check fails while it is held)`);
     return 1;
   }
-  runner.info(`lock '${inputs.name}' is ${said}`);
+  runner.info(said);
   return 0;
 }
 

@@ -5,9 +5,11 @@
 const runner = require("./runner");
 
 /**
- * The inputs, with action.yml's defaults.
+ * The inputs, with action.yml's defaults. `names`: the locks taken (the name, or the names
+ * input's, one per line); `name`: them as the log lines say them ('a', or 'a', 'b').
  * @typedef {object} Inputs
  * @property {string} name
+ * @property {string[]} names
  * @property {string} mode
  * @property {boolean} failIfHeld
  * @property {string} store
@@ -25,8 +27,10 @@ const runner = require("./runner");
 /** The inputs the runner passed; a UsageError names the first one that is wrong.
  * @returns {Inputs} */
 function readInputs() {
+  const names = namesOf(runner.input("name"), runner.input("names"));
   const inputs = {
-    name: runner.input("name"),
+    name: names.map((n) => `'${n}'`).join(", "),
+    names,
     mode: runner.input("mode") || "lock",
     failIfHeld: runner.input("fail-if-held") === "" ? true : runner.flag("fail-if-held"),
     store: runner.input("store"),
@@ -40,7 +44,6 @@ function readInputs() {
     owner: runner.input("owner"),
     version: runner.input("version"),
   };
-  if (!inputs.name) throw new runner.UsageError("input name is required: the lock's name");
   if (!["lock", "check"].includes(inputs.mode)) {
     throw new runner.UsageError(`input mode must be lock or check, not "${inputs.mode}"`);
   }
@@ -50,7 +53,27 @@ function readInputs() {
   if (inputs.shared && inputs.slots) {
     throw new runner.UsageError("input shared takes a plain lock: drop slots, or shared");
   }
+  if (names.length > 1 && (inputs.slots || inputs.shared)) {
+    const which = inputs.slots ? "slots" : "shared";
+    throw new runner.UsageError(`input ${which} takes one lock: give name, or drop ${which}`);
+  }
   return inputs;
+}
+
+/** The locks to take: the name input, or the names input's lines (each trimmed, blank ones
+ * left out); a UsageError if neither or both are given.
+ * @param {string} name
+ * @param {string} names */
+function namesOf(name, names) {
+  const several = names.split(/\r?\n/).map((n) => n.trim()).filter(Boolean);
+  if (name && several.length) {
+    throw new runner.UsageError("give input name (one lock) or names (several), not both");
+  }
+  if (name) return [name];
+  if (!several.length) {
+    throw new runner.UsageError("input name is required: the lock's name (or names: several, one per line)");
+  }
+  return several;
 }
 
 /** Who holds the lock, as waiting jobs see it: the run's URL is added by awsflock itself.
@@ -73,11 +96,13 @@ function acquireArgs(inputs, whilePid, env = process.env) {
   args.push("--lease-duration", inputs.lease, "--wait-time", inputs.wait);
   args.push("--owner", inputs.owner || defaultOwner(env));
   // Shared jobs are served as they come (a waiting job that takes the lock alone keeps new
-  // shared ones out), so fair applies only to the jobs that take it alone.
+  // shared ones out), so fair applies only to the jobs that take it alone; and jobs that take
+  // several names are served as they come too (each name's line would make them wait in
+  // several lines at once).
   if (inputs.shared) args.push("--shared");
-  else if (inputs.fair) args.push("--fair");
+  else if (inputs.fair && inputs.names.length === 1) args.push("--fair");
   if (inputs.slots) args.push("--slots", inputs.slots);
-  args.push("--", inputs.name); // a name may start with "-"
+  args.push("--", ...inputs.names); // a name may start with "-"
   return args;
 }
 

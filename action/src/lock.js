@@ -44,9 +44,9 @@ class Cancel {
 /** What the job says while awsflock waits: the wait's start, then every PROGRESS_MS how it
  * stands. Keeps who held the lock when the wait began, and the warnings to say at the end. */
 class Watch {
-  /** @param {string} name @param {string} bin @param {Record<string, string>} env */
-  constructor(name, bin, env) {
-    this.name = name;
+  /** @param {string[]} names @param {string} bin @param {Record<string, string>} env */
+  constructor(names, bin, env) {
+    this.names = names;
     this.bin = bin;
     this.env = env;
     this.began = Date.now();
@@ -73,18 +73,19 @@ class Watch {
     }
   }
 
-  /** One `status` read, said as a line (none once awsflock has ended, or while one is out). */
+  /** A `status` read of each lock until one is held, said as a line (none once awsflock
+   * has ended, or while one is out). */
   async progress() {
     const child = this.child;
     if (this.polling || !child || child.exitCode !== null) return;
     this.polling = true;
     try {
-      const { data } = await awsflock.status(this.bin, this.name, this.env);
-      if (!data || child.exitCode !== null) return;
-      if (this.holder === null) this.holder = data;
+      const look = await firstHeld(this.bin, this.names, this.env);
+      if (!look || child.exitCode !== null) return;
+      if (this.holder === null) this.holder = look.data;
       // Its place names the process the lease is kept for (the worker, --while-pid).
       const pids = [process.ppid, child.pid].filter((pid) => pid !== undefined);
-      runner.info(report.waiting(this.name, data, (Date.now() - this.began) / 1000, pids));
+      runner.info(report.waiting(this.names, look, (Date.now() - this.began) / 1000, pids));
     } finally {
       this.polling = false;
     }
@@ -95,13 +96,31 @@ class Watch {
   }
 }
 
+/** The `status --json` of the first of `names` that is not free (read in turn), else of the
+ * first; null if none could be read.
+ * @param {string} bin
+ * @param {string[]} names
+ * @param {Record<string, string>} env
+ * @returns {Promise<{name: string, data: Status} | null>} */
+async function firstHeld(bin, names, env) {
+  /** @type {{name: string, data: Status} | null} */
+  let first = null;
+  for (const name of names) {
+    const { data } = await awsflock.status(bin, name, env);
+    if (!data) continue;
+    if (data.state !== "free") return { name, data };
+    first = first || { name, data };
+  }
+  return first;
+}
+
 /** Takes the lock; the step's exit status.
  * @param {Inputs} inputs
  * @param {string} bin
  * @param {Record<string, string>} env */
 async function lock(inputs, bin, env) {
   const cancel = new Cancel();
-  const watch = new Watch(inputs.name, bin, env);
+  const watch = new Watch(inputs.names, bin, env);
   const done = await awsflock.run(bin, acquireArgs(inputs, process.ppid), env, {
     onEvent: (event) => watch.onEvent(event),
     started: (child) => (cancel.child = watch.child = child),
@@ -118,7 +137,7 @@ async function lock(inputs, bin, env) {
     // A cancel's "interrupted ..." is what was asked for: no annotation.
     (cancel.signal ? runner.info : runner.warning)(event.message);
   }
-  const failed = report.failure(inputs.name, { lease, cancelled: cancel.signal, done, waitedS });
+  const failed = report.failure(inputs.names, { lease, cancelled: cancel.signal, done, waitedS });
   if (failed || !lease) {
     runner.setOutput("acquired", "false");
     if (failed) (failed.level === "info" ? runner.info : runner.error)(failed.text);
@@ -136,25 +155,36 @@ function keep(lease) {
   runner.mask(lease.lease_id);
 }
 
-/** The outputs, variables, log line and summary of a job that holds the lock.
+/** The outputs, variables, log line and summary of a job that holds the locks: as `awsflock
+ * run` gives CMD, each lock's name and token by its place (AWSFLOCK_LOCK_ID_1, ...), and
+ * AWSFLOCK_FENCING_TOKEN (and the fencing-token output) for one lock only.
  * @param {Inputs} inputs
  * @param {Lease} lease
  * @param {Done} done
  * @param {{waitedS: number, holder: Status | null}} wait */
 function held(inputs, lease, done, { waitedS, holder }) {
-  const token = String(lease.fencing_token);
+  const names = inputs.names;
+  const tokens = report.tokensOf(names, lease);
   runner.setOutput("acquired", "true");
-  runner.setOutput("fencing-token", token);
-  runner.exportVariable("AWSFLOCK_LOCK_ID", inputs.name);
-  runner.exportVariable("AWSFLOCK_FENCING_TOKEN", token);
+  runner.setOutput("fencing-tokens", JSON.stringify(tokens));
+  runner.exportVariable("AWSFLOCK_LOCK_ID", names.join("\n"));
+  runner.exportVariable("AWSFLOCK_LOCKS", String(names.length));
+  names.forEach((name, i) => {
+    runner.exportVariable(`AWSFLOCK_LOCK_ID_${i + 1}`, name);
+    runner.exportVariable(`AWSFLOCK_FENCING_TOKEN_${i + 1}`, String(tokens[name]));
+  });
+  if (names.length === 1) {
+    runner.setOutput("fencing-token", String(tokens[names[0]]));
+    runner.exportVariable("AWSFLOCK_FENCING_TOKEN", String(tokens[names[0]]));
+  }
   runner.exportVariable("AWSFLOCK_SHARED", inputs.shared ? "1" : "0");
   if (lease.slot !== undefined && lease.slot !== null) {
     runner.setOutput("slot", String(lease.slot));
     runner.exportVariable("AWSFLOCK_SLOT", String(lease.slot));
   }
-  runner.info(report.acquired(inputs.name, lease, waitedS, inputs.lease));
+  runner.info(report.acquired(names, lease, waitedS, inputs.lease));
   const granted = done.events.find((e) => e.event === "acquired");
-  runner.summary(report.heldSummary(inputs.name, { lease, waitedS, holder, granted }));
+  runner.summary(report.heldSummary(names, { lease, waitedS, holder, granted }));
 }
 
 module.exports = { lock };

@@ -14,6 +14,7 @@ async function main() {
   const bin = awsflock.ensure(inputs);
   const env = awsflock.storeEnv(inputs);
   runner.saveState("name", inputs.name);
+  runner.saveState("names", JSON.stringify(inputs.names));
   runner.saveState("bin", bin);
   runner.saveState("env", JSON.stringify(env));
   return inputs.mode === "check" ? check(inputs, bin, env) : lock(inputs, bin, env);

@@ -23,8 +23,9 @@ const EVENTS = {
 /** The levels the action tells apart (errors and warnings are what it reports). */
 const LEVELS = ["warning", "error"];
 
-/** What the action reads of the lease `acquire --json` prints (slot: a pool's only). */
-const LEASE = ["lease_id", "fencing_token", "slot"];
+/** What the action reads of the lease `acquire --json` prints (slot: a pool's only;
+ * fencing_tokens: several locks' only, which have no fencing_token). */
+const LEASE = ["lease_id", "fencing_token", "slot", "fencing_tokens"];
 
 /** What the action reads of `status --json` for a plain lock (and of each of a pool's slots). */
 const STATUS = [
@@ -66,8 +67,9 @@ const WAITER = ["pid", "place"];
  * The lease `acquire --json` prints.
  * @typedef {object} Lease
  * @property {string} lease_id
- * @property {number} fencing_token
+ * @property {number} [fencing_token]
  * @property {number | null} [slot]
+ * @property {Record<string, number>} [fencing_tokens]
  */
 
 /**

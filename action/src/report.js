@@ -15,13 +15,26 @@ const output = require("./output");
 /** @param {unknown} text */
 const oneLine = (text) => String(text).replace(/[\r\n]+/g, " ");
 
-/** What mode check says of the lock: `said` for the log line, `summary` for the job summary.
- * @param {string} name
- * @param {Status | undefined} data `status --json`
+/** The locks as a log line names them: 'deploy', or 'network', 'db'.
+ * @param {string[]} names */
+const named = (names) => names.map((n) => `'${n}'`).join(", ");
+
+/** The locks as a job summary's title names them, each as code.
+ * @param {string[]} names */
+const titled = (names) => names.map((n) => `\`${n}\``).join(", ");
+
+/** What mode check says of the locks (of the first held one, `look`): `said` for the log line,
+ * `summary` for the job summary.
+ * @param {string[]} names
+ * @param {{name: string, data: Status | undefined}} look `status --json` of a held lock (or
+ * of the first, none being held)
  * @param {boolean} held */
-function checked(name, data, held) {
-  const said = held ? `held: ${oneLine(format.holders(data))}` : "free";
-  const summary = `### awsflock: \`${name}\` is ${held ? "held" : "free"}\n\n${said}\n`;
+function checked(names, look, held) {
+  const one = names.length === 1;
+  const which = one ? "" : `'${look.name}' `;
+  const state = held ? `${which}held: ${oneLine(format.holders(look.data))}` : "free";
+  const said = one ? `lock ${named(names)} is ${state}` : `locks ${named(names)}: ${held ? state : "all free"}`;
+  const summary = `### awsflock: ${titled(names)} ${one ? "is" : "are"} ${held ? "held" : "free"}\n\n${said}\n`;
   return { said, summary };
 }
 
@@ -36,38 +49,40 @@ function place(data, pids) {
 }
 
 /** The line a waiting job says now and then.
- * @param {string} name
- * @param {Status} data `status --json`
+ * @param {string[]} names
+ * @param {{name: string, data: Status}} look `status --json` of the lock held (see checked)
  * @param {number} waitedS
  * @param {number[]} pids see `place` */
-function waiting(name, data, waitedS, pids) {
+function waiting(names, look, waitedS, pids) {
   const waited = format.seconds(waitedS);
-  return `waiting ${waited} for '${name}'${place(data, pids)}: ${format.holders(data)}`;
+  const which = names.length === 1 ? "" : ` '${look.name}' held by`;
+  return `waiting ${waited} for ${named(names)}${place(look.data, pids)}:${which} ${format.holders(look.data)}`;
 }
 
 /** Why the lock step failed, or null if it holds the lock: a cancel is said as information, the
  * rest as an error.
- * @param {string} name
+ * @param {string[]} names
  * @param {{lease: Lease | null, cancelled: string, done: Done, waitedS: number}} how
  * @returns {Said | null} */
-function failure(name, { lease, cancelled, done, waitedS }) {
+function failure(names, { lease, cancelled, done, waitedS }) {
+  const name = named(names);
   if (lease && cancelled) {
-    return { level: "info", text: `cancelled just as '${name}' was granted: the post step gives it back` };
+    return { level: "info", text: `cancelled just as ${name} was granted: the post step gives it back` };
   }
   if (lease && done.code !== 0) {
     const why = output.lastError(done);
-    return { level: "error", text: `'${name}' was granted, then awsflock failed: ${why} (the post step gives it back)` };
+    return { level: "error", text: `${name} was granted, then awsflock failed: ${why} (the post step gives it back)` };
   }
   if (lease) return null;
   if (cancelled || done.code === 130) {
-    return { level: "info", text: `cancelled while waiting for '${name}': the lock was not taken` };
+    return { level: "info", text: `cancelled while waiting for ${name}: the lock was not taken` };
   }
   if (done.code === 3) {
     const busy = done.events.find((e) => e.event === "busy");
-    const now = busy ? busy.message : `lock '${name}' stayed held`;
-    return { level: "error", text: `gave up waiting for '${name}' after ${format.seconds(waitedS)}: ${now}` };
+    const now = busy ? busy.message : `lock ${name} stayed held`;
+    return { level: "error", text: `gave up waiting for ${name} after ${format.seconds(waitedS)}: ${now}` };
   }
-  return { level: "error", text: `could not take '${name}': ${output.lastError(done)}` };
+  return { level: "error", text: `could not take ${name}: ${output.lastError(done)}` };
 }
 
 /** ", slot 2" for a pool's lease, "" for a plain lock's.
@@ -76,27 +91,48 @@ function slotOf(lease) {
   return lease.slot === undefined || lease.slot === null ? "" : `, slot ${lease.slot}`;
 }
 
-/** The line that says the lock is held.
- * @param {string} name
+/** Each lock's fencing token: a set's lease has them all, one lock's its own.
+ * @param {string[]} names
+ * @param {Lease} lease
+ * @returns {Record<string, number>} */
+function tokensOf(names, lease) {
+  if (lease.fencing_tokens) return lease.fencing_tokens;
+  return { [names[0]]: Number(lease.fencing_token) };
+}
+
+/** "fencing token 7", or "fencing tokens network 7, db 9".
+ * @param {string[]} names
+ * @param {Lease} lease */
+function tokensSaid(names, lease) {
+  const tokens = tokensOf(names, lease);
+  if (names.length === 1) return `fencing token ${tokens[names[0]]}`;
+  return `fencing tokens ${names.map((n) => `${n} ${tokens[n]}`).join(", ")}`;
+}
+
+/** The line that says the locks are held.
+ * @param {string[]} names
  * @param {Lease} lease
  * @param {number} waitedS
  * @param {string} leaseInput the lease input (a duration) */
-function acquired(name, lease, waitedS, leaseInput) {
+function acquired(names, lease, waitedS, leaseInput) {
   return (
-    `acquired '${name}'${slotOf(lease)} (fencing token ${lease.fencing_token}) after ` +
+    `acquired ${named(names)}${slotOf(lease)} (${tokensSaid(names, lease)}) after ` +
     `${format.seconds(waitedS)}; held for the rest of the job (renewed every third of ${leaseInput})`
   );
 }
 
-/** The job summary of a job that holds the lock: a table of its fencing token, its wait, the
- * hand-off and who held the lock when the wait began.
- * @param {string} name
+/** The job summary of a job that holds the locks: a table of their fencing tokens, the wait,
+ * the hand-off and who held a lock when the wait began.
+ * @param {string[]} names
  * @param {{lease: Lease, waitedS: number, holder: Status | null, granted: AwsflockEvent | undefined}} what */
-function heldSummary(name, { lease, waitedS, holder, granted }) {
+function heldSummary(names, { lease, waitedS, holder, granted }) {
   /** @param {unknown} text */
   const cell = (text) => oneLine(text).replace(/\|/g, "\\|");
+  const tokens = tokensOf(names, lease);
   const rows = [
-    ["Fencing token", `\`${lease.fencing_token}\`${slotOf(lease)}`],
+    names.length === 1
+      ? ["Fencing token", `\`${tokens[names[0]]}\`${slotOf(lease)}`]
+      : ["Fencing tokens", names.map((n) => `${n} \`${tokens[n]}\``).join(", ")],
     ["Waited", format.seconds(waitedS)],
   ];
   const handoff = granted ? granted.handoff_s : undefined;
@@ -105,7 +141,7 @@ function heldSummary(name, { lease, waitedS, holder, granted }) {
   }
   rows.push(["Held when this job began waiting", holder ? format.holders(holder) : "free"]);
   const table = rows.map(([k, v]) => `| ${k} | ${cell(v)} |`).join("\n");
-  return `### awsflock: \`${name}\` held by this job\n\n| | |\n|---|---|\n${table}\n`;
+  return `### awsflock: ${titled(names)} held by this job\n\n| | |\n|---|---|\n${table}\n`;
 }
 
-module.exports = { acquired, checked, failure, heldSummary, place, slotOf, waiting };
+module.exports = { acquired, checked, failure, heldSummary, named, place, slotOf, tokensOf, waiting };

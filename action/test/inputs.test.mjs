@@ -4,7 +4,8 @@ import { afterEach, test } from "node:test";
 import inputs from "../src/inputs.js";
 
 const DEFAULTS = {
-  name: "deploy",
+  name: "'deploy'",
+  names: ["deploy"],
   mode: "lock",
   failIfHeld: true,
   store: "",
@@ -33,7 +34,10 @@ test("only the name is required: the rest take action.yml's defaults", () => {
 
 test("a wrong input fails with a line that names it and what it takes", () => {
   withInputs({});
-  assert.throws(() => inputs.readInputs(), /^Error: input name is required: the lock's name$/);
+  assert.throws(
+    () => inputs.readInputs(),
+    /^Error: input name is required: the lock's name \(or names: several, one per line\)$/,
+  );
   withInputs({ INPUT_NAME: "deploy", INPUT_MODE: "peek" });
   assert.throws(() => inputs.readInputs(), /input mode must be lock or check, not "peek"/);
   withInputs({ INPUT_NAME: "deploy", INPUT_SLOTS: "0" });
@@ -52,7 +56,7 @@ test("the acquire command keeps the lease alive while the runner's worker lives"
 });
 
 test("a pool's slots and unfair waiting reach the command; a name starting with - stays a name", () => {
-  const args = inputs.acquireArgs({ ...DEFAULTS, name: "-x", owner: "ops", fair: false, slots: "3" }, 1);
+  const args = inputs.acquireArgs({ ...DEFAULTS, names: ["-x"], owner: "ops", fair: false, slots: "3" }, 1);
   assert.ok(!args.includes("--fair"));
   assert.deepEqual(args.slice(-4), ["--slots", "3", "--", "-x"]);
 });
@@ -67,6 +71,24 @@ test("shared jobs take the lock --shared and are served as they come; not with s
   assert.throws(() => inputs.readInputs(), /input shared takes a plain lock/);
   withInputs({ INPUT_NAME: "state", INPUT_SHARED: "sometimes" });
   assert.throws(() => inputs.readInputs(), /input shared must be true or false, not "sometimes"/);
+});
+
+test("names takes several locks, one per line, served as they come; not with name, slots or shared", () => {
+  withInputs({ INPUT_NAMES: " network \n\n db\r\n-app \n" });
+  const got = inputs.readInputs();
+  assert.deepEqual(got.names, ["network", "db", "-app"]);
+  assert.equal(got.name, "'network', 'db', '-app'");
+  const args = inputs.acquireArgs({ ...got, owner: "ops" }, 7);
+  assert.ok(!args.includes("--fair")); // a line per name would have them wait in several
+  assert.deepEqual(args.slice(-4), ["--", "network", "db", "-app"]);
+  withInputs({ INPUT_NAMES: "deploy" }); // one name in names is one lock, served in order
+  assert.ok(inputs.acquireArgs({ ...inputs.readInputs(), owner: "ops" }, 7).includes("--fair"));
+  withInputs({ INPUT_NAME: "a", INPUT_NAMES: "b\nc" });
+  assert.throws(() => inputs.readInputs(), /give input name \(one lock\) or names \(several\), not both/);
+  withInputs({ INPUT_NAMES: "a\nb", INPUT_SLOTS: "2" });
+  assert.throws(() => inputs.readInputs(), /input slots takes one lock: give name, or drop slots/);
+  withInputs({ INPUT_NAMES: "a\nb", INPUT_SHARED: "true" });
+  assert.throws(() => inputs.readInputs(), /input shared takes one lock: give name, or drop shared/);
 });
 
 test("without an owner input, waiting jobs see the repository, workflow, job and actor", () => {

@@ -291,9 +291,41 @@ def test_plan_jobs_share_the_lock_and_an_apply_job_waits_for_them(store: Store, 
     assert apply_job.run("post").code == 0
 
 
+def test_jobs_naming_several_locks_take_them_whole_in_any_order(store: Store, jobs, lock_name):
+    net, db = f"{lock_name}-network", f"{lock_name}-db"
+    first, second = jobs("alpha", names=f"{net}\n{db}\n"), jobs("beta", names=f"{db}\n{net}")
+    taken = first.run("main")
+    assert taken.code == 0, first.logs()
+    tokens = json.loads(taken.outputs["fencing-tokens"])
+    assert set(tokens) == {net, db} and "fencing-token" not in taken.outputs
+    assert first.exported["AWSFLOCK_LOCKS"] == "2"
+    assert first.exported["AWSFLOCK_LOCK_ID"] == f"{net}\n{db}"
+    assert (first.exported["AWSFLOCK_LOCK_ID_2"], first.exported["AWSFLOCK_FENCING_TOKEN_2"]) == (
+        db,
+        str(tokens[db]),
+    )
+    assert "AWSFLOCK_FENCING_TOKEN" not in first.exported
+    assert f"acquired '{net}', '{db}' (fencing tokens {net} {tokens[net]}, {db}" in taken.text
+    waiting = second.start("main")  # the same locks named the other way round: it waits whole
+    wait_for("a progress line", lambda: f"'{db}' held by octo/alpha" in waiting.text, 20)
+    assert store.status(db)["owner"].startswith("octo/alpha")  # beta holds neither meanwhile
+    looked = jobs("look", names=f"{db}\n{net}", mode="check").run("main")
+    assert looked.code == 1 and looked.outputs["held"] == "true", looked.text
+    assert f"::error::locks '{db}', '{net}': '{db}' held: octo/alpha" in looked.text
+    released = first.run("post")
+    assert released.code == 0 and f"released '{net}', '{db}'" in released.text
+    second.finish(waiting)
+    assert waiting.code == 0, second.logs()
+    again = json.loads(waiting.outputs["fencing-tokens"])
+    assert all(again[n] > tokens[n] for n in (net, db))
+    assert second.run("post").code == 0
+    assert [store.status(n)["state"] for n in (net, db)] == ["free", "free"]
+
+
 def test_bad_inputs_fail_the_step_in_one_line(store: Store, jobs, lock_name):
     for inputs, says in [
         ({"name": ""}, "input name is required"),
+        ({"names": "a\nb", "slots": "2"}, "input slots takes one lock"),
         ({"name": lock_name, "mode": "grab"}, "input mode must be lock or check"),
         ({"name": lock_name, "fair": "maybe"}, "input fair must be true or false"),
         ({"name": lock_name, "lease": "soon"}, "could not take"),
