@@ -22,10 +22,12 @@ a pool slot counts on in its record, which is never removed.
 
 Fair waiting keeps a line in the lock's record: a waiter ``join``s (given the next number),
 polls with ``beat``, and ``leave``s when it gives up. Only the head of the line (no live place
-with a lower number) takes the lock, removing its place in the same step; an attempt without a
-ticket takes it only while the line is clear (empty, or unpolled for ``LINE_LAPSE_MS`` plus the
-skew window). The line only ever adds conditions to a take, so it cannot weaken mutual
-exclusion or fencing; waiters judge a place lapsed by watching it not change (``drop``).
+with a lower number) takes the lock, removing its place in the same step, and only while the
+place has the number it saw (not dropped as lapsed and made again by a late join since); an
+attempt without a ticket takes it only while the line is clear (empty, or unpolled for
+``LINE_LAPSE_MS`` plus the skew window). The line only ever adds conditions to a take, so it
+cannot weaken mutual exclusion or fencing; waiters judge a place lapsed by watching it not
+change (``drop``).
 
 A request that failed in transit may still be applied later: stores raise ``StoreError``
 subclasses with ``maybe_applied`` set then, and an answered call whose earlier try failed so
@@ -33,9 +35,8 @@ says ``Outcome.in_doubt``; a step made of several calls keeps the doubt of each
 (``RetryingStore.step``).
 
 Between two polls a waiter pauses through the store's ``Waker`` (``LockStore.waker``): the
-default (``Sleeper``) sleeps the pause out; a store that can tell a waiter that a lock may have
-changed (Redis: the step script publishes when a lease ends) ends the pause early. A wake is
-only a hint to poll now: it grants nothing, and the next poll is a step like any other.
+default (``Sleeper``) sleeps the pause out; a store that can tell a waiter a lock may have
+changed (Redis publishes when a lease ends) ends it early: a hint to poll, granting nothing.
 
 This module is the store's half of the protocol: each ``LockStore`` method's docstring states
 its condition and its writes. The client's half, which the stores rely on as much:
@@ -84,15 +85,13 @@ from awsflock.records import LINE_LAPSE_MS as LINE_LAPSE_MS  # part of the proto
 KEPT_UNTIL = 253402300799
 
 #: How long a store remembers each lease it handed on (its id, how it ended), apart from the
-#: lock's record, whose own history is short: a release or force-release retried after any
-#: number of hand-offs learns how its lease ended, and a take landing late under its id is
-#: refused. Kept from the lease's end (or its take-over) on.
+#: lock's record, whose history is short: a release retried after any number of hand-offs
+#: learns how its lease ended, and a late take under its id is refused. Kept from its end on.
 DONE_MS = 3600 * 1000
 #: How long a store keeps a bar: a LEASE_ID that a release found never granted (an acquire's
-#: attempt that may still be on its way), whose take, landing later, is refused. Far longer
-#: than a request is expected to land late.
+#: attempt perhaps still on its way), whose take is refused if it lands: far longer than one lags.
 BAR_KEEP_MS = 24 * 3600 * 1000
-#: How a store that keeps its bars among the leases it ended marks one (never a lease's end).
+#: How a store that keeps its bars among the leases it ended marks one (no lease's end).
 ENDED_BARRED = "barred"
 
 #: Keys of audit records start with this.
@@ -118,11 +117,10 @@ MIN_TRY = 0.25
 #: At most this many lapsed places are removed by one step (expressions are limited to 4 KB).
 MAX_DROPS = 20
 
-#: A waker checks a waiter's cancel at least this often (seconds): a signal ends a wait through it.
+#: A waker checks a waiter's cancel at least this often (seconds): a signal ends a wait by it.
 WAKE_CHECK = 0.1
 
-#: Places to remove from a line with the step, each only if its last poll is still the one seen:
-#: (ticket, seen_ms).
+#: Places to remove from a line, each only if its last poll is still the one seen: (ticket, ms).
 Drops = tuple[tuple[str, int], ...]
 
 
@@ -131,11 +129,12 @@ class Attempt:
     """One acquire attempt: a new lease for ``lease_id``, from ``now_ms`` for ``lease_ms``.
 
     ``slot``/``slots``: slot ``slot`` of a pool of ``slots`` (both None for a plain lock).
-    ``ticket``: the attempt of a fair waiter at the head of the line, whose place it holds
-    (None: an attempt that takes no place and needs the line clear); ``drop``: lapsed places
-    in line, removed with the take. ``seen``: the lock's record as the acquisition's last answer
-    showed it (None: not seen yet); a store whose take cannot learn what it replaced from its
-    own answer (DynamoDB's transaction) reclaims a lease that ran out only as seen there.
+    ``ticket``: the attempt of a fair waiter at the head of the line, whose place it holds, and
+    ``number`` that place's number as it saw it (None: the take needs the line clear);
+    ``drop``: lapsed places in line, removed with the take. ``seen``: the lock's record as the
+    acquisition's last answer showed it (None: not seen yet); a store whose take cannot learn
+    what it replaced from its own answer (DynamoDB's transaction) reclaims a lease that ran
+    out only as seen there.
     """
 
     lease_id: str
@@ -148,6 +147,7 @@ class Attempt:
     ticket: str | None = None
     drop: Drops = ()
     seen: LockRecord | None = None
+    number: int | None = None
 
 
 #: How far apart two callers' clock readings must be for a renew to count as sent after the one
@@ -275,8 +275,7 @@ class LockStore(Protocol):
         ...
 
     def budget(self, end: float) -> AbstractContextManager[None]:
-        """Calls made inside end, retries included, by ``end`` (``clock.monotonic()`` time); an
-        outer, earlier end wins."""
+        """Calls made inside end, retries included, by ``end`` (monotonic); an outer one wins."""
         ...
 
     def take(self, lock_id: str, attempt: Attempt) -> Outcome:
@@ -289,8 +288,9 @@ class LockStore(Protocol):
         last one plus one. The ended or expired lease goes to the top of the history.
 
         The line: without ``attempt.ticket``, it must be clear (no place, or no poll of any for
-        ``LINE_LAPSE_MS`` + ``skew_ms`` before ``now_ms``); with one, that place must exist and
-        every ``drop`` place still show its ``seen_ms``; the take removes them all."""
+        ``LINE_LAPSE_MS`` + ``skew_ms`` before ``now_ms``); with one, that place must exist
+        (with ``attempt.number``, if given) and every ``drop`` place still show its
+        ``seen_ms``; the take removes them all."""
         ...
 
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:

@@ -80,9 +80,9 @@ class Acquisition:
         self.quick = 0
         #: The lock's line of fair waiters, as the last answer showed it.
         self.line: Line = NO_LINE
-        #: A fair waiter at the head of the line takes with its ticket (and removes the lapsed
-        #: places ahead of it, ``drop``); None: the take needs the line clear.
-        self.ticket: str | None = None
+        #: A fair head's take: its ticket, its place's number, the lapsed places it drops.
+        self.ticket: str | None = None  # None: the take needs the line clear
+        self.number: int | None = None
         self.drop: Drops = ()
         #: A fair acquire's ticket, whether or not it is in line now (None: not fair).
         self.own_ticket: str | None = None
@@ -110,6 +110,7 @@ class Acquisition:
                     ticket=self.ticket,
                     drop=self.drop,
                     seen=self.holder if slot is None else None,
+                    number=self.number,
                 )
                 outcome = await store.take(self.lock_id, attempt)
         except (errors.Throttled, errors.EndpointUnreachable) as err:

@@ -209,7 +209,7 @@ def _poll(run: Acquisition, place: Place) -> Grant | None:
     """One poll: try or join while out of line; in line, beat, and take once at the head of
     the line with the lock free. A transient error is left in ``run.error``."""
     if place.state == "out":
-        run.ticket, run.drop = None, ()
+        run.ticket, run.number, run.drop = None, None, ()
         got = run.step()
         # A pool probe that met a held slot while others are free and nobody waits probes again
         # at once, as an unfair acquire does: joining a line would only add requests.
@@ -236,7 +236,7 @@ def _poll(run: Acquisition, place: Place) -> Grant | None:
             return None
     if not (place.at_head() and run.free()):
         return None
-    run.ticket, run.drop = place.ticket, place.drops()
+    run.ticket, run.number, run.drop = place.ticket, place.number, place.drops()
     got = run.step()
     if got is not None and run.line.find(place.ticket) is None:
         place.state = "out"  # the place left the line with the take

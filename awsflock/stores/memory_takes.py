@@ -44,10 +44,12 @@ def may_take(
         ok = False  # barred on the pool (the DynamoDB store's ``xb_`` attribute)
     if attempt.ticket is None:
         return ok and (record is None or record.line_clear(attempt.now_ms, attempt.skew_ms))
+    place = None if record is None else record.line.get(attempt.ticket)
     return (
         ok
+        and place is not None
+        and attempt.number in (None, place.number)  # not dropped and joined again since
         and record is not None
-        and attempt.ticket in record.line
         and record.unchanged(attempt.drop)
     )
 

@@ -282,9 +282,12 @@ def unchanged(drop: Drops) -> str:
     return " AND ".join(f"#{POLLED}{t} = :{POLLED}{t}" for t, _ in drop)
 
 
-def in_line(ticket: str, drop: Drops) -> str:
-    """A fair waiter's place exists, and the lapsed places it removes have not changed."""
-    return " AND ".join([f"attribute_exists(#{W}{ticket})", *([unchanged(drop)] if drop else [])])
+def in_line(ticket: str, drop: Drops, number: int | None = None) -> str:
+    """A fair waiter's place exists (with ``number``, if given: ``:qplace``; not dropped and
+    joined again since), and the lapsed places it removes have not changed."""
+    same = [] if number is None else [f"#{NUMBER}{ticket} = :qplace"]
+    exists = f"attribute_exists(#{W}{ticket})"
+    return " AND ".join([exists, *same, *([unchanged(drop)] if drop else [])])
 
 
 def leave_line(tickets: list[str]) -> tuple[str, str]:

@@ -94,10 +94,12 @@ class Takes(Writes):
             line = expressions.LINE_CLEAR
         else:
             _check_tickets(attempt.ticket, attempt.drop)
-            line = expressions.in_line(attempt.ticket, attempt.drop)
+            line = expressions.in_line(attempt.ticket, attempt.drop, attempt.number)
             line_sets = expressions.leave_line([attempt.ticket, *(t for t, _ in attempt.drop)])
             values["gone"] = 1 + len(attempt.drop)
             values.update(_drop_values(attempt.drop))
+            if attempt.number is not None:
+                values["qplace"] = attempt.number
         # Who holds it, for waiters' messages; absent fields are removed so that a previous
         # holder's value never lingers.
         holder = {

@@ -149,12 +149,13 @@ BEGIN
 
     -- take: grant the lease (acquire).
     --   lease, who (jsonb), lease_ms, sent (the caller's clock when sent: orders renews),
-    --   slot, slots (a pool's slot and size; absent: the plain lock), ticket, drop (a fair
-    --   waiter's place and the lapsed places it removes: [[ticket, seen_ms], ...]).
+    --   slot, slots (a pool's slot and size; absent: the plain lock), ticket, number, drop (a
+    --   fair waiter's place, its number, the lapsed places it removes: [[ticket, seen_ms], ...]).
     --   Applied when the lease (or the pool slot) is free, the id was never granted, barred or
     --   handed on here, and the line lets this caller in (no line, or its lapse, or the ticket
-    --   with every place to drop as the caller saw it). Writes the lease and its fencing token;
-    --   the lease taken over goes to the table of leases handed on and the row's history.
+    --   with its number and every place to drop as the caller saw it). Writes the lease and its
+    --   fencing token; the lease taken over goes to the table of leases handed on and the row's
+    --   history.
     IF p_op = 'take' THEN
         v_ok := v_has AND (
             -- Never under a LEASE_ID barred or already handed on (a take landing late).
@@ -177,7 +178,10 @@ BEGIN
         IF v_ticket IS NULL THEN
             v_ok := v_ok AND (h.line = '{}' OR h.polled_ms < v_cut - {{LAPSE}});
         ELSE
-            v_ok := v_ok AND h.line ? v_ticket AND NOT EXISTS (
+            -- The place as the waiter saw it: not dropped and joined again since (its number).
+            v_ok := v_ok AND h.line ? v_ticket
+                AND (p->>'number' IS NULL OR (h.line->v_ticket->>'n')::bigint = (p->>'number')::bigint)
+                AND NOT EXISTS (
                 SELECT 1 FROM jsonb_array_elements(v_drop) e
                 WHERE (h.line->(e->>0)->>'seen')::bigint IS DISTINCT FROM (e->>1)::bigint);
             v_line := h.line - v_ticket - v_gone;

@@ -268,12 +268,13 @@ local function step(KEYS, op, p, clock, dry)
 
     -- take: grant the lease (acquire).
     --   lease, who (JSON text), lease_ms, sent (the caller's clock when sent: orders renews),
-    --   slot, slots (a pool's slot and size; absent: the plain lock), ticket, drop (a fair
-    --   waiter's place and the lapsed places it removes: [[ticket, seen_ms], ...]).
+    --   slot, slots (a pool's slot and size; absent: the plain lock), ticket, number, drop (a
+    --   fair waiter's place, its number, the lapsed places it removes: [[ticket, seen_ms], ...]).
     --   Applied when the lease (or the pool slot) is free, the id was never granted, barred or
     --   taken over here, and the line lets this caller in (no line, or its lapse, or the ticket
-    --   with every place to drop as the caller saw it). Writes the lease, the fence's token; the
-    --   lease taken over goes to KEYS[4] (and KEYS[5] if forced) and the record's "hist".
+    --   with its number and every place to drop as the caller saw it). Writes the lease, the
+    --   fence's token; the lease taken over goes to KEYS[4] (and KEYS[5] if forced) and the
+    --   record's "hist".
     if op == 'take' then
         local top = lease('p')
         local r = lease(field)
@@ -289,7 +290,10 @@ local function step(KEYS, op, p, clock, dry)
         if ticket == cjson.null or ticket == nil then
             ok = ok and line_clear()
         else
-            ok = ok and h['w:' .. ticket] ~= nil and unchanged(p.drop)
+            -- The place as the waiter saw it: not dropped and joined again since (its number).
+            local place = h['w:' .. ticket] and cjson.decode(h['w:' .. ticket])
+            ok = ok and place and (p.number == nil or p.number == cjson.null
+                                   or tonumber(place.n) == tonumber(p.number)) and unchanged(p.drop)
         end
         if ok and server and fence[2] and now < tonumber(fence[2]) then
             return {-1, s(now), fence[2]}

@@ -205,6 +205,7 @@ class StepStore(Connected[C], Generic[C]):
             "slot": attempt.slot,
             "slots": attempt.slots,
             "ticket": attempt.ticket,
+            "number": attempt.number,
             "drop": [list(d) for d in attempt.drop],
         }
 

@@ -204,6 +204,7 @@ class StepStore(AsyncConnected[C], Generic[C]):
             "slot": attempt.slot,
             "slots": attempt.slots,
             "ticket": attempt.ticket,
+            "number": attempt.number,
             "drop": [list(d) for d in attempt.drop],
         }
 
