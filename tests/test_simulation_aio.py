@@ -14,6 +14,8 @@ from tests.simulation.__main__ import run_many
 from tests.simulation.checker import Checker, Violation
 from tests.simulation.mutants import AIO_SHARE, MUTANTS
 from tests.simulation.mutants_aio import MUTANTS_AIO
+from tests.simulation.mutants_sets import SETS_SHARE
+from tests.simulation.mutants_shares import SHARES_SHARE
 from tests.simulation.run import simulate
 from tests.simulation.world import EPOCH, World
 
@@ -55,6 +57,27 @@ def test_with_aio_workers_every_invariant_holds(budget):
     )
     assert failed is None, f"{failed.violation}\nreplay: {failed.replay(60)}"
     assert sum(r.bodies for r in results) and sum(r.cancelled for r in results)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", ["sets", "shares"])
+def test_aio_workers_take_sets_and_shares_and_every_invariant_holds(kind):
+    # Every worker on awsflock.aio: sets under `async with table.lock([...])`, awaited
+    # acquires and timeouts that cancel them anywhere; shares the same way (shared=True).
+    results, failed = run_many(
+        seeds=itertools.count(0),
+        clients=8,
+        ops=60,
+        budget=1_000,
+        duration=None,
+        store="memory",
+        aio=1.0,
+        **({"sets": SETS_SHARE} if kind == "sets" else {"shares": SHARES_SHARE}),
+    )
+    assert failed is None, f"{failed.violation}\nreplay: {failed.replay(60)}"
+    assert sum(r.bodies for r in results) and sum(r.cancelled for r in results)
+    grants = sum(r.set_grants if kind == "sets" else r.share_grants for r in results)
+    assert grants > 0
 
 
 @pytest.mark.timeout(600)

@@ -13,6 +13,8 @@ Two tasks: the work, one operation after another, and (in most processes) an ele
   it cancels at any await: while waiting, a try on the wire, the grant's clean-up, the body.
   A cancelled acquire must hold nothing afterwards (``Checker.no_phantom``, at once).
 - ``table.election(...).run(lead)``: ``lead``'s body does fenced writes as a lock's does.
+- with ``--sets`` and ``--shares``, the same on several names together (``aiosets``) and on
+  shares of the plain locks (``shared=True``), cancellation included.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from awsflock import aio, errors
 from awsflock.records import Identity
 from tests.simulation import aioloop
+from tests.simulation.aiosets import AioSetWork
 from tests.simulation.clients import CONVERTS, FAIR, PLAIN, POOL, SKEW, Client, plain_name
 
 #: The lock the aio processes elect their leader on.
@@ -33,7 +36,7 @@ ELECTION = "E"
 CLEAN_UP = (0.05, 8.0)
 
 
-class AioClient(Client):
+class AioClient(AioSetWork, Client):
     """A worker that runs ``awsflock.aio`` in its event loop."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -85,29 +88,41 @@ class AioClient(Client):
         while self.ops > 0:
             choice = self.rng.random()
             try:
-                if choice < 0.4:
-                    await self.locked(*self.pick())
-                elif choice < 0.65:
-                    await self.leased(*self.pick())
+                if self.shared.sets and self.rng.random() < self.shared.sets:
+                    await self.set_op(choice)
+                elif self.shared.shares and self.rng.random() < self.shared.shares:
+                    await self.op(choice, plain_name(self.rng), None, shared=True)
                 else:
-                    await self.cancelled(*self.pick())
+                    await self.op(choice, *self.pick())
             except errors.AwsflockError:
                 pass
             await self.sleep(0.0, 3.0)
 
+    async def op(self, choice: float, name: str, slots: int | None, shared: bool = False) -> None:
+        if choice < 0.4:
+            await self.locked(name, slots, shared=shared)
+        elif choice < 0.65:
+            await self.leased(name, slots, shared)
+        else:
+            await self.cancelled(name, slots, shared)
+
     # -- a lock's block ------------------------------------------------------------------------
 
-    async def locked(self, name: str, slots: int | None, wait: float | None = None) -> None:
+    async def locked(
+        self, name: str, slots: int | None, wait: float | None = None, shared: bool = False
+    ) -> None:
         if not self.count():
             return
         lease_s = self.rng.choice((5.0, 10.0, 20.0))
         if wait is None:
             wait = self.rng.choice((0.0, 0.0, 5.0, 30.0))
-        fair = self.rng.random() < FAIR
-        hold = self.aio_table.lock(name, lease=lease_s, wait=wait, slots=slots, fair=fair)
+        fair = not shared and self.rng.random() < FAIR
+        hold = self.aio_table.lock(
+            name, lease=lease_s, wait=wait, slots=slots, fair=fair, shared=shared
+        )
         try:
             async with hold as held:
-                await self.body(held, (name, held.slot), lease_s)
+                await self.body(held, [((name, held.slot), held.lease)], lease_s, shared)
         except errors.LeaseLost:
             pass
         except errors.AwsflockError:
@@ -126,15 +141,22 @@ class AioClient(Client):
                     f"{lease.lease_id[:8]} still on its way"
                 )
 
-    async def body(self, held: Any, key: Any, lease_s: float) -> None:
-        """The work under a hold: fenced writes, each just after ``check()``; told to stop, a
-        clean-up of up to seconds now and then."""
-        checker, lease_id = self.checker, held.lease_id
-        checker.told_acquired(self.proc, key, held.lease, lease_s)
-        checker.bodies.start(self.proc, key, lease_id, held)
+    async def body(
+        self, held: Any, members: list[tuple[Any, Any]], lease_s: float, shared: bool = False
+    ) -> None:
+        """The work under a hold of ``members`` (each lock's key and lease: one, or a set's):
+        fenced writes, each just after ``check()``; told to stop, a clean-up of up to seconds
+        now and then."""
+        checker = self.checker
+        for key, lease in members:
+            checker.told_acquired(self.proc, key, lease, lease_s)
+            checker.bodies.start(self.proc, key, lease.lease_id, held, shared)
 
         def believe() -> None:
-            checker.hold(self.proc, key, lease_id, held.fencing_token, held.deadline())
+            deadline = held.deadline()
+            for key, lease in members:
+                token = lease.fencing_token
+                checker.hold(self.proc, key, lease.lease_id, token, deadline, shared=shared)
 
         believe()
         try:
@@ -144,46 +166,50 @@ class AioClient(Client):
                     break
                 held.check()
                 believe()
-                belief = checker.beliefs.get(lease_id)
-                if belief is not None:
-                    checker.write(self.proc, belief)
+                for _, lease in members:
+                    belief = checker.beliefs.get(lease.lease_id)
+                    if belief is not None:
+                        checker.write(self.proc, belief)
         except (asyncio.CancelledError, errors.LeaseLost):
-            checker.bodies.tell(lease_id)
-            checker.drop(lease_id)  # from now on it does no fenced write
+            for _, lease in members:
+                checker.bodies.tell(lease.lease_id)
+                checker.drop(lease.lease_id)  # from now on it does no fenced write
             if self.rng.random() < 0.5:
                 await self.sleep(*CLEAN_UP)
             raise
         finally:
-            checker.drop(lease_id)
-            checker.bodies.stop(lease_id)
+            for _, lease in members:
+                checker.drop(lease.lease_id)
+                checker.bodies.stop(lease.lease_id)
 
     # -- a lease, awaited ----------------------------------------------------------------------
 
-    async def leased(self, name: str, slots: int | None) -> None:
+    async def leased(self, name: str, slots: int | None, shared: bool = False) -> None:
         if not self.count():
             return
         wait = self.rng.choice((0.0, 0.0, 5.0, 20.0, 60.0))
         lease_s = self.rng.choice((5.0, 10.0, 20.0, 40.0))
-        fair = self.rng.random() < FAIR
+        fair = not shared and self.rng.random() < FAIR
         try:
             lease = await self.aio_table.acquire(
-                name, lease=lease_s, wait=wait, slots=slots, fair=fair
+                name, lease=lease_s, wait=wait, slots=slots, fair=fair, shared=shared
             )
         except errors.AwsflockError:
             self.checker.no_phantom(self.proc, name)
             raise
-        await self.use(lease, (name, lease.slot), lease_s)
+        await self.use(lease, (name, lease.slot), lease_s, shared)
 
-    async def use(self, lease: Any, key: Any, lease_s: float) -> None:
+    async def use(self, lease: Any, key: Any, lease_s: float, shared: bool = False) -> None:
         checker = self.checker
         checker.told_acquired(self.proc, key, lease, lease_s)
-        checker.hold(self.proc, key, lease.lease_id, lease.fencing_token, lease.expires_at)
+        token = lease.fencing_token
+        checker.hold(self.proc, key, lease.lease_id, token, lease.expires_at, shared=shared)
         self.fenced_write(lease)
         for _ in range(self.rng.randrange(1, 6)):
             await self.sleep(0.0, lease_s / 2)
             if not self.count():
                 break
-            if lease.remaining() < lease_s / 2 and not await self.renewed(lease, key):
+            if lease.remaining() < lease_s / 2 and not await self.renewed(lease, key, shared):
                 return
             self.fenced_write(lease)
         checker.drop(lease.lease_id)
@@ -197,7 +223,7 @@ class AioClient(Client):
                 return
             checker.told_released(self.proc, key, lease.lease_id)
 
-    async def renewed(self, lease: Any, key: Any) -> bool:
+    async def renewed(self, lease: Any, key: Any, shared: bool = False) -> bool:
         try:
             await lease.renew()
         except errors.NotHeld:
@@ -210,21 +236,20 @@ class AioClient(Client):
         self.checker.told_held(
             self.proc, key, lease.lease_id, lease.fencing_token, "renewed", over=over
         )
-        self.checker.hold(self.proc, key, lease.lease_id, lease.fencing_token, lease.expires_at)
+        token = lease.fencing_token
+        self.checker.hold(self.proc, key, lease.lease_id, token, lease.expires_at, shared=shared)
         return True
 
     # -- cancelled by a task's timeout --------------------------------------------------------
 
-    async def cancelled(self, name: str, slots: int | None) -> None:
+    async def cancelled(self, name: str, slots: int | None, shared: bool = False) -> None:
         """An acquire (or a ``lock()`` block) under a timeout that may cancel it anywhere."""
         wait = self.rng.choice((0.0, 5.0, 20.0, 60.0))
-        timeout = self.rng.choice(
-            (self.rng.uniform(0, 0.1), self.rng.uniform(0, 6), self.rng.uniform(0, wait + 1))
-        )
+        timeout = self.timeout(wait)
         if self.rng.random() < 0.5:
-            work = self.locked(name, slots, wait)
+            work = self.locked(name, slots, wait, shared)
         else:
-            work = self.leased_within(name, slots, wait)
+            work = self.leased_within(name, slots, wait, shared)
         try:
             await asyncio.wait_for(work, timeout)
         except asyncio.TimeoutError:
@@ -232,14 +257,26 @@ class AioClient(Client):
             self.checker.cancelled += 1
             self.checker.no_phantom(self.proc, name)
 
-    async def leased_within(self, name: str, slots: int | None, wait: float) -> None:
+    def timeout(self, wait: float) -> float:
+        """A task's timeout drawn to cancel anywhere: at once, within a try, within the wait."""
+        return float(
+            self.rng.choice(
+                (self.rng.uniform(0, 0.1), self.rng.uniform(0, 6), self.rng.uniform(0, wait + 1))
+            )
+        )
+
+    async def leased_within(
+        self, name: str, slots: int | None, wait: float, shared: bool = False
+    ) -> None:
         if not self.count():
             return
         lease_s = self.rng.choice((5.0, 10.0, 20.0))
-        fair = self.rng.random() < FAIR
-        lease = await self.aio_table.acquire(name, lease=lease_s, wait=wait, slots=slots, fair=fair)
+        fair = not shared and self.rng.random() < FAIR
+        lease = await self.aio_table.acquire(
+            name, lease=lease_s, wait=wait, slots=slots, fair=fair, shared=shared
+        )
         try:
-            await self.use(lease, (name, lease.slot), lease_s)
+            await self.use(lease, (name, lease.slot), lease_s, shared)
         except asyncio.CancelledError:
             self.checker.drop(lease.lease_id)  # walks away: the lease runs out
             raise
@@ -251,7 +288,7 @@ class AioClient(Client):
         election = self.aio_table.election(ELECTION, lease=lease_s)
 
         async def lead(term: Any) -> None:
-            await self.body(term.hold, (ELECTION, None), lease_s)
+            await self.body(term.hold, [((ELECTION, None), term.hold.lease)], lease_s)
 
         while not self.spent.is_set():
             try:

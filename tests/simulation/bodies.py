@@ -38,6 +38,7 @@ class Body:
     lease_id: str
     hold: Any  # its hold: its deadline
     told: bool = False  # its cancellation (or LeaseLost) reached it
+    shared: bool = False  # under a share (``awsflock.shares``): beside other shares' bodies
 
     def excused(self, checker: Checker) -> bool:
         """Running beside another's grant, for a reason outside the library's reach."""
@@ -58,13 +59,13 @@ class Bodies:
         self.started = 0
         self.told = 0
 
-    def start(self, proc: Proc, key: Key, lease_id: str, hold: Any) -> None:
-        for other in self._beside(key, lease_id):
+    def start(self, proc: Proc, key: Key, lease_id: str, hold: Any, shared: bool = False) -> None:
+        for other in self._beside(key, lease_id, shared):
             self.checker.fail(
                 f"{proc.name}'s body under {lease_id[:8]} started on {key} while "
                 f"{other.proc.name}'s under {other.lease_id[:8]} still runs, not told to stop"
             )
-        self.running[lease_id] = Body(proc, key, lease_id, hold)
+        self.running[lease_id] = Body(proc, key, lease_id, hold, shared=shared)
         self.started += 1
 
     def tell(self, lease_id: str) -> None:
@@ -86,15 +87,16 @@ class Bodies:
                 f"under it still runs{' (told to stop)' if body.told else ''}"
             )
 
-    def granted(self, key: Key, lease_id: str) -> None:
-        for other in self._beside(key, lease_id):
+    def granted(self, key: Key, lease_id: str, shared: bool = False) -> None:
+        for other in self._beside(key, lease_id, shared):
             self.checker.fail(
                 f"{key} granted to {lease_id[:8]} while {other.proc.name}'s body under "
                 f"{other.lease_id[:8]} on {other.key} still runs, not told to stop"
             )
 
-    def _beside(self, key: Key, lease_id: str) -> list[Body]:
-        """The running bodies a holder of ``key`` would work beside, not excused."""
+    def _beside(self, key: Key, lease_id: str, shared: bool) -> list[Body]:
+        """The running bodies a holder of ``key`` would work beside, not excused (a share's
+        beside other shares' is no fault)."""
         name, slot = key
         return [
             body
@@ -102,5 +104,6 @@ class Bodies:
             if body.key[0] == name
             and body.lease_id != lease_id
             and (slot is None or body.key[1] is None or body.key[1] == slot)
+            and not (shared and body.shared)
             and not body.excused(self.checker)
         ]

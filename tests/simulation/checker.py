@@ -162,7 +162,7 @@ class Checker:
             key = (args[0], attempt.slot)
             self._check_take(key, attempt, before)
             self._check_line_take(args[0], attempt, before, made)
-            self.bodies.granted(key, attempt.lease_id)
+            self.bodies.granted(key, attempt.lease_id, is_share_id(attempt.lease_id))
             self.grants[key] = self.grants.get(key, 0) + 1
             record = result.record
             assert record is not None

@@ -131,16 +131,26 @@ class SetWork:
         try:
             held.renew()
         except errors.NotHeld as exc:
-            named = _named(exc, held)
-            if named is not None:
-                self.checker.told_not_held(
-                    self.proc, (named.lock_id, None), named.lease_id, renewing=True
-                )
-            for lease in held.leases:
-                self.checker.drop(lease.lease_id)
-            return False
+            return self._set_not_renewed(exc, held)
         except errors.AwsflockError:
             return True  # unanswered: the set may still be ours, by its old ends
+        return self._set_renewed(held)
+
+    def _set_not_renewed(self, exc: errors.NotHeld, held: Any) -> bool:
+        """A set's renew refused: told so of the lock its error names, and relied on no more."""
+        self._told_set_not_held(exc, held, renewing=True)
+        for lease in held.leases:
+            self.checker.drop(lease.lease_id)
+        return False
+
+    def _told_set_not_held(self, exc: errors.NotHeld, held: Any, renewing: bool) -> None:
+        named = _named(exc, held)
+        if named is not None:
+            key = (named.lock_id, None)
+            self.checker.told_not_held(self.proc, key, named.lease_id, renewing=renewing)
+
+    def _set_renewed(self, held: Any) -> bool:
+        """A set's renew answered: every name told held, by its new ends."""
         over = held.expires_mono <= self.proc.clock.monotonic()
         for lease in held.leases:
             key = (lease.lock_id, None)
@@ -157,10 +167,7 @@ class SetWork:
             try:
                 held.release()
             except errors.NotHeld as exc:
-                named = _named(exc, held)
-                if named is not None:
-                    key = (named.lock_id, None)
-                    self.checker.told_not_held(self.proc, key, named.lease_id, renewing=False)
+                self._told_set_not_held(exc, held, renewing=False)
                 return
             except errors.AwsflockError as exc:
                 if not exc.maybe_applied or attempt == 2:

@@ -189,13 +189,18 @@ class Tap:
         def noted(*args: Any, **kw: Any) -> Any:
             call = _call(OPERATIONS.get(name, name), reference, args, kw, self.world)
             self._local.call = call
-            if call.operation != "release":
+            if call.operation == "release":
+                ids = [call.args[1]]
+            elif call.operation == "release_all":  # a set's: each member's lease
+                ids = [lease_id for _, lease_id in call.args[0]]
+            else:
                 return value(*args, **kw)
-            self.releasing.append(call.args[1])
+            self.releasing.extend(ids)
             try:
                 return value(*args, **kw)
             finally:
-                self.releasing.remove(call.args[1])
+                for lease_id in ids:
+                    self.releasing.remove(lease_id)
 
         return noted
 
