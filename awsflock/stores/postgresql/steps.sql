@@ -306,17 +306,7 @@ BEGIN
                 OR r.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))))
               AND NOT EXISTS (
                 SELECT 1 FROM {{D}} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease') THEN
-            -- Nothing was ever granted here under this id, but a take of it may still be on
-            -- its way (an acquire that gave up with its answer lost): bar the id on the lock's
-            -- row, so that take is refused whenever it lands (within a day, however many
-            -- are barred), and the lock is never held by nobody.
-            UPDATE {{T}} SET barred = COALESCE((
-                SELECT jsonb_object_agg(b.key, b.value) FROM jsonb_each(barred) b
-                WHERE (b.value #>> '{}')::bigint >= v_now - {{RETAIN}}), '{}')
-                || jsonb_build_object(p->>'lease', v_now)
-            WHERE lock_id = p_lock AND slot = -1
-            RETURNING * INTO h;
-            v_barred := true;
+            v_barred := true;  -- nothing was ever granted here under this id (below)
         END IF;
 
     -- take_share: a share of the lock (awsflock.shares).
@@ -436,13 +426,7 @@ BEGIN
         ELSIF v_has AND NOT h.barred ? (p->>'lease') AND NOT h.shares ? (p->>'lease')
               AND NOT EXISTS (
                 SELECT 1 FROM {{D}} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease') THEN
-            UPDATE {{T}} SET barred = COALESCE((
-                SELECT jsonb_object_agg(b.key, b.value) FROM jsonb_each(barred) b
-                WHERE (b.value #>> '{}')::bigint >= v_now - {{RETAIN}}), '{}')
-                || jsonb_build_object(p->>'lease', v_now)
-            WHERE lock_id = p_lock AND slot = -1
-            RETURNING * INTO h;
-            v_barred := true;
+            v_barred := true;  -- as end's (below)
         END IF;
 
     -- claim: a waiting exclusive acquire keeps new shares out (for: how long, ms). Applied
@@ -520,6 +504,19 @@ BEGIN
     --   an error.
     ELSIF p_op <> 'read' THEN
         RAISE EXCEPTION 'awsflock: unknown step %', p_op USING ERRCODE = '22023';
+    END IF;
+
+    -- An end step whose lease id nothing here was ever granted under (nor a share): a take of
+    -- it may still be on its way (an acquire that gave up with its answer lost), so the id is
+    -- barred on the lock's row, that take refused whenever it lands (within a day, however
+    -- many are barred), and the lock never held by nobody.
+    IF v_barred THEN
+        UPDATE {{T}} SET barred = COALESCE((
+            SELECT jsonb_object_agg(b.key, b.value) FROM jsonb_each(barred) b
+            WHERE (b.value #>> '{}')::bigint >= v_now - {{RETAIN}}), '{}')
+            || jsonb_build_object(p->>'lease', v_now)
+        WHERE lock_id = p_lock AND slot = -1
+        RETURNING * INTO h;
     END IF;
 
     -- How a refused renew's or end's lease ended, or a read's named one, if it was handed on
