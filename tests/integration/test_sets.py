@@ -191,6 +191,30 @@ def test_each_set_step_is_one_request(request, kind):
     assert (taken - before, renewed - taken, released - renewed) == (1, 1, 1)
 
 
+@pytest.mark.parametrize("kind", ["dynamodb", "postgresql", "redis"])
+def test_each_share_step_is_one_request(request, kind):
+    # Shared holders (awsflock.shares): a share that starts a group, one that joins it, each
+    # renewed, then released (the last release ends the group): one request each.
+    table, count = _table_on(kind, request)
+    (name,) = _names("state")
+    held: list[Any] = []
+    steps: list[Callable[[], Any]] = [
+        lambda: held.append(table.acquire(name, lease=60, wait=0, shared=True)),
+        lambda: held.append(table.acquire(name, lease=60, wait=0, shared=True)),
+        lambda: held[0].renew(),
+        lambda: held[1].renew(),
+        lambda: held[0].release(),
+        lambda: held[1].release(),
+    ]
+    used = []
+    for step in steps:
+        before = count()
+        step()
+        used.append(count() - before)
+    assert used == [1] * len(steps)
+    assert table.state(name).ended  # the last release ended the group
+
+
 def _calls(server: Any, kind: str) -> int:
     if kind == "redis":
         stats = server.client().info("commandstats")

@@ -45,13 +45,24 @@ class Shares(Sets):
     """The share steps of ``DynamoDBStore``."""
 
     def _seen_group(self, lock_id: str, record: LockRecord | None = None) -> LockRecord | None:
-        """The lock's group as an answer last showed it (``record``: a new answer's)."""
+        """The lock's group as an answer last showed it (``record``: a new answer's). A step
+        sent from it is only as good as it is: its condition asserts what it relies on, and a
+        refusal shows the item, from which it is sent again."""
         views: dict[str, LockRecord] = self.__dict__.setdefault("_groups", {})
         if record is not None and record.shared:
             if len(views) >= VIEWS:
                 views.clear()
             views[lock_id] = record
         return views.get(lock_id)
+
+    def _ended_share(self, lock_id: str, lease_id: str, group_ended: bool) -> None:
+        """The view of the lock's group after an end of ``lease_id`` was applied (a
+        transaction answers nothing): without that share, or none once the group ended."""
+        views: dict[str, LockRecord] = self.__dict__.setdefault("_groups", {})
+        seen = views.pop(lock_id, None)
+        if seen is not None and not group_ended:
+            left = tuple(s for s in seen.shares if s.lease_id != lease_id)
+            views[lock_id] = dataclasses.replace(seen, shares=left)
 
     # -- take --------------------------------------------------------------------------------
 
@@ -63,7 +74,9 @@ class Shares(Sets):
         end_ms = attempt.now_ms + attempt.lease_ms
         values.update(max=MAX_SHARES, kept_until=KEPT_UNTIL)
         token = max(attempt.now_ms * 1000, self._fences.get(lock_id, 0)) + 1
-        seen = attempt.seen
+        # A first try knows the group only as this store last saw it (else a join costs one
+        # refused try, whose answer shows it).
+        seen = attempt.seen or self._seen_group(lock_id)
         outcome = Outcome(False, None)
         for _ in range(4):
             joins = _joinable(seen, attempt)
@@ -272,6 +285,7 @@ class Shares(Sets):
                 operation, lock_id, _alone(update, lease_id, values, audit), condition, values, None
             )
             if outcome.applied:
+                self._ended_share(lock_id, lease_id, kind == layout.LAST)
                 return outcome
             record = outcome.lock
             self._seen_group(lock_id, record)
