@@ -126,6 +126,14 @@ def _error_response(kind: str) -> bytes:
     )
 
 
+#: The steps of the server-side step programs (PostgreSQL's function, Redis's script), by which
+#: their fault proxies (tests/pgproxy.py, tests/redisproxy.py) name a request.
+STEPS = (
+    "take", "renew", "end", "join", "beat", "leave", "read", "resize",
+    "take_share", "renew_share", "end_share", "claim", "take_all", "renew_all", "end_all",
+)  # fmt: skip
+
+
 class FaultProxy:
     """Listens on 127.0.0.1 (a free port) and forwards to ``upstream`` ("host", port)."""
 

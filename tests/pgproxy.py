@@ -4,9 +4,9 @@ The connection's start (SSL refused by the proxy itself, then the startup messag
 password exchange) passes untouched. From the first ReadyForQuery on, a *request* is what the
 client sends up to a Sync or a simple Query, and its *answer* is what the server sends up to
 the next ReadyForQuery; each request is named by its target, the awsflock step it calls (the
-step function's first argument: "take", "renew", "end", "join", "beat", "leave", "read",
-"resize") or "sql" for any other statement, and then passed, dropped, reset, delayed, made
-late or blackholed as ``FaultProxy`` does. ``drop`` is a committed statement whose answer was
+step function's first argument: "take", "renew", "end", ..., ``faultproxy.STEPS``) or "sql"
+for any other statement, and then passed, dropped, reset, delayed, made late or blackholed as
+``FaultProxy`` does. ``drop`` is a committed statement whose answer was
 lost: the server ran it (in autocommit) and the client's connection is closed. ``throttle``
 and ``busy`` answer a serialization failure (SQLSTATE 40001) without forwarding.
 """
@@ -17,11 +17,10 @@ import select
 import socket
 import struct
 
-from tests.faultproxy import FaultProxy
+from tests.faultproxy import STEPS, FaultProxy
 
 _SSL_REQUEST = 80877103
 _GSS_REQUEST = 80877104
-STEPS = ("take", "renew", "end", "join", "beat", "leave", "read", "resize")
 
 
 def _fill(sock: socket.socket, buffer: bytearray, size: int) -> bool:

@@ -3,7 +3,7 @@
 A *request* is one command (an array of bulk strings, as redis-py sends every command, also in
 a pipeline) and its *answer* the one reply the server sends for it. Each request is named by its
 target: the awsflock step a call of the step script makes (its first argument: "take",
-"renew", "end", "join", "beat", "leave", "read", "resize"), else the command's name in lower
+"renew", "end", ..., ``faultproxy.STEPS``), else the command's name in lower
 case ("wait", "config", "hello", "set", ...). Then it is passed, dropped, reset, delayed, made
 late or blackholed as ``FaultProxy`` does: ``drop`` is a script the server ran whose answer was
 lost (the client's connection is closed). ``busy`` and ``throttle`` answer BUSY, ``denied``
@@ -19,9 +19,7 @@ import contextlib
 import select
 import socket
 
-from tests.faultproxy import FaultProxy
-
-STEPS = ("take", "renew", "end", "join", "beat", "leave", "read", "resize")
+from tests.faultproxy import STEPS, FaultProxy
 
 
 def _line(sock: socket.socket, buffer: bytearray) -> bytes | None:

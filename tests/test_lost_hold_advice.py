@@ -70,7 +70,14 @@ def test_a_renewal_refused_after_a_force_release_gives_the_same_advice(table):
     held.stop(release=False)
 
 
-def test_a_lease_ended_by_its_keep_alive_renewer_says_why(table):
+@pytest.mark.parametrize(
+    "why",
+    [
+        "pid 2, for which it was kept alive, exited",
+        "its keep-alive renewer was stopped by signal 15",  # found by review 6: said "exited"
+    ],
+)
+def test_a_lease_ended_by_its_keep_alive_renewer_says_why(table, why):
     lease = table.acquire("deploy", lease=60, wait=0)
     table.store.force_release(
         "deploy",
@@ -79,14 +86,14 @@ def test_a_lease_ended_by_its_keep_alive_renewer_says_why(table):
         now_ms=table.now_ms(),
         skew_ms=0,
         actor=f"{KEEPALIVE_ACTOR} (host h, pid 1, following pid 2)",
-        reason="the process it followed exited",
+        reason=why,
         slot=None,
     )
     with pytest.raises(NotHeld) as refused:
         lease.renew()
     assert refused.value.hint == (
-        "its keep-alive renewer ended it because the process it followed had exited; acquire "
-        "the lock again only if that work is still to be done"
+        f"its keep-alive renewer ended it ({why}); acquire the lock again only if that work is "
+        "still to be done"
     )
 
 

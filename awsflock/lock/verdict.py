@@ -102,9 +102,12 @@ def _forced(record: LockRecord | None, lock_id: str) -> tuple[str, str]:
         )
     actor = record.forced_by
     if actor.startswith(KEEPALIVE_ACTOR):
+        # Why (the process it followed exited, a signal stopped the renewer, its renewal
+        # failed) is the record's reason, said before this (found by review 6: always "exited").
+        why = f" ({record.forced_reason})" if record.forced_reason else ""
         advice = (
-            "its keep-alive renewer ended it because the process it followed had exited; "
-            "acquire the lock again only if that work is still to be done"
+            f"its keep-alive renewer ended it{why}; acquire the lock again only if that work is "
+            "still to be done"
         )
     else:
         who = f"ask {actor} why" if actor else f"find out why (`awsflock audit {lock_id}`)"

@@ -260,3 +260,18 @@ def test_a_force_release_that_never_landed_leaves_no_audit_record_after_hand_off
     audit = direct("audit", lock_name, "--json")
     assert audit.returncode == 0, audit.stderr
     assert lease_id not in audit.stdout, audit.stdout
+
+
+def test_a_writers_claim_that_lands_late_ends_with_its_wait(faulty, direct, lock_name: str):
+    # Found by review 6: a waiting writer's claim (awsflock.shares) was sent as a length, which
+    # the server added to its own clock when the claim landed; held back on the wire, it kept
+    # readers out for 3 s after the writer had given up ("an exclusive acquire waits").
+    reader = _held(direct, lock_name, "--shared", "--lease-duration", "60s")
+    cli, _proxy, done = faulty(lambda target, n: "late:5" if target == "claim" else "pass")
+    writer = cli("acquire", lock_name, "--wait-time", "2s", "--request-timeout", "1s")
+    assert writer.returncode == 3, writer.stderr
+    _until(lambda: "late:5" in done)  # the claim has landed
+    joined = direct("acquire", lock_name, "--shared", "--no-wait")
+    assert joined.returncode == 0, joined.stderr
+    for lease_id in (reader, joined.stdout.strip()):
+        assert direct("release", lock_name, lease_id).returncode == 0

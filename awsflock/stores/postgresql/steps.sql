@@ -429,13 +429,17 @@ BEGIN
             v_barred := true;  -- as end's (below)
         END IF;
 
-    -- claim: a waiting exclusive acquire keeps new shares out (for: how long, ms). Applied
-    --   when the lock is held by a group not ended, and the claim only grows.
+    -- claim: a waiting exclusive acquire keeps new shares out (for: how long, ms; until: never
+    --   past this time, as the caller reckons the step's clock: a claim that lands late ends with
+    --   the wait it was made for). Applied when the lock is held by a group not ended, and the
+    --   claim only grows.
     ELSIF p_op = 'claim' THEN
+        v_end := v_now + (p->>'for')::bigint;
+        v_end := LEAST(v_end, COALESCE((p->>'until')::bigint, v_end));
         v_ok := v_has AND h.shared AND h.ended = '' AND h.slots IS NULL
-            AND COALESCE(h.claim_ms, 0) < v_now + (p->>'for')::bigint;
+            AND COALESCE(h.claim_ms, 0) < v_end AND v_end > v_now;
         IF v_ok THEN
-            UPDATE {{T}} SET claim_ms = v_now + (p->>'for')::bigint
+            UPDATE {{T}} SET claim_ms = v_end
             WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
         END IF;
 

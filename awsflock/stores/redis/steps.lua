@@ -463,13 +463,18 @@ local function step(KEYS, op, p, clock, dry)
             bar = bar_if_unseen(top)
         end
 
-    -- claim: a waiting exclusive acquire keeps new shares out ("for": how long, ms). Applied
-    --   when the lock is held by a group not ended, and the claim only grows.
+    -- claim: a waiting exclusive acquire keeps new shares out ("for": how long, ms; "until": never
+    --   past this time, as the caller reckons the step's clock: a claim that lands late ends with
+    --   the wait it was made for). Applied when the lock is held by a group not ended, and the
+    --   claim only grows.
     elseif op == 'claim' then
         local top = lease('p')
         local claim = now + tonumber(p['for'])
+        if p['until'] ~= nil and p['until'] ~= cjson.null then
+            claim = math.min(claim, tonumber(p['until']))
+        end
         ok = h.shared ~= nil and h.slots == nil and top ~= nil and top.ended == ''
-            and tonumber(h.claim or 0) < claim
+            and tonumber(h.claim or 0) < claim and claim > now
         if ok then set('claim', s(claim)) end
 
     -- join: take a place in the lock's line of fair waiters.

@@ -85,6 +85,9 @@ class StepStore(AsyncConnected[C], Generic[C]):
     server_time: bool
     #: The store's kind (``stores.kinds``), which declares its capabilities.
     kind: str
+    #: The server's clock less the caller's monotonic clock (ms) when a try was sent, the least
+    #: any answer showed (the one with the least delay): a time of the caller's as the server's.
+    _server_ahead: float | None = None
 
     @property
     def skew_free(self) -> bool:
@@ -141,6 +144,9 @@ class StepStore(AsyncConnected[C], Generic[C]):
             # A lease's end on the caller's monotonic clock: when the try was sent plus what the
             # server had left of it, so no step of the caller's wall clock can stretch it.
             to_mono = mono - wall_ms / 1000
+            ahead = answer.now_ms - mono * 1000
+            if self._server_ahead is None or ahead < self._server_ahead:
+                self._server_ahead = ahead
         slot = params.get("slot")
         outcome = answers.outcome(answer, lock_id, slot, shift, self._in_doubt(), to_mono)
         if answer.ended is not None:
@@ -275,8 +281,13 @@ class StepStore(AsyncConnected[C], Generic[C]):
 
     async def claim(self, lock_id: str, *, now_ms: int, until_ms: int) -> Outcome:
         """A waiting exclusive acquire's claim (``awsflock.shares``): for as long from the
-        step's time as ``until_ms`` is from the caller's ``now_ms``."""
+        step's time as ``until_ms`` is from the caller's ``now_ms``; on the server's clock, never
+        past ``until_ms`` as the server's clock reads it (``until``: a claim that lands late
+        must not outlast the wait it was made for)."""
         params = {**self._clock(now_ms, 0), "for": until_ms - now_ms}
+        if self.server_time and self._server_ahead is not None:
+            until_mono = self.clock.monotonic() + (until_ms - now_ms) / 1000
+            params["until"] = round(until_mono * 1000 + self._server_ahead)
         return await self._call("claim", "claim", lock_id, params)
 
     async def join(self, lock_id: str, waiter: Waiter) -> Outcome:
