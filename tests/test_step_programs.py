@@ -378,6 +378,26 @@ def test_every_step_runs_on_the_servers_own_clock(request, kind):
     assert store.release(other, share, now_ms=0, skew_ms=0).applied
 
 
+@pytest.mark.parametrize("kind", STORES)
+def test_a_claims_end_follows_the_servers_clock_after_it_was_stepped(request, kind):
+    # A claim carries its wait's end as the server's clock reckons it, from the least-delayed
+    # answer's offset; an offset older than a minute is learnt anew, so a server's clock
+    # stepped forward since (here: an offset 10 s too low, kept 61 s ago) cannot make every
+    # claim end before it lands.
+    import time
+
+    store: Any = _open(request, kind, server_time=True)
+    lock = _lock()
+    assert store.take(lock, Attempt(shares.new_share_id(), WHO, 0, LEASE_MS, 0)).applied
+    ahead, _ = store._server_ahead
+    store._server_ahead = (ahead - 10_000, time.monotonic() - 61)
+    store.read(lock)  # any answer
+    now_ms = round(time.time() * 1000)
+    assert store.claim(lock, now_ms=now_ms, until_ms=now_ms + shares.CLAIM_MS).applied
+    claimed = store.read(lock).record.claimed_until
+    assert claimed is not None and claimed <= time.time() + shares.CLAIM_MS / 1000 + 1
+
+
 def test_the_lua_programs_parse_as_lua_5_1():
     # Redis runs Lua 5.1: the rendered programs, as sent, parsed in-process (no server needed).
     lua51 = pytest.importorskip(

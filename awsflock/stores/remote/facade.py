@@ -46,6 +46,9 @@ from awsflock.stores.remote.link import C
 
 _S = TypeVar("_S")
 
+#: How long (s) a step store trusts the least-delayed answer's clock offset (``_server_ahead``).
+AHEAD_KEPT = 60.0
+
 
 class StepProgram(Protocol):
     """What a backend's steps send, and how their replies read."""
@@ -87,8 +90,10 @@ class StepStore(Connected[C], Generic[C]):
     #: The store's kind (``stores.kinds``), which declares its capabilities.
     kind: str
     #: The server's clock less the caller's monotonic clock (ms) when a try was sent, the least
-    #: any answer showed (the one with the least delay): a time of the caller's as the server's.
-    _server_ahead: float | None = None
+    #: an answer of the last ``AHEAD_KEPT`` seconds showed (the one with the least delay; a
+    #: server's clock stepped since is learnt anew), and when (monotonic): a time of the
+    #: caller's as the server's (a claim's end).
+    _server_ahead: tuple[float, float] | None = None
 
     @property
     def skew_free(self) -> bool:
@@ -145,9 +150,9 @@ class StepStore(Connected[C], Generic[C]):
             # A lease's end on the caller's monotonic clock: when the try was sent plus what the
             # server had left of it, so no step of the caller's wall clock can stretch it.
             to_mono = mono - wall_ms / 1000
-            ahead = answer.now_ms - mono * 1000
-            if self._server_ahead is None or ahead < self._server_ahead:
-                self._server_ahead = ahead
+            ahead, kept = answer.now_ms - mono * 1000, self._server_ahead
+            if kept is None or ahead < kept[0] or mono - kept[1] > AHEAD_KEPT:
+                self._server_ahead = (ahead, mono)
         slot = params.get("slot")
         outcome = answers.outcome(answer, lock_id, slot, shift, self._in_doubt(), to_mono)
         if answer.ended is not None:
@@ -288,7 +293,7 @@ class StepStore(Connected[C], Generic[C]):
         params = {**self._clock(now_ms, 0), "for": until_ms - now_ms}
         if self.server_time and self._server_ahead is not None:
             until_mono = self.clock.monotonic() + (until_ms - now_ms) / 1000
-            params["until"] = round(until_mono * 1000 + self._server_ahead)
+            params["until"] = round(until_mono * 1000 + self._server_ahead[0])
         return self._call("claim", "claim", lock_id, params)
 
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
