@@ -339,7 +339,9 @@ def test_a_place_wiped_with_the_record_is_said_so(caplog):
     from awsflock.records import Line, Waiter
 
     clock = _Shifted(0)
-    run = SimpleNamespace(lock_id=LOCK, holder=None, clock=clock, skew=5.0, line=Line())
+    run = SimpleNamespace(
+        lock_id=LOCK, holder=None, clock=clock, skew=5.0, line=Line(), rng=random.Random(7)
+    )
     place = Place(run, "00000000000000aa")  # type: ignore[arg-type]
     me = Waiter(place.ticket, 4, Identity(owner="me"), 1, 1)
     place.observe(Line(5, (me,), 1))
@@ -348,6 +350,11 @@ def test_a_place_wiped_with_the_record_is_said_so(caplog):
         place.observe(Line(0, (), None))  # the record was replaced: numbering starts over
     assert place.state == "out"
     assert "the lock's record was replaced (by awsflock 0.2.0, or deleted by TTL)" in caplog.text
+    # Found by review 7: the new line's numbering can give the old number again, so the new
+    # place takes a new ticket; a take sent under the old one, landing late, holds no place.
+    assert place.ticket != me.ticket and run.own_ticket == place.ticket
+    assert place.number is None
+    me = Waiter(place.ticket, 4, Identity(owner="me"), 1, 1)
     place.observe(Line(5, (me,), 1))
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="awsflock"):

@@ -97,6 +97,11 @@ class Place:
                 why,
                 extra={"event": "lost_place", "lock_id": self.run.lock_id},
             )
+            # A new ticket for the new place: a take sent under the old one that lands late
+            # holds no place, even where a new record's numbering gave the old number again or
+            # a join of the old ticket landed late (found by review 7), and is refused.
+            self.ticket, self.number = new_ticket(self.run.rng), None
+            self.run.own_ticket = self.ticket
 
     def lapsed(self, waiter: Waiter) -> bool:
         seen = self.watched.get(waiter.ticket)

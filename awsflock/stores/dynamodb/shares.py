@@ -57,12 +57,14 @@ class Shares(Sets):
 
     def _ended_share(self, lock_id: str, lease_id: str, group_ended: bool) -> None:
         """The view of the lock's group after an end of ``lease_id`` was applied (a
-        transaction answers nothing): without that share, or none once the group ended."""
+        transaction answers nothing): without that share, its end the latest of the others'
+        (as the end wrote it), or none once the group ended."""
         views: dict[str, LockRecord] = self.__dict__.setdefault("_groups", {})
         seen = views.pop(lock_id, None)
-        if seen is not None and not group_ended:
-            left = tuple(s for s in seen.shares if s.lease_id != lease_id)
-            views[lock_id] = dataclasses.replace(seen, shares=left)
+        left = () if seen is None else tuple(s for s in seen.shares if s.lease_id != lease_id)
+        if seen is not None and left and not group_ended:
+            end = max(s.expires_at for s in left)
+            views[lock_id] = dataclasses.replace(seen, shares=left, expires_at=end)
 
     # -- take --------------------------------------------------------------------------------
 
@@ -244,13 +246,17 @@ class Shares(Sets):
         values = {**renew_values(lease_id, now_ms, lease_ms, skew_ms, None, keeper), "one": 1}
         values.update(layout.aliases(layout.share_name(lease_id), [], []))
         outcome = Outcome(False, None)
-        for raise_end in (True, False):
+        # First as the last view of the group says: does this renew raise the group's end?
+        seen = self._seen_group(lock_id)
+        below = seen is not None and seen.expires_at * 1000 > now_ms + lease_ms
+        for raise_end in (False, True) if below else (True, False):
             update = layout.renew_update(raise_end, keeper is not None)
             condition = layout.renew_condition(raise_end)
             outcome = self._conditional_update("renew", lock_id, update, condition, values, None)
             self._seen_group(lock_id, outcome.lock)
             record = outcome.lock
-            if outcome.applied or record is None or record.expires_at * 1000 <= now_ms + lease_ms:
+            later = record is not None and record.expires_at * 1000 > now_ms + lease_ms
+            if outcome.applied or record is None or raise_end != later:
                 return outcome  # renewed, or refused whatever the group's end
         return outcome
 

@@ -46,9 +46,6 @@ from awsflock.stores.remote.link import C
 
 _S = TypeVar("_S")
 
-#: How long (s) a step store trusts the least-delayed answer's clock offset (``_server_ahead``).
-AHEAD_KEPT = 60.0
-
 
 class StepProgram(Protocol):
     """What a backend's steps send, and how their replies read."""
@@ -89,11 +86,12 @@ class StepStore(Connected[C], Generic[C]):
     server_time: bool
     #: The store's kind (``stores.kinds``), which declares its capabilities.
     kind: str
-    #: The server's clock less the caller's monotonic clock (ms) when a try was sent, the least
-    #: an answer of the last ``AHEAD_KEPT`` seconds showed (the one with the least delay; a
-    #: server's clock stepped since is learnt anew), and when (monotonic): a time of the
-    #: caller's as the server's (a claim's end).
-    _server_ahead: tuple[float, float] | None = None
+    #: The server's clock less the caller's monotonic clock (ms) when a try was sent, as the
+    #: latest answer showed it: a time of the caller's as the server's (a claim's end). Too high
+    #: by that answer's delay at most, so a claim may outlast its wait by that, never by more
+    #: than its own length; never too low, which would end every claim before it lands (found
+    #: by review 7: the least ever seen stayed low after a suspend or a server clock stepped).
+    _server_ahead: float | None = None
 
     @property
     def skew_free(self) -> bool:
@@ -150,9 +148,7 @@ class StepStore(Connected[C], Generic[C]):
             # A lease's end on the caller's monotonic clock: when the try was sent plus what the
             # server had left of it, so no step of the caller's wall clock can stretch it.
             to_mono = mono - wall_ms / 1000
-            ahead, kept = answer.now_ms - mono * 1000, self._server_ahead
-            if kept is None or ahead < kept[0] or mono - kept[1] > AHEAD_KEPT:
-                self._server_ahead = (ahead, mono)
+            self._server_ahead = answer.now_ms - mono * 1000
         slot = params.get("slot")
         outcome = answers.outcome(answer, lock_id, slot, shift, self._in_doubt(), to_mono)
         if answer.ended is not None:
@@ -293,7 +289,7 @@ class StepStore(Connected[C], Generic[C]):
         params = {**self._clock(now_ms, 0), "for": until_ms - now_ms}
         if self.server_time and self._server_ahead is not None:
             until_mono = self.clock.monotonic() + (until_ms - now_ms) / 1000
-            params["until"] = round(until_mono * 1000 + self._server_ahead[0])
+            params["until"] = round(until_mono * 1000 + self._server_ahead)
         return self._call("claim", "claim", lock_id, params)
 
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
