@@ -63,7 +63,7 @@ def test_the_store_keeps_every_invariant(
     assert sum(r.grants for r in results) > 0
     assert sum(r.writes for r in results) > 0
     assert sum(r.fair_grants for r in results) > 0
-    assert sum(r.tries for r in results) > 2 * budget
+    assert sum(r.tries for r in results) > budget
     assert sets == 0 or sum(r.set_grants for r in results) > 0
     assert shares == 0 or sum(r.share_grants for r in results) > 0
     # What each simulation made was removed when it was over.
