@@ -62,8 +62,8 @@ def test_request_threads_are_kept_between_tries_and_a_given_up_one_is_not_reused
         names.append(threading.current_thread().name)
         return threading.current_thread().ident or 0  # type: ignore[return-value]
 
-    first = workers.run(who, 30, "here")
-    assert workers.run(who, 30, "here") == first  # the same thread, not a new one
+    first = workers.run(who, 30, "here", False)
+    assert workers.run(who, 30, "here", False) == first  # the same thread, not a new one
     release = threading.Event()
 
     def stuck() -> Any:
@@ -71,8 +71,8 @@ def test_request_threads_are_kept_between_tries_and_a_given_up_one_is_not_reused
         return threading.current_thread().ident
 
     with pytest.raises(errors.EndpointUnreachable):
-        workers.run(stuck, 0.0, "here")
-    assert workers.run(who, 30, "here") != first  # the stuck thread was left to its try
+        workers.run(stuck, 0.0, "here", False)
+    assert workers.run(who, 30, "here", False) != first  # the stuck thread was left to its try
     release.set()
     assert set(names) == {"awsflock-request"}
     workers.close()
@@ -125,3 +125,50 @@ def test_tries_from_other_threads_use_connections_of_their_own(monkeypatch):
         let_go.set()
         stuck.join(30)
     assert executed.count("take") == 4 and executed.count("read") == 4
+
+
+def _given_up(announced: bool, send_first: bool) -> tuple[errors.EndpointUnreachable, list[str]]:
+    """A try that is still running when its caller gives it up; what the caller is told, and
+    what the try did once let go (``sent``, or the error at its send gate)."""
+    workers = worker.Workers()
+    let_go, done = threading.Event(), threading.Event()
+    happened: list[str] = []
+
+    def slow() -> None:
+        try:
+            if send_first:
+                worker.at_send()
+            let_go.wait(30)
+            if announced:
+                worker.at_send()
+            happened.append("sent")
+        except errors.AwsflockError as exc:
+            happened.append(exc.message)
+        finally:
+            done.set()
+
+    with pytest.raises(errors.EndpointUnreachable) as caught:
+        workers.run(slow, 0.0, "here", announced)
+    let_go.set()
+    assert done.wait(30)
+    workers.close()
+    return caught.value, happened
+
+
+def test_a_try_given_up_before_its_request_left_is_never_sent_and_not_in_doubt():
+    # Its preparation (a credential refresh, a starved thread) outlived its time: the caller
+    # is told it was not sent, and the request thread, let go, is stopped at the send gate.
+    err, happened = _given_up(announced=True, send_first=False)
+    assert err.maybe_applied is False and "given up before it was sent" in err.message
+    assert happened == ["the try was given up before it was sent"]
+
+
+def test_a_try_given_up_after_its_request_left_is_in_doubt():
+    err, _ = _given_up(announced=True, send_first=True)
+    assert err.maybe_applied is True and "did not answer in time" in err.message
+
+
+def test_a_try_that_does_not_announce_its_sending_is_in_doubt_once_taken_up():
+    err, happened = _given_up(announced=False, send_first=False)
+    assert err.maybe_applied is True
+    assert happened == ["sent"]  # nothing gates it: it may have gone at any moment

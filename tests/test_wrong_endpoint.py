@@ -281,3 +281,34 @@ def test_a_refusal_after_a_try_that_may_have_landed_leaves_the_attempt_named():
         result = awsflock("acquire", "x", "--no-wait", "--endpoint-url", f"http://{where}")
     assert (result.exit_code, result.stdout) == (1, "")
     assert MAYBE_GRANTED in result.stderr and "not a DynamoDB endpoint" in result.stderr
+
+
+def test_a_try_stalled_before_its_request_left_is_never_sent_nor_reported_in_doubt(monkeypatch):
+    # A try whose preparation outlives its time (here botocore's before-call; in life a slow
+    # credential refresh or a starved thread): the command says it was not sent, names no
+    # lease that may have been granted, and the request, once let go, never leaves.
+    from awsflock.stores.dynamodb import base
+
+    let_go, connections = threading.Event(), []
+    made = base.make_client
+
+    def stalling(**kwargs: Any) -> Any:
+        client = made(**kwargs)
+        client.meta.events.register("before-call.dynamodb", lambda **_: let_go.wait(30) and None)
+        return client
+
+    monkeypatch.setattr(base, "make_client", stalling)
+    before = set(threading.enumerate())
+    with tcp_server(lambda conn: connections.append(conn)) as where:
+        result = awsflock(
+            "acquire", "x", "--no-wait", "--endpoint-url", f"http://{where}", budget="1"
+        )
+        let_go.set()
+        for thread in set(threading.enumerate()) - before:
+            if thread.name == "awsflock-request":  # the given-up try's: it ends once let go
+                thread.join(30)
+                assert not thread.is_alive()
+    assert result.exit_code == 1, result.output
+    assert "given up before it was sent" in one_line(result.stderr)
+    assert MAYBE_GRANTED not in result.stderr
+    assert connections == []

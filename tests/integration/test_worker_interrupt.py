@@ -32,8 +32,8 @@ def test_a_try_given_up_by_ctrl_c_before_its_thread_took_it_is_never_sent(monkey
 
     made = worker._Job.__init__
 
-    def with_ctrl_c(self, call) -> None:
-        made(self, call)
+    def with_ctrl_c(self, call, announced) -> None:
+        made(self, call, announced)
         self.done = CtrlC()
 
     monkeypatch.setattr(worker._Job, "__init__", with_ctrl_c)
@@ -41,7 +41,7 @@ def test_a_try_given_up_by_ctrl_c_before_its_thread_took_it_is_never_sent(monkey
     pool = worker.Workers()
     try:
         with pytest.raises(KeyboardInterrupt):
-            pool.run(sent.set, 5.0, "the server")
+            pool.run(sent.set, 5.0, "the server", False)
     finally:
         go.set()
     time.sleep(0.3)  # the thread now takes the try up

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from awsflock import errors
 from awsflock.protocol import Outcome
 from awsflock.stores.dynamodb.items import BAR_PREFIX, PENDING_AUDIT_PREFIX
 from awsflock.stores.remote import connected, worker
@@ -189,16 +188,14 @@ class SimWorkers:
         self.proc = proc
         self.network = network
 
-    def run(self, call: Callable[[], Any], timeout: float, where: str) -> Any:
+    def run(self, call: Callable[[], Any], timeout: float, where: str, announced: bool) -> Any:
         clock, tap = self.proc.clock, self.client._tap
         deadline = clock.monotonic() + timeout + worker.TRY_GRACE
         local = tap.store._local
         tap.starting(tap.current().operation, getattr(local, "try_number", 1), local.call_end)
         self.network.stall(self.proc, "a try")
-        if not connected.gate_open(deadline, clock.monotonic()):
-            raise errors.EndpointUnreachable(
-                f"{where} did not answer in time", hint="check the network and retry"
-            )
+        if not connected.gate_open(deadline, clock.monotonic()):  # known not sent: no doubt
+            raise worker.TryGivenUp(f"{where}: the try was given up", hint="retry", sent=False)
         world = self.network.world
         self.client.begin(self.network.draw(), deadline, world.now + timeout)
         return call()

@@ -47,7 +47,7 @@ from awsflock.stores.dynamodb.tables import (
 )
 from awsflock.stores.dynamodb.translate import may_have_applied, translate_errors
 from awsflock.stores.remote.requests import RetryingStore
-from awsflock.stores.remote.worker import Workers
+from awsflock.stores.remote.worker import TryGivenUp, Workers, at_send
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -111,6 +111,8 @@ class TableBase(RetryingStore):
         self._client = client
         self._local = threading.local()  # this thread's budget and per-try timeout
         self._workers = Workers()
+        #: Whether the client's requests pass the send gate (one this store made).
+        self._announced = False
         #: The process that made the client's connections (``_forked``).
         self._pid = os.getpid()
         # None until we learn whether a failed conditional write returns the old item.
@@ -142,6 +144,10 @@ class TableBase(RetryingStore):
             client.meta.events.register("before-call.dynamodb", self._set_try_timeout)
             # An answer that is not DynamoDB's is refused before botocore reads it as one.
             client.meta.events.register("before-parse.dynamodb", check_answer)
+            # The gate at the moment of sending: a try given up before now is never sent, and
+            # one given up before it got here is known not applied (``remote.worker``).
+            client.meta.events.register_first("before-send.dynamodb", _at_send)
+            self._announced = True
             self._client = client
         return self._client
 
@@ -212,6 +218,8 @@ class TableBase(RetryingStore):
             return self._try(call, timeout)
 
     def _try_may_have_applied(self, err: errors.StoreError) -> bool:
+        if isinstance(err, TryGivenUp):
+            return err.maybe_applied
         return may_have_applied(err.__cause__)
 
     def _try(self, call: Callable[[], _T], timeout: float) -> _T:
@@ -225,7 +233,9 @@ class TableBase(RetryingStore):
             return call()
 
         self._forked()
-        return self._workers.run(work, timeout, self.where())
+        # A client not made yet is made in the try, hooked before its first request.
+        announced = self._client is None or self._announced
+        return self._workers.run(work, timeout, self.where(), announced)
 
     def _forked(self) -> None:
         """In a child forked since the client was made: let go of the parent's connections, so
@@ -361,3 +371,8 @@ def _pools_of_its_own(session: Any) -> None:
         for conn in list(getattr(getattr(pool, "pool", None), "queue", ())):
             if conn is not None:
                 conn.close()
+
+
+def _at_send(**_: Any) -> None:
+    """botocore's ``before-send``: the request leaves only if its try is still wanted."""
+    at_send()

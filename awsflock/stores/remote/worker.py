@@ -4,7 +4,10 @@ long-lived request thread, and the caller waits for it no longer than its timeou
 grace). A thread whose try was given up is left to finish it and then ends; the next try takes
 another. Threads are kept idle between tries, so a try starts none in the usual case.
 
-The gate holds here too: a try given up before its thread took it up is never sent.
+The gate holds here too: a try given up before its thread took it up is never sent, nor is one
+given up before its request left, for a link that says when it is about to send (``at_send``,
+called in the request thread: botocore's ``before-send``). A try given up there was certainly not
+applied (``TryGivenUp`` without ``maybe_applied``): it is retried, and no doubt is reported.
 """
 
 from __future__ import annotations
@@ -19,11 +22,23 @@ from awsflock import errors
 _T = TypeVar("_T")
 #: Real time a try is given beyond its timeout before it is given up.
 TRY_GRACE = 0.25
+#: The try a request thread is running (for ``at_send``).
+_serving = threading.local()
+
+
+class TryGivenUp(errors.EndpointUnreachable):
+    """A try its caller stopped waiting for; ``maybe_applied`` if its request may have left."""
+
+    def __init__(self, message: str, *, hint: str, sent: bool) -> None:
+        super().__init__(message, hint=hint)
+        self.maybe_applied = sent
 
 
 class _Job(Generic[_T]):
-    def __init__(self, call: Callable[[], _T]) -> None:
+    def __init__(self, call: Callable[[], _T], announced: bool) -> None:
         self.call = call
+        #: Whether the call says when its request is about to leave (``at_send``).
+        self.announced = announced
         self.gate = threading.Lock()
         self.sent = False
         self.abandoned = False
@@ -36,12 +51,30 @@ class _Job(Generic[_T]):
             with self.gate:
                 if self.abandoned:  # given up before it was taken up: never sent
                     return
-                self.sent = True
+                self.sent = not self.announced
+            _serving.job = self
             self.value = self.call()
         except BaseException as exc:  # handed to the caller's thread as is
             self.error = exc
         finally:
+            _serving.job = None
             self.done.set()
+
+    def sending(self) -> None:
+        """The gate at the moment of sending: refused once the caller has given the try up."""
+        with self.gate:
+            if self.abandoned:
+                raise TryGivenUp("the try was given up before it was sent", hint="", sent=False)
+            self.sent = True
+
+
+def at_send() -> None:
+    """Called by a link just before a request leaves, in the thread that sends it: raises
+    ``TryGivenUp`` (and nothing is sent) if the caller has given the try up. Outside a request
+    thread, nothing."""
+    job: _Job[Any] | None = getattr(_serving, "job", None)
+    if job is not None:
+        job.sending()
 
 
 class Workers:
@@ -52,9 +85,10 @@ class Workers:
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def run(self, call: Callable[[], _T], timeout: float, where: str) -> _T:
-        """``call()`` in a request thread, within ``timeout`` (plus a grace) of real time."""
-        job: _Job[_T] = _Job(call)
+    def run(self, call: Callable[[], _T], timeout: float, where: str, announced: bool) -> _T:
+        """``call()`` in a request thread, within ``timeout`` (plus a grace) of real time;
+        ``announced``: the call passes ``at_send`` before its request leaves."""
+        job: _Job[_T] = _Job(call, announced)
         inbox = self._take()
         inbox.put(job)
         try:
@@ -63,9 +97,15 @@ class Workers:
             _give_up(job, inbox)
             raise
         if not answered:
-            _give_up(job, inbox)
-            raise errors.EndpointUnreachable(
-                f"{where} did not answer in time", hint="check the network and retry"
+            if not _give_up(job, inbox):
+                raise TryGivenUp(
+                    f"{where}: the try was given up before it was sent (it took over "
+                    f"{timeout + TRY_GRACE:.1f}s to prepare)",
+                    hint="retry; if it recurs, check what slows this process (credentials, CPU)",
+                    sent=False,
+                )
+            raise TryGivenUp(
+                f"{where} did not answer in time", hint="check the network and retry", sent=True
             )
         with self._lock:
             self._idle.append(inbox)
@@ -99,11 +139,14 @@ class Workers:
             inbox.put(None)
 
 
-def _give_up(job: _Job[Any], inbox: queue.SimpleQueue[_Job[Any] | None]) -> None:
-    """A try its caller no longer waits for: never sent if its thread has not taken it up."""
+def _give_up(job: _Job[Any], inbox: queue.SimpleQueue[_Job[Any] | None]) -> bool:
+    """A try its caller no longer waits for: never sent if its thread has not sent it yet.
+    Whether it may have been."""
     with job.gate:  # from here on, a thread that has not sent it never will
         job.abandoned = True
+        sent = job.sent
     inbox.put(None)  # that thread ends once its try does
+    return sent
 
 
 def request_thread(target: Callable[..., None], *args: Any) -> threading.Thread:
