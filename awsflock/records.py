@@ -11,7 +11,7 @@ import getpass
 import os
 import platform
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from awsflock.text import format_seconds, iso_utc, printable
@@ -149,6 +149,59 @@ class Line:
 NO_LINE = Line()
 
 
+#: ``Previous.how``: how the lease before a grant ended.
+FIRST = "first"  # nothing was granted on the lock (slot) before
+RELEASED = "released"  # its holder released it
+EXPIRED = "expired"  # it ran out, and the grant reclaimed it
+FORCED = "forced"  # force-released (by an operator, or its keep-alive after its process exited)
+
+
+@dataclass(frozen=True)
+class Previous:
+    """How the lease before a grant ended, with who held it: what the grant replaced, exactly
+    (``docs/contributing/design-remembering.md``). ``ended_at``: when an unreleased lease ended
+    (its expiry, or the force), epoch seconds; None where that is not known (its record was
+    deleted since)."""
+
+    how: str
+    lease_id: str = ""
+    owner: str = ""
+    host: str = ""
+    ci_url: str = ""
+    ended_at: float | None = None
+    forced_by: str = ""
+    forced_reason: str = ""
+
+    @property
+    def unreleased(self) -> bool:
+        """The lease before did not end by its holder's release."""
+        return self.how in (EXPIRED, FORCED)
+
+    @classmethod
+    def of(cls, record: LockRecord | None, *, end_known: bool = True) -> Previous:
+        """How the lease of ``record`` (the record a grant replaced; None: none) ended.
+        ``end_known``: its expiry is its end (False where the record was deleted and only what
+        its grant wrote remains)."""
+        if record is None or not record.lease_id:
+            return cls(FIRST)
+        held = cls(EXPIRED, record.lease_id, record.owner, record.host, record.ci_url)
+        if record.ended == ENDED_RELEASED:
+            return replace(held, how=RELEASED)
+        if record.forced:
+            return replace(
+                held,
+                how=FORCED,
+                ended_at=record.forced_at,
+                forced_by=record.forced_by,
+                forced_reason=record.forced_reason,
+            )
+        return replace(held, ended_at=record.expires_at if end_known else None)
+
+    def as_dict(self) -> dict[str, Any]:
+        """As ``--json`` prints it: empty fields left out."""
+        return {k: v for k, v in self.__dict__.items() if v not in ("", None)}
+
+
 @dataclass(frozen=True)
 class LockRecord:
     """One lock item as read from the table. Times are epoch seconds (floats)."""
@@ -186,6 +239,8 @@ class LockRecord:
     shared: bool = False
     shares: tuple[LockRecord, ...] = field(default=(), compare=False, repr=False)
     claimed_until: float | None = None
+    #: How the lease before the current one ended (None where the store does not say).
+    previous: Previous | None = field(default=None, compare=False, repr=False)
     #: The lock's line of fair waiters (on a plain lock's record; a pool has its own).
     line: Line = field(default=NO_LINE, compare=False, repr=False)
     #: The store's raw fields (for debugging; their names are the store's own).

@@ -12,6 +12,7 @@ from awsflock.stores import kinds
 from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.memory import MemoryStore
 from tests.conformance.awaited import Awaited
+from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
 from tests.conformance.suite import StoreConformance
@@ -78,3 +79,15 @@ class TestDynamoDBStoreOnMotoShares(ShareConformance):
     @pytest.fixture
     def store(self, moto: object) -> DynamoDBStore:
         return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]
+
+
+class TestMemoryStorePrevious(PreviousConformance):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore()
+
+
+class TestMemoryStoreWithoutTransactionsPrevious(PreviousConformance):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore(transactions=False)

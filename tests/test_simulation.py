@@ -30,6 +30,13 @@ def test_a_seed_replays_the_same_run_exactly():
     assert simulate(8, clients=8, ops=40).trace != first.trace
 
 
+def test_every_grant_is_checked_for_how_the_lease_before_it_ended():
+    # The check of ``previous`` runs on the in-memory store (the mutants R, R1, R2 show that it
+    # finds what it exists for).
+    result = simulate(0, clients=8, ops=60)
+    assert result.violation is None and result.previous_checked >= result.grants > 0
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # about 70 s alone; far longer beside the servers of other tests
 def test_the_first_half_of_the_budget_keeps_every_invariant():

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from awsflock import errors
 from awsflock.clock import Clock
-from awsflock.records import LockRecord
+from awsflock.records import LockRecord, Previous
 from awsflock.text import iso_utc
 
 log = logging.getLogger("awsflock.lease")
@@ -43,6 +43,8 @@ class Lease:
     acquired_at: float
     waited: float = 0.0
     reclaimed: LockRecord | None = field(default=None, repr=False)
+    #: How the lease before this one ended (None where the store does not say).
+    previous: Previous | None = field(default=None, repr=False)
     released: bool = False
     #: The pool slot this lease holds (None for a plain lock).
     slot: int | None = None
@@ -82,7 +84,7 @@ class Lease:
             acquired_at=record.acquired_at or wall,
             expires_mono=record.expires_at + to_mono,
             to_mono=to_mono,
-            **extra,
+            **{"previous": record.previous, **extra},
         )
 
     def renewed_by(self, fresh: Lease, *, wall_clock_ends: bool) -> None:
@@ -130,6 +132,7 @@ class Lease:
             "expires_at": round(self.expires_at, 3),
             "lease_duration": self.lease_duration,
             **({} if self.slot is None else {"slot": self.slot}),
+            **({} if self.previous is None else {"previous": self.previous.as_dict()}),
         }
 
     def __enter__(self) -> Lease:

@@ -50,6 +50,7 @@ from awsflock.shares import is_share_id
 from awsflock.stores import kinds
 from awsflock.stores.memory_records import (
     ForSimulations,
+    _Lease,
     _Record,
     _seconds,
     _version,
@@ -89,6 +90,8 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
         #: Each plain lock's fence record: the highest token ever granted on it. Never removed
         #: (not by ``expire_records``, not by a 0.2.0 client), as the DynamoDB store's are not.
         self._fences: dict[str, int] = {}
+        #: Each plain lock's last lease as its grant and end wrote it (``memory_takes.grant``).
+        self._lasts: dict[str, _Lease] = {}
         self._audit: dict[str, dict[str, Any]] = {}
         #: Each lease that ended by a release or force-release (the DynamoDB store's done items,
         #: written with the end where there are transactions): lease -> (lock, how, expiry s).
@@ -132,7 +135,14 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
                 record.remove([attempt.ticket, *(t for t, _ in attempt.drop)])
             if record is None:
                 record = self._records[lock_id] = _Record()
-            write(record, attempt, lock_id, self._fences, transactions=self.transactions)
+            write(
+                record,
+                attempt,
+                lock_id,
+                self._fences,
+                transactions=self.transactions,
+                lasts=self._lasts,
+            )
             return self._outcome(True, lock_id, record, attempt.slot)
 
     def renew(
@@ -231,11 +241,22 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
             lease.expires_s = record.ttl(_seconds(now_ms + skew_ms))
             for name, value in (forced or {}).items():
                 setattr(lease, name, value)
+            if slot is None:
+                self._end_last(lock_id, lease_id, ended, forced or {})
             if audit is not None:  # in the same write as the end (protocol.force_release)
                 self._audit[audit_key(lease_id)] = kept_audit(audit)
             if self.transactions:  # as DynamoDB's transaction, it answers nothing
                 return Outcome(True, None, None, slot)
             return self._outcome(True, lock_id, record, slot)
+
+    def _end_last(self, lock_id: str, lease_id: str, ended: str, forced: dict[str, Any]) -> None:
+        """An end of ``lease_id``, kept with the lock's last lease if it is that one (the
+        DynamoDB store's fence record, which the end's transaction updates)."""
+        last = self._lasts.get(lock_id)
+        if last is not None and last.lease == lease_id:
+            last.ended = ended
+            for name, value in forced.items():
+                setattr(last, name, value)
 
     def _bar(
         self,

@@ -23,6 +23,7 @@ from awsflock.protocol import (
 from awsflock.records import (
     Identity,
     LockRecord,
+    Previous,
     Waiter,
     holder_fields,
 )
@@ -50,6 +51,8 @@ class _Lease:
     forced_reason: str = ""
     forced_ms: int | None = None
     keeper: str = ""
+    #: How the lease before this one ended (written by its grant).
+    previous: Previous | None = None
 
     def owned_by(self, lease_id: str) -> bool:
         return self.lease == lease_id if self.lease else self.version == lease_id
@@ -99,6 +102,7 @@ class _Lease:
             forced_at=None if self.forced_ms is None else self.forced_ms / 1000,
             legacy=self.fence is None and self.expires_ms is None,
             keeper=self.keeper,
+            previous=self.previous,
         )
 
 

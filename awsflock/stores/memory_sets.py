@@ -10,7 +10,7 @@ from typing import Any
 
 from awsflock.protocol import Attempt, Outcome
 from awsflock.sets import check_set_attempts, no_sets
-from awsflock.stores.memory_records import _Record
+from awsflock.stores.memory_records import _Lease, _Record
 from awsflock.stores.memory_takes import grant, may_take
 
 
@@ -20,6 +20,7 @@ class MemorySets:
     _mutex: threading.Lock
     _records: dict[str, _Record]
     _fences: dict[str, int]
+    _lasts: dict[str, _Lease]
     _done: dict[str, tuple[str, str, int]]
     transactions: bool
 
@@ -43,7 +44,7 @@ class MemorySets:
             outcomes = []
             for name, attempt in takes:
                 record = self._records.setdefault(name, _Record())
-                grant(record, attempt, name, self._fences, transactions=True)
+                grant(record, attempt, name, self._fences, transactions=True, lasts=self._lasts)
                 outcomes.append(store._outcome(True, name, record, None))
             return tuple(outcomes)
 

@@ -43,7 +43,13 @@ def may_share(
 
 
 def grant_share(
-    record: _Record, attempt: Attempt, lock_id: str, fences: dict[str, int], *, transactions: bool
+    record: _Record,
+    attempt: Attempt,
+    lock_id: str,
+    fences: dict[str, int],
+    *,
+    transactions: bool,
+    lasts: dict[str, _Lease] | None = None,
 ) -> None:
     """Write the share ``attempt`` was granted: into a new group if the lock was free, else
     into the live group (whose end it raises); lapsed shares are dropped. Its token is above

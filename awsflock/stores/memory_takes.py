@@ -5,7 +5,10 @@ the store's mutex; ``may_resize`` is ``pool-resize``'s condition."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from awsflock.protocol import Attempt
+from awsflock.records import Previous
 from awsflock.stores.memory_records import _Lease, _Record, _seconds, _version
 
 
@@ -55,11 +58,18 @@ def may_take(
 
 
 def grant(
-    record: _Record, attempt: Attempt, lock_id: str, fences: dict[str, int], *, transactions: bool
+    record: _Record,
+    attempt: Attempt,
+    lock_id: str,
+    fences: dict[str, int],
+    *,
+    transactions: bool,
+    lasts: dict[str, _Lease] | None = None,
 ) -> None:
     """Write the lease ``attempt`` was granted into ``record``, under a token above every one
     granted on the lock before (``fences``: each plain lock's highest, kept apart from its
-    record where there are transactions; without them the record is kept for good)."""
+    record where there are transactions; without them the record is kept for good), with how
+    the lease it replaced ended. ``lasts``: each plain lock's last lease, beside its token."""
     now_ms, slot = attempt.now_ms, attempt.slot
     becomes_pool = slot is not None and record.slots is None
     old = record.top if slot is None else record.pool.get(slot, _Lease())
@@ -93,7 +103,10 @@ def grant(
         acquired_ms=now_ms,
         fence=fence,
         history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
+        previous=previous(old, lock_id, None if slot is not None else lasts),
     )
+    if slot is None and transactions and lasts is not None:
+        lasts[lock_id] = dataclasses.replace(new)
     # An exclusive grant ends a group of shared holders for good, and the claim made for it.
     record.shares, record.shared, record.claim_ms = {}, False, None
     if slot is None:
@@ -104,6 +117,15 @@ def grant(
         # A pool never expires, and gives awsflock 0.2.0 nothing to take.
         record.top.expires_s = None
         record.top.version = ""
+
+
+def previous(old: _Lease, lock_id: str, lasts: dict[str, _Lease] | None) -> Previous:
+    """How ``old`` (the lease a grant replaces; empty: none) ended. Where there is none, as its
+    record was deleted (TTL, an awsflock 0.2.0 release), the lock's last lease in ``lasts``."""
+    if old.lease or old.version:
+        return Previous.of(old.record(lock_id, None))
+    last = None if lasts is None else lasts.get(lock_id)
+    return Previous.of(None if last is None else last.record(lock_id, None), end_known=False)
 
 
 def may_resize(record: _Record | None, old: int | None, new: int, cutoff_ms: int) -> bool:

@@ -13,6 +13,7 @@ from awsflock.stores import kinds
 from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.postgresql import PostgresStore
 from tests.conformance.awaited import Awaited
+from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
 from tests.conformance.suite import StoreConformance
@@ -57,6 +58,17 @@ class TestPostgresStoreSets(SetConformance):
     """Sets on a real PostgreSQL server, in the caller's time; ``bars`` as above."""
 
     bars = True
+
+    @pytest.fixture
+    def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:
+        store = PostgresStore(postgres.url, pg_table, server_time=False)
+        yield store
+        store.close()
+
+
+class TestPostgresStorePrevious(PreviousConformance):
+    """How the lease before each grant ended, on a real PostgreSQL server, in the caller's
+    time."""
 
     @pytest.fixture
     def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:

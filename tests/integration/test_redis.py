@@ -23,6 +23,7 @@ from awsflock.records import Identity
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
 from tests.conformance.awaited import Awaited
+from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
 from tests.conformance.suite import StoreConformance
@@ -56,6 +57,16 @@ class TestRedisStoreSets(SetConformance):
     """Sets, in the caller's time; ``bars`` as above."""
 
     bars = True
+
+    @pytest.fixture
+    def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:
+        store = _store(redis_server, server_time=False)
+        yield store
+        store.close()
+
+
+class TestRedisStorePrevious(PreviousConformance):
+    """How the lease before each grant ended, in the caller's time."""
 
     @pytest.fixture
     def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:
@@ -141,6 +152,38 @@ def test_tokens_rise_across_release_force_release_expiry_and_the_hash_going(
     tokens.append(token)
     assert tokens == sorted(set(tokens)), tokens
     assert client.exists(fence_key) and client.pttl(fence_key) == -1
+
+
+@pytest.mark.parametrize("ends", ["released", "forced", "ran out"])
+def test_the_previous_lease_is_known_after_the_hash_is_gone(
+    store: RedisStore, redis_server: RedisServer, ends: str
+):
+    # The lock's hash expires a day after its last lease (GC, done here by hand); the fence key
+    # keeps the last lease and how it ended, so the next grant still says it (without the end
+    # of one that ran out: renewals do not write the fence key).
+    name = "prev-" + uuid.uuid4().hex[:8]
+    first, _, ok = _take(store, name, lease_ms=200 if ends == "ran out" else 60_000)
+    assert ok
+    if ends == "released":
+        assert store.release(name, first, now_ms=_now(), skew_ms=0).applied
+    elif ends == "forced":
+        assert store.force_release(
+            name, first, force_id="f", now_ms=_now(), skew_ms=0, actor="ops", reason="stuck"
+        ).applied
+    else:
+        time.sleep(0.3)
+    assert redis_server.client().delete(layout.lock_key(store.prefix, name)) == 1
+    outcome = store.take(name, Attempt(str(uuid.uuid4()), Identity(owner="u"), _now(), 60_000, 0))
+    assert outcome.applied and outcome.record is not None
+    said = outcome.record.previous
+    assert said is not None and (said.lease_id, said.owner) == (first, "t")
+    expected = {
+        "released": ("released", None),
+        "forced": ("forced", "ops"),
+        "ran out": ("expired", None),
+    }
+    assert (said.how, said.forced_by or None) == expected[ends]
+    assert (said.ended_at is None) == (ends != "forced")  # a force's time is kept with it
 
 
 def test_a_take_that_lands_after_a_newer_grant_is_refused(store: RedisStore):

@@ -403,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.shares:
         print(f"{sum(r.share_grants for r in results)} shares granted")
+    checked = sum(r.previous_checked for r in results)
+    if checked:
+        print(f"{checked} grants checked for how the lease before them ended")
     why = WHY_OFF.get(args.store, {})
     left_out = sorted({what for r in results for what in r.off})
     if left_out:

@@ -61,10 +61,11 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from awsflock.protocol import LINE_LAPSE_MS, Attempt, LockStore, Outcome
-from awsflock.records import Line, LockRecord, Waiter
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, Line, LockRecord, Waiter
 from awsflock.shares import is_group_id, is_share_id
 from awsflock.stores import kinds
 from tests.simulation.bodies import Bodies
+from tests.simulation.checker_previous import PreviousChecks
 from tests.simulation.checker_sets import SET_STEPS, SetChecks
 from tests.simulation.checker_shares import ShareChecks, held_shares, view
 from tests.simulation.world import EPOCH, Proc, World
@@ -130,6 +131,8 @@ class Checker:
         self.sets = SetChecks(self)
         #: Shared holders (``checker_shares``).
         self.shares = ShareChecks(self)
+        #: How the lease before each grant ended (``checker_previous``).
+        self.previous = PreviousChecks(self)
 
     def fail(self, what: str) -> NoReturn:
         at = self.world.now - EPOCH
@@ -167,6 +170,8 @@ class Checker:
             record = result.record
             assert record is not None
             self.shares.granted(key, attempt.lease_id, record)
+            old = _record(before, attempt.slot) if before is not None else None
+            self.previous.granted(key, attempt, record, old)
             token = record.fencing_token
             if token is not None:
                 last = self.max_token.get(key)
@@ -204,6 +209,11 @@ class Checker:
                         pool is None or pool.size is None or slot >= pool.size
                     ):
                         self.fail(f"renew of slot {slot} of {args[0]!r}, outside the pool")
+                mark = ENDED_RELEASED if operation == "release" else ENDED_FORCED
+                if operation != "renew":
+                    self.previous.ended(
+                        (args[0], slot), lease_id, mark + args[2].get("force_id", "")
+                    )
                 if operation == "force_release":
                     self.forced.add(lease_id)
                     self.forced_by[lease_id] = (args[2]["actor"], args[2]["force_id"])
@@ -228,6 +238,7 @@ class Checker:
             # awsflock 0.2.0 writes the whole record: the leases it remembered are gone, as
             # when it is deleted (what a release retried afterwards can still tell).
             self.deleted(args[0])
+            self.previous.legacy_put(args[0], args[1], args[2])
         elif operation == "legacy_delete" and result:
             self.deleted(args[0])
 
@@ -450,6 +461,7 @@ class Checker:
 
     def deleted(self, name: str) -> None:
         self.deletions[name] = self.deletions.get(name, 0) + 1
+        self.previous.removed(name)
 
     def told_not_held(self, proc: Proc, key: Key, lease_id: str, renewing: bool) -> None:
         if not renewing and lease_id in self.released:

@@ -120,6 +120,8 @@ class SetChecks:
         for (name, attempt), outcome in zip(takes, outcomes):
             if applied and outcome is not None:
                 checker.applied("take", (name, attempt), outcome, before[name], made)
+            elif applied:
+                checker.previous.lost(name)
         # The state right after the step: every member held, or none (unless a try of this
         # same take was applied before: then this refusal is of its retry).
         after = {name: checker._current((name, None)) for name in names}

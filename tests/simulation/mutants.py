@@ -21,6 +21,7 @@ from awsflock.stores.memory_records import _Lease, _Record
 from awsflock.stores.remote import connected
 from awsflock.stores.remote import requests as retrying
 from tests.simulation.mutants_aio import AIO_SHARE, MUTANTS_AIO
+from tests.simulation.mutants_previous import MUTANTS_PREVIOUS
 from tests.simulation.mutants_sets import MUTANTS_SETS, SETS_SHARE
 from tests.simulation.mutants_shares import MUTANTS_SHARES, SHARES_SHARE
 from tests.simulation.patching import patched as _patched
@@ -511,6 +512,7 @@ MUTANTS: dict[str, Patch] = {
     **MUTANTS_AIO,
     **MUTANTS_SETS,
     **MUTANTS_SHARES,
+    **MUTANTS_PREVIOUS,
 }
 
 #: The mutants of the asynchronous API: looked for with a share of the workers on it.

@@ -73,6 +73,8 @@ class Result:
     #: Takes of sets the store applied, and refused.
     set_grants: int = 0
     set_refusals: int = 0
+    #: Grants whose ``previous`` was checked.
+    previous_checked: int = 0
 
     def replay(self, ops: int, store: str = "memory") -> str:
         return (
@@ -159,6 +161,7 @@ def simulate(
     result.cancelled = checker.cancelled
     result.set_grants, result.set_refusals = checker.sets.grants, checker.sets.refusals
     result.share_grants = checker.shares.grants
+    result.previous_checked = checker.previous.checked
     result.virtual_seconds = world.now - 1_900_000_000.0
     result.wall_seconds = time.perf_counter() - started
     result.trace = list(world.trace)

@@ -29,6 +29,7 @@ LEASE_FIELDS = (
     "forced_ms",
     "keeper",
     "who",
+    "prev",
 )
 
 

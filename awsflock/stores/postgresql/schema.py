@@ -48,6 +48,8 @@ ADDED_COLUMNS = (
     ("shared", "boolean NOT NULL DEFAULT false"),
     ("shares", "jsonb NOT NULL DEFAULT '{}'"),
     ("claim_ms", "bigint"),
+    # The lease a grant replaced (answers.py's ``prev``; NULL: granted before it was kept).
+    ("prev", "jsonb"),
 )
 
 

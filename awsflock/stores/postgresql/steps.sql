@@ -221,6 +221,11 @@ BEGIN
                     CASE WHEN r.lease_id IS NULL THEN '[]'::jsonb
                     ELSE jsonb_build_array(jsonb_build_array(r.lease_id, r.ended)) END
                     || r.history, '$[0 to 2]'),
+                -- The lease taken over, as it stood: how the lease before this one ended.
+                prev = CASE WHEN r.lease_id IS NULL THEN '{}'::jsonb ELSE jsonb_strip_nulls(
+                    jsonb_build_object('lease_id', r.lease_id, 'who', r.who, 'ended', r.ended,
+                        'expires_ms', r.expires_ms, 'forced_by', r.forced_by,
+                        'forced_reason', r.forced_reason, 'forced_ms', r.forced_ms)) END,
                 forced_by = NULL,
                 forced_reason = NULL,
                 forced_ms = NULL,

@@ -28,5 +28,6 @@ CREATE TABLE {{T}} (
     shared boolean NOT NULL DEFAULT false,
     shares jsonb NOT NULL DEFAULT '{}',
     claim_ms bigint,
+    prev jsonb,
     PRIMARY KEY (lock_id, slot)
 );

@@ -125,6 +125,12 @@ def lease(text: str | None) -> dict[str, Any] | None:
     kept: dict[str, Any] = json.loads(text)
     found = {name: kept.get(short) for name, short in FIELDS.items()}
     found["who"] = _who(kept.get("who"))
+    prev = kept.get("prev")
+    if isinstance(prev, dict):  # the lease its grant took over ({}: none)
+        replaced = {name: prev[short] for name, short in FIELDS.items() if short in prev}
+        if prev:
+            replaced["who"] = _who(prev.get("who"))
+        found["prev"] = replaced
     found["raw"] = kept
     return found
 

@@ -9,7 +9,9 @@
 --   KEYS[1] P:{NAME}:lock    hash: the plain lease "p", a pool's "slots" and leases "s:N", the
 --                            line of fair waiters "w:TICKET", "next", "polled"; a lock held
 --                            shared: "shared", its shares "r:LEASE_ID", a writer's "claim"
---   KEYS[2] P:{NAME}:fence   hash: "token" (highest fencing token granted), "granted" (when)
+--   KEYS[2] P:{NAME}:fence   hash: "token" (highest fencing token granted), "granted" (when),
+--                            "last" (the plain lease's grant and end, which outlive the lock's
+--                            hash: how the lease before a grant ended, once that is gone)
 --   KEYS[3] P:{NAME}:bars    sorted set: lease ids an end step found holding nothing here
 --   KEYS[4] P:{NAME}:done    sorted set: lease ids taken over, scored when * 4 + how
 --   KEYS[5] P:{NAME}:forced  hash: the force-released ones among them -> "forced:ACTION"
@@ -103,7 +105,7 @@ local function step(KEYS, op, p, clock, dry)
     local h = {}
     for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
     local has = #flat > 0
-    local fence = redis.call('HMGET', KEYS[2], 'token', 'granted')
+    local fence = redis.call('HMGET', KEYS[2], 'token', 'granted', 'last')
 
     local function lease(field)
         local text = h[field]
@@ -223,6 +225,10 @@ local function step(KEYS, op, p, clock, dry)
         l.ended, l.exp = p.ended, s(now)
         if p.forced_by ~= nil then l.fby, l.fwhy, l.fms = p.forced_by, p.forced_reason, s(now) end
         set(f, cjson.encode(l))
+        if f == 'p' then
+            redis.call('HSET', KEYS[2], 'last', cjson.encode({lease = l.lease, who = l.who,
+                       ended = l.ended, fby = l.fby, fwhy = l.fwhy, fms = l.fms}))
+        end
         write_audit()
     end
     local function polled(at)
@@ -305,6 +311,16 @@ local function step(KEYS, op, p, clock, dry)
             local hist = hand_on(r)
             local new = {lease = p.lease, who = p.who, ms = s(p.lease_ms), exp = s(now + p.lease_ms),
                          acq = s(now), fence = s(token), ended = '', keeper = ''}
+            -- The lease taken over, as it stood: how the lease before this one ended.
+            -- Where the hash is gone (expired a day after its last lease), the fence's "last"
+            -- (without its end: renewals do not write it).
+            new.prev = {}
+            if r ~= nil and r.lease ~= '' then
+                new.prev = {lease = r.lease, who = r.who, ended = r.ended, exp = r.exp,
+                            fby = r.fby, fwhy = r.fwhy, fms = r.fms}
+            elseif slot == nil and fence[3] then
+                new.prev = cjson.decode(fence[3])
+            end
             if p.sent ~= nil then new.rs = s(p.sent) end
             if #hist > 0 then new.hist = hist end
             set(field, cjson.encode(new))
@@ -315,6 +331,10 @@ local function step(KEYS, op, p, clock, dry)
                 wake = slot ~= nil  -- the next in line may take another free slot
             end
             redis.call('HSET', KEYS[2], 'token', s(token), 'granted', s(now))
+            if slot == nil then
+                redis.call('HSET', KEYS[2], 'last', cjson.encode({lease = p.lease, who = p.who,
+                           ended = ''}))
+            end
         end
 
     -- renew: extend a held lease.

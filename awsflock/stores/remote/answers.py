@@ -11,8 +11,10 @@ The shared form (each step program turns its server's reply into it):
   pool, ``slot_leases`` ({slot: lease}).
 - a lease: a dict with ``lease_id``, ``expires_ms``, ``acquired_ms``, ``lease_ms``, ``fence``,
   ``ended``, ``history`` ([[lease_id, ended], ...]), ``forced_by``, ``forced_reason``,
-  ``forced_ms``, ``keeper``, ``who`` (a dict of ``records.Identity``'s fields) and ``raw`` (the
-  server's own form, kept as the record's ``extra``).
+  ``forced_ms``, ``keeper``, ``who`` (a dict of ``records.Identity``'s fields), ``prev`` (the
+  lease its grant replaced, as the step copied it: a dict of the same fields but ``history``,
+  ``keeper`` and ``prev``; {} where there was none; None where the grant predates ``prev``) and
+  ``raw`` (the server's own form, kept as the record's ``extra``).
 - a place: a dict with ``n``, ``who``, ``since`` and ``seen`` (milliseconds).
 - a lock held shared (``awsflock.shares``): the head's ``shared`` (true), ``shares`` ({share's
   LEASE_ID: {``e`` end, ``r`` reading, ``a`` grant, ``f`` token, ``d`` length (ms), ``who``,
@@ -26,7 +28,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from awsflock.protocol import Outcome
-from awsflock.records import NO_LINE, Identity, Line, LockRecord, Pool, Waiter, holder_fields
+from awsflock.records import (
+    NO_LINE,
+    Identity,
+    Line,
+    LockRecord,
+    Pool,
+    Previous,
+    Waiter,
+    holder_fields,
+)
 
 
 @dataclass(frozen=True)
@@ -98,9 +109,21 @@ def record(
         forced_reason=str(get("forced_reason") or ""),
         forced_at=_seconds(get("forced_ms"), shift),
         keeper=str(get("keeper") or ""),
+        previous=_previous(lock_id, get("prev"), shift),
         extra=get("raw", lease),
         line=waiting,
     )
+
+
+def _previous(lock_id: str, prev: Any, shift: int) -> Previous | None:
+    """How the lease a grant replaced ended, from what the step copied of it (``prev``)."""
+    if not isinstance(prev, dict):
+        return None
+    if not prev:
+        return Previous.of(None)
+    # Without its end where only what its grant and end wrote remains (its record gone).
+    replaced = record(lock_id, {**prev, "prev": None}, None, shift)
+    return Previous.of(replaced, end_known=prev.get("expires_ms") is not None)
 
 
 def _history(kept: Any) -> tuple[tuple[str, str], ...]:
