@@ -158,10 +158,10 @@ FORCED = "forced"  # force-released (by an operator, or its keep-alive after its
 
 @dataclass(frozen=True)
 class Previous:
-    """How the lease before a grant ended, with who held it: what the grant replaced, exactly
-    (``docs/contributing/design-remembering.md``). ``ended_at``: when an unreleased lease ended
-    (its expiry, or the force), epoch seconds; None where that is not known (its record was
-    deleted since)."""
+    """How the lease before a grant ended, with who held it where it did not end by its
+    holder's release: what the grant replaced, exactly (``docs/contributing/design-remembering
+    .md``). ``ended_at``: when an unreleased lease ended (its expiry, or the force), epoch
+    seconds; None where that is not known (its record was deleted since)."""
 
     how: str
     lease_id: str = ""
@@ -184,9 +184,9 @@ class Previous:
         its grant wrote remains)."""
         if record is None or not record.lease_id:
             return cls(FIRST)
-        held = cls(EXPIRED, record.lease_id, record.owner, record.host, record.ci_url)
         if record.ended == ENDED_RELEASED:
-            return replace(held, how=RELEASED)
+            return cls(RELEASED)  # a release says only that (a DynamoDB take learns no more)
+        held = cls(EXPIRED, record.lease_id, record.owner, record.host, record.ci_url)
         if record.forced:
             return replace(
                 held,

@@ -72,8 +72,10 @@ def test_acquire_json_has_stable_fields(run):
         "acquired_at",
         "expires_at",
         "lease_duration",
+        "previous",
     }
     assert data["lease_duration"] == 90 and isinstance(data["fencing_token"], int)
+    assert data["previous"] == {"how": "first"}
 
 
 def test_renew_prints_the_same_lease_id_and_release_frees(run):

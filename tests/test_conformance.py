@@ -91,3 +91,9 @@ class TestMemoryStoreWithoutTransactionsPrevious(PreviousConformance):
     @pytest.fixture
     def store(self) -> MemoryStore:
         return MemoryStore(transactions=False)
+
+
+class TestDynamoDBStoreOnMotoPrevious(PreviousConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]

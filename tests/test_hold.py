@@ -24,6 +24,8 @@ def eventually(condition, timeout: float = 5.0) -> None:
 
 
 def test_hold_renews_every_third_of_the_lease(make_table, moto, clock):
+    make_table("before").acquire("h", lease=60, wait=0).release()  # one request per take
+    clock.advance(1)
     client = CountingClient(moto)
     held = make_table(client=client).hold("h", lease=60)
     with held:

@@ -215,7 +215,9 @@ def test_wait_time_never_gives_up_early(make_table):
     assert "gave up after 7s" in str(caught.value)
 
 
-def test_uncontended_operations_are_one_request_each(make_table, moto):
+def test_uncontended_operations_are_one_request_each(make_table, moto, clock):
+    make_table("before").acquire("one", lease=60, wait=0).release()
+    clock.advance(1)  # later than that grant, as a clock is: a token above it
     client = CountingClient(moto)
     table = make_table(client=client)
     lease = table.acquire("one", lease=60, wait=0)
@@ -348,7 +350,19 @@ def test_lost_release_answer_then_someone_else_acquires_is_still_a_success(make_
     table.release_lease("rr", lease.lease_id)  # the retry: no NotHeld
 
 
-def test_lost_release_answer_retried_at_once_is_a_success(make_table, moto):
+def test_the_first_grant_of_a_name_is_two_requests_pinning_that_none_came_before(make_table, moto):
+    # A transaction answers nothing: the first try asks for a lock whose last lease was
+    # released; on a name never granted its refusal shows no fence record, and the second try
+    # pins that (the grant then says "first"). Once per name, ever.
+    client = CountingClient(moto)
+    lease = make_table(client=client).acquire("new-name", lease=60, wait=0)
+    assert dict(client.calls) == {"transact_write_items": 2}
+    assert lease.previous is not None and lease.previous.how == "first"
+
+
+def test_lost_release_answer_retried_at_once_is_a_success(make_table, moto, clock):
+    make_table("before").acquire("rr2", lease=60, wait=0).release()
+    clock.advance(1)
     client = LosingClient(moto, lambda op, n: op == "transact_write_items" and n == 2)
     table = make_table("a", client=client)
     lease = table.acquire("rr2", lease=60, wait=0)

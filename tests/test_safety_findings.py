@@ -146,6 +146,9 @@ def test_an_acquire_retried_past_its_lease_never_shares_the_lock_with_020(make_t
     # While our endpoint is down, a 0.2.0 client reads the item: our first (landed, unanswered)
     # grant has expired more than 5 s ago.
     clock.at(start + 21, lambda: reads.append(read_like_020(moto, "retry", clock.time())))
+    # A lock granted and released before: the first try is then one that grants (a name never
+    # granted is taken in two, the first pinning how the lease before ended: ``fates``).
+    make_table("w", clock=clock).acquire("retry", lease=10, wait=0).release()
     client = OutageClient(moto, clock, until=start + 22)
     ours = make_table("a", client=client, clock=clock).acquire("retry", lease=10, wait=60)
     assert reads and reads[0] is not None
@@ -865,29 +868,29 @@ def _throttled(operation: str) -> Any:
 def test_a_take_whose_early_try_may_land_is_not_dropped_when_a_later_call_fails(
     make_table, moto, clock, caplog
 ):
-    # B's lease ran out. A's first transaction is held up in the network (it may land later);
-    # its retry is refused and shows B's lease ran out, so the take sends a second transaction
-    # to reclaim it, which is throttled until the budget is spent. The first try then lands
-    # (after B's item was deleted by TTL): A must have kept that attempt unsettled, and named
-    # its LEASE_ID, not reported a failure that left the lock held by nobody it told.
+    # B's lease ran out and TTL deleted its item. A's first transaction is refused: the lock's
+    # fence record shows B's lease never ended. Its second, pinned to that, is held up in the
+    # network (it may land later); its retry is throttled until the budget is spent. The
+    # held-up try then lands: A must have kept that attempt unsettled, and named its LEASE_ID,
+    # not reported a failure that left the lock held by nobody it told.
     from botocore.exceptions import ConnectionClosedError
 
     make_table("b").acquire("doubt", lease=10, wait=0)
     clock.advance(16)
+    moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": "doubt"}})  # TTL
     held_up: list[Any] = []
 
     def script(n: int, send: Any, kwargs: Any) -> Any:
         if n == 1:
+            return send()  # refused: the fence record shows B's lease never ended
+        if n == 2:
             held_up.append(send)
             raise ConnectionClosedError(endpoint_url="http://reset")
-        if n == 2:
-            return send()  # refused: shows B's lease ran out
         raise _throttled("TransactWriteItems")
 
     with pytest.raises(errors.Throttled) as caught:
         make_table("a", client=ScriptedWrites(moto, script)).acquire("doubt", lease=60, wait=0)
     assert caught.value.maybe_applied
-    moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": "doubt"}})  # TTL
     held_up[0]()  # lands
     held = make_table("c").store.read("doubt").lock
     assert held is not None and not held.released

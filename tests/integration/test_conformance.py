@@ -41,6 +41,13 @@ class TestDynamoDBStoreOnServersShares(ShareConformance):
         return DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)
 
 
+@pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
+class TestDynamoDBStoreOnServersPrevious(PreviousConformance):
+    @pytest.fixture
+    def store(self, server: Server, shared_table: str) -> DynamoDBStore:
+        return DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)
+
+
 class TestPostgresStore(StoreConformance):
     """On a real PostgreSQL server, in the caller's time (the suite moves its clock by hand);
     the server's own clock is tested in test_postgres.py."""

@@ -91,7 +91,6 @@ PG_URL_ENV = "AWSFLOCK_SIM_PG_URL"
 
 #: Why a store runs without what the simulation leaves out on it (``run.off``).
 WHY_OFF = {
-    "moto": {"TTL deletion": "in-process moto never deletes items by TTL"},
     "postgresql": {
         "TTL deletion": "PostgreSQL deletes no row by its expiry time",
         "awsflock 0.2.0 clients": "awsflock 0.2.0 speaks only DynamoDB",

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tests.simulation.checker import Checker, Key
 
 #: The kinds whose grants say ``previous``.
-REMEMBERS = {"memory", "postgresql", "redis"}
+REMEMBERS = {"memory", "postgresql", "redis", "dynamodb"}
 
 
 @dataclass
@@ -77,6 +77,8 @@ class PreviousChecks:
                 if held.end.startswith(ENDED_FORCED)
                 else EXPIRED
             )
+        if how == RELEASED:  # a release says only that
+            lease_id, owner = "", ""
         said = record.previous
         who = f"the grant of {attempt.lease_id[:8]} on {key}"
         if said is None:

@@ -96,3 +96,25 @@ class DynamoDBStoreWith020:
 
         done: bool = self.store._send(operation, conditional)
         return done
+
+    def expire_records(self, now: float, *, legacy_after: float = 0.0) -> list[str]:
+        """What DynamoDB's TTL may do by ``now``: delete every item whose ``expiration_time``
+        (whole seconds) is past (an item awsflock 0.2.0 wrote, whose expiry time is its lease's
+        end, only ``legacy_after`` seconds after it). The names of the locks removed (not
+        awsflock's own items: done items, audit records)."""
+        from awsflock.records import RESERVED_PREFIX
+
+        gone = []
+        pages = self.client.get_paginator("scan").paginate(TableName=self.table_name)
+        for item in (i for page in pages for i in page.get("Items", ())):
+            expiry = item.get("expiration_time")
+            if expiry is None:
+                continue
+            legacy = "fence" not in item and "expires_ms" not in item
+            if float(expiry["N"]) + (legacy_after if legacy else 0) >= now:
+                continue
+            key = item["lock_id"]["S"]
+            self.client.delete_item(TableName=self.table_name, Key={"lock_id": {"S": key}})
+            if not key.startswith(RESERVED_PREFIX):
+                gone.append(key)
+        return gone

@@ -21,7 +21,7 @@ from awsflock.protocol import (
 )
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, kept_audit
 from awsflock.shares import is_share_id
-from awsflock.stores.dynamodb import expressions
+from awsflock.stores.dynamodb import expressions, fates
 from awsflock.stores.dynamodb.base import expiration_seconds, new_version
 from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
@@ -30,6 +30,7 @@ from awsflock.stores.dynamodb.items import (
     audit_item,
     bar_name,
     done_item,
+    fence_key,
     kept_audits,
     pending_audit_name,
     slot_prefix,
@@ -310,6 +311,20 @@ class Ends(Writes):
             return outcome  # barred already (and still)
         return None
 
+    def _last_end(self, lock_id: str, values: dict[str, Any]) -> dict[str, Any]:
+        """An end's update of the lock's fence record: its last lease ended so (and by whom, if
+        forced), if it is the lease ended."""
+        update = fates.LAST_END + (fates.LAST_FORCED if "actor" in values else "")
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
+                "UpdateExpression": update,
+                "ConditionExpression": fates.LAST_IS_IT,
+                **_request(update, fates.LAST_IS_IT, values=values),
+            }
+        }
+
     def _end_recorded(
         self,
         operation: str,
@@ -335,7 +350,14 @@ class Ends(Writes):
         if audit is not None:
             item = audit_item(audit_key(lease_id), audit)
             items.append({"Put": {"TableName": self.table_name, "Item": item}})
+        last = slot is None and not is_share_id(lease_id)
+        if last:  # the fence record's last lease ends with it (``fates``)
+            items.append(self._last_end(lock_id, values))
         answer = self._transact(operation, items)
+        if answer and last and answer[-1][0] and not any(r for r, _ in answer[:-1]):
+            # Only the fence record refused: its last lease is another (0.2.0's lease, ended
+            # by us; a fence record older than ``last_lease``). The end alone, then.
+            answer = self._transact(operation, items[:-1])
         if answer is None:
             self._transactions = False
             return None

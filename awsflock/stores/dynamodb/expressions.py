@@ -40,6 +40,7 @@ from __future__ import annotations
 from awsflock.protocol import Drops
 from awsflock.stores.dynamodb.items import HISTORY, NUMBER, POLLED, history_names
 from awsflock.stores.dynamodb.items import PLACE as W
+from awsflock.stores.dynamodb.pv import PV_FROM
 
 
 def ttl(p: str = "") -> str:
@@ -175,7 +176,12 @@ def acquire_update(
     token to ``:plain_top``, the highest it was granted (its fence record's, checked in the same
     transaction), so that every slot made later starts above it (``PLAIN_BELOW``). ``kept``: a
     plain take without transactions, which keeps the item for good (``KEPT``)."""
-    sets = []
+    # How the lease before ended (``fates``): copied from the lease it replaces on a slot or an
+    # item kept for good (never deleted); given by the caller's pin (``:pv_*``) otherwise.
+    if p or kept:
+        sets = [f"#{p}{pv} = if_not_exists(#{p}{src}, :null)" for pv, src in PV_FROM.items()]
+    else:
+        sets = [f"#{pv} = :{pv}" for pv in PV_FROM]
     for i in range(HISTORY - 1, 0, -1):
         (lease_to, end_to), (lease_from, end_from) = history_names(i), history_names(i - 1)
         sets.append(f"#{p}{lease_to} = if_not_exists(#{p}{lease_from}, :null)")

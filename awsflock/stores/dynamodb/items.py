@@ -35,6 +35,7 @@ from typing import Any
 
 from awsflock.protocol import ENDED_BARRED
 from awsflock.records import RESERVED_PREFIX, Identity, Line, LockRecord, Pool, Waiter, kept_audit
+from awsflock.stores.dynamodb.pv import previous_of_item
 
 # Attribute names. The first five are shared with awsflock 0.2.0 and must keep their meaning.
 A_LOCK_ID = "lock_id"
@@ -275,6 +276,7 @@ def record_from_item(item: dict[str, Any]) -> LockRecord:
         forced_at=forced_ms / 1000.0 if isinstance(forced_ms, (int, float)) else None,
         legacy=legacy,
         keeper=str(v.get(A_KEEPER) or ""),
+        previous=previous_of_item(v),
         extra=v,
     )
 

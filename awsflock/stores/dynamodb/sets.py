@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from awsflock.protocol import DONE_MS, Attempt, Outcome
-from awsflock.records import ENDED_RELEASED, LockRecord
+from awsflock.records import ENDED_RELEASED
 from awsflock.sets import check_set_attempts, no_sets
-from awsflock.stores.dynamodb import expressions
+from awsflock.stores.dynamodb import expressions, fates
 from awsflock.stores.dynamodb.base import expiration_seconds
 from awsflock.stores.dynamodb.ends import Ends, end_values
 from awsflock.stores.dynamodb.items import (
@@ -31,7 +31,7 @@ from awsflock.stores.dynamodb.items import (
     done_key,
 )
 from awsflock.stores.dynamodb.steps import Steps, renew_values
-from awsflock.stores.dynamodb.takes import Takes, _granted_record, _variant
+from awsflock.stores.dynamodb.takes import Takes, _granted_record
 
 
 @dataclasses.dataclass
@@ -43,7 +43,7 @@ class _Member:
     update: str
     values: dict[str, Any]
     token: int
-    seen: LockRecord | None
+    pin: fates.Pin
 
 
 class Sets(Takes, Ends, Steps):
@@ -58,7 +58,10 @@ class Sets(Takes, Ends, Steps):
             values, _line, _sets, sets, removes = self._take_values(attempt)
             token = max(attempt.now_ms * 1000, self._fences.get(lock_id, 0)) + 1
             update = expressions.acquire_update("", sets, removes, None)
-            members.append(_Member(lock_id, attempt, update, values, token, attempt.seen))
+            now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
+            values["last_who"] = fates.last_who(attempt.identity)
+            pin = fates.first(attempt.seen, now, skew)
+            members.append(_Member(lock_id, attempt, update, values, token, pin))
         with self.step():
             outcomes: tuple[Outcome, ...] = ()
             for _ in range(3):
@@ -75,16 +78,14 @@ class Sets(Takes, Ends, Steps):
             return outcomes
 
     def _items(self, member: _Member) -> list[Any]:
-        """A member's three items of the set's transaction, for its next try."""
-        now, skew = member.attempt.now_ms / 1000, member.attempt.skew_ms / 1000
-        free = _variant(member.seen, now, skew)
-        values = member.values
-        values["token"] = member.token
-        values["seen"] = member.seen.version if member.seen is not None else None
-        condition = expressions.acquire_condition("", expressions.LINE_CLEAR, free)
+        """A member's three items of the set's transaction, for its next try (pinned to how
+        the lease it replaces ended, as a plain take is: ``fates``)."""
+        pin, values = member.pin, member.values
+        values.update(token=member.token, **pin.values, **fates.pv_values(pin.previous))
+        condition = expressions.acquire_condition("", expressions.LINE_CLEAR, pin.item)
         return [
             self._lock_write(member.lock_id, member.update, condition, values),
-            self._fence_write(member.lock_id, member.token),
+            self._fence_write(member.lock_id, member.token, last=values, pinned=pin.fence),
             {
                 "ConditionCheck": {
                     "TableName": self.table_name,
@@ -98,11 +99,7 @@ class Sets(Takes, Ends, Steps):
     def _granted(self, member: _Member, in_doubt: bool) -> Outcome:
         """A member's outcome of the set's applied take (a transaction answers nothing)."""
         self._learn_fence(member.lock_id, member.token)
-        now, skew = member.attempt.now_ms / 1000, member.attempt.skew_ms / 1000
-        reclaimed = _variant(member.seen, now, skew) is expressions.RECLAIM_SEEN
-        record = _granted_record(
-            member.lock_id, member.attempt, member.values, member.seen if reclaimed else None
-        )
+        record = _granted_record(member.lock_id, member.attempt, member.values, member.pin)
         return Outcome(True, record, in_doubt=in_doubt)
 
     def _refused(
@@ -110,7 +107,7 @@ class Sets(Takes, Ends, Steps):
     ) -> tuple[tuple[Outcome, ...], bool]:
         """Each member's outcome of the refused take, and whether to send it again: only if
         no name is held and some try was refused for what a plain take sends again for (a
-        token too low, a lease it may reclaim changed)."""
+        token too low, the lock not as its pin says)."""
         outcomes, again, final = [], False, False
         for n, member in enumerate(members):
             (item_refused, item), (fence_refused, held), (ended_before, _) = answer[
@@ -127,14 +124,15 @@ class Sets(Takes, Ends, Steps):
             free_now = outcome.pool is None and (record is None or record.is_free(now, skew))
             high = max(fence or 0, (record.fencing_token or 0) if record else 0)
             self._learn_fence(member.lock_id, high)
+            pin = member.pin
+            if record is not None and not fates.accepts(pin, record):
+                pin = fates.seen(record)
+            elif not item_refused and fence_refused:
+                pin = fates.from_fence(held or {})
             if ended_before or not free_now:
                 final = True  # its lease id was used, or the name is held (or a pool)
-            elif high >= member.token:
-                member.token, member.seen, again = high + 1, record or member.seen, True
-            elif item_refused and _variant(record, now, skew) is not _variant(
-                member.seen, now, skew
-            ):
-                member.seen, again = record, True
+            elif high >= member.token or pin != member.pin:
+                member.token, member.pin, again = max(member.token, high + 1), pin, True
             elif item_refused:
                 final = True  # refused as it stands (the line, a lease id seen before)
         return tuple(outcomes), again and not final
@@ -176,6 +174,7 @@ class Sets(Takes, Ends, Steps):
             )
             items.append(self._lock_write(lock_id, update, condition, values))
             items.append({"Put": {"TableName": self.table_name, "Item": done}})
+            items.append(self._last_end(lock_id, values))
         with self.step():
             if self._transactions and self._transact("release", items) == []:
                 in_doubt = self._in_doubt()

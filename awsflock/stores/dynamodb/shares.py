@@ -28,7 +28,7 @@ from typing import Any
 from awsflock.protocol import KEPT_UNTIL, Attempt, Outcome
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, kept_audit
 from awsflock.shares import MAX_SHARES, group_of, is_share_id, live
-from awsflock.stores.dynamodb import expressions
+from awsflock.stores.dynamodb import expressions, fates
 from awsflock.stores.dynamodb import share_items as layout
 from awsflock.stores.dynamodb.base import expiration_seconds, new_version
 from awsflock.stores.dynamodb.ends import end_values
@@ -101,6 +101,7 @@ class Shares(Sets):
                 condition = expressions.acquire_condition("", line, free) + " AND "
                 condition += layout.NO_CLAIM
                 plain = expressions.acquire_update("", sets, removes, kept=not self._transactions)
+                values.update(fates.pv_values(None))  # a group's lease before: not said yet
                 update = layout.with_new_group(plain, values["stale"])
             answer = self._share_try(lock_id, share, update, condition, values)
             if answer is None:  # no transactions after all (dynalite): made again without

@@ -19,7 +19,7 @@ from awsflock.records import (
     Pool,
     holder_fields,
 )
-from awsflock.stores.dynamodb import expressions
+from awsflock.stores.dynamodb import expressions, fates
 from awsflock.stores.dynamodb.base import (
     _check_tickets,
     _drop_values,
@@ -173,7 +173,7 @@ class Takes(Writes):
                 self._transactions = False
                 continue
             sent_token = values["token"]
-            outcome, fence = answer
+            outcome, fence, _ = answer
             if outcome.applied:  # a transaction answers nothing: read what it made
                 return self._read_granted(lock_id, slot, outcome.in_doubt)
         return outcome
@@ -194,64 +194,67 @@ class Takes(Writes):
         values: dict[str, Any],
     ) -> Outcome:
         """A plain lock's take: its token chosen here and checked against the lock's item and
-        its fence record in one transaction (see ``expressions``). Two more requests at most:
-        one when the last token granted is ahead of ours (a clock behind the last holder's),
-        one to reclaim a lease that ran out, which a first try cannot see. ``updates``: the
-        take's, and the same keeping the item for good, for an endpoint without transactions
-        (no fence record there: the item must outlive TTL and 0.2.0 clients)."""
+        its fence record in one transaction (see ``expressions``), pinned to how the lease it
+        replaces ended (``fates``). Two more requests at most: one when the last token granted
+        is ahead of ours (a clock behind the last holder's), one when the refusal showed the
+        lock other than the pin (a lease that ran out, or was forced; an item deleted).
+        ``updates``: the take's, and the same keeping the item for good, for an endpoint without
+        transactions (no fence record there: the item must outlive TTL and 0.2.0 clients)."""
         now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
-
         token = max(attempt.now_ms * 1000, self._fences.get(lock_id, 0)) + 1
-        # A waiter whose last answer showed the lease run out reclaims it in one request.
-        seen = attempt.seen
+        # A waiter whose last answer showed the lock free takes it pinned to that, at once.
+        pin = fates.first(attempt.seen, now, skew)
+        values["last_who"] = fates.last_who(attempt.identity)
         outcome = Outcome(False, None)
         for _ in range(3):
-            free = _variant(seen, now, skew) if self._transactions else expressions.FREE_PLAIN
-            values["token"] = token
-            values["seen"] = seen.version if seen is not None else None
+            values.update(token=token, **pin.values, **fates.pv_values(pin.previous))
+            free = pin.item if self._transactions else expressions.FREE_PLAIN
             condition = expressions.acquire_condition("", line, free)
-            answer = self._plain_try(lock_id, updates, condition, values)
+            answer = self._plain_try(lock_id, updates, condition, values, pin.fence)
             if answer is None:  # the endpoint has no transactions (dynalite)
                 continue
-            outcome, fence = answer
+            outcome, fence, fence_item = answer
             if outcome.applied:
                 if outcome.lock is None:  # a transaction answers nothing: what it wrote
-                    replaced = seen if free is expressions.RECLAIM_SEEN else None
-                    outcome = dataclasses.replace(
-                        outcome, lock=_granted_record(lock_id, attempt, values, replaced)
-                    )
+                    granted = _granted_record(lock_id, attempt, values, pin)
+                    outcome = dataclasses.replace(outcome, lock=granted)
                 self._learn_fence(lock_id, token)
                 return outcome
             record = outcome.lock if outcome.pool is None else None
             high = max(fence or 0, (record.fencing_token or 0) if record else 0)
             self._learn_fence(lock_id, high)
-            free_now = outcome.pool is None and (record is None or record.is_free(now, skew))
-            if high >= token and free_now:
-                token = high + 1  # granted meanwhile, or a clock ahead of ours
-                seen = record if record is not None else seen
+            if outcome.pool is not None or (record is not None and not record.is_free(now, skew)):
+                return outcome  # a pool, or held
+            again = pin
+            if not self._transactions:
+                pass  # no pins: only a token too low is sent again
+            elif record is not None and not fates.accepts(pin, record):
+                again = fates.seen(record)  # the lock is not as pinned: pinned to what it is
+            elif record is None and fence_item is not None:
+                again = fates.from_fence(fence_item)  # the fence record is not as pinned
+            if high >= token or again != pin:
+                token, pin = max(token, high + 1), again
                 continue
-            changed = _variant(record, now, skew) is not free or (
-                free is expressions.RECLAIM_SEEN
-                and record is not None
-                and seen is not None
-                and record.version != seen.version
-            )
-            if self._transactions and free_now and changed:
-                seen = record  # the lock changed since what the take was sent for
-                continue
-            return outcome
+            return outcome  # refused as it stands (the line, a LEASE_ID used before)
         return outcome
 
     def _plain_try(
-        self, lock_id: str, updates: tuple[str, str], condition: str, values: dict[str, Any]
-    ) -> tuple[Outcome, int | None] | None:
-        """One try of a plain take: the transaction with the fence record (``_fenced_take``),
-        or the item alone, kept for good, where the endpoint has no transactions. None if it
-        answered that it has none (the take is then sent again without)."""
+        self,
+        lock_id: str,
+        updates: tuple[str, str],
+        condition: str,
+        values: dict[str, Any],
+        pinned: str,
+    ) -> tuple[Outcome, int | None, dict[str, Any] | None] | None:
+        """One try of a plain take: the transaction with the fence record (``_fenced_take``,
+        its condition and ``pinned``), or the item alone, kept for good, where the endpoint has
+        no transactions. None if it answered that it has none (the take is then sent again
+        without)."""
         update, kept = updates
         if not self._transactions:
-            return self._conditional_update("acquire", lock_id, kept, condition, values, None), None
-        answer = self._fenced_take(lock_id, update, condition, values)
+            outcome = self._conditional_update("acquire", lock_id, kept, condition, values, None)
+            return outcome, None, None
+        answer = self._fenced_take(lock_id, update, condition, values, pinned=pinned)
         if answer is None:
             self._transactions = False
         return answer
@@ -263,7 +266,8 @@ class Takes(Writes):
         condition: str,
         values: dict[str, Any],
         slot: int | None = None,
-    ) -> tuple[Outcome, int | None] | None:
+        pinned: str = "",
+    ) -> tuple[Outcome, int | None, dict[str, Any] | None] | None:
         """One TransactWriteItems: the lock item's take, and the fence record's check that it
         holds no token from ``values["token"]`` up: raised to that token for a plain take,
         only checked for a pool slot's (``slot``; a pool's tokens are its slots'). The outcome
@@ -272,7 +276,13 @@ class Takes(Writes):
 
         items: list[Any] = [
             self._lock_write(lock_id, update, condition, values),
-            self._fence_write(lock_id, values["token"], raise_it=slot is None),
+            self._fence_write(
+                lock_id,
+                values["token"],
+                raise_it=slot is None,
+                last=values if slot is None else None,
+                pinned=pinned,
+            ),
             # A LEASE_ID that was granted and ended (however many hand-offs ago) is never
             # granted again: a take that lands late under it takes nothing.
             {
@@ -289,7 +299,7 @@ class Takes(Writes):
             return None
         in_doubt = self._in_doubt()
         if not answer:
-            return Outcome(True, None, in_doubt=in_doubt), None
+            return Outcome(True, None, in_doubt=in_doubt), None, None
         (item_refused, item), (fence_refused, held), (ended_before, _) = answer
         fence = self._fence_token(lock_id, fence_refused, held)
         if ended_before and not item_refused:
@@ -299,9 +309,10 @@ class Takes(Writes):
             item_refused = True
         if not item_refused:
             # Only the fence record refused: the lock's item would have taken it (not read).
-            return Outcome(False, None, in_doubt=in_doubt), int(fence or 0)
+            return Outcome(False, None, in_doubt=in_doubt), int(fence or 0), held
         outcome = self._after_update("acquire", False, item or None, lock_id, slot)
-        return (dataclasses.replace(outcome, in_doubt=True) if in_doubt else outcome), fence
+        outcome = dataclasses.replace(outcome, in_doubt=True) if in_doubt else outcome
+        return outcome, fence, held if fence_refused else None
 
     @staticmethod
     def _fence_token(lock_id: str, refused: bool, held: dict[str, Any]) -> int | None:
@@ -347,9 +358,9 @@ def _above_slot(
 
 
 def _variant(record: LockRecord | None, now: float, skew: float) -> str:
-    """What a plain take may replace, as ``record`` shows the lock: the lease that ran out
-    (not ended, on an item of a known version), pinned to its version; or nothing but an
-    absent or ended lease."""
+    """What a take may replace, as ``record`` shows the lock (a share's group, a set's
+    member): the lease that ran out (not ended, on an item of a known version), pinned to its
+    version; or nothing but an absent or ended lease."""
     reclaimable = (
         record is not None
         and not record.released
@@ -360,12 +371,13 @@ def _variant(record: LockRecord | None, now: float, skew: float) -> str:
 
 
 def _granted_record(
-    lock_id: str, attempt: Attempt, values: dict[str, Any], seen: LockRecord | None
+    lock_id: str, attempt: Attempt, values: dict[str, Any], pin: fates.Pin
 ) -> LockRecord:
     """The lock's record as a plain take that a transaction applied wrote it (a transaction
-    answers nothing). Its earlier leases are known only when it reclaimed the lease it saw
-    (``seen``): a take of an absent or ended lease does not learn them."""
-    history = () if seen is None else ((seen.lease_id, ""), *seen.history[: HISTORY - 1])
+    answers nothing), with the lease before as ``pin`` made sure of. Its earlier leases are
+    known only where it replaced the lease it saw."""
+    seen = pin.record
+    history = () if seen is None else ((seen.lease_id, seen.ended), *seen.history[: HISTORY - 1])
     return LockRecord(
         lock_id=lock_id,
         lease_id=attempt.lease_id,
@@ -376,4 +388,5 @@ def _granted_record(
         lease_duration=attempt.lease_ms / 1000,
         fencing_token=int(values["token"]),
         history=history,
+        previous=pin.previous,
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from awsflock import errors
 from awsflock.protocol import AUDIT_APPLIED, AUDIT_VOID, Outcome
-from awsflock.stores.dynamodb import expressions
+from awsflock.stores.dynamodb import expressions, fates
 from awsflock.stores.dynamodb.base import TableBase
 from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
@@ -111,22 +111,35 @@ class Writes(TableBase):
             }
         }
 
-    def _fence_write(self, lock_id: str, token: int, *, raise_it: bool = True) -> dict[str, Any]:
+    def _fence_write(
+        self,
+        lock_id: str,
+        token: int,
+        *,
+        raise_it: bool = True,
+        last: dict[str, Any] | None = None,
+        pinned: str = "",
+    ) -> dict[str, Any]:
         """A transaction's item on the lock's fence record: that it holds no token from
-        ``token`` up, and (``raise_it``) raised to ``token``; its item returned if refused."""
-        values = {"token": token, "fence_kind": KIND_FENCE}
-        kind = "Update" if raise_it else "ConditionCheck"
-        update = (expressions.FENCE_UPDATE,) if raise_it else ()
+        ``token`` up, and (``raise_it``) raised to ``token``; its item returned if refused.
+        ``last``: a plain take's values, whose lease becomes the record's last (``fates``), if
+        ``pinned`` (the take's condition on how the last one ended) holds."""
+        values = {"token": token, "fence_kind": KIND_FENCE, **(last or {})}
+        condition = expressions.FENCE_RECORD_ABOVE + (f" AND {pinned}" if pinned else "")
+        update = expressions.FENCE_UPDATE
+        if last is not None:
+            update += f", {fates.LAST_SET} REMOVE {fates.LAST_REMOVE}"
         item: dict[str, Any] = {
             "TableName": self.table_name,
             "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
-            "ConditionExpression": expressions.FENCE_RECORD_ABOVE,
+            "ConditionExpression": condition,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            **_request(*update, expressions.FENCE_RECORD_ABOVE, values=values),
+            **_request(*((update,) if raise_it else ()), condition, values=values),
         }
         if raise_it:
-            item["UpdateExpression"] = expressions.FENCE_UPDATE
-        return {kind: item}
+            item["UpdateExpression"] = update
+            return {"Update": item}
+        return {"ConditionCheck": item}
 
     def _transact(
         self, operation: str, items: list[Any]

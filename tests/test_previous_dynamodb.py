@@ -1,0 +1,138 @@
+"""``previous`` on the DynamoDB store (in-process moto): each grant pins how the lease before it
+ended (``stores/dynamodb/fates.py``), in one request where that lease was released, and from the
+fence record where the lock's item was deleted (TTL, an awsflock 0.2.0 release)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from awsflock.records import EXPIRED, FIRST, FORCED, RELEASED, Previous
+from awsflock.stores.dynamodb import DynamoDBStore
+from tests.conformance.suite import SKEW, Lab
+
+
+@pytest.fixture
+def lab(moto: Any) -> Lab:
+    return Lab(DynamoDBStore("awsflock", moto))
+
+
+@pytest.fixture
+def requests(moto: Any) -> list[str]:
+    """The operations the store sends, in order."""
+    sent: list[str] = []
+    moto.meta.events.register(
+        "before-call.dynamodb", lambda model, **_: sent.append(model.name) and None
+    )
+    return sent
+
+
+def _deleted(moto: Any, name: str) -> None:
+    """What TTL (or a 0.2.0 release) does to the lock's item; its fence record stays."""
+    moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": name}})
+
+
+def _next(lab: Lab, name: str, requests: list[str] | None = None) -> Previous:
+    if requests is not None:
+        requests.clear()
+    _, outcome = lab.take(name, at=10 * SKEW, owner="b")
+    assert outcome.applied
+    said = lab.held(outcome).previous
+    assert said is not None
+    sent = list(requests or ())
+    assert lab.held(lab.store.read(name)).previous == said
+    if requests is not None:
+        requests[:] = sent
+    return said
+
+
+def test_a_grant_after_a_release_is_one_request(lab: Lab, requests: list[str]):
+    name = lab.name()
+    first, _ = lab.take(name)
+    assert lab.release(name, first, at=10).applied
+    assert _next(lab, name, requests) == Previous(RELEASED)
+    assert requests == ["TransactWriteItems"]
+
+
+@pytest.mark.parametrize("ends", ["released", "forced", "ran out"])
+def test_after_the_item_is_deleted_the_fence_record_says_how_the_last_lease_ended(
+    lab: Lab, moto: Any, requests: list[str], ends: str
+):
+    name = lab.name()
+    first, _ = lab.take(name, lease=1000, owner="a")
+    if ends == "released":
+        assert lab.release(name, first, at=10).applied
+    elif ends == "forced":
+        assert lab.force(name, first, "f1", at=10).applied
+    _deleted(moto, name)
+    said = _next(lab, name, requests)
+    if ends == "released":
+        assert said == Previous(RELEASED) and requests == ["TransactWriteItems"]
+        return
+    assert (said.how, said.lease_id, said.owner, said.host) == (
+        FORCED if ends == "forced" else EXPIRED,
+        first,
+        "a",
+        "a-host",
+    )
+    # Pinned to the fence record the first try's refusal showed: one more request.
+    assert requests == ["TransactWriteItems"] * 2
+    if ends == "forced":
+        assert (said.forced_by, said.forced_reason, said.ended_at) == (
+            "ops",
+            "stuck",
+            (lab.now + 10) / 1000,
+        )
+    else:
+        assert said.ended_at is None  # renewals do not write the fence record
+
+
+def test_the_first_grant_ever_pins_that_there_is_no_fence_record(lab: Lab, requests: list[str]):
+    name = lab.name()
+    requests.clear()
+    _, outcome = lab.take(name)
+    assert lab.held(outcome).previous == Previous(FIRST)
+    assert requests == ["TransactWriteItems"] * 2  # once per lock name, ever
+
+
+def test_a_lease_of_awsflock_020_is_reported_while_its_item_exists(lab: Lab, moto: Any):
+    name = lab.name()
+    moto.put_item(
+        TableName="awsflock",
+        Item={
+            "lock_id": {"S": name},
+            "lease_id": {"S": "v-020"},
+            "owner": {"S": "old-host"},
+            "lease_duration": {"N": "1"},
+            "expiration_time": {"N": str(lab.now // 1000 + 1)},
+        },
+    )
+    said = _next(lab, name)
+    assert (said.how, said.lease_id, said.owner) == (EXPIRED, "v-020", "old-host")
+
+
+def test_a_waiter_that_saw_the_lease_run_out_reclaims_it_in_one_request(
+    lab: Lab, requests: list[str]
+):
+    import dataclasses
+
+    name = lab.name()
+    first, taken = lab.take(name, lease=1000, owner="a")
+    seen = lab.held(taken)
+    requests.clear()
+    attempt = dataclasses.replace(
+        _attempt(lab, name, at=1000 + SKEW + 1), seen=seen
+    )
+    outcome = lab.store.take(name, attempt)
+    said = lab.held(outcome).previous
+    assert said is not None and (said.how, said.lease_id) == (EXPIRED, first)
+    assert requests == ["TransactWriteItems"]
+
+
+def _attempt(lab: Lab, name: str, *, at: int) -> Any:
+    from awsflock.protocol import Attempt
+    from awsflock.records import Identity
+    from tests.conformance.suite import MINUTE, new_id
+
+    return Attempt(new_id(), Identity(owner="w"), lab.now + at, MINUTE, SKEW)
