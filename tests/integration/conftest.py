@@ -243,6 +243,18 @@ def lock_name() -> str:
 
 
 @pytest.fixture
+def used_lock_name(awsflock: Cli, lock_name: str) -> str:
+    """A lock granted and released once (straight to the server), so that a take of it is one
+    request: a name's first grant ever is two on DynamoDB (its first try's refusal shows that
+    nothing came before: ``awsflock/stores/dynamodb/fates.py``). For tests whose faults are
+    planned by the request's number."""
+    lease = awsflock("acquire", lock_name, "--lease-duration", "1m")
+    assert lease.returncode == 0, lease.stderr
+    assert awsflock("release", lock_name, lease.stdout.strip()).returncode == 0
+    return lock_name
+
+
+@pytest.fixture
 def proxy(server: Server) -> Iterator[FaultProxy]:
     with FaultProxy(("127.0.0.1", server.port)) as p:
         yield p

@@ -163,12 +163,12 @@ def test_a_log_format_that_is_not_awsflocks_own_changes_nothing(awsflock: Cli, a
     assert result.stderr.startswith("awsflock: usage error: "), result.stderr
 
 
-def test_run_with_a_lost_lease_is_json(server, awsflock: Cli, lock_name):
+def test_run_with_a_lost_lease_is_json(server, awsflock: Cli, used_lock_name):
     with FaultProxy(("127.0.0.1", server.port)) as proxy:
         # The acquire passes; every renewal is throttled until the lease counts as lost.
         proxy.plan = lambda target, n: "throttle" if target == "UpdateItem" and n > 1 else "pass"
         result = Cli(proxy.url, awsflock.table)(
-            "run", lock_name, "--lease-duration", "3s", *JSON, "--", "sleep", "30"
+            "run", used_lock_name, "--lease-duration", "3s", *JSON, "--", "sleep", "30"
         )
     assert result.returncode == 124, result.stderr
     events = json_lines(result)

@@ -425,7 +425,7 @@ def test_store_on_the_command_line_wins_over_the_environment_for_the_renewer_too
     assert gone(pid)
 
 
-def test_a_renewer_that_cannot_start_leaves_no_unnamed_lease(server, awsflock: Cli, lock_name):
+def test_a_renewer_that_cannot_start_leaves_no_unnamed_lease(server, awsflock: Cli, used_lock_name):
     """Third review: when the renewer could not start, acquire gave the lease back, and if that
     failed too it said nothing: the lease stayed held, its LEASE_ID known to nobody. Here the
     endpoint throttles every write after the grant (the renewer's renewal, then the release)."""
@@ -433,14 +433,14 @@ def test_a_renewer_that_cannot_start_leaves_no_unnamed_lease(server, awsflock: C
         proxy.plan = lambda target, n: "throttle" if target == "UpdateItem" and n > 1 else "pass"
         via = Cli(proxy.url, awsflock.table)
         result = via(
-            "acquire", lock_name, "--keep-alive", "--while-pid", str(os.getpid()),
+            "acquire", used_lock_name, "--keep-alive", "--while-pid", str(os.getpid()),
             "--request-timeout", "1s",
         )  # fmt: skip
     assert result.returncode == 1 and result.stdout == "", result.stderr
     assert "renewer could not start" in result.stderr
-    named = re.search(rf"`awsflock release {lock_name} ([0-9a-f-]+)`", result.stderr)
+    named = re.search(rf"`awsflock release {used_lock_name} ([0-9a-f-]+)`", result.stderr)
     assert named, result.stderr
-    assert awsflock("release", lock_name, named.group(1)).returncode == 0
+    assert awsflock("release", used_lock_name, named.group(1)).returncode == 0
 
 
 @pytest.mark.one_server("the shell's and the wrapper's processes, not the store")

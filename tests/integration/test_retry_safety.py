@@ -20,16 +20,16 @@ def holder_of(raw_client, table: str, lock: str) -> dict:
 
 
 def test_acquire_whose_answer_was_dropped_still_succeeds(
-    proxy: FaultProxy, awsflock: Cli, raw_client, lock_name
+    proxy: FaultProxy, awsflock: Cli, raw_client, used_lock_name
 ):
     proxy.plan = lambda target, n: "drop" if target == UPDATE and n == 1 else "pass"
     via = Cli(proxy.url, awsflock.table)
-    result = via("acquire", lock_name, "--no-wait")
+    result = via("acquire", used_lock_name, "--no-wait")
     assert result.returncode == 0, result.stderr
     lease = result.stdout.strip()
-    assert holder_of(raw_client, awsflock.table, lock_name)["lease"]["S"] == lease
+    assert holder_of(raw_client, awsflock.table, used_lock_name)["lease"]["S"] == lease
     assert proxy.faults["drop"] == 1 and proxy.counts[UPDATE] == 2
-    assert awsflock("acquire", lock_name, "--no-wait").returncode == 3
+    assert awsflock("acquire", used_lock_name, "--no-wait").returncode == 3
 
 
 def test_acquire_reset_after_the_request_went_through_still_succeeds(
@@ -73,19 +73,19 @@ def test_release_retried_after_another_acquired_is_not_reported_not_held(
 
 
 def test_no_phantom_lock_when_every_answer_is_lost(
-    proxy: FaultProxy, awsflock: Cli, raw_client, lock_name
+    proxy: FaultProxy, awsflock: Cli, raw_client, used_lock_name
 ):
     # Every UpdateItem reaches the server and every answer is lost. The CLI gives up with an
     # error; the grant it never heard of must not stay behind as a lock held by nobody.
     proxy.plan = lambda target, n: "drop" if target == UPDATE else "pass"
     result = Cli(proxy.url, awsflock.table)(
-        "acquire", lock_name, "--no-wait", "--lease-duration", "1h"
+        "acquire", used_lock_name, "--no-wait", "--lease-duration", "1h"
     )
     assert result.returncode == 1
     assert re.search(r"cannot reach|did not answer|failed|without an answer", result.stderr)
     assert "Traceback" not in result.stderr
-    assert holder_of(raw_client, awsflock.table, lock_name).get("ended") == {"S": "released"}
-    assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
+    assert holder_of(raw_client, awsflock.table, used_lock_name).get("ended") == {"S": "released"}
+    assert awsflock("acquire", used_lock_name, "--no-wait").returncode == 0
 
 
 def test_throttling_is_retried_then_reported_clearly(proxy: FaultProxy, awsflock: Cli, lock_name):

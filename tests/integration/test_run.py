@@ -146,7 +146,7 @@ def test_signal_while_waiting_ends_the_wait_and_never_starts_the_command(
 
 
 def test_lost_lease_stops_the_child_with_124_before_anyone_else_can_take_it(
-    server, awsflock: Cli, raw_client, lock_name, tmp_path
+    server, awsflock: Cli, raw_client, used_lock_name, tmp_path
 ):
     with FaultProxy(("127.0.0.1", server.port)) as proxy:
         # The first UpdateItem (the acquire) passes; every renewal is refused by throttling.
@@ -155,7 +155,7 @@ def test_lost_lease_stops_the_child_with_124_before_anyone_else_can_take_it(
         via = Cli(proxy.url, awsflock.table)
         proc = via.popen(
             "run",
-            lock_name,
+            used_lock_name,
             "--lease-duration",
             "4s",
             "--kill-after",
@@ -165,7 +165,7 @@ def test_lost_lease_stops_the_child_with_124_before_anyone_else_can_take_it(
         )
         _, err = proc.communicate(timeout=60)
     item = raw_client.get_item(
-        TableName=awsflock.table, Key={"lock_id": {"S": lock_name}}, ConsistentRead=True
+        TableName=awsflock.table, Key={"lock_id": {"S": used_lock_name}}, ConsistentRead=True
     )["Item"]
     expires = int(item["expires_ms"]["N"]) / 1000
     assert proc.returncode == 124, err
@@ -176,22 +176,22 @@ def test_lost_lease_stops_the_child_with_124_before_anyone_else_can_take_it(
     assert proxy.faults["throttle"] >= 2  # renewal was retried before giving up
     # Its release failed too (throttled): a renewal may still land, so what frees the lock is
     # named (third review: it used to be silent), and it works.
-    named = re.search(rf"`awsflock release {lock_name} ([0-9a-f-]+)`", err)
+    named = re.search(rf"`awsflock release {used_lock_name} ([0-9a-f-]+)`", err)
     assert named, err
-    freed = awsflock("release", lock_name, named.group(1))
+    freed = awsflock("release", used_lock_name, named.group(1))
     assert freed.returncode == 0, freed.stderr
-    assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
+    assert awsflock("acquire", used_lock_name, "--no-wait").returncode == 0
 
 
 def test_child_that_ignores_term_is_killed_after_kill_after(
-    server, awsflock: Cli, raw_client, lock_name, tmp_path
+    server, awsflock: Cli, raw_client, used_lock_name, tmp_path
 ):
     pidfile = tmp_path / "pid"
     with FaultProxy(("127.0.0.1", server.port)) as proxy:
         proxy.plan = lambda target, n: "throttle" if target == "UpdateItem" and n > 1 else "pass"
         proc = Cli(proxy.url, awsflock.table).popen(
             "run",
-            lock_name,
+            used_lock_name,
             "--lease-duration",
             "6s",
             "--kill-after",
@@ -207,7 +207,7 @@ def test_child_that_ignores_term_is_killed_after_kill_after(
         _, err = proc.communicate(timeout=60)
         exited = time.time()
     item = raw_client.get_item(
-        TableName=awsflock.table, Key={"lock_id": {"S": lock_name}}, ConsistentRead=True
+        TableName=awsflock.table, Key={"lock_id": {"S": used_lock_name}}, ConsistentRead=True
     )["Item"]
     expires = int(item["expires_ms"]["N"]) / 1000
     assert proc.returncode == 124, err
@@ -224,14 +224,14 @@ def test_run_works_with_short_leases_and_the_default_kill_after(awsflock: Cli, l
 
 
 def test_default_kill_after_of_a_short_lease_kills_the_child_before_expiry(
-    server, awsflock: Cli, raw_client, lock_name, tmp_path
+    server, awsflock: Cli, raw_client, used_lock_name, tmp_path
 ):
     pidfile = tmp_path / "pid"
     with FaultProxy(("127.0.0.1", server.port)) as proxy:
         proxy.plan = lambda target, n: "throttle" if target == "UpdateItem" and n > 1 else "pass"
         proc = Cli(proxy.url, awsflock.table).popen(
             "run",
-            lock_name,
+            used_lock_name,
             "--lease-duration",
             "3s",
             "-c",
@@ -243,7 +243,7 @@ def test_default_kill_after_of_a_short_lease_kills_the_child_before_expiry(
         died = time.time()
         _, err = proc.communicate(timeout=60)
     item = raw_client.get_item(
-        TableName=awsflock.table, Key={"lock_id": {"S": lock_name}}, ConsistentRead=True
+        TableName=awsflock.table, Key={"lock_id": {"S": used_lock_name}}, ConsistentRead=True
     )["Item"]
     expires = int(item["expires_ms"]["N"]) / 1000
     assert proc.returncode == 124, err

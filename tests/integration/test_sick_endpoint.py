@@ -95,7 +95,7 @@ def test_an_acquire_that_lands_after_awsflock_gave_up_takes_nothing(
 
 @pytest.mark.one_server_per_kind("run's safety deadline, client-side")
 def test_renewals_that_landed_after_the_loss_do_not_keep_the_lock(
-    proxy: FaultProxy, awsflock: Cli, lock_name
+    proxy: FaultProxy, awsflock: Cli, used_lock_name
 ):
     # Every renewal reaches the server at once but its answer comes 30 s late: the lease is in
     # fact extended, while `run` must count it lost, stop the command and exit 124. Its release
@@ -104,7 +104,7 @@ def test_renewals_that_landed_after_the_loss_do_not_keep_the_lock(
     start = time.monotonic()
     result = Cli(proxy.url, awsflock.table)(
         "run",
-        lock_name,
+        used_lock_name,
         "--lease-duration",
         "6s",
         "--kill-after",
@@ -130,7 +130,7 @@ def test_renewals_that_landed_after_the_loss_do_not_keep_the_lock(
     assert lost, result.stderr
     failed = re.search(r"renewal of .* failed .* of the lease left", result.stderr)
     assert failed is None or failed.start() < lost.start(), result.stderr
-    free = awsflock("acquire", lock_name, "--no-wait")
+    free = awsflock("acquire", used_lock_name, "--no-wait")
     assert free.returncode == 0, free.stderr
 
 
