@@ -121,9 +121,7 @@ def test_a_waiter_that_saw_the_lease_run_out_reclaims_it_in_one_request(
     first, taken = lab.take(name, lease=1000, owner="a")
     seen = lab.held(taken)
     requests.clear()
-    attempt = dataclasses.replace(
-        _attempt(lab, name, at=1000 + SKEW + 1), seen=seen
-    )
+    attempt = dataclasses.replace(_attempt(lab, name, at=1000 + SKEW + 1), seen=seen)
     outcome = lab.store.take(name, attempt)
     said = lab.held(outcome).previous
     assert said is not None and (said.how, said.lease_id) == (EXPIRED, first)
