@@ -50,6 +50,11 @@ INSTRUMENTS: dict[str, tuple[str, str, str]] = {
     "awsflock.hold.duration": ("histogram", "s", "How long a lease was held, to its release"),
     "awsflock.leases.lost": ("counter", "{lease}", "Leases lost by their holder, by reason"),
     "awsflock.leases.reclaimed": ("counter", "{lease}", "Expired leases taken over by a grant"),
+    "awsflock.grants.after_unreleased": (
+        "counter",
+        "{grant}",
+        "Grants whose lease before was not released by its holder (it ran out, or was forced)",
+    ),
     "awsflock.force_releases": ("counter", "{lease}", "Leases ended by an operator"),
     "awsflock.fencing.rejections": ("counter", "{write}", "Writes refused for a stale token"),
     "awsflock.store.request.duration": ("histogram", "s", "One store call, retries included"),

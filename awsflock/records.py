@@ -201,6 +201,20 @@ class Previous:
         """As ``--json`` prints it: empty fields left out."""
         return {k: v for k, v in self.__dict__.items() if v not in ("", None)}
 
+    def describe(self, lock_id: str) -> str:
+        """One line on a lease before that its holder did not release, naming that holder."""
+        who = self.owner or "unknown owner"
+        details = [f"host {self.host}"] if self.host and self.host != self.owner else []
+        details += [self.ci_url] if self.ci_url else []
+        holder = who + (f" ({', '.join(details)})" if details else "")
+        when = f" at {iso_utc(self.ended_at)}" if self.ended_at is not None else ""
+        if self.how == FORCED:
+            end = f"it was force-released by {self.forced_by or 'an operator'}{when}"
+            end += f": {self.forced_reason}" if self.forced_reason else ""
+        else:
+            end = f"its lease ran out{when}" + ("" if when else " (its record has since gone)")
+        return printable(f"the previous holder of {lock_id!r}, {holder}, did not release it: {end}")
+
 
 @dataclass(frozen=True)
 class LockRecord:

@@ -109,3 +109,36 @@ def test_the_library_lease_says_how_the_lease_before_ended_and_json_shows_it():
     third = a.acquire("job", lease=10, wait=0)
     assert third.previous is not None and third.previous.how == RELEASED
     assert "previous" not in repr(third)  # the LEASE_ID it names stays out of logs
+
+
+def test_a_grant_after_an_unreleased_lease_says_so_in_one_line_naming_its_holder(caplog):
+    import logging
+
+    from awsflock.clock import FakeClock
+    from awsflock.lock.lease import LockTable
+    from awsflock.records import Identity
+    from awsflock.text import iso_utc
+
+    clock = FakeClock()
+    store = MemoryStore(clock=clock)
+    ci = "https://github.com/acme/infra/actions/runs/9"
+    a = LockTable(store=store, identity=Identity(owner="deployer", host="ci-7", ci_url=ci))
+    b = LockTable(store=store, identity=Identity(owner="next", host="ci-8"))
+    first = a.acquire("deploy", lease=10, wait=0)
+    clock.advance(60)
+    with caplog.at_level(logging.INFO + 5, logger="awsflock.lease"):
+        b.acquire("deploy", lease=10, wait=0).release()
+        a.acquire("deploy", lease=10, wait=0)  # after a release: nothing to say
+    lines = [r.getMessage() for r in caplog.records if "did not release" in r.getMessage()]
+    assert lines == [
+        "the previous holder of 'deploy', deployer (host ci-7, "
+        f"{ci}), did not release it: its lease ran out at "
+        f"{iso_utc(first.expires_at)}"
+    ]
+    forced = Previous(FORCED, "L", "ops-bot", forced_by="alice", forced_reason="stuck", ended_at=0)
+    assert forced.describe("x") == (
+        "the previous holder of 'x', ops-bot, did not release it: it was force-released by "
+        "alice at 1970-01-01T00:00:00Z: stuck"
+    )
+    gone = Previous(EXPIRED, "L", "w")
+    assert gone.describe("x").endswith("its lease ran out (its record has since gone)")

@@ -51,6 +51,7 @@ COMMAND_ENVIRONMENT = [
     ("AWSFLOCK_LOCK_ID", "the lock the command runs under"),
     ("AWSFLOCK_OWNER", "who holds it"),
     ("AWSFLOCK_FENCING_TOKEN", "the lease's fencing token (never the LEASE_ID)"),
+    ("AWSFLOCK_PREVIOUS", "how the lease before ended: first, released, expired or forced"),
     ("AWSFLOCK_SLOT", "the pool slot held, with --slots"),
 ]
 

@@ -34,11 +34,14 @@ Several LOCK_IDs (ended by `--`, or after -c STRING) are taken together in
 one request, or none is: nothing is held while another is waited for.
 
 The lease (default 1 minute) is renewed {said}. CMD gets
-AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN
-(and AWSFLOCK_SLOT with --slots); and for each lock, in the order named,
-AWSFLOCK_LOCK_ID_N and AWSFLOCK_FENCING_TOKEN_N (N from 1), with
-AWSFLOCK_LOCKS, their count. With several, AWSFLOCK_LOCK_ID holds the names,
-one per line, and AWSFLOCK_FENCING_TOKEN is not set.
+AWSFLOCK_HELD=1, AWSFLOCK_LOCK_ID, AWSFLOCK_OWNER, AWSFLOCK_FENCING_TOKEN,
+AWSFLOCK_PREVIOUS (how the lease before ended: first, released, expired,
+forced) (and AWSFLOCK_SLOT with --slots); and for each lock, in the order
+named, AWSFLOCK_LOCK_ID_N, AWSFLOCK_FENCING_TOKEN_N and AWSFLOCK_PREVIOUS_N
+(N from 1), with AWSFLOCK_LOCKS, their count. With several, AWSFLOCK_LOCK_ID
+holds the names, one per line, and AWSFLOCK_FENCING_TOKEN and
+AWSFLOCK_PREVIOUS are not set. When the lease before was not released by its
+holder, stderr says so in one line naming that holder (not with -q).
 Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
 
 As flock(1) holds its lock while any process still has the lock file open,

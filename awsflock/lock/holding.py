@@ -10,6 +10,7 @@ from typing import Any, Callable, Protocol
 
 from awsflock import errors, metrics
 from awsflock.clock import Clock
+from awsflock.records import Previous
 from awsflock.text import format_seconds
 
 log = logging.getLogger("awsflock.heartbeat")
@@ -64,6 +65,12 @@ class HoldState:
         """Each lock's fencing token, by name (one name for a single lock)."""
         tokens: dict[str, int | None] | None = getattr(self.lease, "fencing_tokens", None)
         return tokens if tokens is not None else {self.lock_id: self.lease.fencing_token}
+
+    @property
+    def previous(self) -> dict[str, Previous | None]:
+        """How the lease before each lock's ended, by name (None where the store does not say)."""
+        found: Any = getattr(self.lease, "previous", None)
+        return found if isinstance(found, dict) else {self.lock_id: found}
 
     @property
     def lease_id(self) -> str:

@@ -24,7 +24,7 @@ from awsflock.lock import owners, telling, verdict, waiting
 from awsflock.lock.held import Lease, release_on_exit
 from awsflock.lock.set_acquisition import SetAcquisition, SetGrant
 from awsflock.names import check_lease_id
-from awsflock.records import Identity, LockRecord
+from awsflock.records import Identity, LockRecord, Previous
 from awsflock.sets import SetSteps
 from awsflock.stores import kinds
 from awsflock.text import format_seconds, iso_utc
@@ -67,6 +67,11 @@ class LeaseSet:
         return None
 
     @property
+    def previous(self) -> dict[str, Previous | None]:
+        """How the lease before each lock's ended, by name (None where the store does not say)."""
+        return {lease.lock_id: lease.previous for lease in self.leases}
+
+    @property
     def expires_at(self) -> float:
         return min(lease.expires_at for lease in self.leases)
 
@@ -105,6 +110,7 @@ class LeaseSet:
             "acquired_at": round(self.acquired_at, 3),
             "expires_at": round(self.expires_at, 3),
             "lease_duration": self.lease_duration,
+            "previous": {n: p.as_dict() for n, p in self.previous.items() if p is not None},
         }
 
     def __repr__(self) -> str:
@@ -169,8 +175,9 @@ class SetTable:
             Lease.of_record(table, record, name, sets.member_id(grant.lease_id, name), to_mono)
             for name, record, to_mono in zip(names, grant.records, grant.to_monos)
         )
-        for name in names:
+        for name, record in zip(names, grant.records):
             metrics.record("awsflock.acquisitions", 1, name, self.store, outcome=metrics.GRANTED)
+            telling.granted_after(name, record, self.store)
         held = LeaseSet(self, grant.lease_id, leases, waited=grant.waited, owner=who.owner)
         level = telling.NOTICE if grant.contended else logging.INFO
         log.log(

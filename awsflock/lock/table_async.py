@@ -232,8 +232,7 @@ class LockTable(SetTable):
 
     def _granted(self, lock_id: str, grant: Grant) -> Lease:
         record = grant.record
-        # The lease it replaced ran out and was taken over (not released, not forced).
-        reclaimed = record if record.history and not record.history[0][1] else None
+        reclaimed = telling.granted_after(lock_id, record, self.store)  # ran out, taken over
         lease = Lease.of_record(
             self,
             record,
@@ -244,13 +243,6 @@ class LockTable(SetTable):
             reclaimed=reclaimed,
             slot=grant.slot,
         )
-        if reclaimed is not None:
-            metrics.record("awsflock.leases.reclaimed", 1, lock_id, self.store)
-            log.info(
-                "reclaimed %r from an expired lease",
-                lock_id,
-                extra=event_fields("reclaimed_expired", lock_id, record),
-            )
         level = telling.NOTICE if grant.contended else logging.INFO
         if not log.isEnabledFor(level):  # the fields below are built for a handler only
             return lease

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Union
 from awsflock import errors, metrics
 from awsflock.clock import Clock
 from awsflock.lock.grants import event_fields
-from awsflock.records import LockRecord
+from awsflock.records import EXPIRED, LockRecord
 from awsflock.text import format_seconds
 
 if TYPE_CHECKING:
@@ -223,3 +223,31 @@ class Progress:
     def _holder(self) -> str:
         holder = self.run.holder
         return holder.lease_id if holder is not None and not holder.released else ""
+
+
+def granted_after(lock_id: str, record: LockRecord, store: Any) -> LockRecord | None:
+    """What a grant says of the lease before it: one line at ``NOTICE`` (the CLI shows it
+    unless -q) and a metric where its holder did not release it, and the reclaimed one's
+    (where it ran out and was taken over). Returns that record, or None."""
+    previous = record.previous
+    if previous is not None and previous.unreleased:
+        metrics.record("awsflock.grants.after_unreleased", 1, lock_id, store)
+        log.log(
+            NOTICE,
+            "%s",
+            previous.describe(lock_id),
+            extra={"event": "previous_unreleased", "lock_id": lock_id, **previous.as_dict()},
+        )
+    if previous is not None:
+        reclaimed = previous.how == EXPIRED
+    else:  # a store that does not say: its history does
+        reclaimed = bool(record.history) and not record.history[0][1]
+    if not reclaimed:
+        return None
+    metrics.record("awsflock.leases.reclaimed", 1, lock_id, store)
+    log.info(
+        "reclaimed %r from an expired lease",
+        lock_id,
+        extra=event_fields("reclaimed_expired", lock_id, record),
+    )
+    return record

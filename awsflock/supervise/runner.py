@@ -313,13 +313,19 @@ def _command_env(hold: Hold, options: RunOptions) -> dict[str, str]:
             "AWSFLOCK_LOCKS": str(len(names)),
         }
     )
+    # How the lease before each ended: first, released, expired, forced; unknown where the
+    # store does not say (a record from before it kept it).
+    previous = {n: p.how if p is not None else "unknown" for n, p in hold.previous.items()}
     for n, name in enumerate(names, start=1):
         env[f"AWSFLOCK_LOCK_ID_{n}"] = name
         env[f"AWSFLOCK_FENCING_TOKEN_{n}"] = str(tokens[name])
+        env[f"AWSFLOCK_PREVIOUS_{n}"] = previous.get(name, "unknown")
     if len(names) == 1:
         env["AWSFLOCK_FENCING_TOKEN"] = str(hold.fencing_token)
+        env["AWSFLOCK_PREVIOUS"] = previous.get(names[0], "unknown")
     else:
         env.pop("AWSFLOCK_FENCING_TOKEN", None)  # never one inherited from an outer run
+        env.pop("AWSFLOCK_PREVIOUS", None)
     if hold.slot is not None:
         env["AWSFLOCK_SLOT"] = str(hold.slot)
     env["AWSFLOCK_SHARED"] = "1" if options.shared else "0"

@@ -329,3 +329,33 @@ def test_run_never_exits_while_the_command_still_runs(awsflock: Cli, lock_name, 
     assert proc.returncode == 5
     assert finished.read_text().strip() == "yes", "awsflock exited before its command"
     assert time.monotonic() - signalled >= 2
+
+
+def test_the_run_after_a_killed_holder_is_told_it_did_not_release(
+    awsflock: Cli, lock_name: str, tmp_path
+):
+    # Issue 42: SIGKILL a run mid-hold; the next run is told, in its environment and on stderr,
+    # and an acquire after that in its JSON.
+    started = tmp_path / "started"
+    holder = awsflock.popen(
+        "run", lock_name, "--lease-duration", "2s", "--owner", "killed-deploy",
+        "--", "sh", "-c", f"echo $$ > {started}.tmp; mv {started}.tmp {started}; exec sleep 60",
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert time.monotonic() < deadline and holder.poll() is None, "the run never started"
+        time.sleep(0.05)
+    os.kill(holder.pid, signal.SIGKILL)  # awsflock itself: nothing renews or releases
+    holder.wait(timeout=10)
+    os.kill(int(started.read_text()), signal.SIGKILL)  # its command, orphaned
+    after = awsflock(
+        "run", lock_name, "--wait-time", "60s", "--", "sh", "-c", 'echo "$AWSFLOCK_PREVIOUS"'
+    )
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.strip() == "expired"
+    line = next(x for x in after.stderr.splitlines() if "did not release it" in x)
+    assert f"the previous holder of {lock_name!r}, killed-deploy" in line
+    assert "its lease ran out at" in line
+    # The next grant followed a release (the run above released): JSON says so.
+    took = awsflock("acquire", lock_name, "--json")
+    assert json.loads(took.stdout)["previous"] == {"how": "released"}
