@@ -706,3 +706,17 @@ def test_a_name_and_owner_with_line_breaks_written_by_another_client_show_escape
     assert "owner:         two\\nlines" in status.stdout
     busy = run("acquire", "shown", "--no-wait")
     assert busy.exit_code == 3 and "two\\nlines" in one_line(busy.stderr)
+
+
+def test_status_says_how_the_lease_before_ended(run):
+    first = run("acquire", "before", "--owner", "deployer").stdout.strip()
+    assert json.loads(run("status", "before", "--json").stdout)["previous"] == {"how": "first"}
+    assert "lease before:  first" in run("status", "before").stdout
+    forced = run("force-release", "before", "--reason", "stuck", "--yes")
+    assert forced.exit_code == 0, forced.stderr
+    run("acquire", "before", "--owner", "next")
+    status = run("status", "before")
+    (line,) = [x for x in status.stdout.splitlines() if x.startswith("lease before:")]
+    assert "force-released at " in line and "(held by deployer)" in line
+    data = json.loads(run("status", "before", "--json").stdout)["previous"]
+    assert (data["how"], data["lease_id"], data["forced_reason"]) == ("forced", first, "stuck")

@@ -36,6 +36,8 @@ def view(
     if record.line.waiters:
         data["line"] = line_view(record.line, now, skew)
     data["fencing_token"] = record.fencing_token
+    if record.previous is not None:  # how the lease before this one ended
+        data["previous"] = record.previous.as_dict()
     if record.released:
         if record.forced_by:
             data["force_released_by"] = record.forced_by
@@ -206,12 +208,26 @@ def _render_status(data: dict[str, Any], label: str) -> str:
         rows.append(("lease", format_seconds(data["lease_duration_s"])))
     if data.get("kept_alive_by"):
         rows.append(("kept alive", f"by {data['kept_alive_by']} (acquire --keep-alive)"))
+    if data.get("previous"):
+        rows.append(("lease before", _before(data["previous"])))
     if data.get("fencing_token") is not None:
         rows.append(("fencing token", str(data["fencing_token"])))
     if data.get("lease_id"):
         rows.append(("lease id", data["lease_id"]))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k + ':':<{width + 1}} {printable(v)}" for k, v in rows)
+
+
+def _before(previous: dict[str, Any]) -> str:
+    """How the lease before ended, for ``status``: "released", or who did not release it."""
+    how = previous["how"]
+    if how not in ("expired", "forced"):
+        return str(how)
+    when = f" at {iso_utc(previous['ended_at'])}" if "ended_at" in previous else ""
+    who = previous.get("owner") or "unknown owner"
+    if how == "forced":
+        return f"force-released{when} by {previous.get('forced_by', 'an operator')} (held by {who})"
+    return f"ran out{when}, not released by {who}"
 
 
 def pool_view(state: Pool, now: float, skew: float, show_lease_id: bool = False) -> dict[str, Any]:
