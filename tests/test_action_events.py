@@ -147,6 +147,8 @@ def test_the_lease_acquire_prints_has_every_field_the_action_reads(world):
     # Several locks' lease has each one's token (the action reads it), and no single one.
     assert {"lease_id", "fencing_tokens"} <= several.keys() and "fencing_token" not in several
     assert set(several["fencing_tokens"]) == {"network", "db"}
+    # How the lease before ended: one's, or each lock's of several by name (the job summary).
+    assert plain["previous"]["how"] == "first" and set(several["previous"]) == {"network", "db"}
 
 
 def test_status_has_every_field_the_action_reads(world):

@@ -23,7 +23,7 @@ var require_output = __commonJS({
       acquired: ["handoff_s"]
     };
     var LEVELS = ["warning", "error"];
-    var LEASE = ["lease_id", "fencing_token", "slot", "fencing_tokens"];
+    var LEASE = ["lease_id", "fencing_token", "slot", "fencing_tokens", "previous"];
     var STATUS = [
       "state",
       "owner",
@@ -448,6 +448,8 @@ ${said}
         names.length === 1 ? ["Fencing token", `\`${tokens[names[0]]}\`${slotOf(lease)}`] : ["Fencing tokens", names.map((n) => `${n} \`${tokens[n]}\``).join(", ")],
         ["Waited", format.seconds(waitedS)]
       ];
+      const before = previousOf(names, lease);
+      if (before) rows.push([names.length === 1 ? "Lease before" : "Leases before", before]);
       const handoff = granted ? granted.handoff_s : void 0;
       if (handoff !== void 0 && handoff !== null) {
         rows.push(["Hand-off", `at most ${format.seconds(handoff)} after the lock was last seen held`]);
@@ -460,6 +462,27 @@ ${said}
 |---|---|
 ${table}
 `;
+    }
+    function previousOf(names, lease) {
+      const given = lease.previous;
+      if (!given) return "";
+      const each = "how" in given ? { [names[0]]: (
+        /** @type {Previous} */
+        given
+      ) } : (
+        /** @type {Record<string, Previous>} */
+        given
+      );
+      const said = names.filter((n) => each[n]).map((n) => [n, beforeSaid(each[n])]);
+      return names.length === 1 ? (said[0] || ["", ""])[1] : said.map(([n, s]) => `${n}: ${s}`).join("; ");
+    }
+    function beforeSaid(p) {
+      if (p.how !== "expired" && p.how !== "forced") return p.how;
+      const where = [p.host && p.host !== p.owner ? `host ${p.host}` : "", p.ci_url || ""].filter(Boolean);
+      const holder = (p.owner || "unknown owner") + (where.length ? ` (${where.join(", ")})` : "");
+      const when = typeof p.ended_at === "number" ? ` at ${new Date(p.ended_at * 1e3).toISOString().replace(/\.\d+Z$/, "Z")}` : "";
+      if (p.how === "forced") return `**not released**: force-released${when} by ${p.forced_by || "an operator"} (held by ${holder})`;
+      return `**not released** by ${holder}: its lease ran out${when}`;
     }
     module2.exports = { acquired, checked, failure, heldSummary, named, place, slotOf, tokensOf, waiting };
   }

@@ -23,7 +23,7 @@ var require_output = __commonJS({
       acquired: ["handoff_s"]
     };
     var LEVELS = ["warning", "error"];
-    var LEASE = ["lease_id", "fencing_token", "slot", "fencing_tokens"];
+    var LEASE = ["lease_id", "fencing_token", "slot", "fencing_tokens", "previous"];
     var STATUS = [
       "state",
       "owner",

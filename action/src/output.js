@@ -25,7 +25,7 @@ const LEVELS = ["warning", "error"];
 
 /** What the action reads of the lease `acquire --json` prints (slot: a pool's only;
  * fencing_tokens: several locks' only, which have no fencing_token). */
-const LEASE = ["lease_id", "fencing_token", "slot", "fencing_tokens"];
+const LEASE = ["lease_id", "fencing_token", "slot", "fencing_tokens", "previous"];
 
 /** What the action reads of `status --json` for a plain lock (and of each of a pool's slots). */
 const STATUS = [
@@ -70,6 +70,18 @@ const WAITER = ["pid", "place"];
  * @property {number} [fencing_token]
  * @property {number | null} [slot]
  * @property {Record<string, number>} [fencing_tokens]
+ * @property {Previous | Record<string, Previous>} [previous]
+ */
+
+/**
+ * How the lease before a grant ended (`previous` in `acquire --json`; a set's, by name).
+ * @typedef {object} Previous
+ * @property {string} how
+ * @property {string} [owner]
+ * @property {string} [host]
+ * @property {string} [ci_url]
+ * @property {number} [ended_at]
+ * @property {string} [forced_by]
  */
 
 /**

@@ -9,6 +9,7 @@ const output = require("./output");
 /** @typedef {import("./output").AwsflockEvent} AwsflockEvent */
 /** @typedef {import("./output").Done} Done */
 /** @typedef {import("./output").Lease} Lease */
+/** @typedef {import("./output").Previous} Previous */
 /** @typedef {import("./output").Status} Status */
 /** @typedef {{level: "info" | "error", text: string}} Said */
 
@@ -135,6 +136,8 @@ function heldSummary(names, { lease, waitedS, holder, granted }) {
       : ["Fencing tokens", names.map((n) => `${n} \`${tokens[n]}\``).join(", ")],
     ["Waited", format.seconds(waitedS)],
   ];
+  const before = previousOf(names, lease);
+  if (before) rows.push([names.length === 1 ? "Lease before" : "Leases before", before]);
   const handoff = granted ? granted.handoff_s : undefined;
   if (handoff !== undefined && handoff !== null) {
     rows.push(["Hand-off", `at most ${format.seconds(handoff)} after the lock was last seen held`]);
@@ -142,6 +145,29 @@ function heldSummary(names, { lease, waitedS, holder, granted }) {
   rows.push(["Held when this job began waiting", holder ? format.holders(holder) : "free"]);
   const table = rows.map(([k, v]) => `| ${k} | ${cell(v)} |`).join("\n");
   return `### awsflock: ${titled(names)} held by this job\n\n| | |\n|---|---|\n${table}\n`;
+}
+
+/** How the lease before each lock's ended, as the job summary says it ("" if not said).
+ * @param {string[]} names
+ * @param {Lease} lease */
+function previousOf(names, lease) {
+  const given = lease.previous;
+  if (!given) return "";
+  /** @type {Record<string, Previous>} */
+  const each = "how" in given ? { [names[0]]: /** @type {Previous} */ (given) } : /** @type {Record<string, Previous>} */ (given);
+  const said = names.filter((n) => each[n]).map((n) => [n, beforeSaid(each[n])]);
+  return names.length === 1 ? (said[0] || ["", ""])[1] : said.map(([n, s]) => `${n}: ${s}`).join("; ");
+}
+
+/** "released", or who did not release the lease before, and when it ended.
+ * @param {Previous} p */
+function beforeSaid(p) {
+  if (p.how !== "expired" && p.how !== "forced") return p.how;
+  const where = [p.host && p.host !== p.owner ? `host ${p.host}` : "", p.ci_url || ""].filter(Boolean);
+  const holder = (p.owner || "unknown owner") + (where.length ? ` (${where.join(", ")})` : "");
+  const when = typeof p.ended_at === "number" ? ` at ${new Date(p.ended_at * 1000).toISOString().replace(/\.\d+Z$/, "Z")}` : "";
+  if (p.how === "forced") return `**not released**: force-released${when} by ${p.forced_by || "an operator"} (held by ${holder})`;
+  return `**not released** by ${holder}: its lease ran out${when}`;
 }
 
 module.exports = { acquired, checked, failure, heldSummary, named, place, slotOf, tokensOf, waiting };

@@ -113,3 +113,19 @@ test("several locks granted: each one's fencing token in the line and the summar
   assert.ok(summary.startsWith("### awsflock: `network`, `db` held by this job\n"), summary);
   assert.ok(summary.includes("| Fencing tokens | network `5`, db `9` |"), summary);
 });
+
+test("the job summary says how the lease before ended, and who did not release it", () => {
+  const dead = { how: "expired", lease_id: "L", owner: "ci-7", ci_url: "https://ci/9", ended_at: 1796014396 };
+  const one = report.heldSummary(["deploy"], { lease: { ...LEASE, previous: dead }, waitedS: 3, holder: null, granted: undefined });
+  assert.ok(one.includes("| Lease before | **not released** by ci-7 (https://ci/9): its lease ran out at 2026-11-30T04:53:16Z |"), one);
+  const clean = report.heldSummary(["deploy"], { lease: { ...LEASE, previous: { how: "released" } }, waitedS: 3, holder: null, granted: undefined });
+  assert.ok(clean.includes("| Lease before | released |"), clean);
+  const forced = { how: "forced", owner: "bob", forced_by: "alice", ended_at: 0 };
+  const lease = { lease_id: "S", fencing_tokens: { network: 5, db: 9 }, previous: { network: { how: "first" }, db: forced } };
+  const two = report.heldSummary(["network", "db"], { lease, waitedS: 1, holder: null, granted: undefined });
+  assert.ok(
+    two.includes("| Leases before | network: first; db: **not released**: force-released at 1970-01-01T00:00:00Z by alice (held by bob) |"),
+    two,
+  );
+  assert.ok(!report.heldSummary(["deploy"], { lease: LEASE, waitedS: 0, holder: null, granted: undefined }).includes("before"));
+});
