@@ -24,6 +24,7 @@ import awsflock as library_module
 from awsflock import LockTable
 from awsflock.lock.telling import POLL_INTERVAL, POLL_JITTER
 from awsflock.protocol import LINE_LAPSE_MS
+from awsflock.stores.remote import worker
 from tests.integration.conftest import BIN, Cli, UrlCli
 from tests.servers import LOCAL_CREDENTIALS
 
@@ -112,9 +113,12 @@ def spawn(awsflock: Cli, tmp_path: Path) -> Iterator[Spawn]:
 @pytest.fixture
 def library(awsflock: Cli, monkeypatch: pytest.MonkeyPatch) -> Iterator[LockTable]:
     """The CLI's store and table through the library, for a step that must not wait for a
-    process to start (DynamoDB Local keeps tables per access key: the CLI's loopback key)."""
+    process to start (DynamoDB Local keeps tables per access key: the CLI's loopback key).
+    Its tries wait to be sent as long as a loaded machine takes (CI once gave one up after
+    5.2 s unsent): the probes' own answers say whether they came too late."""
     for name, value in LOCAL_CREDENTIALS.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setattr(worker, "TRY_GRACE", 300.0)
     if isinstance(awsflock, UrlCli):
         table = library_module.connect(awsflock.url, table=awsflock.table)
     else:

@@ -34,6 +34,7 @@ STATUS_FIELDS = {
     "legacy_client",
     "kept_alive_by",
     "long_held",
+    "previous",
 }
 
 
@@ -77,6 +78,7 @@ def test_status_of_a_held_lock_names_everything(awsflock: Cli, lock_name):
     data = json.loads(awsflock("status", lock_name, "--json").stdout)
     assert set(data) == STATUS_FIELDS
     assert data["state"] == "held" and data["owner"] == "deployer"
+    assert data["previous"] == {"how": "first"}
     assert "lease_id" not in data
 
 
