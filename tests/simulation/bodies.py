@@ -9,7 +9,8 @@ it to stop, and only then releases. Checked at every step the store applies:
 - **Work told to stop before another's starts**: no other holder is granted a lock (a plain
   lock, or the same slot of a pool, or a lock of a pool's name) while a body under it runs
   that has not been told to stop (its cancellation, or ``LeaseLost`` from ``check()``,
-  reached it). Not counted: a body whose lease an operator force-released (it hears at its
+  reached it). Not counted: a body whose lease an operator force-released (a share's, when
+  its group was: ``force-release`` of a shared lock ends every share; it hears at its
   next renewal, and fencing protects meanwhile), whose process was killed, or whose process
   was paused at some moment since its hold's deadline passed (a frozen process runs nothing,
   its loop's timers included: what fencing is for). A body's clean-up after it was told may
@@ -42,7 +43,7 @@ class Body:
 
     def excused(self, checker: Checker) -> bool:
         """Running beside another's grant, for a reason outside the library's reach."""
-        if self.told or self.proc.killed or self.lease_id in checker.forced:
+        if self.told or self.proc.killed or checker.shares.forced(self.lease_id):
             return True
         # Its deadline, in true time (a process's monotonic clock is true time moved).
         deadline = self.hold.mono_deadline() - 1000.0 + EPOCH
