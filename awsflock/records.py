@@ -184,6 +184,8 @@ class Previous:
         its grant wrote remains)."""
         if record is None or not record.lease_id:
             return cls(FIRST)
+        if record.shared:
+            return cls._of_group(record, end_known=end_known)
         if record.ended == ENDED_RELEASED:
             return cls(RELEASED)  # a release says only that (a DynamoDB take learns no more)
         held = cls(EXPIRED, record.lease_id, record.owner, record.host, record.ci_url)
@@ -196,6 +198,21 @@ class Previous:
                 forced_reason=record.forced_reason,
             )
         return replace(held, ended_at=record.expires_at if end_known else None)
+
+    @classmethod
+    def _of_group(cls, group: LockRecord, *, end_known: bool) -> Previous:
+        """How a group of shared holders ended: released only if every share was released by
+        its holder; else the first share the store found that was not (``group.lapse``), or
+        the group's force-release, or the latest of the shares that ran out in it."""
+        if group.lapse is not None:  # its end known only while the group's record is
+            ended = group.lapse.ended_at if end_known or group.lapse.how == FORCED else None
+            return replace(group.lapse, ended_at=ended)
+        if group.forced or (not group.shares and group.ended != ENDED_RELEASED):
+            return cls.of(replace(group, shared=False), end_known=end_known)
+        if group.shares:
+            last = max(group.shares, key=lambda s: s.expires_at)
+            return cls.of(replace(last, ended=""), end_known=end_known)
+        return cls(RELEASED)
 
     def as_dict(self) -> dict[str, Any]:
         """As ``--json`` prints it: empty fields left out."""
@@ -253,6 +270,9 @@ class LockRecord:
     shared: bool = False
     shares: tuple[LockRecord, ...] = field(default=(), compare=False, repr=False)
     claimed_until: float | None = None
+    #: A group's first share found ended without its holder's release (dropped once it ran
+    #: out, or force-released on its own): how the group ended, whatever its last share did.
+    lapse: Previous | None = field(default=None, compare=False, repr=False)
     #: How the lease before the current one ended (None where the store does not say).
     previous: Previous | None = field(default=None, compare=False, repr=False)
     #: The lock's line of fair waiters (on a plain lock's record; a pool has its own).

@@ -97,3 +97,23 @@ class TestDynamoDBStoreOnMotoPrevious(PreviousConformance):
     @pytest.fixture
     def store(self, moto: object) -> DynamoDBStore:
         return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]
+
+
+def _without_transactions(moto: object) -> DynamoDBStore:
+    """The DynamoDB store as on an endpoint without TransactWriteItems (dynalite), which it
+    learns at its first take: its items are kept for good, and each step is one write."""
+    store = DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]
+    store._transactions = False
+    return store
+
+
+class TestDynamoDBStoreOnMotoWithoutTransactionsShares(ShareConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return _without_transactions(moto)
+
+
+class TestDynamoDBStoreOnMotoWithoutTransactionsPrevious(PreviousConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return _without_transactions(moto)

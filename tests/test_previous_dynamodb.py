@@ -10,6 +10,7 @@ import pytest
 
 from awsflock.records import EXPIRED, FIRST, FORCED, RELEASED, Previous
 from awsflock.stores.dynamodb import DynamoDBStore
+from tests.conformance.shares import ShareLab
 from tests.conformance.suite import SKEW, Lab
 
 
@@ -134,3 +135,48 @@ def _attempt(lab: Lab, name: str, *, at: int) -> Any:
     from tests.conformance.suite import MINUTE, new_id
 
     return Attempt(new_id(), Identity(owner="w"), lab.now + at, MINUTE, SKEW)
+
+
+# -- a group of shared holders: the end of its last share ends the fence record's last lease,
+# or names there the share that did not end released (the item may then be deleted).
+
+
+@pytest.fixture
+def shl(moto: Any) -> ShareLab:
+    return ShareLab(DynamoDBStore("awsflock", moto))
+
+
+@pytest.mark.parametrize("view", [True, False], ids=["seen", "unseen"])
+def test_a_group_all_released_is_released_after_its_item_is_deleted(
+    shl: ShareLab, moto: Any, view: bool
+):
+    name = shl.name()
+    one, _ = shl.share(name, owner="r1")
+    two, _ = shl.share(name, at=1, owner="r2")
+    assert shl.release(name, one, at=10).applied
+    store = shl.store if view else DynamoDBStore("awsflock", moto)  # a release in a new process
+    assert store.release(name, two, now_ms=shl.now + 11, skew_ms=SKEW).applied
+    _deleted(moto, name)
+    assert _next(shl, name) == Previous(RELEASED)
+
+
+@pytest.mark.parametrize("fate", ["ran out and left on a join", "ran out", "forced"])
+def test_a_share_that_did_not_end_released_is_named_after_the_item_is_deleted(
+    shl: ShareLab, moto: Any, fate: str
+):
+    name = shl.name()
+    dead, _ = shl.share(name, lease=1000, owner="r1")
+    live, _ = shl.share(name, at=1, owner="r2")
+    later = 1000 + SKEW + 1
+    if fate == "ran out and left on a join":
+        joiner, _ = shl.share_seen(name, shl.record(name), at=later)
+        assert shl.release(name, joiner, at=later + 1).applied
+    if fate == "forced":
+        assert shl.force(name, dead, "f1", at=10).applied
+    fresh = DynamoDBStore("awsflock", moto)  # the last release, from a process with no view
+    assert fresh.release(name, live, now_ms=shl.now + later + 2, skew_ms=SKEW).applied
+    _deleted(moto, name)
+    said = _next(shl, name)
+    how = FORCED if fate == "forced" else EXPIRED
+    assert (said.how, said.lease_id, said.owner) == (how, dead, "r1")
+    assert said.forced_by == ("ops" if fate == "forced" else "")

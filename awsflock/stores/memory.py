@@ -249,15 +249,6 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
                 return Outcome(True, None, None, slot)
             return self._outcome(True, lock_id, record, slot)
 
-    def _end_last(self, lock_id: str, lease_id: str, ended: str, forced: dict[str, Any]) -> None:
-        """An end of ``lease_id``, kept with the lock's last lease if it is that one (the
-        DynamoDB store's fence record, which the end's transaction updates)."""
-        last = self._lasts.get(lock_id)
-        if last is not None and last.lease == lease_id:
-            last.ended = ended
-            for name, value in forced.items():
-                setattr(last, name, value)
-
     def _bar(
         self,
         lock_id: str,

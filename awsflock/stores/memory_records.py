@@ -53,6 +53,8 @@ class _Lease:
     keeper: str = ""
     #: How the lease before this one ended (written by its grant).
     previous: Previous | None = None
+    #: A group's first share found ended without its holder's release (``LockRecord.lapse``).
+    lapse: Previous | None = None
 
     def owned_by(self, lease_id: str) -> bool:
         return self.lease == lease_id if self.lease else self.version == lease_id
@@ -103,6 +105,7 @@ class _Lease:
             legacy=self.fence is None and self.expires_ms is None,
             keeper=self.keeper,
             previous=self.previous,
+            lapse=self.lapse,
         )
 
 

@@ -4,13 +4,15 @@ store's steps on the lock's item, under the store's mutex."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
 from awsflock.protocol import DONE_MS, Attempt, Outcome, audit_key
-from awsflock.records import kept_audit
+from awsflock.records import Previous, kept_audit
 from awsflock.shares import MAX_SHARES, group_of
 from awsflock.stores.memory_records import _Lease, _Record, _seconds, _version
+from awsflock.stores.memory_takes import previous
 from awsflock.stores.memory_views import Views
 
 
@@ -79,15 +81,28 @@ def grant_share(
             expires_ms=end_ms,
             acquired_ms=now_ms,
             history=[(top.lease, top.ended) if top.lease else None, *top.history[:-1]],
+            previous=previous(top, lock_id, lasts, record),
         )
         record.shares, record.shared = {}, True
+        if transactions and lasts is not None:  # the fence record names the new group
+            lasts[lock_id] = dataclasses.replace(record.top)
     group = record.top
     group.version = _version()
     group.fence = fence
     group.expires_ms = max(group.expires_ms or 0, end_ms)
     group.expires_s = record.ttl(_seconds(group.expires_ms + attempt.skew_ms))
+    ran_out = [s for s in record.shares.values() if (s.expires_ms or 0) < cutoff_ms]
+    if ran_out:  # they leave: the group did not end as released, whatever comes after
+        _lapse(group, max(ran_out, key=lambda s: s.expires_ms or 0), lock_id)
     record.shares = {k: s for k, s in record.shares.items() if (s.expires_ms or 0) >= cutoff_ms}
     record.shares[attempt.lease_id] = share
+
+
+def _lapse(group: _Lease, share: _Lease, lock_id: str) -> None:
+    """``share`` is found ended without its holder's release (ran out, or forced): the group's
+    first such share is how it ended (``LockRecord.lapse``)."""
+    if group.lapse is None:
+        group.lapse = Previous.of(share.record(lock_id, None))
 
 
 def raise_group(record: _Record, share: _Lease, skew_ms: int) -> None:
@@ -105,7 +120,26 @@ class MemoryShares(Views):
     _records: dict[str, _Record]
     _done: dict[str, tuple[str, str, int]]
     _audit: dict[str, dict[str, Any]]
+    _lasts: dict[str, _Lease]
     transactions: bool
+
+    def _end_last(
+        self,
+        lock_id: str,
+        lease_id: str,
+        ended: str,
+        forced: dict[str, Any],
+        lapse: Previous | None = None,
+    ) -> None:
+        """An end of ``lease_id``, kept with the lock's last lease if it is that one (the
+        DynamoDB store's fence record, which the end's transaction updates); a group's with
+        its first share that ended unreleased."""
+        last = self._lasts.get(lock_id)
+        if last is not None and last.lease == lease_id:
+            last.ended = ended
+            last.lapse = lapse
+            for name, value in forced.items():
+                setattr(last, name, value)
 
     def claim(self, lock_id: str, *, now_ms: int, until_ms: int) -> Outcome:
         with self._mutex:
@@ -134,10 +168,15 @@ class MemoryShares(Views):
     ) -> Outcome:
         """End the share ``lease_id`` (found running in ``record``): it leaves the group, and a
         group left with no live share ends as the share did."""
-        del record.shares[lease_id]
+        share = record.shares.pop(lease_id)
+        group = record.top
+        if forced is not None:
+            share.ended = ended
+            for name, value in forced.items():
+                setattr(share, name, value)
+            _lapse(group, share, lock_id)
         if self.transactions:
             self._done[lease_id] = (lock_id, ended, _seconds(now_ms + DONE_MS))
-        group = record.top
         group.version = _version()
         cutoff_ms = now_ms - skew_ms
         if record.shares and any((s.expires_ms or 0) >= cutoff_ms for s in record.shares.values()):
@@ -146,7 +185,10 @@ class MemoryShares(Views):
             group.expires_ms = max(s.expires_ms or 0 for s in record.shares.values())
             group.expires_s = record.ttl(_seconds(group.expires_ms + skew_ms))
         else:
+            if record.shares:  # each ran out: they leave with the group
+                _lapse(group, max(record.shares.values(), key=lambda s: s.expires_ms or 0), lock_id)
             record.shares = {}
+            self._end_last(lock_id, group.lease, ended, forced or {}, group.lapse)
             group.ended = ended
             group.expires_ms = now_ms
             group.expires_s = record.ttl(_seconds(now_ms + skew_ms))

@@ -9,6 +9,7 @@ import dataclasses
 
 from awsflock.protocol import Attempt
 from awsflock.records import Previous
+from awsflock.shares import is_group_id
 from awsflock.stores.memory_records import _Lease, _Record, _seconds, _version
 
 
@@ -103,7 +104,7 @@ def grant(
         acquired_ms=now_ms,
         fence=fence,
         history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
-        previous=previous(old, lock_id, None if slot is not None else lasts),
+        previous=previous(old, lock_id, None if slot is not None else lasts, record),
     )
     if slot is None and transactions and lasts is not None:
         lasts[lock_id] = dataclasses.replace(new)
@@ -119,13 +120,28 @@ def grant(
         record.top.version = ""
 
 
-def previous(old: _Lease, lock_id: str, lasts: dict[str, _Lease] | None) -> Previous:
-    """How ``old`` (the lease a grant replaces; empty: none) ended. Where there is none, as its
-    record was deleted (TTL, an awsflock 0.2.0 release), the lock's last lease in ``lasts``."""
+def previous(
+    old: _Lease, lock_id: str, lasts: dict[str, _Lease] | None, record: _Record | None = None
+) -> Previous:
+    """How ``old`` (the lease a grant replaces; empty: none) ended: a group of shared holders'
+    as ``record``'s shares show it. Where there is none, as its record was deleted (TTL, an
+    awsflock 0.2.0 release), the lock's last lease in ``lasts``."""
     if old.lease or old.version:
-        return Previous.of(old.record(lock_id, None))
+        shown = old.record(lock_id, None)
+        if record is not None and record.shared and old is record.top:
+            shares = tuple(s.record(lock_id, None) for s in record.shares.values())
+            shown = dataclasses.replace(shown, shared=True, shares=shares)
+        return Previous.of(shown)
     last = None if lasts is None else lasts.get(lock_id)
-    return Previous.of(None if last is None else last.record(lock_id, None), end_known=False)
+    if last is None:
+        return Previous.of(None)
+    shown = dataclasses.replace(last.record(lock_id, None), shared=is_group_id(last.lease))
+    return Previous.of(shown, end_known=False)
+
+
+def lapsed(share: _Lease, lock_id: str, *, end_known: bool = True) -> Previous:
+    """How ``share`` ended, found ended without its holder's release (ran out, or forced)."""
+    return Previous.of(share.record(lock_id, None), end_known=end_known)
 
 
 def may_resize(record: _Record | None, old: int | None, new: int, cutoff_ms: int) -> bool:

@@ -9,6 +9,8 @@ import pytest
 
 from awsflock.protocol import LockStore, Outcome
 from awsflock.records import EXPIRED, FIRST, FORCED, RELEASED, Previous
+from awsflock.stores import kinds
+from tests.conformance.shares import ShareLab
 from tests.conformance.suite import MINUTE, SKEW, Lab
 
 
@@ -104,3 +106,85 @@ class PreviousConformance:
         assert lab.release(name, first, at=20).applied
         _, outcome = lab.take(name, at=30, owner="c")
         assert previous_of(lab, name, outcome) == Previous(RELEASED)
+
+    # -- shared holders: a share says its group's previous; a group ends released only if
+    # every share was released by its holder, else the grant after it names one that was not.
+
+    @pytest.fixture
+    def shl(self, store: LockStore) -> ShareLab:
+        if not kinds.of(store).shares:
+            pytest.skip("this store's kind holds no shares")
+        return ShareLab(store)
+
+    def test_a_share_says_what_its_group_replaced_and_a_join_says_the_same(self, shl):
+        name = shl.name()
+        first, _ = shl.take(name, lease=1000, owner="a")
+        _, starts = shl.share(name, at=1000 + SKEW + 1, owner="r1")
+        said = previous_of(shl, name, starts)
+        assert (said.how, said.lease_id, said.owner) == (EXPIRED, first, "a")
+        _, joins = shl.share(name, at=1000 + SKEW + 2, owner="r2")
+        assert previous_of(shl, name, joins) == said
+
+    def test_a_group_whose_every_share_was_released_says_released(self, shl):
+        name = shl.name()
+        one, _ = shl.share(name, owner="r1")
+        two, _ = shl.share(name, at=1, owner="r2")
+        assert shl.release(name, one, at=10).applied
+        assert shl.release(name, two, at=11).applied
+        _, outcome = shl.take(name, at=20, owner="w")
+        assert previous_of(shl, name, outcome) == Previous(RELEASED)
+
+    def test_a_share_that_ran_out_is_named_though_the_last_share_was_released(self, shl):
+        name = shl.name()
+        dead, _ = shl.share(name, lease=1000, owner="r1")
+        live, _ = shl.share(name, at=1, lease=MINUTE, owner="r2")
+        ran_out = shl.share_of(name, dead)
+        assert ran_out is not None
+        assert shl.release(name, live, at=1000 + SKEW + 1).applied
+        _, outcome = shl.take(name, at=1000 + SKEW + 2, owner="w")
+        said = previous_of(shl, name, outcome)
+        assert (said.how, said.lease_id, said.owner, said.host) == (EXPIRED, dead, "r1", "r1-host")
+        assert said.ended_at == ran_out.expires_at
+
+    def test_a_share_that_ran_out_and_left_on_a_join_is_still_named(self, shl):
+        name = shl.name()
+        dead, _ = shl.share(name, lease=1000, owner="r1")
+        live, _ = shl.share(name, at=1, lease=MINUTE, owner="r2")
+        later = 1000 + SKEW + 1
+        joiner, joined = shl.share_seen(name, shl.record(name), at=later)
+        assert joined.applied and shl.share_of(name, dead) is None
+        assert shl.release(name, live, at=later + 1).applied
+        assert shl.release(name, joiner, at=later + 2).applied
+        _, outcome = shl.take(name, at=later + 3, owner="w")
+        said = previous_of(shl, name, outcome)
+        assert (said.how, said.lease_id, said.owner) == (EXPIRED, dead, "r1")
+
+    def test_a_share_force_released_on_its_own_is_named_with_the_operator(self, shl):
+        name = shl.name()
+        one, _ = shl.share(name, owner="r1")
+        two, _ = shl.share(name, at=1, owner="r2")
+        assert shl.force(name, one, "f1", at=10).applied
+        assert shl.release(name, two, at=11).applied
+        _, outcome = shl.take(name, at=20, owner="w")
+        said = previous_of(shl, name, outcome)
+        assert (said.how, said.lease_id, said.owner) == (FORCED, one, "r1")
+        assert (said.forced_by, said.forced_reason) == ("ops", "stuck")
+
+    def test_a_group_force_released_names_the_group_and_the_operator(self, shl):
+        name = shl.name()
+        shl.share(name, owner="r1")
+        shl.share(name, at=1, owner="r2")
+        group = shl.record(name).lease_id
+        assert shl.force(name, group, "f1", at=10).applied
+        _, outcome = shl.take(name, at=20, owner="w")
+        said = previous_of(shl, name, outcome)
+        assert (said.how, said.lease_id, said.owner, said.forced_by) == (FORCED, group, "r1", "ops")
+
+    def test_a_new_group_after_one_that_ran_out_names_its_latest_share(self, shl):
+        name = shl.name()
+        shl.share(name, lease=1000, owner="r1")
+        last, _ = shl.share(name, at=5, lease=1000, owner="r2")
+        later = 1005 + SKEW + 1
+        _, starts = shl.share_seen(name, shl.record(name), at=later)
+        said = previous_of(shl, name, starts)
+        assert (said.how, said.lease_id, said.owner) == (EXPIRED, last, "r2")

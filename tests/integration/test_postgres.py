@@ -24,7 +24,11 @@ from typing import Any
 import pytest
 
 from awsflock import LockTable
+from awsflock.records import EXPIRED
 from awsflock.stores.postgresql import PostgresStore
+from tests.conformance.previous import previous_of
+from tests.conformance.shares import ShareLab
+from tests.conformance.suite import SKEW
 from tests.integration.conftest import Cli, PgCli
 from tests.pgproxy import PgFaultProxy
 from tests.servers import PostgresServer
@@ -584,3 +588,26 @@ def test_table_create_brings_a_table_of_an_earlier_build_up_to_date(postgres: Po
     assert held.returncode == 0, held.stderr
     assert cli("renew", "x", held.stdout.strip()).returncode == 0
     assert cli("release", "x", held.stdout.strip()).returncode == 0
+
+
+def test_table_create_adds_the_columns_of_previous_to_an_older_table(postgres: PostgresServer):
+    # A table made before a grant's "prev" and a group's "lapse" existed: table-create adds
+    # them, and a grant after a group names the share that ran out in it, though the group's
+    # last share was released.
+    name = "older_" + uuid.uuid4().hex[:6]
+    cli = PgCli(postgres, name)
+    assert cli("table-create", "-q").returncode == 0
+    postgres.sql(f'ALTER TABLE "{name}" DROP COLUMN prev, DROP COLUMN lapse')
+    assert cli("table-create", "-q").returncode == 0
+    store = PostgresStore(postgres.url, name, server_time=False)
+    try:
+        lab = ShareLab(store)
+        lock = lab.name()
+        dead, _ = lab.share(lock, lease=1000, owner="r1")
+        live, _ = lab.share(lock, at=1, owner="r2")
+        assert lab.release(lock, live, at=1000 + SKEW + 1).applied
+        _, taken = lab.take(lock, at=1000 + SKEW + 2, owner="w")
+        said = previous_of(lab, lock, taken)
+        assert (said.how, said.lease_id, said.owner) == (EXPIRED, dead, "r1")
+    finally:
+        store.close()

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from awsflock import shares
 from awsflock.protocol import Attempt, audit_key
 from awsflock.records import RELEASED, Identity, Previous
 from awsflock.stores import kinds
@@ -172,11 +173,7 @@ def test_the_previous_lease_is_known_after_the_hash_is_gone(
         ).applied
     else:
         time.sleep(0.3)
-    assert redis_server.client().delete(layout.lock_key(store.prefix, name)) == 1
-    outcome = store.take(name, Attempt(str(uuid.uuid4()), Identity(owner="u"), _now(), 60_000, 0))
-    assert outcome.applied and outcome.record is not None
-    said = outcome.record.previous
-    assert said is not None
+    said = _next_once_the_hash_is_gone(store, redis_server, name)
     if ends == "released":
         assert said == Previous(RELEASED)  # a release says only that
         return
@@ -188,6 +185,51 @@ def test_the_previous_lease_is_known_after_the_hash_is_gone(
     }
     assert (said.how, said.forced_by or None) == expected[ends]
     assert (said.ended_at is None) == (ends != "forced")  # a force's time is kept with it
+
+
+def _next_once_the_hash_is_gone(store: RedisStore, server: RedisServer, name: str) -> Previous:
+    """The next grant's ``previous`` once the lock's hash is gone (GC, done here by hand)."""
+    assert server.client().delete(layout.lock_key(store.prefix, name)) == 1
+    outcome = store.take(name, Attempt(str(uuid.uuid4()), Identity(owner="u"), _now(), 60_000, 0))
+    assert outcome.applied and outcome.record is not None
+    said = outcome.record.previous
+    assert said is not None
+    return said
+
+
+@pytest.mark.parametrize("ends", ["released", "a share forced", "a share ran out", "ran out"])
+def test_a_groups_end_is_known_after_the_hash_is_gone(
+    store: RedisStore, redis_server: RedisServer, ends: str
+):
+    # A group of shares in the fence key's "last": the group as a lease, its end as a release
+    # sets it, or the first of its shares that did not release (its lapse), so the next grant
+    # still names that share once the hash is gone (GC, done here by hand).
+    name = "prev-" + uuid.uuid4().hex[:8]
+    one, two = shares.new_share_id(), shares.new_share_id()
+    lengths = {"a share ran out": (200, 60_000), "ran out": (200, 200)}.get(ends, (60_000, 60_000))
+    for lease_id, owner, lease_ms in zip((one, two), ("r1", "r2"), lengths):
+        attempt = Attempt(lease_id, Identity(owner=owner), _now(), lease_ms, 0)
+        assert store.take(name, attempt).applied
+    if ends == "a share forced":
+        assert store.force_release(
+            name, one, force_id="f", now_ms=_now(), skew_ms=0, actor="ops", reason="stuck"
+        ).applied
+    if lengths[0] == 200:
+        time.sleep(0.3)
+    if ends != "ran out":
+        assert store.release(name, two, now_ms=_now(), skew_ms=0).applied
+    if ends == "released":
+        assert store.release(name, one, now_ms=_now(), skew_ms=0).applied
+    said = _next_once_the_hash_is_gone(store, redis_server, name)
+    if ends == "released":
+        assert said == Previous(RELEASED)
+        return
+    named = shares.group_of(one) if ends == "ran out" else one
+    assert (said.lease_id, said.owner) == (named, "r1")
+    expected = {"a share forced": "forced", "a share ran out": "expired", "ran out": "expired"}
+    assert (said.how, said.forced_by) == (expected[ends], "ops" if ends == "a share forced" else "")
+    # A share's end is kept with the group's lapse; a group that ran out is known as it began.
+    assert (said.ended_at is None) == (ends == "ran out")
 
 
 def test_a_take_that_lands_after_a_newer_grant_is_refused(store: RedisStore):

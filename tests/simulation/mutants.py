@@ -21,7 +21,7 @@ from awsflock.stores.memory_records import _Lease, _Record
 from awsflock.stores.remote import connected
 from awsflock.stores.remote import requests as retrying
 from tests.simulation.mutants_aio import AIO_SHARE, MUTANTS_AIO
-from tests.simulation.mutants_previous import MUTANTS_PREVIOUS
+from tests.simulation.mutants_previous import MUTANTS_PREVIOUS, SHARES_PREVIOUS
 from tests.simulation.mutants_sets import MUTANTS_SETS, SETS_SHARE
 from tests.simulation.mutants_shares import MUTANTS_SHARES, SHARES_SHARE
 from tests.simulation.patching import patched as _patched
@@ -522,7 +522,7 @@ AIO = set(MUTANTS_AIO)
 SETS = set(MUTANTS_SETS)
 
 #: The mutants of shared holders: looked for with a share of the workers' operations on them.
-SHARES = set(MUTANTS_SHARES)
+SHARES = set(MUTANTS_SHARES) | SHARES_PREVIOUS
 
 #: The mutants of a store's own code, and the stores whose code they are in and where they are
 #: looked for: N and O in the request code (the in-memory store has none: its fault layer is the

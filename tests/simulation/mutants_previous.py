@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from awsflock.records import EXPIRED, RELEASED, Previous
-from awsflock.stores import memory, memory_takes
+from awsflock.stores import memory, memory_shares, memory_takes
 from tests.simulation.patching import patched
 
 
@@ -42,8 +42,18 @@ def end_not_kept() -> contextlib.AbstractContextManager[None]:
     return patched((memory.MemoryStore, "_end_last", lambda *args: None))
 
 
+def share_lapse_not_kept() -> contextlib.AbstractContextManager[None]:
+    """R3. A group of shared holders does not keep the share that ran out (dropped by a join,
+    or left when the group ended): the group is said released once its last share is."""
+    return patched((memory_shares, "_lapse", lambda *args: None))
+
+
 MUTANTS_PREVIOUS = {
     "R a reclaim said released": reclaim_said_released,
     "R1 the last lease not kept beside the token": last_lease_not_kept,
     "R2 an end not kept beside the token": end_not_kept,
+    "R3 a share that ran out not kept by its group": share_lapse_not_kept,
 }
+
+#: The mutants of ``previous`` for shared holders: looked for with a share of shares.
+SHARES_PREVIOUS = {"R3 a share that ran out not kept by its group"}

@@ -334,11 +334,14 @@ class Ends(Writes):
         values: dict[str, Any],
         slot: int | None,
         audit: dict[str, Any] | None = None,
+        last: dict[str, Any] | None = None,
     ) -> Outcome | None:
         """An end step as one transaction with the lease's done item (see ``DONE_PREFIX``):
         a retry of it after any number of hand-offs still finds that it ended the lease; and
-        a force's ``audit`` record, which so exists iff the force took effect. None if the
-        endpoint has no transactions. Applied, it answers nothing: its record is None."""
+        a force's ``audit`` record, which so exists iff the force took effect; and the fence
+        record's last lease ended with it (``last``: a group's end's, else a plain lease's).
+        None if the endpoint has no transactions. Applied, it answers nothing: its record is
+        None."""
         lease_id, now_ms = str(values["lease"]), int(values["now_ms"])
         done = done_item(
             lock_id, lease_id, str(values["ended"]), now_ms, expiration_seconds(now_ms + DONE_MS)
@@ -350,9 +353,10 @@ class Ends(Writes):
         if audit is not None:
             item = audit_item(audit_key(lease_id), audit)
             items.append({"Put": {"TableName": self.table_name, "Item": item}})
-        last = slot is None and not is_share_id(lease_id)
-        if last:  # the fence record's last lease ends with it (``fates``)
-            items.append(self._last_end(lock_id, values))
+        if last is None and slot is None and not is_share_id(lease_id):
+            last = self._last_end(lock_id, values)  # the fence record's last lease ends too
+        if last is not None:
+            items.append(last)
         answer = self._transact(operation, items)
         if answer and last and answer[-1][0] and not any(r for r, _ in answer[:-1]):
             # Only the fence record refused: its last lease is another (0.2.0's lease, ended

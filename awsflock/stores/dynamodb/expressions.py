@@ -169,19 +169,16 @@ def acquire_update(
     line: tuple[str, str] | None = None,
     plain_top: bool = False,
     kept: bool = False,
+    given: bool = False,
 ) -> str:
     """Write a new lease; remember the one it replaces. SET clauses read the item as it was
     before the update (DynamoDB's rule; moto applies them in order, hence oldest first).
     ``plain_top``: a slot's take that turns the item into a pool also sets the plain lock's
     token to ``:plain_top``, the highest it was granted (its fence record's, checked in the same
     transaction), so that every slot made later starts above it (``PLAIN_BELOW``). ``kept``: a
-    plain take without transactions, which keeps the item for good (``KEPT``)."""
-    # How the lease before ended (``fates``): copied from the lease it replaces on a slot or an
-    # item kept for good (never deleted); given by the caller's pin (``:pv_*``) otherwise.
-    if p or kept:
-        sets = [f"#{p}{pv} = if_not_exists(#{p}{src}, :null)" for pv, src in PV_FROM.items()]
-    else:
-        sets = [f"#{pv} = :{pv}" for pv in PV_FROM]
+    plain take without transactions, which keeps the item for good (``KEPT``). ``given``: its
+    lease before is given (``:pv_*``) even so (``fates.kept``: a group's)."""
+    sets = _previous_sets(p, copied=bool(p or kept) and not given)
     for i in range(HISTORY - 1, 0, -1):
         (lease_to, end_to), (lease_from, end_from) = history_names(i), history_names(i - 1)
         sets.append(f"#{p}{lease_to} = if_not_exists(#{p}{lease_from}, :null)")
@@ -210,7 +207,7 @@ def acquire_update(
     removes = [
         f"#{p}{name}" for name in ("ended", "forced_by", "forced_reason", "forced_ms", "keeper")
     ]
-    removes += ["#shared", "#hn", "#claim"]  # a group of shares ends with any grant
+    removes += ["#shared", "#hn", "#claim", "#gl"]  # a group of shares ends with any grant
     removes += [f"#{p}{name}" for name in holder_removes]
     if p:
         sets.append("#slots = :slots")
@@ -222,6 +219,15 @@ def acquire_update(
         sets.append(line[0])
         removes.append(line[1])
     return "SET " + ", ".join(sets) + " REMOVE " + ", ".join(removes)
+
+
+def _previous_sets(p: str, *, copied: bool) -> list[str]:
+    """How the lease before ended (``fates``): ``copied`` from the lease it replaces (on a
+    slot, or an item kept for good: never deleted), else given by the caller's pin
+    (``:pv_*``)."""
+    if copied:
+        return [f"#{p}{pv} = if_not_exists(#{p}{src}, :null)" for pv, src in PV_FROM.items()]
+    return [f"#{pv} = :{pv}" for pv in PV_FROM]
 
 
 def renew_condition(p: str) -> str:

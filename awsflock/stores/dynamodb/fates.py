@@ -36,18 +36,24 @@ from awsflock.records import (
     LockRecord,
     Previous,
 )
-from awsflock.stores.dynamodb.expressions import RAN_OUT
+from awsflock.stores.dynamodb.expressions import FREE_PLAIN, RAN_OUT
 from awsflock.stores.dynamodb.items import from_attr
 from awsflock.stores.dynamodb.pv import PV_FROM, PV_UNKNOWN, previous_of_item
 
-#: The item absent, or its lease released.
-_RELEASED_ITEM = "(attribute_not_exists(#lock_id) OR #ended = :released_mark)"
+#: The item absent, or its lease released (a group's: with no share that was not, ``gl``).
+_RELEASED_ITEM = (
+    "(attribute_not_exists(#lock_id) OR (#ended = :released_mark AND attribute_not_exists(#gl)))"
+)
 _ABSENT = "attribute_not_exists(#lock_id)"
 #: The item the caller saw, free: ended, or run out more than the skew window ago.
 _SEEN_FREE = f"(#lease_id = :seen AND (attribute_exists(#ended) OR {RAN_OUT}))"
 #: The fence record's update by a plain take: the lease it grants is the last, not ended.
 LAST_SET = "#last_lease = :lease, #last_who = :last_who"
 LAST_REMOVE = "#last_end, #last_fby, #last_fwhy, #last_fms"
+#: A group's take marks its lease a group's (``last_sh``), which a plain take removes: the end
+#: of a group's last share, which may not know the group's id, updates the record only then.
+LAST_GROUP = "#last_sh = :one"
+LAST_IS_A_GROUP = "#last_sh = :one"
 #: An end's update of the fence record, where its last lease is the one ended.
 LAST_END = "SET #last_end = :ended"
 LAST_FORCED = ", #last_fby = :actor, #last_fwhy = :reason, #last_fms = :now_ms"
@@ -118,12 +124,23 @@ def from_fence(item: dict[str, Any]) -> Pin:
     return Pin(_ABSENT, pinned, values, previous)
 
 
+def kept(pin: Pin) -> tuple[str, bool]:
+    """A take's free condition without transactions (its item kept for good: the lease before
+    is the item's, copied by the take), and whether its lease before is given instead: a
+    group's is (copied, it would be the group's own end, not its shares'), so a group is taken
+    only as the version seen (``pin``'s; a refusal shows it)."""
+    if pin.record is not None and pin.record.shared:
+        return f"({FREE_PLAIN} AND #lease_id = :seen)", True
+    return f"({FREE_PLAIN} AND attribute_not_exists(#shared))", False
+
+
 def accepts(pin: Pin, record: LockRecord) -> bool:
     """Whether ``pin``'s item condition holds for the lock's item ``record`` (free): so that
     a refusal of it was for something else (the line, a LEASE_ID used before)."""
     if "seen" in pin.values:
         return bool(record.version == pin.values["seen"])
-    return pin.item == _RELEASED_ITEM and record.ended == ENDED_RELEASED
+    released = record.ended == ENDED_RELEASED and record.lapse is None
+    return pin.item == _RELEASED_ITEM and released
 
 
 def last_who(identity: Identity) -> str:

@@ -13,6 +13,7 @@ from awsflock.records import (
     FIRST,
     FORCED,
     RELEASED,
+    LockRecord,
     Previous,
 )
 
@@ -57,3 +58,46 @@ def previous_of_item(v: dict[str, Any]) -> Previous | None:
 
 def _ms(value: Any) -> float | None:
     return value / 1000 if isinstance(value, (int, float)) else None
+
+
+#: A group's item attribute of its first share found ended without its holder's release
+#: (``LockRecord.lapse``): one map, written with ``if_not_exists`` so the first stays: its
+#: LEASE_ID (``i``), holder (``o``, ``h``, ``c``), end mark (``e``: "" ran out, ``forced:ID``),
+#: its end (``x``) and a force's ``b``, ``y``, ``m`` (by, why, when).
+A_LAPSE = "gl"
+
+
+def lapse_value(share: LockRecord, ended: str = "", **forced: Any) -> dict[str, Any]:
+    """The ``gl`` map for ``share`` (a share's record as a view shows it), ended so: "" (ran
+    out) or ``forced:ID`` with the force's ``actor``, ``reason`` and ``now_ms``."""
+    value: dict[str, Any] = {
+        "i": share.lease_id,
+        "o": share.owner,
+        "h": share.host,
+        "c": share.ci_url,
+        "e": ended,
+        "x": round(share.expires_at * 1000),
+    }
+    if forced:
+        value.update(b=forced["actor"], y=forced["reason"], m=forced["now_ms"])
+    return {k: v for k, v in value.items() if v not in ("", None)}
+
+
+def lapse_of(value: Any) -> Previous | None:
+    """A group's ``gl`` map (its values) as a ``Previous``; None where there is none."""
+    if not isinstance(value, dict) or not value.get("i"):
+        return None
+    end = str(value.get("e") or "")
+    return previous_of_item(
+        {
+            "pv_lease": value["i"],
+            "pv_end": end,
+            "pv_owner": value.get("o"),
+            "pv_host": value.get("h"),
+            "pv_ci": value.get("c"),
+            "pv_exp": None if end else value.get("x"),
+            "pv_fby": value.get("b"),
+            "pv_fwhy": value.get("y"),
+            "pv_fms": value.get("m"),
+        }
+    )

@@ -29,6 +29,7 @@ from awsflock.protocol import Attempt
 from awsflock.records import Identity, LockRecord, holder_fields
 from awsflock.shares import MAX_SHARES, group_of
 from awsflock.stores.dynamodb.items import ALIASES, from_attr, record_from_item
+from awsflock.stores.dynamodb.pv import A_LAPSE, lapse_of
 
 A_SHARED = "shared"
 A_SHARES = "hn"
@@ -83,11 +84,13 @@ def lock_record(item: dict[str, Any]) -> LockRecord:
         return record
     shares, _ = shares_of(item, record.lock_id)
     claim = record.extra.get(A_CLAIM)
+    lapse = item.get(A_LAPSE, {}).get("M")
     return replace(
         record,
         shared=A_SHARED in item,
         shares=shares,
         claimed_until=claim / 1000 if isinstance(claim, int) else None,
+        lapse=lapse_of({k: from_attr(v) for k, v in lapse.items()}) if lapse else None,
     )
 
 
@@ -180,6 +183,8 @@ def join_condition(raise_end: bool, lapsed: int) -> str:
 def join_update(raise_end: bool, lapsed: int, stale: int) -> str:
     """The share joins (``:delta``: one less the shares that ran out it removes)."""
     update = "SET #sh = :entry, #hn = #hn + :delta, #fence = :token, #lease_id = :version"
+    if lapsed:  # the first share that did not end released, if none before (``:gl``)
+        update += ", #gl = if_not_exists(#gl, :gl)"
     if raise_end:
         update += ", #expires_ms = :expires_ms, #expiration_time = if_not_exists(#kept_until, :ttl)"
     removed = _removed(lapsed, stale)
@@ -235,20 +240,23 @@ def end_condition(kind: str, others: int) -> str:
     return base + " AND #hn = :count" + _unchanged(others)
 
 
-def end_update(kind: str, others: int, forced: bool) -> str:
+def end_update(kind: str, others: int, forced: bool, lapse: bool = False) -> str:
     """Remove the share; ``LAST``: the group ends too (marked as the share's end), and the
     shares that ran out with it; ``LOWER``: the group's end becomes the latest of the others'
-    (``:group_end``), so a waiting exclusive acquire waits only for the shares that are left."""
+    (``:group_end``), so a waiting exclusive acquire waits only for the shares that are left.
+    ``lapse``: the group keeps ``:gl`` as its first share that did not end released, if it
+    has none (``pv.A_LAPSE``)."""
+    kept = ", #gl = if_not_exists(#gl, :gl)" if lapse else ""
     if kind == MORE:
-        return "SET #hn = #hn - :one, #lease_id = :version REMOVE #sh"
+        return f"SET #hn = #hn - :one, #lease_id = :version{kept} REMOVE #sh"
     if kind == LOWER:
         return (
-            "SET #hn = #hn - :one, #lease_id = :version, #expires_ms = :group_end,"
+            f"SET #hn = #hn - :one, #lease_id = :version, #expires_ms = :group_end{kept},"
             " #expiration_time = if_not_exists(#kept_until, :group_ttl) REMOVE #sh"
         )
     update = (
         "SET #ended = :ended, #expires_ms = :now_ms, #hn = :zero, #lease_id = :version,"
-        " #expiration_time = if_not_exists(#kept_until, :ttl)"
+        f" #expiration_time = if_not_exists(#kept_until, :ttl){kept}"
     )
     if forced:
         update += ", #forced_by = :actor, #forced_reason = :reason, #forced_ms = :now_ms"

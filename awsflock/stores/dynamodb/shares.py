@@ -22,49 +22,22 @@ item alone, kept for good.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from awsflock.protocol import KEPT_UNTIL, Attempt, Outcome
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord, kept_audit
+from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord
 from awsflock.shares import MAX_SHARES, group_of, is_share_id, live
 from awsflock.stores.dynamodb import expressions, fates
 from awsflock.stores.dynamodb import share_items as layout
-from awsflock.stores.dynamodb.base import expiration_seconds, new_version
-from awsflock.stores.dynamodb.ends import end_values
-from awsflock.stores.dynamodb.items import A_LOCK_ID, A_UNAUDITED, done_key, pending_audit_name
-from awsflock.stores.dynamodb.sets import Sets
+from awsflock.stores.dynamodb.base import new_version
+from awsflock.stores.dynamodb.items import A_LOCK_ID, done_key
+from awsflock.stores.dynamodb.pv import lapse_value
+from awsflock.stores.dynamodb.share_ends import ShareEnds, share_end_values
 from awsflock.stores.dynamodb.steps import renew_values
-from awsflock.stores.dynamodb.takes import _variant
-
-#: How many locks' last seen groups a store remembers (which end step a release sends).
-VIEWS = 1024
 
 
-class Shares(Sets):
+class Shares(ShareEnds):
     """The share steps of ``DynamoDBStore``."""
-
-    def _seen_group(self, lock_id: str, record: LockRecord | None = None) -> LockRecord | None:
-        """The lock's group as an answer last showed it (``record``: a new answer's). A step
-        sent from it is only as good as it is: its condition asserts what it relies on, and a
-        refusal shows the item, from which it is sent again."""
-        views: dict[str, LockRecord] = self.__dict__.setdefault("_groups", {})
-        if record is not None and record.shared:
-            if len(views) >= VIEWS:
-                views.clear()
-            views[lock_id] = record
-        return views.get(lock_id)
-
-    def _ended_share(self, lock_id: str, lease_id: str, group_ended: bool) -> None:
-        """The view of the lock's group after an end of ``lease_id`` was applied (a
-        transaction answers nothing): without that share, its end the latest of the others'
-        (as the end wrote it), or none once the group ended."""
-        views: dict[str, LockRecord] = self.__dict__.setdefault("_groups", {})
-        seen = views.pop(lock_id, None)
-        left = () if seen is None else tuple(s for s in seen.shares if s.lease_id != lease_id)
-        if seen is not None and left and not group_ended:
-            end = max(s.expires_at for s in left)
-            views[lock_id] = dataclasses.replace(seen, shares=left, expires_at=end)
 
     # -- take --------------------------------------------------------------------------------
 
@@ -79,6 +52,9 @@ class Shares(Sets):
         # A first try knows the group only as this store last saw it (else a join costs one
         # refused try, whose answer shows it).
         seen = attempt.seen or self._seen_group(lock_id)
+        now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
+        values["last_who"] = fates.last_who(attempt.identity)
+        pin: fates.Pin | None = None  # a new group's, as ``seen`` shows the lock unless set
         outcome = Outcome(False, None)
         for _ in range(4):
             joins = _joinable(seen, attempt)
@@ -94,37 +70,48 @@ class Shares(Sets):
                 lapsed, stale = values["lapsed"], values["stale"]
                 condition = f"{layout.join_condition(raise_end, lapsed)} AND {line}"
                 update = layout.join_update(raise_end, lapsed, stale)
-            else:
-                free = _variant(seen, attempt.now_ms / 1000, attempt.skew_ms / 1000)
-                free = free if self._transactions else expressions.FREE_PLAIN
-                values["lease"], values["seen"] = group_of(share), seen.version if seen else None
-                condition = expressions.acquire_condition("", line, free) + " AND "
-                condition += layout.NO_CLAIM
-                plain = expressions.acquire_update("", sets, removes, kept=not self._transactions)
-                values.update(fates.pv_values(None))  # a group's lease before: not said yet
-                update = layout.with_new_group(plain, values["stale"])
-            answer = self._share_try(lock_id, share, update, condition, values)
+            else:  # a new group, pinned to how the lease it replaces ended, as a plain take
+                pin = pin or fates.first(seen, now, skew)
+                values["lease"] = group_of(share)
+                condition, update = self._new_group(values, line, sets, removes, pin)
+            answer = self._share_try(lock_id, share, update, condition, values, pin, joins)
             if answer is None:  # no transactions after all (dynalite): made again without
                 continue
-            outcome, fence = answer
+            outcome, fence, fence_item = answer
             if outcome.applied:
                 self._learn_fence(lock_id, token)
                 granted = layout.granted(lock_id, attempt, values, seen if joins else None)
+                if not joins and pin is not None:  # as pinned, or as the item says (kept)
+                    said = outcome.lock.previous if outcome.lock is not None else pin.previous
+                    granted = dataclasses.replace(granted, previous=said)
                 self._seen_group(lock_id, granted)
                 return dataclasses.replace(outcome, lock=granted)
-            record = outcome.lock if outcome.pool is None else None
             if outcome.pool is not None:
                 return outcome
-            high = max(fence or 0, (record.fencing_token or 0) if record else 0)
+            high = max(fence or 0, (outcome.lock.fencing_token or 0) if outcome.lock else 0)
             self._learn_fence(lock_id, high)
-            if high >= token and _could_take(record, attempt):
-                token, seen = high + 1, record or seen
-                continue
-            if record is not None and _could_take(record, attempt) and _changed(seen, record):
-                seen = record
-                continue
-            return outcome
+            again = _again(attempt, outcome.lock, (high, token), seen, pin, fence_item, joins)
+            if again is None:
+                return outcome
+            token, seen, pin = again
         return outcome
+
+    def _new_group(
+        self,
+        values: dict[str, Any],
+        line: str,
+        sets: list[str],
+        removes: list[str],
+        pin: fates.Pin,
+    ) -> tuple[str, str]:
+        """The condition and update of a share's take that makes a new group, as ``pin``
+        says the lease it replaces ended (``values`` gains the pin's)."""
+        values.update(pin.values, **fates.pv_values(pin.previous))
+        free, given = (pin.item, False) if self._transactions else fates.kept(pin)
+        condition = expressions.acquire_condition("", line, free) + " AND " + layout.NO_CLAIM
+        kept = not self._transactions
+        plain = expressions.acquire_update("", sets, removes, kept=kept, given=given)
+        return condition, layout.with_new_group(plain, values["stale"])
 
     @staticmethod
     def _share_names(
@@ -140,6 +127,13 @@ class Shares(Sets):
         if not joins:
             stale = sorted({*stale, *(n for n in layout.all_shares(seen) if n != name)})
         values = layout.aliases(name, lapsed, stale)
+        if lapsed and seen is not None:  # they leave: the first that did not end released
+            gone = {n for n, _ in lapsed}
+            last = max(
+                (s for s in seen.shares if layout.share_name(s.lease_id) in gone),
+                key=lambda s: s.expires_at,
+            )
+            values["gl"] = lapse_value(last)
         values.update(
             lapsed=len(lapsed),
             stale=len(stale),
@@ -150,18 +144,37 @@ class Shares(Sets):
         return values
 
     def _share_try(
-        self, lock_id: str, share: str, update: str, condition: str, values: dict[str, Any]
-    ) -> tuple[Outcome, int | None] | None:
-        """One try of a share's take: the transaction of the lock's item, its fence record and
-        the share's done item's check; the item alone, kept, without transactions. None if
-        the endpoint answered that it has none (the take is then made again without)."""
+        self,
+        lock_id: str,
+        share: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        pin: fates.Pin | None,
+        joins: bool,
+    ) -> tuple[Outcome, int | None, dict[str, Any] | None] | None:
+        """One try of a share's take: the transaction of the lock's item, its fence record (a
+        new group's as its last lease, if ``pin`` holds) and the share's done item's check;
+        the item alone, kept, without transactions. With the token the fence record holds and
+        its item where it refused. None if the endpoint answered that it has none (the take
+        is then made again without)."""
         if not self._transactions:
-            return self._conditional_update(
-                "acquire", lock_id, update, condition, values, None
-            ), None
+            return (
+                self._conditional_update("acquire", lock_id, update, condition, values, None),
+                None,
+                None,
+            )
+        new_group = not joins and pin is not None
+        fence_write = self._fence_write(
+            lock_id,
+            values["token"],
+            last=values if new_group else None,
+            pinned=pin.fence if new_group and pin is not None else "",
+            group=True,
+        )
         items: list[Any] = [
             self._lock_write(lock_id, update, condition, values),
-            self._fence_write(lock_id, values["token"]),
+            fence_write,
             {
                 "ConditionCheck": {
                     "TableName": self.table_name,
@@ -177,13 +190,14 @@ class Shares(Sets):
             return None
         in_doubt = self._in_doubt()
         if not answer:
-            return Outcome(True, None, in_doubt=in_doubt), None
+            return Outcome(True, None, in_doubt=in_doubt), None, None
         (item_refused, item), (fence_refused, held), (ended_before, _) = answer
         fence = self._fence_token(lock_id, fence_refused, held)
         if ended_before or not item_refused:
             item = self._get_item(lock_id) or {}  # the item did not say: read it
         outcome = self._after_update("acquire", False, item or None, lock_id, None)
-        return dataclasses.replace(outcome, in_doubt=in_doubt or outcome.in_doubt), fence
+        outcome = dataclasses.replace(outcome, in_doubt=in_doubt or outcome.in_doubt)
+        return outcome, fence, held if fence_refused else None
 
     # -- renew, end, claim -------------------------------------------------------------------
 
@@ -261,53 +275,6 @@ class Shares(Sets):
                 return outcome  # renewed, or refused whatever the group's end
         return outcome
 
-    def _end_share(
-        self,
-        operation: str,
-        lock_id: str,
-        lease_id: str,
-        values: dict[str, Any],
-        audit: dict[str, Any] | None,
-    ) -> Outcome:
-        name, now_ms = layout.share_name(lease_id), int(values["now_ms"])
-        skew_ms = int(values.pop("skew_ms"))
-        values.update(one=1, zero=0)
-        forced = "actor" in values
-        seen = self._seen_group(lock_id)
-        outcome = Outcome(False, None)
-        for tries in range(6):
-            kind, others = layout.end_plan(seen, name, now_ms, skew_ms, exact=tries < 4)
-            values.update(layout.aliases(name, others, []))
-            values["count"] = 1 + len(others)
-            group_end = max((ms for _, ms in others), default=now_ms)
-            values.update(group_end=group_end, group_ttl=expiration_seconds(group_end + skew_ms))
-            update = layout.end_update(kind, len(others), forced)
-            condition = layout.end_condition(kind, len(others))
-            recorded = None
-            if self._transactions:
-                recorded = self._end_recorded(
-                    operation, lock_id, update, condition, values, None, audit
-                )
-            outcome = recorded or self._conditional_update(
-                operation, lock_id, _alone(update, lease_id, values, audit), condition, values, None
-            )
-            if outcome.applied:
-                self._ended_share(lock_id, lease_id, kind == layout.LAST)
-                return outcome
-            record = outcome.lock
-            self._seen_group(lock_id, record)
-            if _in_group(record, lease_id):
-                seen = record  # in the group still: what it showed was not what was sent for
-                continue
-            outcome = self._remembering(outcome, lock_id, lease_id)
-            if not self._transactions or outcome.knows(lease_id):
-                return outcome
-            barred = self._bar(lock_id, lease_id, outcome, now_ms, skew_ms, None)
-            if barred is not None:
-                return barred
-            seen = None  # the take under this id landed meanwhile: end it
-        return outcome
-
     def claim(self, lock_id: str, *, now_ms: int, until_ms: int) -> Outcome:
         """Claim the lock for a waiting exclusive acquire (``awsflock.shares``)."""
         values = {"until": until_ms, "version": new_version(), "one": 1}
@@ -315,13 +282,6 @@ class Shares(Sets):
             return self._conditional_update(
                 "claim", lock_id, layout.CLAIM_UPDATE, layout.CLAIM_CONDITION, values, None
             )
-
-
-def share_end_values(
-    lease_id: str, ended: str, now_ms: int, skew_ms: int, **extra: Any
-) -> dict[str, Any]:
-    """The values of a share's end step (``Shares._end_share``)."""
-    return {**end_values(lease_id, ended, now_ms, skew_ms, **extra), "skew_ms": skew_ms}
 
 
 def _joinable(record: LockRecord | None, attempt: Attempt) -> bool:
@@ -345,9 +305,47 @@ def _could_take(record: LockRecord | None, attempt: Attempt) -> bool:
     return record.claimed_until is None or record.claimed_until <= now
 
 
-def _in_group(record: LockRecord | None, lease_id: str) -> bool:
-    live = record is not None and record.shared and not record.released
-    return live and any(s.lease_id == lease_id for s in record.shares)  # type: ignore[union-attr]
+def _again(
+    attempt: Attempt,
+    record: LockRecord | None,
+    tokens: tuple[int, int],
+    seen: LockRecord | None,
+    pin: fates.Pin | None,
+    fence_item: dict[str, Any] | None,
+    joins: bool,
+) -> tuple[int, LockRecord | None, fates.Pin | None] | None:
+    """After a refused try of a share's take (with ``token``) that showed ``record`` (None: no
+    item) and the highest token it learnt, ``high``: the token, view and pin to send it again
+    with, or None where it was refused as the lock stands (a holder, a claim, a full group,
+    the line). ``fence_item``: the fence record, where it refused (never without
+    transactions)."""
+    high, token = tokens
+    if not _could_take(record, attempt):
+        return None
+    again = _repin(pin, record, fence_item, joins)
+    if high >= token:
+        return high + 1, record or seen, again
+    if record is not None and _changed(seen, record):
+        return token, record, None
+    return (token, seen, again) if again != pin else None
+
+
+def _repin(
+    pin: fates.Pin | None,
+    record: LockRecord | None,
+    fence_item: dict[str, Any] | None,
+    joins: bool,
+) -> fates.Pin | None:
+    """A new group's pin after a refusal showed ``record`` (None: no item) and the fence
+    record ``fence_item`` (None: it did not refuse): as ``takes._take_plain`` sends it again
+    (without transactions, only a group's, as ``fates.kept``)."""
+    if joins or pin is None:
+        return pin
+    if record is not None and not fates.accepts(pin, record):
+        return fates.seen(record)
+    if record is None and fence_item is not None:
+        return fates.from_fence(fence_item)
+    return pin
 
 
 def _changed(seen: LockRecord | None, record: LockRecord) -> bool:
@@ -357,20 +355,3 @@ def _changed(seen: LockRecord | None, record: LockRecord) -> bool:
 def _group(seen: LockRecord | None, share: str, joins: bool) -> str:
     """The id of the group the share is taken into."""
     return seen.lease_id if joins and seen is not None else group_of(share)
-
-
-def _alone(update: str, lease_id: str, values: dict[str, Any], audit: dict[str, Any] | None) -> str:
-    """A share's end as the item's write alone (no transactions): a force's audit record
-    rides in the item, as a plain force's does (``ends``)."""
-    if audit is None:
-        return update
-    name = pending_audit_name(lease_id)
-    values["pending"] = json.dumps(kept_audit(audit), sort_keys=True)
-    values["unaudited"] = frozenset({name})
-    sets, _, removes = update.partition(" REMOVE ")
-    sets += f", #{name} = :pending"
-    return (
-        f"{sets} REMOVE {removes} ADD #{A_UNAUDITED} :unaudited"
-        if removes
-        else (f"{sets} ADD #{A_UNAUDITED} :unaudited")
-    )

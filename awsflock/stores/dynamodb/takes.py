@@ -56,8 +56,9 @@ class Takes(Writes):
         update = expressions.acquire_update(p, sets, removes, line_sets)
         if slot is None:
             kept = expressions.acquire_update(p, sets, removes, line_sets, kept=True)
+            given = expressions.acquire_update(p, sets, removes, line_sets, kept=True, given=True)
             values["kept_until"] = KEPT_UNTIL
-            return self._take_plain(lock_id, attempt, (update, kept), line, values)
+            return self._take_plain(lock_id, attempt, (update, kept, given), line, values)
         becomes = expressions.acquire_update(p, sets, removes, line_sets, plain_top=True)
         return self._take_slot(lock_id, attempt, (update, becomes), line, values, slot)
 
@@ -189,7 +190,7 @@ class Takes(Writes):
         self,
         lock_id: str,
         attempt: Attempt,
-        updates: tuple[str, str],
+        updates: tuple[str, str, str],
         line: str,
         values: dict[str, Any],
     ) -> Outcome:
@@ -199,7 +200,8 @@ class Takes(Writes):
         is ahead of ours (a clock behind the last holder's), one when the refusal showed the
         lock other than the pin (a lease that ran out, or was forced; an item deleted).
         ``updates``: the take's, and the same keeping the item for good, for an endpoint without
-        transactions (no fence record there: the item must outlive TTL and 0.2.0 clients)."""
+        transactions (no fence record there: the item must outlive TTL and 0.2.0 clients),
+        copying the lease before from the item or given it (``fates.kept``)."""
         now, skew = attempt.now_ms / 1000, attempt.skew_ms / 1000
         token = max(attempt.now_ms * 1000, self._fences.get(lock_id, 0)) + 1
         # A waiter whose last answer showed the lock free takes it pinned to that, at once.
@@ -208,9 +210,10 @@ class Takes(Writes):
         outcome = Outcome(False, None)
         for _ in range(3):
             values.update(token=token, **pin.values, **fates.pv_values(pin.previous))
-            free = pin.item if self._transactions else expressions.FREE_PLAIN
+            free, given = (pin.item, False) if self._transactions else fates.kept(pin)
             condition = expressions.acquire_condition("", line, free)
-            answer = self._plain_try(lock_id, updates, condition, values, pin.fence)
+            sent = (updates[0], updates[2] if given else updates[1])
+            answer = self._plain_try(lock_id, sent, condition, values, pin.fence)
             if answer is None:  # the endpoint has no transactions (dynalite)
                 continue
             outcome, fence, fence_item = answer
@@ -226,8 +229,8 @@ class Takes(Writes):
             if outcome.pool is not None or (record is not None and not record.is_free(now, skew)):
                 return outcome  # a pool, or held
             again = pin
-            if not self._transactions:
-                pass  # no pins: only a token too low is sent again
+            if not self._transactions:  # no pins but a group's
+                again = fates.seen(record) if record is not None and record.shared else pin
             elif record is not None and not fates.accepts(pin, record):
                 again = fates.seen(record)  # the lock is not as pinned: pinned to what it is
             elif record is None and fence_item is not None:

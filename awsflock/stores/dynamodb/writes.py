@@ -119,16 +119,20 @@ class Writes(TableBase):
         raise_it: bool = True,
         last: dict[str, Any] | None = None,
         pinned: str = "",
+        group: bool = False,
     ) -> dict[str, Any]:
         """A transaction's item on the lock's fence record: that it holds no token from
         ``token`` up, and (``raise_it``) raised to ``token``; its item returned if refused.
         ``last``: a plain take's values, whose lease becomes the record's last (``fates``), if
-        ``pinned`` (the take's condition on how the last one ended) holds."""
+        ``pinned`` (the take's condition on how the last one ended) holds; ``group``: it is a
+        new group's, marked so (``fates.LAST_GROUP``)."""
         values = {"token": token, "fence_kind": KIND_FENCE, **(last or {})}
         condition = expressions.FENCE_RECORD_ABOVE + (f" AND {pinned}" if pinned else "")
         update = expressions.FENCE_UPDATE
-        if last is not None:
-            update += f", {fates.LAST_SET} REMOVE {fates.LAST_REMOVE}"
+        if last is not None and group:
+            update += f", {fates.LAST_SET}, {fates.LAST_GROUP} REMOVE {fates.LAST_REMOVE}"
+        elif last is not None:
+            update += f", {fates.LAST_SET} REMOVE {fates.LAST_REMOVE}, #last_sh"
         item: dict[str, Any] = {
             "TableName": self.table_name,
             "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},

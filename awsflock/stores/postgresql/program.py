@@ -30,6 +30,7 @@ LEASE_FIELDS = (
     "keeper",
     "who",
     "prev",
+    "lapse",
 )
 
 

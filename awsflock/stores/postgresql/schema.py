@@ -50,6 +50,9 @@ ADDED_COLUMNS = (
     ("claim_ms", "bigint"),
     # The lease a grant replaced (answers.py's ``prev``; NULL: granted before it was kept).
     ("prev", "jsonb"),
+    # A group's first share found ended without its holder's release (answers.py's ``lapse``,
+    # in ``prev``'s form; NULL: none).
+    ("lapse", "jsonb"),
 )
 
 

@@ -53,6 +53,8 @@ DECLARE
     v_end bigint;
     v_entry jsonb;
     v_left jsonb;
+    v_prev jsonb := '{}';
+    v_lapse jsonb;
 BEGIN
     -- A set's step (awsflock/sets.py), p_lock unused: take_all, renew_all or end_all.
     --   steps: [{"lock": NAME, "p": {...}}, ...], 1 to 32 distinct names, each a plain lock.
@@ -143,6 +145,20 @@ BEGIN
         r := h;
         v_has_r := true;
     END IF;
+    -- The lease a grant takes over, as it stands: how the lease before the grant ended, copied
+    -- into the new lease's "prev" (a group's with its lapse and the share that ends last of
+    -- those left, which a take drops: all that says how a group ended).
+    IF p_op IN ('take', 'take_share') AND v_has_r AND r.lease_id IS NOT NULL THEN
+        v_prev := jsonb_strip_nulls(jsonb_build_object('lease_id', r.lease_id, 'who', r.who,
+                'ended', r.ended, 'expires_ms', r.expires_ms, 'forced_by', r.forced_by,
+                'forced_reason', r.forced_reason, 'forced_ms', r.forced_ms))
+            || CASE WHEN NOT r.shared THEN '{}'::jsonb
+               ELSE jsonb_build_object('shared', true, 'shares', COALESCE((
+                        SELECT jsonb_build_object(s.key, s.value) FROM jsonb_each(r.shares) s
+                        ORDER BY (s.value->>'e')::bigint DESC LIMIT 1), '{}'))
+                    || CASE WHEN r.lapse IS NULL THEN '{}'::jsonb
+                       ELSE jsonb_build_object('lapse', r.lapse) END END;
+    END IF;
     -- Places in line to remove, each only if its last poll is still the one the caller saw.
     v_gone := ARRAY(SELECT e->>0 FROM jsonb_array_elements(v_drop) e);
     v_line := h.line;
@@ -191,7 +207,7 @@ BEGIN
             INSERT INTO {{D}} (lock_id, lease_id, ended, at_ms)
                 SELECT p_lock, s.key, h.ended, v_now FROM jsonb_each(h.shares) s
                 ON CONFLICT DO NOTHING;
-            UPDATE {{T}} SET shared = false, shares = '{}', claim_ms = NULL
+            UPDATE {{T}} SET shared = false, shares = '{}', claim_ms = NULL, lapse = NULL
                 WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
             IF v_slot < 0 THEN
                 r := h;
@@ -221,11 +237,7 @@ BEGIN
                     CASE WHEN r.lease_id IS NULL THEN '[]'::jsonb
                     ELSE jsonb_build_array(jsonb_build_array(r.lease_id, r.ended)) END
                     || r.history, '$[0 to 2]'),
-                -- The lease taken over, as it stood: how the lease before this one ended.
-                prev = CASE WHEN r.lease_id IS NULL THEN '{}'::jsonb ELSE jsonb_strip_nulls(
-                    jsonb_build_object('lease_id', r.lease_id, 'who', r.who, 'ended', r.ended,
-                        'expires_ms', r.expires_ms, 'forced_by', r.forced_by,
-                        'forced_reason', r.forced_reason, 'forced_ms', r.forced_ms)) END,
+                prev = v_prev,  -- the lease taken over, as it stood (above)
                 forced_by = NULL,
                 forced_reason = NULL,
                 forced_ms = NULL,
@@ -319,7 +331,9 @@ BEGIN
     --   Applied when the lock is free to take (a new group) or held by a group not ended with
     --   room for one more (a join); no writer's claim is live; the line is clear; the id was
     --   never granted, barred or handed on here. The share's token is one above the row's, and
-    --   the group ends no earlier than the share; shares that ran out leave the group.
+    --   the group ends no earlier than the share; shares that ran out leave the group. A new
+    --   group's "prev" is the lease it took over, as a take's; a join leaves the group's, and
+    --   keeps the latest of the shares that ran out as the group's lapse, if it has none yet.
     ELSIF p_op = 'take_share' THEN
         v_free := h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut;
         v_ok := v_has AND h.slots IS NULL AND NOT h.barred ? (p->>'lease')
@@ -356,11 +370,16 @@ BEGIN
                         || h.history, '$[0 to 2]'),
                     forced_by = NULL, forced_reason = NULL, forced_ms = NULL, keeper = '',
                     shared = true, shares = jsonb_build_object(p->>'lease', v_entry),
-                    claim_ms = NULL
+                    claim_ms = NULL, prev = v_prev, lapse = NULL
                 WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
             ELSE
                 UPDATE {{T}} SET
                     fence = v_fence, expires_ms = GREATEST(expires_ms, v_end),
+                    lapse = COALESCE(lapse, (
+                        SELECT jsonb_build_object('lease_id', s.key, 'who', s.value->'who',
+                            'ended', '', 'expires_ms', (s.value->>'e')::bigint)
+                        FROM jsonb_each(shares) s WHERE (s.value->>'e')::bigint < v_cut
+                        ORDER BY (s.value->>'e')::bigint DESC LIMIT 1)),
                     shares = COALESCE((SELECT jsonb_object_agg(s.key, s.value)
                         FROM jsonb_each(shares) s WHERE (s.value->>'e')::bigint >= v_cut), '{}')
                         || jsonb_build_object(p->>'lease', v_entry)
@@ -398,13 +417,28 @@ BEGIN
     --   audit, as end). Applied when the share is in a group not ended: it leaves the group
     --   (handed on), and a group left with no share that has not run out ends as it did (else
     --   its end comes down to the latest of the shares left). An id never seen here is
-    --   barred, as end bars a lease's.
+    --   barred, as end bars a lease's. The group's lapse, if it has none yet: a share forced,
+    --   else, where the group ends, the latest of the shares left (they ran out).
     ELSIF p_op = 'end_share' THEN
         v_ok := v_has AND h.shared AND h.ended = '' AND h.shares ? (p->>'lease');
         IF v_ok THEN
             v_left := COALESCE((SELECT jsonb_object_agg(s.key, s.value)
                 FROM jsonb_each(h.shares - (p->>'lease')) s
                 WHERE (s.value->>'e')::bigint >= v_cut), '{}');
+            v_entry := h.shares->(p->>'lease');
+            v_lapse := h.lapse;
+            IF v_lapse IS NULL AND p ? 'forced_by' THEN
+                v_lapse := jsonb_strip_nulls(jsonb_build_object('lease_id', p->>'lease',
+                    'who', v_entry->'who', 'ended', p->>'ended',
+                    'expires_ms', (v_entry->>'e')::bigint, 'forced_by', p->>'forced_by',
+                    'forced_reason', p->>'forced_reason', 'forced_ms', v_now));
+            END IF;
+            IF v_lapse IS NULL AND v_left = '{}' THEN
+                v_lapse := (SELECT jsonb_build_object('lease_id', s.key, 'who', s.value->'who',
+                        'ended', '', 'expires_ms', (s.value->>'e')::bigint)
+                    FROM jsonb_each(h.shares - (p->>'lease')) s
+                    ORDER BY (s.value->>'e')::bigint DESC LIMIT 1);
+            END IF;
             INSERT INTO {{D}} (lock_id, lease_id, ended, at_ms)
                 SELECT p_lock, p->>'lease', p->>'ended', v_now
                 UNION ALL SELECT p_lock, s.key, '', v_now FROM jsonb_each(h.shares) s
@@ -421,7 +455,8 @@ BEGIN
                 forced_reason = CASE WHEN v_left = '{}' THEN p->>'forced_reason'
                     ELSE forced_reason END,
                 forced_ms = CASE WHEN v_left = '{}' AND p ? 'forced_by' THEN v_now
-                    ELSE forced_ms END
+                    ELSE forced_ms END,
+                lapse = v_lapse
             WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
             IF p ? 'audit' THEN
                 INSERT INTO {{T}} (lock_id, slot, audit)

@@ -29,5 +29,6 @@ CREATE TABLE {{T}} (
     shares jsonb NOT NULL DEFAULT '{}',
     claim_ms bigint,
     prev jsonb,
+    lapse jsonb,
     PRIMARY KEY (lock_id, slot)
 );

@@ -7,7 +7,7 @@ as barred, -1 refused because the server's clock reads earlier than the lock's l
 (``head`` then holds that grant's time); ``head`` the lock's hash as a flat
 ``[field, value, ...]`` list (``p``: the lease, or a lock held shared's group; ``s:N``: a
 pool's slot N; ``w:TICKET``: a place in line; ``r:LEASE_ID``: a share; ``slots``, ``next``,
-``polled``, ``shared``, ``claim``); ``ended``: how the step's lease ended.
+``polled``, ``shared``, ``claim``, ``lapse``); ``ended``: how the step's lease ended.
 """
 
 from __future__ import annotations
@@ -127,12 +127,29 @@ def lease(text: str | None) -> dict[str, Any] | None:
     found["who"] = _who(kept.get("who"))
     prev = kept.get("prev")
     if isinstance(prev, dict):  # the lease its grant took over ({}: none)
-        replaced = {name: prev[short] for name, short in FIELDS.items() if short in prev}
-        if prev:
-            replaced["who"] = _who(prev.get("who"))
-        found["prev"] = replaced
+        found["prev"] = _replaced(prev)
     found["raw"] = kept
     return found
+
+
+def _replaced(prev: dict[str, Any]) -> dict[str, Any]:
+    """A lease as a grant's ``prev`` or a group's ``lapse`` keeps it (short names), in the
+    shared form: a group's with its shares and its lapse as they stood ({}: none)."""
+    found = {name: prev[short] for name, short in FIELDS.items() if short in prev}
+    if prev:
+        found["who"] = _who(prev.get("who"))
+    if prev.get("shared"):
+        kept = prev.get("shares")  # {} (cjson may write an empty one as [])
+        found["shared"] = True
+        found["shares"] = {k: _share(v) for k, v in kept.items()} if isinstance(kept, dict) else {}
+        if isinstance(prev.get("lapse"), dict):
+            found["lapse"] = _replaced(prev["lapse"])
+    return found
+
+
+def _share(share: dict[str, Any]) -> dict[str, Any]:
+    """A share as the script keeps it, in the shared form (its holder as a dict)."""
+    return {**share, "who": _who(share.get("who"))}
 
 
 def head(hash_: dict[str, str]) -> dict[str, Any] | None:
@@ -145,10 +162,12 @@ def head(hash_: dict[str, str]) -> dict[str, Any] | None:
             place = json.loads(value)
             places[name[2:]] = {**place, "who": _who(place.get("who"))}
         elif name.startswith("r:"):
-            share = json.loads(value)
-            shares[name[2:]] = {**share, "who": _who(share.get("who"))}
+            shares[name[2:]] = _share(json.loads(value))
+    top = lease(hash_.get("p"))
+    if top is not None and hash_.get("lapse"):  # a group's first share ended unreleased
+        top["lapse"] = _replaced(json.loads(hash_["lapse"]))
     return {
-        "lease": lease(hash_.get("p")),
+        "lease": top,
         "slots": hash_.get("slots") or None,
         "next_number": hash_.get("next"),
         "polled_ms": hash_.get("polled") or None,

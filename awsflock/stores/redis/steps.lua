@@ -8,10 +8,12 @@
 -- KEYS (all of one lock, one hash slot; layout.py says what each holds):
 --   KEYS[1] P:{NAME}:lock    hash: the plain lease "p", a pool's "slots" and leases "s:N", the
 --                            line of fair waiters "w:TICKET", "next", "polled"; a lock held
---                            shared: "shared", its shares "r:LEASE_ID", a writer's "claim"
+--                            shared: "shared", its shares "r:LEASE_ID", a writer's "claim",
+--                            the group's "lapse" (its first share found ended unreleased)
 --   KEYS[2] P:{NAME}:fence   hash: "token" (highest fencing token granted), "granted" (when),
---                            "last" (the plain lease's grant and end, which outlive the lock's
---                            hash: how the lease before a grant ended, once that is gone)
+--                            "last" (the plain lease's or group's grant and end, or the group's
+--                            lapse, which outlive the lock's hash: how the lease before a grant
+--                            ended, once that is gone)
 --   KEYS[3] P:{NAME}:bars    sorted set: lease ids an end step found holding nothing here
 --   KEYS[4] P:{NAME}:done    sorted set: lease ids taken over, scored when * 4 + how
 --   KEYS[5] P:{NAME}:forced  hash: the force-released ones among them -> "forced:ACTION"
@@ -187,6 +189,45 @@ local function step(KEYS, op, p, clock, dry)
         for id, _ in pairs((shares())) do remember(id, ended); del('r:' .. id) end
         if h.shared ~= nil then del('shared') end
         if h.claim ~= nil then del('claim') end
+        if h.lapse ~= nil then del('lapse') end
+    end
+    -- The share that ends last of "some" ({id = entry}): its id and entry (nil: none).
+    local function latest(some)
+        local found, last = nil, nil
+        for id, one in pairs(some) do
+            if last == nil or tonumber(one.e) > tonumber(last.e) then found, last = id, one end
+        end
+        return found, last
+    end
+    -- The lease "r" a grant takes over, as it stands: how the lease before the grant ended (the
+    -- new lease's "prev"); a group's ("group") with its lapse and the share that ends last of
+    -- those left (all that says how a group ended), so call it before end_group drops them.
+    -- No lease: the fence's "last" (where the hash is gone, expired a day after its last lease;
+    -- without its end, as renewals do not write it), if "fallback".
+    local function taken_over(r, group, fallback)
+        if r == nil or r.lease == '' then
+            if fallback and fence[3] then return cjson.decode(fence[3]) end
+            return {}
+        end
+        local prev = {lease = r.lease, who = r.who, ended = r.ended, exp = r.exp,
+                      fby = r.fby, fwhy = r.fwhy, fms = r.fms}
+        if group then
+            local id, one = latest((shares()))
+            prev.shared, prev.shares = true, {}
+            if id ~= nil then prev.shares[id] = one end
+            if h.lapse ~= nil then prev.lapse = cjson.decode(h.lapse) end
+        end
+        return prev
+    end
+    -- The share "id" ("one", its entry) found ended without its holder's release (ran out, or
+    -- forced by this step): the group's "lapse", in a lease's form, if it has none yet.
+    local function lapse(id, one, forced)
+        if id == nil or h.lapse ~= nil then return end
+        local l = {lease = id, who = one.who, ended = '', exp = one.e}
+        if forced then
+            l.ended, l.fby, l.fwhy, l.fms = p.ended, p.forced_by, p.forced_reason, s(now)
+        end
+        set('lapse', cjson.encode(l))
     end
     -- The lease "r" (in "field") taken over by a grant: remembered, and the record's history
     -- (returned): it, then the ones before it: the last three, and any older that ended within
@@ -307,20 +348,12 @@ local function step(KEYS, op, p, clock, dry)
         if ok and dry then return true end
         if ok then
             local token = math.max(now * 1000, tonumber(fence[1] or 0)) + 1
+            -- The lease taken over, as it stood: how the lease before this one ended.
+            local prev = taken_over(r, slot == nil and h.shared ~= nil, slot == nil)
             if h.shared ~= nil then end_group(top.ended) end
             local hist = hand_on(r)
             local new = {lease = p.lease, who = p.who, ms = s(p.lease_ms), exp = s(now + p.lease_ms),
-                         acq = s(now), fence = s(token), ended = '', keeper = ''}
-            -- The lease taken over, as it stood: how the lease before this one ended.
-            -- Where the hash is gone (expired a day after its last lease), the fence's "last"
-            -- (without its end: renewals do not write it).
-            new.prev = {}
-            if r ~= nil and r.lease ~= '' then
-                new.prev = {lease = r.lease, who = r.who, ended = r.ended, exp = r.exp,
-                            fby = r.fby, fwhy = r.fwhy, fms = r.fms}
-            elseif slot == nil and fence[3] then
-                new.prev = cjson.decode(fence[3])
-            end
+                         acq = s(now), fence = s(token), ended = '', keeper = '', prev = prev}
             if p.sent ~= nil then new.rs = s(p.sent) end
             if #hist > 0 then new.hist = hist end
             set(field, cjson.encode(new))
@@ -392,7 +425,9 @@ local function step(KEYS, op, p, clock, dry)
     --   Applied when the lock is free to take (a new group) or held by a group not ended with
     --   room for one more (a join); no writer's claim is live; the line is clear; the ids were
     --   never granted, barred or handed on here. The share's token is one above the lock's, and
-    --   the group ends no earlier than the share; shares that ran out leave the group.
+    --   the group ends no earlier than the share; shares that ran out leave the group (the
+    --   latest of them is its lapse, if it has none yet). A new group's "prev" is the lease it
+    --   took over, as a take's (a join leaves the group's), and it is the fence's "last".
     elseif op == 'take_share' then
         local top = lease('p')
         local open = free(top)
@@ -411,16 +446,24 @@ local function step(KEYS, op, p, clock, dry)
             local token = math.max(now * 1000, tonumber(fence[1] or 0)) + 1
             local e, sent = now + p.lease_ms, s(p.sent or now)
             if open then
+                local prev = taken_over(top, h.shared ~= nil, true)
                 if h.shared ~= nil then end_group(top.ended) end
                 local hist = hand_on(top)
                 top = {lease = p.group, who = p.who, ms = s(p.lease_ms), exp = s(e), acq = s(now),
-                       fence = s(token), ended = '', keeper = '', rs = sent}
+                       fence = s(token), ended = '', keeper = '', rs = sent, prev = prev}
                 if #hist > 0 then top.hist = hist end
                 set('shared', '1')
+                redis.call('HSET', KEYS[2], 'last', cjson.encode({lease = p.group, who = p.who,
+                           ended = ''}))
             else
+                local ran_out = {}
                 for id, one in pairs(all) do
-                    if tonumber(one.e) < cut then remember(id, ''); del('r:' .. id) end
+                    if tonumber(one.e) < cut then
+                        ran_out[id] = one
+                        remember(id, ''); del('r:' .. id)
+                    end
                 end
+                lapse(latest(ran_out))
                 top.fence = s(token)
                 top.exp = s(math.max(tonumber(top.exp), e))
             end
@@ -456,7 +499,9 @@ local function step(KEYS, op, p, clock, dry)
     --   audit, as end). Applied when the share is in a group not ended: it leaves the group
     --   (handed on), and a group left with no share that has not run out ends as it did (else
     --   its end comes down to the latest of the shares left). An id never seen here is barred,
-    --   as end bars a lease's.
+    --   as end bars a lease's. The group's lapse, if it has none yet: a share forced, else,
+    --   where the group ends, the latest of the shares left (they ran out). A group that ends
+    --   is the fence's "last" as a lease's end is, or its lapse, if it has one.
     elseif op == 'end_share' then
         local top = lease('p')
         local all = shares()
@@ -465,6 +510,7 @@ local function step(KEYS, op, p, clock, dry)
         if ok then
             remember(p.lease, p.ended)
             del('r:' .. p.lease)
+            if p.forced_by ~= nil then lapse(p.lease, all[p.lease], true) end
             all[p.lease] = nil
             local left, last = false, 0
             for _, one in pairs(all) do
@@ -476,8 +522,10 @@ local function step(KEYS, op, p, clock, dry)
                 set('p', cjson.encode(top))
                 write_audit()
             else
+                lapse(latest(all))
                 for id, _ in pairs(all) do remember(id, ''); del('r:' .. id) end
                 finish(top, 'p')
+                if h.lapse ~= nil then redis.call('HSET', KEYS[2], 'last', h.lapse) end
             end
         else
             bar = bar_if_unseen(top)

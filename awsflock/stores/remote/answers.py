@@ -13,7 +13,9 @@ The shared form (each step program turns its server's reply into it):
   ``ended``, ``history`` ([[lease_id, ended], ...]), ``forced_by``, ``forced_reason``,
   ``forced_ms``, ``keeper``, ``who`` (a dict of ``records.Identity``'s fields), ``prev`` (the
   lease its grant replaced, as the step copied it: a dict of the same fields but ``history``,
-  ``keeper`` and ``prev``; {} where there was none; None where the grant predates ``prev``) and
+  ``keeper`` and ``prev``; {} where there was none; None where the grant predates ``prev``; a
+  group's also with ``shared``, ``shares`` and ``lapse`` as they stood), ``lapse`` (a group's
+  first share found ended without its holder's release, in ``prev``'s form; absent: none) and
   ``raw`` (the server's own form, kept as the record's ``extra``).
 - a place: a dict with ``n``, ``who``, ``since`` and ``seen`` (milliseconds).
 - a lock held shared (``awsflock.shares``): the head's ``shared`` (true), ``shares`` ({share's
@@ -110,6 +112,7 @@ def record(
         forced_at=_seconds(get("forced_ms"), shift),
         keeper=str(get("keeper") or ""),
         previous=_previous(lock_id, get("prev"), shift),
+        lapse=_previous(lock_id, get("lapse"), shift) if get("lapse") else None,
         extra=get("raw", lease),
         line=waiting,
     )
@@ -123,6 +126,8 @@ def _previous(lock_id: str, prev: Any, shift: int) -> Previous | None:
         return Previous.of(None)
     # Without its end where only what its grant and end wrote remains (its record gone).
     replaced = record(lock_id, {**prev, "prev": None}, None, shift)
+    if prev.get("shared"):  # a group of shared holders: with the shares it still had
+        replaced = _with_shares(replaced, prev, shift)
     return Previous.of(replaced, end_known=prev.get("expires_ms") is not None)
 
 
