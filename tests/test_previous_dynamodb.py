@@ -113,6 +113,40 @@ def test_a_lease_of_awsflock_020_is_reported_while_its_item_exists(lab: Lab, mot
     assert (said.how, said.lease_id, said.owner) == (EXPIRED, "v-020", "old-host")
 
 
+@pytest.mark.parametrize("transactions", [True, False], ids=["transactions", "dynalite"])
+def test_a_lease_of_awsflock_020_that_ran_out_is_named_by_the_take_after_it(
+    moto: Any, transactions: bool
+):
+    # Found by review 7 on dynalite: without transactions the take copied how the lease
+    # before ended from the item's `lease`, which a 0.2.0 item has not: it said `first`.
+    store = DynamoDBStore("awsflock", moto)
+    store._transactions = transactions
+    lab = Lab(store)
+    name = lab.name()
+    moto.put_item(
+        TableName="awsflock",
+        Item={
+            "lock_id": {"S": name},
+            "lease_id": {"S": "v-020"},
+            "owner": {"S": "old-host"},
+            "lease_duration": {"N": "1"},
+            "expiration_time": {"N": str(lab.now // 1000 + 1)},
+        },
+    )
+    said = _next(lab, name)
+    assert (said.how, said.lease_id, said.owner) == (EXPIRED, "v-020", "old-host")
+
+
+def test_the_first_grant_after_a_bar_of_a_slot_never_granted_is_first(lab: Lab):
+    # Found by review 7: the end of a slot's lease never granted (a pool acquire's lost take,
+    # cleaned up) bars it and raises the fence record, made without a last lease; the first
+    # grant after it said nothing of the lease before.
+    name = lab.name()
+    ended = lab.release(name, f"{_attempt(lab, name, at=0).lease_id}.0", slot=0)
+    assert not ended.applied
+    assert _next(lab, name) == Previous(FIRST)
+
+
 def test_a_waiter_that_saw_the_lease_run_out_reclaims_it_in_one_request(
     lab: Lab, requests: list[str]
 ):

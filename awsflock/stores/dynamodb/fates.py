@@ -100,7 +100,10 @@ def from_fence(item: dict[str, Any]) -> Pin:
         return FIRST_PIN
     lease = v.get("last_lease")
     if not lease:
-        return Pin(_ABSENT, "attribute_not_exists(#last_lease)", {}, None)
+        # Made by a step that grants nothing (a bar: the end of a slot's lease never granted),
+        # or by a group's join: no plain lease was ever granted here (the fence record is as
+        # old as awsflock's grants on the lock: 0.2.0 never writes one).
+        return Pin(_ABSENT, "attribute_not_exists(#last_lease)", {}, Previous(FIRST))
     end = str(v.get("last_end") or "")
     if end == ENDED_RELEASED:
         return CLEAN
@@ -127,11 +130,28 @@ def from_fence(item: dict[str, Any]) -> Pin:
 def kept(pin: Pin) -> tuple[str, bool]:
     """A take's free condition without transactions (its item kept for good: the lease before
     is the item's, copied by the take), and whether its lease before is given instead: a
-    group's is (copied, it would be the group's own end, not its shares'), so a group is taken
-    only as the version seen (``pin``'s; a refusal shows it)."""
-    if pin.record is not None and pin.record.shared:
+    group's is (copied, it would be the group's own end, not its shares'), and an awsflock
+    0.2.0 lease's (it has no ``lease`` to copy), so those are taken only as the version seen
+    (``pin``'s; a refusal shows it)."""
+    if pin.record is not None and (pin.record.shared or pin.record.legacy):
         return f"({FREE_PLAIN} AND #lease_id = :seen)", True
-    return f"({FREE_PLAIN} AND attribute_not_exists(#shared))", False
+    return f"({FREE_PLAIN} AND {_COPIED})", False
+
+
+#: An item whose lease before a take without transactions copies: none, or one of ours that
+#: is not a group's.
+_COPIED = (
+    "(attribute_not_exists(#lock_id) OR (attribute_exists(#lease)"
+    " AND attribute_not_exists(#shared)))"
+)
+
+
+def kept_again(pin: Pin, record: LockRecord | None) -> Pin:
+    """A take without transactions, refused: pinned to the item it showed where that is one a
+    take cannot copy (``kept``), else as it was."""
+    if record is not None and (record.shared or record.legacy) and record.version:
+        return seen(record)
+    return pin
 
 
 def accepts(pin: Pin, record: LockRecord) -> bool:

@@ -229,8 +229,8 @@ class Takes(Writes):
             if outcome.pool is not None or (record is not None and not record.is_free(now, skew)):
                 return outcome  # a pool, or held
             again = pin
-            if not self._transactions:  # no pins but a group's
-                again = fates.seen(record) if record is not None and record.shared else pin
+            if not self._transactions:  # no pins but a group's and a 0.2.0 lease's
+                again = fates.kept_again(pin, record)
             elif record is not None and not fates.accepts(pin, record):
                 again = fates.seen(record)  # the lock is not as pinned: pinned to what it is
             elif record is None and fence_item is not None:
