@@ -34,6 +34,20 @@ def _deleted(moto: Any, name: str) -> None:
     moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": name}})
 
 
+def _put_by_020(moto: Any, lab: Lab, name: str) -> None:
+    """What awsflock 0.2.0's acquire writes: a lease of 1 s, from the lab's now."""
+    moto.put_item(
+        TableName="awsflock",
+        Item={
+            "lock_id": {"S": name},
+            "lease_id": {"S": "v-020"},
+            "owner": {"S": "old-host"},
+            "lease_duration": {"N": "1"},
+            "expiration_time": {"N": str(lab.now // 1000 + 1)},
+        },
+    )
+
+
 def _next(lab: Lab, name: str, requests: list[str] | None = None) -> Previous:
     if requests is not None:
         requests.clear()
@@ -99,16 +113,7 @@ def test_the_first_grant_ever_pins_that_there_is_no_fence_record(lab: Lab, reque
 
 def test_a_lease_of_awsflock_020_is_reported_while_its_item_exists(lab: Lab, moto: Any):
     name = lab.name()
-    moto.put_item(
-        TableName="awsflock",
-        Item={
-            "lock_id": {"S": name},
-            "lease_id": {"S": "v-020"},
-            "owner": {"S": "old-host"},
-            "lease_duration": {"N": "1"},
-            "expiration_time": {"N": str(lab.now // 1000 + 1)},
-        },
-    )
+    _put_by_020(moto, lab, name)
     said = _next(lab, name)
     assert (said.how, said.lease_id, said.owner) == (EXPIRED, "v-020", "old-host")
 
@@ -123,16 +128,7 @@ def test_a_lease_of_awsflock_020_that_ran_out_is_named_by_the_take_after_it(
     store._transactions = transactions
     lab = Lab(store)
     name = lab.name()
-    moto.put_item(
-        TableName="awsflock",
-        Item={
-            "lock_id": {"S": name},
-            "lease_id": {"S": "v-020"},
-            "owner": {"S": "old-host"},
-            "lease_duration": {"N": "1"},
-            "expiration_time": {"N": str(lab.now // 1000 + 1)},
-        },
-    )
+    _put_by_020(moto, lab, name)
     said = _next(lab, name)
     assert (said.how, said.lease_id, said.owner) == (EXPIRED, "v-020", "old-host")
 

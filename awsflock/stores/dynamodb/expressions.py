@@ -79,12 +79,6 @@ RAN_OUT = (
 )
 #: A plain lock is free: no item, its lease ended, or it ran out more than the skew ago.
 FREE_PLAIN = f"(attribute_not_exists(#lock_id) OR attribute_exists(#ended) OR {RAN_OUT})"
-#: Free without reclaiming anything: no item, or its lease ended. (A fenced take learns no old
-#: item from a transaction, so it reclaims a lease that ran out only as ``RECLAIM_SEEN``.)
-FREE_ENDED = "(attribute_not_exists(#lock_id) OR attribute_exists(#ended))"
-#: Free because the lease the caller saw (by its ``lease_id``, which changes on every write)
-#: ran out: the take then knows exactly what it replaced.
-RECLAIM_SEEN = f"(attribute_not_exists(#ended) AND #lease_id = :seen AND {RAN_OUT})"
 #: The caller's token is above the lock's counter (on the lock's item).
 FENCE_ABOVE = "(attribute_not_exists(#fence) OR #fence < :token)"
 #: The same on the fence record, which must be one: an awsflock 0.2.0 client could have locked
@@ -146,8 +140,8 @@ def acquire_condition(
     p: str, line: str = "", free: str = FREE_PLAIN, pool: str = POOL_SIZE_AGREES, bar: str = ""
 ) -> str:
     """``line``: the line's part (``LINE_CLEAR``, or ``in_line`` for a fair waiter's take);
-    ``free``: for a plain lock, which free state it may take (``FREE_ENDED``, ``RECLAIM_SEEN``,
-    or, without a fence record, ``FREE_PLAIN``). A plain take carries its own token. ``pool``:
+    ``free``: for a plain lock, which free state it may take (a pin's, ``fates``; without a
+    fence record, ``FREE_PLAIN``). A plain take carries its own token. ``pool``:
     for a slot, what the item must be (``POOL_SIZE_AGREES``: this pool, or a free plain lock
     it turns into one; ``IS_POOL``: this pool already)."""
     if not p:

@@ -360,19 +360,6 @@ def _above_slot(
     return None if high < token else high + 1
 
 
-def _variant(record: LockRecord | None, now: float, skew: float) -> str:
-    """What a take may replace, as ``record`` shows the lock (a share's group, a set's
-    member): the lease that ran out (not ended, on an item of a known version), pinned to its
-    version; or nothing but an absent or ended lease."""
-    reclaimable = (
-        record is not None
-        and not record.released
-        and bool(record.version)
-        and record.is_free(now, skew)
-    )
-    return expressions.RECLAIM_SEEN if reclaimable else expressions.FREE_ENDED
-
-
 def _granted_record(
     lock_id: str, attempt: Attempt, values: dict[str, Any], pin: fates.Pin
 ) -> LockRecord:
