@@ -193,8 +193,10 @@ class Shares(ShareEnds):
             return Outcome(True, None, in_doubt=in_doubt), None, None
         (item_refused, item), (fence_refused, held), (ended_before, _) = answer
         fence = self._fence_token(lock_id, fence_refused, held)
-        if ended_before or not item_refused:
+        if ended_before and not item_refused:
             item = self._get_item(lock_id) or {}  # the item did not say: read it
+        elif not item_refused:  # only the fence record refused: the item would have taken it
+            return Outcome(False, None, in_doubt=in_doubt), fence, held
         outcome = self._after_update("acquire", False, item or None, lock_id, None)
         outcome = dataclasses.replace(outcome, in_doubt=in_doubt or outcome.in_doubt)
         return outcome, fence, held if fence_refused else None
