@@ -315,13 +315,19 @@ class Ends(Writes):
         """An end's update of the lock's fence record: its last lease ended so (and by whom, if
         forced), if it is the lease ended."""
         update = fates.LAST_END + (fates.LAST_FORCED if "actor" in values else "")
+        return self._fence_update(lock_id, update, fates.LAST_IS_IT, values)
+
+    def _fence_update(
+        self, lock_id: str, update: str, condition: str, values: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A transaction's conditional update of the lock's fence record."""
         return {
             "Update": {
                 "TableName": self.table_name,
                 "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
                 "UpdateExpression": update,
-                "ConditionExpression": fates.LAST_IS_IT,
-                **_request(update, fates.LAST_IS_IT, values=values),
+                "ConditionExpression": condition,
+                **_request(update, condition, values=values),
             }
         }
 

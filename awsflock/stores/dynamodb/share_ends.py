@@ -28,10 +28,9 @@ from awsflock.stores.dynamodb import fates
 from awsflock.stores.dynamodb import share_items as layout
 from awsflock.stores.dynamodb.base import expiration_seconds
 from awsflock.stores.dynamodb.ends import end_values
-from awsflock.stores.dynamodb.items import A_LOCK_ID, A_UNAUDITED, fence_key, pending_audit_name
+from awsflock.stores.dynamodb.items import A_UNAUDITED, pending_audit_name
 from awsflock.stores.dynamodb.pv import lapse_of, lapse_value
 from awsflock.stores.dynamodb.sets import Sets
-from awsflock.stores.dynamodb.writes import _request
 
 #: How many locks' last seen groups a store remembers (which end step a release sends).
 VIEWS = 1024
@@ -147,16 +146,7 @@ class ShareEnds(Sets):
             else:
                 removes += ["#last_end", "#last_fby", "#last_fwhy", "#last_fms"]
             update += " REMOVE " + ", ".join(removes)
-        condition = fates.LAST_IS_A_GROUP
-        return {
-            "Update": {
-                "TableName": self.table_name,
-                "Key": {A_LOCK_ID: {"S": fence_key(lock_id)}},
-                "UpdateExpression": update,
-                "ConditionExpression": condition,
-                **_request(update, condition, values=last),
-            }
-        }
+        return self._fence_update(lock_id, update, fates.LAST_IS_A_GROUP, last)
 
 
 def _share(seen: LockRecord | None, lease_id: str) -> LockRecord | None:
