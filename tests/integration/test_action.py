@@ -478,12 +478,13 @@ def test_a_holders_owner_cannot_issue_workflow_commands_in_a_waiters_log(
     evil = "nice\n::error::injected by the holder\n::stop-commands::tok"
     a = jobs("alpha", name=lock_name, owner=evil)
     assert a.run("main").code == 0
-    waiter = jobs("beta", name=lock_name, wait="6s")
+    waiter = jobs("beta", name=lock_name, wait="2m")
     waited = waiter.start("main")
     wait_for("a progress line", lambda: "place 1 of 1" in waited.text, timeout=20)
     checked = jobs("plan", name=lock_name, mode="check", **{"fail-if-held": "false"}).run("main")
     assert a.run("post").code == 0
     waiter.finish(waited)
+    assert waited.code == 0, waited.text
     for text in (waited.text, checked.text):
         commands = [line for line in text.splitlines() if line.startswith("::")]
         assert all(line.startswith("::add-mask::") for line in commands), text
