@@ -148,6 +148,10 @@ class Attempt:
     drop: Drops = ()
     seen: LockRecord | None = None
     number: int | None = None
+    #: The holder's lock-delay (``docs/contributing/design-remembering.md``): after its lease
+    #: ends without its release (it runs out, or is forced), nothing is granted before that end
+    #: plus this; recorded with the lease.
+    delay_ms: int = 0
 
 
 #: How far apart two callers' clock readings must be for a renew to count as sent after the one

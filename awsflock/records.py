@@ -264,6 +264,8 @@ class LockRecord:
     legacy: bool = False
     #: Who keeps this lease alive in the background (``acquire --keep-alive``): host, pid.
     keeper: str = ""
+    #: Its holder's lock-delay, seconds (``free_after``; 0: none).
+    lock_delay: float = 0.0
     #: Held by shared holders (``awsflock.shares``): this lease is their group's, each
     #: share's record is in ``shares``; ``claimed_until``: a waiting exclusive acquire's claim
     #: (epoch seconds by its clock; None: none).
@@ -294,8 +296,19 @@ class LockRecord:
         when = f" at {iso_utc(self.forced_at)}" if self.forced_at else ""
         return f"force-released by {self.forced_by or 'an operator'}{when}: {self.forced_reason}"
 
+    def free_after(self) -> float | None:
+        """Until when its lock-delay keeps the lock after this lease ended without its
+        holder's release (ran out, or forced): its end plus the delay. None: no delay."""
+        if not self.lock_delay or self.ended == ENDED_RELEASED:
+            return None
+        end = self.forced_at if self.forced and self.forced_at is not None else self.expires_at
+        return end + self.lock_delay
+
     def is_free(self, now: float, skew: float) -> bool:
         """Whether an acquire at ``now`` may take this item (mirror of the store's condition)."""
+        after = self.free_after()
+        if after is not None and after >= now - skew:
+            return False
         return self.released or self.expires_at < now - skew
 
     def is_expired(self, now: float) -> bool:

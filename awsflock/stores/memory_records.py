@@ -21,6 +21,7 @@ from awsflock.protocol import (
     Drops,
 )
 from awsflock.records import (
+    ENDED_RELEASED,
     Identity,
     LockRecord,
     Previous,
@@ -55,6 +56,8 @@ class _Lease:
     previous: Previous | None = None
     #: A group's first share found ended without its holder's release (``LockRecord.lapse``).
     lapse: Previous | None = None
+    #: Its holder's lock-delay (``Attempt.delay_ms``).
+    delay_ms: int = 0
 
     def owned_by(self, lease_id: str) -> bool:
         return self.lease == lease_id if self.lease else self.version == lease_id
@@ -67,6 +70,10 @@ class _Lease:
     def free(self, cutoff_ms: int, *, legacy_too: bool) -> bool:
         if not self.lease and not legacy_too:
             return True  # a pool slot never used
+        if self.delay_ms and self.ended != ENDED_RELEASED:  # its lock-delay after its end
+            end = self.forced_ms if self.ended else self.expires_ms
+            if end is None or end + self.delay_ms >= cutoff_ms:
+                return False
         if self.ended:
             return True
         if self.expires_ms is not None:
@@ -104,6 +111,7 @@ class _Lease:
             forced_at=None if self.forced_ms is None else self.forced_ms / 1000,
             legacy=self.fence is None and self.expires_ms is None,
             keeper=self.keeper,
+            lock_delay=self.delay_ms / 1000,
             previous=self.previous,
             lapse=self.lapse,
         )

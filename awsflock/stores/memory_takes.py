@@ -105,6 +105,7 @@ def grant(
         fence=fence,
         history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
         previous=previous(old, lock_id, None if slot is not None else lasts, record),
+        delay_ms=attempt.delay_ms,
     )
     if slot is None and transactions and lasts is not None:
         lasts[lock_id] = dataclasses.replace(new)
