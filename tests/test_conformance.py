@@ -130,3 +130,15 @@ class TestMemoryStoreWithoutTransactionsDelay(DelayConformance):
     @pytest.fixture
     def store(self) -> MemoryStore:
         return MemoryStore(transactions=False)
+
+
+class TestDynamoDBStoreOnMotoDelay(DelayConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]
+
+
+class TestDynamoDBStoreOnMotoWithoutTransactionsDelay(DelayConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return _without_transactions(moto)

@@ -57,6 +57,7 @@ def end_values(
         "ended": ended,
         "now_ms": now_ms,
         "ttl": expiration_seconds(now_ms + skew_ms),
+        "zero": 0,
         **extra,
     }
 

@@ -43,12 +43,32 @@ from awsflock.stores.dynamodb.items import PLACE as W
 from awsflock.stores.dynamodb.pv import PV_FROM
 
 
-def ttl(p: str = "") -> str:
+def ttl(p: str = "", delayed: bool = False) -> str:
     """The SET clause of a lease's ``expiration_time``: ``:ttl``, unless the item is kept for
-    good (``kept_until``, an endpoint without transactions). A pool's item has none."""
+    good (``kept_until``, an endpoint without transactions). A pool's item has none.
+    ``delayed``: plus the lease's lock-delay (``delay_s``), for a write that moves the end of
+    a lease which may end unreleased (a renewal, a force): TTL must not delete the item inside
+    the delay, nor awsflock 0.2.0 take it then."""
+    plus = f" + if_not_exists(#{p}delay_s, :zero)" if delayed else ""
     if p:
-        return f"#{p}expiration_time = :ttl"
-    return "#expiration_time = if_not_exists(#kept_until, :ttl)"
+        return f"#{p}expiration_time = :ttl{plus}"
+    return f"#expiration_time = if_not_exists(#kept_until, :ttl){plus}"
+
+
+def not_delayed(p: str = "") -> str:
+    """A take's condition that the lease it replaces is past its lock-delay: it had none, or
+    was released, or its end plus the delay (``free_after_ms``) is before the taker's time
+    less the skew window."""
+    return (
+        f"(attribute_not_exists(#{p}delay_ms) OR #{p}delay_ms = :zero"
+        f" OR #{p}ended = :released_mark OR #{p}free_after_ms < :cutoff_ms)"
+    )
+
+
+def free_after(p: str, end: str) -> str:
+    """The SET clause of ``free_after_ms`` for a write that sets the lease's end to ``end``
+    (a value): that end plus the lease's lock-delay, whoever writes it."""
+    return f"#{p}free_after_ms = {end} + if_not_exists(#{p}delay_ms, :zero)"
 
 
 #: A take on an endpoint without transactions: the item is kept from now on.
@@ -149,10 +169,13 @@ def acquire_condition(
     else:
         condition = (
             f"{free_slot(p)} AND {pool} AND {never_granted(p)} AND {PLAIN_BELOW}"
-            f" AND {slot_below(p)}"
+            f" AND {slot_below(p)} AND {not_delayed(p)}"
         )
         if bar:  # the slot's LEASE_ID is not barred on the pool's item (``items.bar_name``)
             condition += f" AND attribute_not_exists(#{bar})"
+    # Past the lock-delay of the lease it replaces (a slot's: and of the plain lock it may make
+    # a pool of).
+    condition += f" AND {not_delayed()}"
     return f"{condition} AND {line}" if line else condition
 
 
@@ -236,7 +259,8 @@ def renew_update(p: str, keeper: bool = False) -> str:
     """``keeper``: also record who keeps the lease alive (a grant removes it)."""
     return (
         f"SET #{p}lease = :lease, #{p}lease_id = :version, #{p}lease_duration = :lease_duration,"
-        f" {ttl(p)}, #{p}expires_ms = :expires_ms, #{p}renewed_ms = :now_ms"
+        f" {ttl(p, delayed=True)}, #{p}expires_ms = :expires_ms, #{p}renewed_ms = :now_ms,"
+        f" {free_after(p, ':expires_ms')}"
         + (f", #{p}keeper = :keeper" if keeper else "")
     )
 
@@ -249,19 +273,20 @@ def release_condition(p: str, group_ok: bool = False) -> str:
     return condition if p or group_ok else f"{condition} AND {NOT_GROUP}"
 
 
-def release_update(p: str, kept: bool = False) -> str:
+def release_update(p: str, kept: bool = False, delayed: bool = False) -> str:
     """``kept``: a plain lock's item is kept for good from now on (``KEPT``), as a take without
-    transactions keeps it."""
+    transactions keeps it. A release has no lock-delay; a force (``delayed``) has."""
     return (
         f"SET #{p}ended = :ended, #{p}lease = :lease, #{p}lease_id = :version,"
-        f" #{p}expires_ms = :now_ms, {KEPT if kept and not p else ttl(p)}"
+        f" #{p}expires_ms = :now_ms, {KEPT if kept and not p else ttl(p, delayed)}"
     )
 
 
 def force_update(p: str, kept: bool = False) -> str:
     return (
-        release_update(p, kept)
+        release_update(p, kept, delayed=True)
         + f", #{p}forced_by = :actor, #{p}forced_reason = :reason, #{p}forced_ms = :now_ms"
+        + f", {free_after(p, ':now_ms')}"
     )
 
 

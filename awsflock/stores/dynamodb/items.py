@@ -67,6 +67,11 @@ KIND_DONE = "done"
 #: 0.2.0 client (which would overwrite and delete the item, its counter with it) sees it expire.
 A_KEPT_UNTIL = "kept_until"
 A_KEEPER = "keeper"  # who keeps the lease alive (acquire --keep-alive): "host H, pid P, ..."
+#: The holder's lock-delay (ms, and whole seconds for ``expiration_time``), and the end of the
+#: lease plus it, written by every write that moves the end (``expressions.not_delayed``).
+A_DELAY = "delay_ms"
+A_DELAY_S = "delay_s"
+A_FREE_AFTER = "free_after_ms"
 A_LINE_NEXT = "qn"
 A_LINE_LEN = "qlen"
 A_LINE_POLLED = "qpoll"
@@ -276,6 +281,7 @@ def record_from_item(item: dict[str, Any]) -> LockRecord:
         forced_at=forced_ms / 1000.0 if isinstance(forced_ms, (int, float)) else None,
         legacy=legacy,
         keeper=str(v.get(A_KEEPER) or ""),
+        lock_delay=(v.get(A_DELAY) or 0) / 1000,
         previous=previous_of_item(v),
         extra=v,
     )

@@ -284,6 +284,7 @@ def renew_values(
         "order_ms": now_ms - skew_ms,
         "slot": slot,
         "keeper": keeper,
+        "zero": 0,
     }
 
 

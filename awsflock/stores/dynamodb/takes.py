@@ -15,6 +15,7 @@ from awsflock.protocol import (
     Outcome,
 )
 from awsflock.records import (
+    ENDED_RELEASED,
     LockRecord,
     Pool,
     holder_fields,
@@ -29,6 +30,9 @@ from awsflock.stores.dynamodb.base import (
 )
 from awsflock.stores.dynamodb.items import (
     A_CI_URL,
+    A_DELAY,
+    A_DELAY_S,
+    A_FREE_AFTER,
     A_COMMAND,
     A_FENCE,
     A_HOST,
@@ -76,7 +80,9 @@ class Takes(Writes):
             "version": new_version(),
             "owner": identity.owner,
             "lease_duration": _seconds_number(lease_ms),
-            "ttl": expiration_seconds(expires_ms + skew_ms),
+            # TTL must not delete the item before its end plus the skew and its lock-delay.
+            "ttl": expiration_seconds(expires_ms + skew_ms + attempt.delay_ms),
+            "released_mark": ENDED_RELEASED,
             "expires_ms": expires_ms,
             "now_ms": now_ms,
             "floor": now_ms * 1000,
@@ -103,12 +109,17 @@ class Takes(Writes):
                 values["qplace"] = attempt.number
         # Who holds it, for waiters' messages; absent fields are removed so that a previous
         # holder's value never lingers.
+        delay = attempt.delay_ms
         holder = {
             A_HOST: identity.host,
             A_PID: identity.pid,
             A_USER: identity.user,
             A_CI_URL: identity.ci_url,
             A_COMMAND: identity.command,
+            # Its lock-delay (``expressions.not_delayed``); removed where it has none.
+            A_DELAY: delay,
+            A_DELAY_S: -(-delay // 1000),
+            A_FREE_AFTER: expires_ms + delay if delay else 0,
         }
         sets, removes = [], []
         for name, value in holder.items():
@@ -378,5 +389,6 @@ def _granted_record(
         lease_duration=attempt.lease_ms / 1000,
         fencing_token=int(values["token"]),
         history=history,
+        lock_delay=attempt.delay_ms / 1000,
         previous=pin.previous,
     )
