@@ -260,8 +260,7 @@ def renew_update(p: str, keeper: bool = False) -> str:
     return (
         f"SET #{p}lease = :lease, #{p}lease_id = :version, #{p}lease_duration = :lease_duration,"
         f" {ttl(p, delayed=True)}, #{p}expires_ms = :expires_ms, #{p}renewed_ms = :now_ms,"
-        f" {free_after(p, ':expires_ms')}"
-        + (f", #{p}keeper = :keeper" if keeper else "")
+        f" {free_after(p, ':expires_ms')}" + (f", #{p}keeper = :keeper" if keeper else "")
     )
 
 

@@ -30,11 +30,11 @@ from awsflock.stores.dynamodb.base import (
 )
 from awsflock.stores.dynamodb.items import (
     A_CI_URL,
+    A_COMMAND,
     A_DELAY,
     A_DELAY_S,
-    A_FREE_AFTER,
-    A_COMMAND,
     A_FENCE,
+    A_FREE_AFTER,
     A_HOST,
     A_KIND,
     A_LOCK_ID,
