@@ -342,6 +342,13 @@ class LockRecord:
             text += (
                 f" since {iso_utc(self.acquired_at)} ({format_seconds(now - self.acquired_at)} ago)"
             )
+        after = self.free_after()
+        if after is not None and (self.released or self.expires_at < now) and after > now:
+            ended = "was force-released" if self.forced else "did not release it"
+            return (
+                f"{text}; it {ended}, and its lock-delay keeps the lock until "
+                f"{iso_utc(after)} (in {format_seconds(after - now)})"
+            )
         left = self.expires_at - now
         if left >= 0:
             text += f", expires in {format_seconds(left)}"

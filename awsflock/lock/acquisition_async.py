@@ -47,6 +47,7 @@ class Acquisition:
         clock: AsyncClock,
         rng: random.Random,
         skew: float,
+        delay_s: float = 0.0,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -54,6 +55,8 @@ class Acquisition:
         self.skew = skew
         self.lock_id = lock_id
         self.lease_s = lease_s
+        #: The lock-delay this holder records with its lease (``Attempt.delay_ms``).
+        self.delay_ms = round(delay_s * 1000)
         self.identity = identity
         self.size = size
         self.sent: set[str] = set()
@@ -111,6 +114,7 @@ class Acquisition:
                     drop=self.drop,
                     seen=self.holder if slot is None else None,
                     number=self.number,
+                    delay_ms=self.delay_ms,
                 )
                 outcome = await store.take(self.lock_id, attempt)
         except (errors.Throttled, errors.EndpointUnreachable) as err:
