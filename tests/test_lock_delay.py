@@ -25,7 +25,7 @@ def table(clock: FakeClock) -> LockTable:
 
 
 def test_a_holder_that_dies_keeps_the_lock_for_its_delay(table, clock):
-    dead = table.acquire("deploy", lease=10, lock_delay="30s")
+    table.acquire("deploy", lease=10, lock_delay="30s")
     state = table.state("deploy")
     assert isinstance(state, LockRecord) and state.lock_delay == 30.0
     clock.advance(10 + SKEW + 1)  # the lease ran out: without a delay, it is reclaimed now
@@ -52,13 +52,13 @@ def test_a_force_release_is_followed_by_the_delay_and_a_release_is_not(table, cl
 def test_a_waiter_is_granted_once_the_delay_is_over(table, clock):
     start = clock.time()
     table.acquire("deploy", lease=5, lock_delay=10)
-    waited = table.acquire("deploy", wait=60)
+    table.acquire("deploy", wait=60)
     assert start + 5 + 10 + SKEW < clock.time() < start + 5 + 10 + SKEW + 3
 
 
 @pytest.mark.parametrize("delay", ["-1s", "25h", "soon"])
 def test_a_delay_out_of_range_is_refused(table, delay):
-    with pytest.raises(errors.UsageError, match="lock-delay|duration"):
+    with pytest.raises(errors.UsageError, match=r"lock-delay|duration"):
         table.acquire("deploy", lock_delay=delay)
 
 
