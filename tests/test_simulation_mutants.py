@@ -13,6 +13,8 @@ from tests.simulation.__main__ import run_many
 from tests.simulation.mutants import (
     AIO,
     BENEATH,
+    DELAYS,
+    DELAYS_SHARE,
     MUTANTS,
     NO_TRANSACTIONS,
     ORDER_ONLY,
@@ -89,6 +91,7 @@ def test_each_known_bug_put_back_is_found(name):
             transactions=name not in NO_TRANSACTIONS,
             sets=SETS_SHARE if name in SETS else 0.0,
             shares=SHARES_SHARE if name in SHARES else 0.0,
+            delays=DELAYS_SHARE if name in DELAYS else 0.0,
         )
     spent = sum(r.operations for r in results)
     assert failed is not None, f"{name}: not found in {spent} operations"

@@ -100,6 +100,10 @@ class Checker:
         self.max_token: dict[Key, int] = {}
         self.latest: dict[Key, tuple[str, int | None]] = {}  # lease id, token of the last grant
         self.forced: set[str] = set()
+        #: Lock-delays: each take's that had one (ms), and when each force was made (ms).
+        self.delays: dict[str, int] = {}
+        self.forced_ms: dict[str, int] = {}
+        self.delayed_grants = 0
         #: Lease ids force-released -> (the operator, the action id) of the force applied.
         self.forced_by: dict[str, tuple[str, str]] = {}
         self.resource: dict[Key, int] = {}  # the downstream resource: highest token accepted
@@ -164,6 +168,8 @@ class Checker:
             attempt: Attempt = args[1]
             key = (args[0], attempt.slot)
             self._check_take(key, attempt, before)
+            if attempt.delay_ms:
+                self.delays[attempt.lease_id] = attempt.delay_ms
             self._check_line_take(args[0], attempt, before, made)
             self.bodies.granted(key, attempt.lease_id, is_share_id(attempt.lease_id))
             self.grants[key] = self.grants.get(key, 0) + 1
@@ -216,6 +222,7 @@ class Checker:
                     )
                 if operation == "force_release":
                     self.forced.add(lease_id)
+                    self.forced_ms.setdefault(lease_id, args[2]["now_ms"])
                     self.forced_by[lease_id] = (args[2]["actor"], args[2]["force_id"])
                 elif operation == "release":
                     name = args[0]
@@ -254,6 +261,7 @@ class Checker:
             self.fail(
                 f"take of {key} by {attempt.lease_id[:8]} over a live lease {old.lease_id[:8]}"
             )
+        self._check_delay(key, attempt, old)
         if old is not None and attempt.lease_id in (old.lease_id, *(h[0] for h in old.history)):
             self.fail(f"lease id {attempt.lease_id[:8]} granted twice on {key}")
         pool = before.pool if before is not None else None
@@ -265,6 +273,27 @@ class Checker:
             plain = before.lock
             if not _free(plain, cutoff):
                 self.fail(f"a live plain lock {name!r} made a pool")
+            self._check_delay((name, None), attempt, plain)
+
+    def _check_delay(self, key: Key, attempt: Attempt, old: LockRecord | None) -> None:
+        """An applied take is past the lock-delay of the lease it replaced: none recorded, or
+        released (by the checker's own account: its take's delay, a force's time), or its end
+        (the force, else its expiry as the store showed it) plus the delay before the taker's
+        time less the skew window."""
+        if old is None or not old.lease_id or old.lease_id in self.released:
+            return
+        delay = self.delays.get(old.lease_id, 0)
+        if not delay:
+            return
+        forced = self.forced_ms.get(old.lease_id)
+        end = forced if forced is not None else round(old.expires_at * 1000)
+        self.delayed_grants += 1
+        if end + delay >= attempt.now_ms - attempt.skew_ms:
+            self.fail(
+                f"take of {key} by {attempt.lease_id[:8]} inside the lock-delay of "
+                f"{old.lease_id[:8]} ({'forced' if forced is not None else 'ran out'} at {end},"
+                f" delay {delay} ms, taken at {attempt.now_ms})"
+            )
 
     # -- the line of fair waiters ---------------------------------------------------------------
 
