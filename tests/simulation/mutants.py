@@ -21,9 +21,9 @@ from awsflock.stores.memory_records import _Lease, _Record
 from awsflock.stores.remote import connected
 from awsflock.stores.remote import requests as retrying
 from tests.simulation.mutants_aio import AIO_SHARE, MUTANTS_AIO
+from tests.simulation.mutants_delay import DELAYS_SHARE, MUTANTS_DELAY
 from tests.simulation.mutants_previous import MUTANTS_PREVIOUS, SHARES_PREVIOUS
 from tests.simulation.mutants_sets import MUTANTS_SETS, SETS_SHARE
-from tests.simulation.mutants_delay import DELAYS_SHARE, MUTANTS_DELAY
 from tests.simulation.mutants_shares import MUTANTS_SHARES, SHARES_SHARE
 from tests.simulation.patching import patched as _patched
 
