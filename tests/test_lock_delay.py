@@ -74,3 +74,34 @@ def test_each_name_of_a_set_keeps_its_delay(table, clock):
         table.acquire("b", wait=0)
     clock.advance(30)
     table.acquire("b", wait=0)
+
+
+# -- the command line (in-process moto, real time: nothing here waits out a delay) -----------
+
+
+def test_the_command_line_records_the_delay_and_says_what_it_keeps(moto):
+    import json
+
+    from click.testing import CliRunner
+
+    from awsflock.cli import cli
+
+    runner = CliRunner()
+
+    def run(*args: str):
+        return runner.invoke(cli, list(args), catch_exceptions=False)
+
+    taken = run("acquire", "deploy", "--lock-delay", "1h", "--lease-duration", "10m", "--json")
+    assert taken.exit_code == 0, taken.stderr
+    status = json.loads(run("status", "deploy", "--json").stdout)
+    assert status["lock_delay_s"] == 3600.0 and "free_after" not in status
+    assert run("force-release", "deploy", "--reason", "hung", "--yes").exit_code == 0
+    status = json.loads(run("status", "deploy", "--json").stdout)
+    assert 3600 < status["free_in_s"] <= 3600 + SKEW
+    text = run("status", "deploy").stdout
+    assert "its lock-delay keeps it until" in text, text
+    busy = run("acquire", "deploy", "--no-wait")
+    assert busy.exit_code == 3
+    assert "was force-released, and its lock-delay keeps the lock until" in busy.stderr
+    refused = run("acquire", "other", "--shared", "--lock-delay", "5s")
+    assert refused.exit_code == 2 and "takes no lock-delay" in refused.stderr

@@ -38,6 +38,7 @@ def view(
     data["fencing_token"] = record.fencing_token
     if record.previous is not None:  # how the lease before this one ended
         data["previous"] = record.previous.as_dict()
+    _with_delay(data, record, now, skew)
     if record.released:
         if record.forced_by:
             data["force_released_by"] = record.forced_by
@@ -63,12 +64,26 @@ def view(
         }
     )
     if state == EXPIRED:
-        data["reclaimable_in_s"] = round(max(0.0, record.expires_at + skew - now), 3)
+        free_at = max(record.expires_at, record.free_after() or 0.0) + skew
+        data["reclaimable_in_s"] = round(max(0.0, free_at - now), 3)
     if show_lease_id:
         data["lease_id"] = record.lease_id
     if record.shared and not is_share_id(record.lease_id):  # a group, not a share's view
         _with_shares(data, record, now, skew, show_lease_id)
     return data
+
+
+def _with_delay(data: dict[str, Any], record: LockRecord, now: float, skew: float) -> None:
+    """The lease's lock-delay, and, while it keeps the lock after an unreleased end, until
+    when (the skew window added, as a taker's clock needs it)."""
+    if not record.lock_delay:
+        return
+    data["lock_delay_s"] = record.lock_delay
+    after = record.free_after()
+    if after is not None and (record.released or record.expires_at < now):
+        if after + skew > now:
+            data["free_after"] = iso_utc(after + skew)
+            data["free_in_s"] = round(after + skew - now, 3)
 
 
 def _with_shares(
@@ -170,6 +185,11 @@ def _render_status(data: dict[str, Any], label: str) -> str:
             )
         elif data.get("released_at"):
             line += f" (released at {data['released_at']})"
+        if data.get("free_in_s"):
+            line += (
+                f"; its lock-delay keeps it until {data['free_after']} "
+                f"(in {format_seconds(data['free_in_s'])})"
+            )
         if data.get("fencing_token"):
             line += f"; last fencing token {data['fencing_token']}"
         return line
@@ -208,6 +228,11 @@ def _render_status(data: dict[str, Any], label: str) -> str:
         rows.append(("lease", format_seconds(data["lease_duration_s"])))
     if data.get("kept_alive_by"):
         rows.append(("kept alive", f"by {data['kept_alive_by']} (acquire --keep-alive)"))
+    if data.get("lock_delay_s"):
+        delay = f"{format_seconds(data['lock_delay_s'])} after an end without a release"
+        if data.get("free_in_s"):
+            delay += f": keeps the lock until {data['free_after']}"
+        rows.append(("lock-delay", delay))
     if data.get("previous"):
         rows.append(("lease before", _before(data["previous"])))
     if data.get("fencing_token") is not None:
