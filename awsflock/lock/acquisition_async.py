@@ -55,15 +55,12 @@ class Acquisition:
         self.skew = skew
         self.lock_id = lock_id
         self.lease_s = lease_s
-        #: The lock-delay this holder records with its lease (``Attempt.delay_ms``).
-        self.delay_ms = round(delay_s * 1000)
+        self.delay_ms = round(delay_s * 1000)  # the lock-delay it records (Attempt.delay_ms)
         self.identity = identity
         self.size = size
         self.sent: set[str] = set()
-        #: Per attempt, the monotonic clock less its ``now_ms`` (read together): what turns
-        #: the times a store wrote from that ``now_ms`` into monotonic time.
+        #: Per attempt, the monotonic clock less its ``now_ms``: turns a store's times monotonic.
         self.to_mono: dict[str, float] = {}
-
         #: Sent, maybe granted, not known to be released: LEASE_ID -> slot.
         self.unsettled: dict[str, int | None] = {}
         self.attempts = 0

@@ -161,11 +161,10 @@ class LockTable(SetTable):
         the lock's line and is served in order of arrival (``awsflock.lock.line``); without it, it
         never goes ahead of a live waiter in line. With ``shared=True`` it is held beside any
         other shared holder and never beside an exclusive one (``awsflock.shares``: a waiting
-        exclusive acquire keeps new shares out). With ``lock_delay`` (seconds, or '15s'), should
-        this lease end without its release (it runs out, or is force-released), nothing is
-        granted before that end plus the delay: time for a hung holder's late writes to land
-        (not with ``shared``). Raises LockBusy (with ``.holder``) when it stayed held, and
-        Cancelled (holding nothing) once ``cancel`` is set.
+        exclusive acquire keeps new shares out). With ``lock_delay`` ('15s'; not ``shared``), a
+        lease that ends unreleased (runs out, or is forced) keeps the lock that long after its
+        end. Raises LockBusy (with ``.holder``) when it stayed held, and Cancelled (holding
+        nothing) once ``cancel`` is set.
 
         With a list of names, every one of them is taken together in one step, or none is
         (``awsflock.sets``): a ``LeaseSet``, one LEASE_ID with a fencing token per lock. Plain

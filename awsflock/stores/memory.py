@@ -178,7 +178,7 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
             lease.version = _version()
             lease.lease_ms = lease_ms
             lease.expires_ms = expires_ms
-            lease.expires_s = record.ttl(_seconds(expires_ms + skew_ms))
+            lease.expires_s = record.ttl(_seconds(expires_ms + skew_ms + lease.delay_ms))
             if keeper is not None:
                 lease.keeper = keeper
             if is_share_id(lease_id):
@@ -238,7 +238,8 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
             lease.lease = lease_id
             lease.version = _version()
             lease.expires_ms = now_ms
-            lease.expires_s = record.ttl(_seconds(now_ms + skew_ms))
+            delay = lease.delay_ms if forced else 0  # a force's lock-delay: TTL waits too
+            lease.expires_s = record.ttl(_seconds(now_ms + skew_ms + delay))
             for name, value in (forced or {}).items():
                 setattr(lease, name, value)
             if slot is None:

@@ -80,3 +80,11 @@ class DelayConformance:
         assert second.applied and dl.held(second).lock_delay == 0
         assert dl.force(name, dl.held(second).lease_id, "f1", at=30).applied
         assert dl.take(name, at=31)[1].applied
+
+    def test_a_resize_that_makes_a_pool_waits_for_the_plain_lease_s_delay(self, dl):
+        name = dl.name()
+        dl.take_with_delay(name)  # runs out at 1000
+        inside = dl.now + 1000 + SKEW + 1
+        assert not dl.store.resize_pool(name, None, 2, now_ms=inside, skew_ms=SKEW)
+        after = dl.now + 1000 + DELAY + SKEW + 1
+        assert dl.store.resize_pool(name, None, 2, now_ms=after, skew_ms=SKEW)

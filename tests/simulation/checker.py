@@ -103,6 +103,7 @@ class Checker:
         #: Lock-delays: each take's that had one (ms), and when each force was made (ms).
         self.delays: dict[str, int] = {}
         self.forced_ms: dict[str, int] = {}
+        self.ends: dict[str, int] = {}  # the end of each lease with a delay, as last applied
         self.delayed_grants = 0
         #: Lease ids force-released -> (the operator, the action id) of the force applied.
         self.forced_by: dict[str, tuple[str, str]] = {}
@@ -168,8 +169,9 @@ class Checker:
             attempt: Attempt = args[1]
             key = (args[0], attempt.slot)
             self._check_take(key, attempt, before)
-            if attempt.delay_ms:
+            if attempt.delay_ms and result.record is not None:
                 self.delays[attempt.lease_id] = attempt.delay_ms
+                self.ends[attempt.lease_id] = round(result.record.expires_at * 1000)
             self._check_line_take(args[0], attempt, before, made)
             self.bodies.granted(key, attempt.lease_id, is_share_id(attempt.lease_id))
             self.grants[key] = self.grants.get(key, 0) + 1
@@ -206,6 +208,8 @@ class Checker:
                     if round(old.expires_at * 1000) <= now_ms:
                         self.fail(f"renew revived {lease_id[:8]} on {(args[0], slot)}, expired")
                     new = view(result.record, lease_id)
+                    if new is not None and lease_id in self.delays:
+                        self.ends[lease_id] = round(new.expires_at * 1000)
                     if self.landing_late and new is not None and new.expires_at < old.expires_at:
                         # A renew made before a later one that was applied: moving the end back
                         # would leave its holder believing the later end.
@@ -279,19 +283,28 @@ class Checker:
         """An applied take is past the lock-delay of the lease it replaced: none recorded, or
         released (by the checker's own account: its take's delay, a force's time), or its end
         (the force, else its expiry as the store showed it) plus the delay before the taker's
-        time less the skew window."""
-        if old is None or not old.lease_id or old.lease_id in self.released:
+        time less the skew window (the store's condition). Where the record was deleted (TTL,
+        no earlier than the end, the skew and the delay), the lock's latest lease: its end plus
+        the delay before the true time, less the skew window (clocks may be off by half)."""
+        deleted = old is None or not old.lease_id
+        if deleted:
+            lease_id = self.latest.get(key, ("", None))[0]
+            end = self.ends.get(lease_id)
+            at = round(self.world.now * 1000) + attempt.skew_ms
+        else:
+            assert old is not None
+            lease_id, end = old.lease_id, round(old.expires_at * 1000)
+            at = attempt.now_ms - attempt.skew_ms
+        delay = self.delays.get(lease_id, 0)
+        if not delay or lease_id in self.released or end is None:
             return
-        delay = self.delays.get(old.lease_id, 0)
-        if not delay:
-            return
-        forced = self.forced_ms.get(old.lease_id)
-        end = forced if forced is not None else round(old.expires_at * 1000)
+        forced = self.forced_ms.get(lease_id)
+        end = forced if forced is not None else end
         self.delayed_grants += 1
-        if end + delay >= attempt.now_ms - attempt.skew_ms:
+        if end + delay >= at:
             self.fail(
                 f"take of {key} by {attempt.lease_id[:8]} inside the lock-delay of "
-                f"{old.lease_id[:8]} ({'forced' if forced is not None else 'ran out'} at {end},"
+                f"{lease_id[:8]} ({'forced' if forced is not None else 'ran out'} at {end},"
                 f" delay {delay} ms, taken at {attempt.now_ms})"
             )
 

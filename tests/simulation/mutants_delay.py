@@ -5,6 +5,7 @@ to (``Checker._check_delay``), and the simulator must find it within its CI budg
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from awsflock.records import ENDED_RELEASED
 from awsflock.stores import memory_records
@@ -27,4 +28,26 @@ def delay_left_out_of_a_force() -> contextlib.AbstractContextManager[None]:
     return patched((memory_records._Lease, "free", free))
 
 
-MUTANTS_DELAY = {"D1 the lock-delay left out of a force": delay_left_out_of_a_force}
+def ttl_before_the_delay() -> contextlib.AbstractContextManager[None]:
+    """D2. TTL may delete the record at the lease's end plus the skew, inside its lock-delay:
+    the next take finds nothing to wait for (``expiration_time`` without ``delay_s``)."""
+    from awsflock.stores import memory_takes
+
+    real = memory_takes.grant
+
+    def grant(record: Any, attempt: Any, *args: Any, **kw: Any) -> None:
+        real(record, attempt, *args, **kw)
+        lease = record.top if attempt.slot is None else record.pool.get(attempt.slot)
+        if lease is not None and lease.expires_s is not None and attempt.slot is None:
+            end = (attempt.now_ms + attempt.lease_ms + attempt.skew_ms) // 1000 + 1
+            lease.expires_s = record.ttl(end)
+
+    from awsflock.stores import memory
+
+    return patched((memory, "grant", grant))
+
+
+MUTANTS_DELAY = {
+    "D1 the lock-delay left out of a force": delay_left_out_of_a_force,
+    "D2 TTL inside the lock-delay": ttl_before_the_delay,
+}

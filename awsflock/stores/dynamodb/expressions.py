@@ -292,8 +292,10 @@ def force_update(p: str, kept: bool = False) -> str:
 def resize_condition(old: int | None, new: int) -> str:
     """A pool may be resized while its size is still ``old`` and the slots that go away are
     free. Sizing a record that is not a pool (``old`` None) needs its plain lock free, as a pool
-    acquire does."""
-    parts = [f"attribute_not_exists(#slots) AND {FREE_PLAIN}" if old is None else "#slots = :old"]
+    acquire does, its lock-delay included. (A slot cut off inside its delay keeps its lease's
+    attributes, which a take of it after a grow still checks.)"""
+    plain = f"attribute_not_exists(#slots) AND {FREE_PLAIN} AND {not_delayed()}"
+    parts = [plain if old is None else "#slots = :old"]
     parts += [free_slot(f"s{slot}_") for slot in range(new, old or 0)]
     return " AND ".join(parts)
 

@@ -107,22 +107,8 @@ class Takes(Writes):
             values.update(_drop_values(attempt.drop))
             if attempt.number is not None:
                 values["qplace"] = attempt.number
-        # Who holds it, for waiters' messages; absent fields are removed so that a previous
-        # holder's value never lingers.
-        delay = attempt.delay_ms
-        holder = {
-            A_HOST: identity.host,
-            A_PID: identity.pid,
-            A_USER: identity.user,
-            A_CI_URL: identity.ci_url,
-            A_COMMAND: identity.command,
-            # Its lock-delay (``expressions.not_delayed``); removed where it has none.
-            A_DELAY: delay,
-            A_DELAY_S: -(-delay // 1000),
-            A_FREE_AFTER: expires_ms + delay if delay else 0,
-        }
         sets, removes = [], []
-        for name, value in holder.items():
+        for name, value in _holder(attempt, expires_ms).items():
             if value in ("", 0, None):
                 removes.append(name)
             else:
@@ -369,6 +355,22 @@ def _above_slot(
         return None
     high = max(plain or 0, (held.fencing_token or 0) if held is not None else 0)
     return None if high < token else high + 1
+
+
+def _holder(attempt: Attempt, expires_ms: int) -> dict[str, Any]:
+    """Who holds it, for waiters' messages, and its lock-delay (``expressions.not_delayed``):
+    a take sets those given and removes the others, so a previous holder's never lingers."""
+    identity, delay = attempt.identity, attempt.delay_ms
+    return {
+        A_HOST: identity.host,
+        A_PID: identity.pid,
+        A_USER: identity.user,
+        A_CI_URL: identity.ci_url,
+        A_COMMAND: identity.command,
+        A_DELAY: delay,
+        A_DELAY_S: -(-delay // 1000),
+        A_FREE_AFTER: expires_ms + delay if delay else 0,
+    }
 
 
 def _granted_record(

@@ -10,7 +10,6 @@ import contextlib
 import math
 from typing import Any
 
-from awsflock.protocol import Attempt
 from awsflock.stores.postgresql import program
 from awsflock.stores.postgresql.link import PgLink, _given, _options
 from awsflock.stores.postgresql.store import PostgresStore
@@ -68,11 +67,6 @@ class AsyncPostgresStore(StepStore[Any]):
         self.link: Any = AsyncPgLink(store.link)
         self.program = program.PgProgram(store.table_name)
         self._connected_init()
-
-    def _take_params(self, attempt: Attempt) -> dict[str, Any]:
-        # The holder's lock-delay, recorded with its lease by the take (steps.sql; a share's
-        # take has none, and its step reads none).
-        return {**super()._take_params(attempt), "delay_ms": attempt.delay_ms}
 
     def close(self) -> None:
         """Close the synchronous store's connection. An event loop's own connection is closed

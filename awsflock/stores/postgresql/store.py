@@ -25,7 +25,6 @@ from awsflock.protocol import (
     AUDIT_PREFIX,
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
-    Attempt,
 )
 from awsflock.records import RESERVED_PREFIX, LockRecord, Pool, kept_audit
 from awsflock.stores import kinds
@@ -82,11 +81,6 @@ class PostgresStore(StepStore[Any]):
         self.program = program.PgProgram(name)
         self._connected_init()
         self._table = schema.quote(name)
-
-    def _take_params(self, attempt: Attempt) -> dict[str, Any]:
-        # The holder's lock-delay, recorded with its lease by the take (steps.sql; a share's
-        # take has none, and its step reads none).
-        return {**super()._take_params(attempt), "delay_ms": attempt.delay_ms}
 
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
         query = (

@@ -16,7 +16,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from awsflock import errors
-from awsflock.protocol import Attempt
 from awsflock.protocol_async import AsyncSleeper, AsyncWaker
 from awsflock.stores.redis import durability, layout, wire
 from awsflock.stores.redis.link import RedisConn, RedisLink, log
@@ -135,11 +134,6 @@ class AsyncRedisStore(StepStore[Any]):
             weakref.WeakKeyDictionary()
         )
         self._hubs_lock = threading.Lock()
-
-    def _take_params(self, attempt: Attempt) -> dict[str, Any]:
-        # The holder's lock-delay, recorded with its lease by the take (steps.lua; a share's
-        # take has none, and its step reads none).
-        return {**super()._take_params(attempt), "delay_ms": attempt.delay_ms}
 
     def waker(self, lock_id: str) -> AsyncWaker:
         """A waiter wakes as soon as the script publishes that the lock may have changed

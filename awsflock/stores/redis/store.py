@@ -24,7 +24,6 @@ from awsflock.protocol import (
     AUDIT_APPLIED,
     AUDIT_VOID,
     DEFAULT_REQUEST_TIMEOUT,
-    Attempt,
     Sleeper,
     Waker,
 )
@@ -106,11 +105,6 @@ class RedisStore(StepStore[RedisConn]):
         import redis
 
         return self.link.client(redis, timeout, timeout).pubsub()
-
-    def _take_params(self, attempt: Attempt) -> dict[str, Any]:
-        # The holder's lock-delay, recorded with its lease by the take (steps.lua; a share's
-        # take has none, and its step reads none).
-        return {**super()._take_params(attempt), "delay_ms": attempt.delay_ms}
 
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
         """Every lock under the store's prefix whose name starts with ``prefix``: a SCAN, then
