@@ -266,6 +266,9 @@ class LockRecord:
     keeper: str = ""
     #: Its holder's lock-delay, seconds (``free_after``; 0: none).
     lock_delay: float = 0.0
+    #: Where the store keeps it: when that delay ends (epoch seconds) if this lease ends
+    #: unreleased (DynamoDB's ``free_after_ms``, which a force moves only once it landed).
+    delay_end: float | None = None
     #: Held by shared holders (``awsflock.shares``): this lease is their group's, each
     #: share's record is in ``shares``; ``claimed_until``: a waiting exclusive acquire's claim
     #: (epoch seconds by its clock; None: none).
@@ -301,6 +304,8 @@ class LockRecord:
         holder's release (ran out, or forced): its end plus the delay. None: no delay."""
         if not self.lock_delay or self.ended == ENDED_RELEASED:
             return None
+        if self.delay_end is not None:
+            return self.delay_end
         end = self.forced_at if self.forced and self.forced_at is not None else self.expires_at
         return end + self.lock_delay
 

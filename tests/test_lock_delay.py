@@ -105,3 +105,78 @@ def test_the_command_line_records_the_delay_and_says_what_it_keeps(moto):
     assert "was force-released, and its lock-delay keeps the lock until" in busy.stderr
     refused = run("acquire", "other", "--shared", "--lock-delay", "5s")
     assert refused.exit_code == 2 and "takes no lock-delay" in refused.stderr
+
+
+def test_a_dynamodb_force_that_lands_after_the_lease_ran_out_counts_the_delay_from_its_end(moto):
+    """Review 8: a force read at F lands after the lease ran out at E. The lease ended at E, so
+    nobody is granted the lock before E plus the delay. Counted from F, the delay would end
+    E - F early (8 s, reproduced on every DynamoDB server)."""
+    from awsflock.stores.dynamodb import DynamoDBStore
+
+    clock = FakeClock()
+    store = DynamoDBStore("awsflock", moto, clock=clock)  # type: ignore[arg-type]
+    table = LockTable(store=store, clock=clock, owner="ops")
+    start = clock.time()
+    held = table.acquire("deploy", lease=10, lock_delay=20)
+    read_at = start + 2  # the force read its clock 8 s before the lease ran out ...
+    clock.advance(12)  # ... and its answer came after
+    forced = store.force_release(
+        "deploy",
+        held.lease_id,
+        force_id="late",
+        now_ms=round(read_at * 1000),
+        skew_ms=round(SKEW * 1000),
+        actor="ops",
+        reason="hung",
+    )
+    assert forced.applied
+    state = table.state("deploy")
+    assert isinstance(state, LockRecord) and state.free_after() == pytest.approx(start + 30)
+    clock.advance(read_at + 20 + SKEW + 1 - clock.time())
+    with pytest.raises(errors.LockBusy, match="its lock-delay keeps the lock until"):
+        table.acquire("deploy", wait=0)
+    clock.advance(start + 30 + SKEW + 1 - clock.time())
+    assert table.acquire("deploy", wait=0).previous.how == "forced"
+
+
+def test_a_dynamodb_force_counts_the_delay_from_its_answer_not_the_lease_end(moto):
+    """A force of a long lease with a delay frees the lock at the force's answer plus the delay
+    (its second write), not at the lease's end plus the delay."""
+    from awsflock.stores.dynamodb import DynamoDBStore
+
+    clock = FakeClock()
+    store = DynamoDBStore("awsflock", moto, clock=clock)  # type: ignore[arg-type]
+    table = LockTable(store=store, clock=clock, owner="ops")
+    held = table.acquire("deploy", lease=3600, lock_delay=20)
+    clock.advance(5)
+    admin.force_release(table, "deploy", reason="stuck", lease_id=held.lease_id, actor="ops")
+    state = table.state("deploy")
+    assert isinstance(state, LockRecord)
+    assert state.free_after() == pytest.approx(clock.time() + 20)
+    clock.advance(20 + SKEW + 1)
+    assert table.acquire("deploy", wait=0).previous.how == "forced"
+
+
+def test_a_dynamodb_force_whose_second_write_fails_keeps_the_delay_from_the_lease_end(
+    moto, monkeypatch, caplog
+):
+    """The write that counts the delay from the force's answer fails: the force stands, the
+    delay counts from the lease's end (later, never earlier), and the forcer is told."""
+    from awsflock.stores.dynamodb import DynamoDBStore
+    from awsflock.stores.dynamodb.forces import Forces
+
+    clock = FakeClock()
+    store = DynamoDBStore("awsflock", moto, clock=clock)  # type: ignore[arg-type]
+    table = LockTable(store=store, clock=clock, owner="ops")
+    start = clock.time()
+    held = table.acquire("deploy", lease=600, lock_delay=20)
+
+    def fails(*args: object, **kw: object) -> None:
+        raise errors.StoreError("throttled", hint="retry")
+
+    monkeypatch.setattr(Forces, "_conditional_update", fails)
+    admin.force_release(table, "deploy", reason="stuck", lease_id=held.lease_id, actor="ops")
+    assert "its lock-delay could not be counted from now" in caplog.text
+    state = table.state("deploy")
+    assert isinstance(state, LockRecord) and state.forced
+    assert state.free_after() == pytest.approx(start + 600 + 20)

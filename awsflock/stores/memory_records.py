@@ -56,8 +56,19 @@ class _Lease:
     previous: Previous | None = None
     #: A group's first share found ended without its holder's release (``LockRecord.lapse``).
     lapse: Previous | None = None
-    #: Its holder's lock-delay (``Attempt.delay_ms``).
+    #: Its holder's lock-delay (``Attempt.delay_ms``), and where a force ended the lease, when
+    #: that delay ends: from when the lease ran out or the force came, whichever was first (as
+    #: DynamoDB's ``free_after_ms``).
     delay_ms: int = 0
+    forced_free_ms: int | None = None
+
+    def delay_end(self) -> int | None:
+        """When its lock-delay ends if it ended unreleased (ms); None: it has none."""
+        if not self.delay_ms or self.ended == ENDED_RELEASED:
+            return None
+        if self.forced_free_ms is not None and self.ended:
+            return self.forced_free_ms
+        return None if self.expires_ms is None else self.expires_ms + self.delay_ms
 
     def owned_by(self, lease_id: str) -> bool:
         return self.lease == lease_id if self.lease else self.version == lease_id
@@ -71,8 +82,8 @@ class _Lease:
         if not self.lease and not legacy_too:
             return True  # a pool slot never used
         if self.delay_ms and self.ended != ENDED_RELEASED:  # its lock-delay after its end
-            end = self.forced_ms if self.ended else self.expires_ms
-            if end is None or end + self.delay_ms >= cutoff_ms:
+            end = self.delay_end()
+            if end is None or end >= cutoff_ms:
                 return False
         if self.ended:
             return True
@@ -112,6 +123,7 @@ class _Lease:
             legacy=self.fence is None and self.expires_ms is None,
             keeper=self.keeper,
             lock_delay=self.delay_ms / 1000,
+            delay_end=None if (end := self.delay_end()) is None else end / 1000,
             previous=self.previous,
             lapse=self.lapse,
         )

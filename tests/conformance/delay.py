@@ -7,9 +7,11 @@ passes by subclassing ``DelayConformance`` beside its ``StoreConformance``."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
+from awsflock.clock import FakeClock
 from awsflock.protocol import Attempt, LockStore, Outcome
 from awsflock.records import Identity
 from tests.conformance.suite import SKEW, Lab, new_id
@@ -25,6 +27,19 @@ class DelayLab(Lab):
         who = Identity(owner=owner, host=f"{owner}-host", pid=42, user="u", command="cmd")
         attempt = Attempt(lease_id, who, self.now + at, lease, SKEW)
         return lease_id, self.store.take(name, dataclasses.replace(attempt, delay_ms=delay))
+
+    def force(self, name: str, lease_id: str, force_id: str, *, at: int = 0, **kw: Any) -> Outcome:
+        """A force that lands at once. A store that reads its own clock once a force's answer
+        is in (DynamoDB, to count a lock-delay from no earlier than the landing) reads the
+        force's time here."""
+        clock = getattr(self.store, "clock", None)
+        if clock is None:
+            return super().force(name, lease_id, force_id, at=at, **kw)
+        self.store.clock = FakeClock((self.now + at) / 1000)
+        try:
+            return super().force(name, lease_id, force_id, at=at, **kw)
+        finally:
+            self.store.clock = clock
 
 
 class DelayConformance:

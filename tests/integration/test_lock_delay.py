@@ -3,7 +3,7 @@
 (a pool slot's, a slot's take that makes a plain lock a pool, a resize that does, a set's
 member, a share starting a group), in the caller's time; and on the server's clock, where the
 steps judge the end plus the delay with no skew window, and Redis keeps a lock's hash through
-it."""
+it. On DynamoDB's servers: a force-release that lands after the lease ran out."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from awsflock.stores.redis import RedisStore, layout
 from tests.conformance.awaited import Awaited
 from tests.conformance.delay import DELAY, DelayConformance, DelayLab
 from tests.conformance.suite import SKEW, new_id
+from tests.faultproxy import FaultProxy
+from tests.integration.conftest import Cli
 from tests.servers import PostgresServer, RedisServer
 
 pytestmark = pytest.mark.integration
@@ -267,3 +269,37 @@ def test_redis_keeps_a_lock_s_hash_through_its_holder_s_delay(redis_server: Redi
         assert kept > delay + layout.RETAIN_MS - MINUTE
     finally:
         store.close()
+
+
+def test_a_force_that_lands_after_the_lease_ran_out_keeps_the_delay_from_that_end(
+    awsflock: Cli, proxy: FaultProxy, lock_name: str
+):
+    """Review 8, on every DynamoDB server: a force-release reads its clock at F and lands late,
+    after the lease ran out at E. The lease ended at E, so nobody is granted the lock before E
+    plus the delay; counted from F (as the force did), the delay ended E - F early. Here every
+    write of the force lands 3 s late; a taker tries every 0.2 s meanwhile. (Counted from F,
+    the taker was granted 2.4 s inside the delay on every server.)"""
+    skew = ("--skew", "1s")
+    started = time.time()  # the lease runs out no earlier than 5 s from here
+    held = awsflock("acquire", lock_name, "--lease-duration", "5s", "--lock-delay", "10s", *skew)
+    assert held.returncode == 0, held.stderr
+    proxy.plan = lambda target, n: (
+        "late:3" if target in ("TransactWriteItems", "UpdateItem") else "pass"
+    )
+    via = Cli(proxy.url, awsflock.table)
+    force = via.popen(
+        "force-release", lock_name, "--lease-id", held.stdout.strip(), "--reason", "late",
+        "--request-timeout", "30s", *skew,
+    )  # fmt: skip
+    granted = None
+    while time.time() < started + 40:
+        tried = time.time()
+        taken = awsflock("acquire", lock_name, "--no-wait", "--lease-duration", "5s", *skew)
+        if taken.returncode == 0:
+            granted = tried
+            break
+        assert taken.returncode == 3, taken.stderr
+        time.sleep(0.2)
+    assert force.wait(timeout=60) == 0, force.stderr.read() if force.stderr else ""
+    assert granted is not None, "never granted"
+    assert granted >= started + 5 + 10, f"granted {started + 15 - granted:.1f}s inside the delay"

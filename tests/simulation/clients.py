@@ -239,7 +239,8 @@ class Client(SetWork, ShareWork):
 
     def operator(self) -> None:
         while self.ops > 0:
-            self.pause(5.0, 40.0)
+            # With lock-delays, more often: a force is where a delay counts from a landing.
+            self.pause(*((1.0, 10.0) if self.shared.delays else (5.0, 40.0)))
             if not self.count():
                 return
             try:

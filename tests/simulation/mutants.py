@@ -430,9 +430,9 @@ def audit_after_the_end_without_transactions() -> contextlib.AbstractContextMana
     dies between the two, or whose answer is lost, leaves a force-release applied with no
     record (issue 39's regression). Beneath the store, on moto with ``--no-transactions``."""
     from awsflock.protocol import audit_key
-    from awsflock.stores.dynamodb.ends import Ends
+    from awsflock.stores.dynamodb.forces import Forces
 
-    real = Ends.force_release
+    real = Forces.force_release
 
     def record_after(
         self: Any, lock_id: str, lease_id: str, *, audit: Any = None, **kw: Any
@@ -442,7 +442,7 @@ def audit_after_the_end_without_transactions() -> contextlib.AbstractContextMana
             self.put_audit(audit_key(lease_id), audit)
         return outcome
 
-    return _patched((Ends, "force_release", record_after))
+    return _patched((Forces, "force_release", record_after))
 
 
 # -- beneath the stores: their request code ------------------------------------------------

@@ -274,19 +274,47 @@ def release_condition(p: str, group_ok: bool = False) -> str:
 
 def release_update(p: str, kept: bool = False, delayed: bool = False) -> str:
     """``kept``: a plain lock's item is kept for good from now on (``KEPT``), as a take without
-    transactions keeps it. A release has no lock-delay; a force (``delayed``) has."""
-    return (
+    transactions keeps it. A release has no lock-delay. A force of a lease with one
+    (``delayed``) leaves the item's TTL as it is (``force_update``)."""
+    update = (
         f"SET #{p}ended = :ended, #{p}lease = :lease, #{p}lease_id = :version,"
-        f" #{p}expires_ms = :now_ms, {KEPT if kept and not p else ttl(p, delayed)}"
+        f" #{p}expires_ms = :now_ms"
     )
+    if kept and not p:
+        return f"{update}, {KEPT}"
+    return update if delayed else f"{update}, {ttl(p)}"
 
 
-def force_update(p: str, kept: bool = False) -> str:
+def force_update(p: str, kept: bool = False, delayed: bool = False) -> str:
+    """A force-release. Of a lease with a lock-delay (``delayed``: ``delay_is``), it leaves
+    ``free_after_ms`` (the lease's end plus the delay) and the TTL as they are: the force may
+    land after the lease ran out, and only its answer bounds when it landed. The store then
+    brings them forward to the time of the answer (``delay_from_the_force``)."""
     return (
-        release_update(p, kept, delayed=True)
+        release_update(p, kept, delayed)
         + f", #{p}forced_by = :actor, #{p}forced_reason = :reason, #{p}forced_ms = :now_ms"
-        + f", {free_after(p, ':now_ms')}"
     )
+
+
+def delay_is(p: str, delayed: bool) -> str:
+    """A force's condition on the lease's lock-delay: none (``delayed`` False), or the one the
+    refusal of that variant showed (``:delay_ms``)."""
+    if delayed:
+        return f"#{p}delay_ms = :delay_ms"
+    return f"(attribute_not_exists(#{p}delay_ms) OR #{p}delay_ms = :zero)"
+
+
+def delay_from_the_force(p: str) -> str:
+    """The condition of the write that counts a forced lease's lock-delay from the force's
+    answer (``:answered_free_after_ms``): the lease is still the one this force ended (``:lease``,
+    ``:ended``), and its delay would end later than that."""
+    return (
+        f"#{p}lease = :lease AND #{p}ended = :ended AND #{p}free_after_ms > :answered_free_after_ms"
+    )
+
+
+def delay_from_the_force_update(p: str) -> str:
+    return f"SET #{p}free_after_ms = :answered_free_after_ms, {ttl(p, delayed=True)}"
 
 
 def resize_condition(old: int | None, new: int) -> str:
