@@ -136,6 +136,7 @@ class LockTable(table_async.LockTable):
         fair: bool = False,
         cancel: threading.Event | None = None,
         shared: bool = False,
+        lock_delay: float | str = 0,
     ) -> Hold:
         """``async with table.lock("x", lease=30, wait=10) as held:``. Acquires on entry
         (waiting up to ``wait``), renews in the background, and on exit, once the body has
@@ -154,6 +155,7 @@ class LockTable(table_async.LockTable):
             fair=fair,
             cancel=cancel,
             shared=shared,
+            lock_delay=lock_delay,
         )
 
     async def aclose(self) -> None:

@@ -63,6 +63,21 @@ def lease_seconds(text: str | float | int, what: str = "lease duration") -> floa
     return value
 
 
+#: The longest lock-delay: a day (a zombie holder's writes that linger longer need fencing).
+MAX_LOCK_DELAY = 86_400.0
+
+
+def delay_seconds(text: str | float | int) -> float:
+    """A lock-delay (``--lock-delay``, ``lock_delay=``): 0 (none) up to MAX_LOCK_DELAY."""
+    value = parse_seconds(text)
+    if not 0 <= value <= MAX_LOCK_DELAY:
+        raise UsageError(
+            f"lock-delay {text!r} is out of range",
+            hint=f"give 0 (none) to {format_seconds(MAX_LOCK_DELAY)}, e.g. '15s'",
+        )
+    return value
+
+
 def wait_seconds(text: str | float | int) -> float | None:
     """The command line's --wait-time: 0 means forever (returned as None, as in 0.2.0), unlike
     the library's ``wait=0`` (``wait_limit``); negative is refused."""

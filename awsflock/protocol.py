@@ -132,9 +132,8 @@ class Attempt:
     ``ticket``: the attempt of a fair waiter at the head of the line, whose place it holds, and
     ``number`` that place's number as it saw it (None: the take needs the line clear);
     ``drop``: lapsed places in line, removed with the take. ``seen``: the lock's record as the
-    acquisition's last answer showed it (None: not seen yet); a store whose take cannot learn
-    what it replaced from its own answer (DynamoDB's transaction) reclaims a lease that ran
-    out only as seen there.
+    acquisition's last answer showed it (None: not seen yet; DynamoDB's take is pinned to it).
+    ``delay_ms``: the holder's lock-delay, recorded with its lease.
     """
 
     lease_id: str
@@ -148,6 +147,7 @@ class Attempt:
     drop: Drops = ()
     seen: LockRecord | None = None
     number: int | None = None
+    delay_ms: int = 0
 
 
 #: How far apart two callers' clock readings must be for a renew to count as sent after the one

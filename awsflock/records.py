@@ -264,6 +264,11 @@ class LockRecord:
     legacy: bool = False
     #: Who keeps this lease alive in the background (``acquire --keep-alive``): host, pid.
     keeper: str = ""
+    #: Its holder's lock-delay, seconds (``free_after``; 0: none).
+    lock_delay: float = 0.0
+    #: Where the store keeps it: when that delay ends (epoch seconds) if this lease ends
+    #: unreleased (DynamoDB's ``free_after_ms``, which a force moves only once it landed).
+    delay_end: float | None = None
     #: Held by shared holders (``awsflock.shares``): this lease is their group's, each
     #: share's record is in ``shares``; ``claimed_until``: a waiting exclusive acquire's claim
     #: (epoch seconds by its clock; None: none).
@@ -294,8 +299,21 @@ class LockRecord:
         when = f" at {iso_utc(self.forced_at)}" if self.forced_at else ""
         return f"force-released by {self.forced_by or 'an operator'}{when}: {self.forced_reason}"
 
+    def free_after(self) -> float | None:
+        """Until when its lock-delay keeps the lock after this lease ended without its
+        holder's release (ran out, or forced): its end plus the delay. None: no delay."""
+        if not self.lock_delay or self.ended == ENDED_RELEASED:
+            return None
+        if self.delay_end is not None:
+            return self.delay_end
+        end = self.forced_at if self.forced and self.forced_at is not None else self.expires_at
+        return end + self.lock_delay
+
     def is_free(self, now: float, skew: float) -> bool:
         """Whether an acquire at ``now`` may take this item (mirror of the store's condition)."""
+        after = self.free_after()
+        if after is not None and after >= now - skew:
+            return False
         return self.released or self.expires_at < now - skew
 
     def is_expired(self, now: float) -> bool:
@@ -328,6 +346,13 @@ class LockRecord:
         if self.acquired_at is not None:
             text += (
                 f" since {iso_utc(self.acquired_at)} ({format_seconds(now - self.acquired_at)} ago)"
+            )
+        after = self.free_after()
+        if after is not None and (self.released or self.expires_at < now) and after > now:
+            ended = "was force-released" if self.forced else "did not release it"
+            return (
+                f"{text}; it {ended}, and its lock-delay keeps the lock until "
+                f"{iso_utc(after)} (in {format_seconds(after - now)})"
             )
         left = self.expires_at - now
         if left >= 0:

@@ -12,6 +12,7 @@ from awsflock.stores import kinds
 from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.memory import MemoryStore
 from tests.conformance.awaited import Awaited
+from tests.conformance.delay import DelayConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
@@ -114,6 +115,30 @@ class TestDynamoDBStoreOnMotoWithoutTransactionsShares(ShareConformance):
 
 
 class TestDynamoDBStoreOnMotoWithoutTransactionsPrevious(PreviousConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return _without_transactions(moto)
+
+
+class TestMemoryStoreDelay(DelayConformance):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore()
+
+
+class TestMemoryStoreWithoutTransactionsDelay(DelayConformance):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore(transactions=False)
+
+
+class TestDynamoDBStoreOnMotoDelay(DelayConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]
+
+
+class TestDynamoDBStoreOnMotoWithoutTransactionsDelay(DelayConformance):
     @pytest.fixture
     def store(self, moto: object) -> DynamoDBStore:
         return _without_transactions(moto)

@@ -143,3 +143,25 @@ def test_with_shares_every_invariant_holds_and_no_exclusive_holder_is_beside_a_s
         + f"\nreplay: {failed.replay(60, 'memory')}"
     )
     assert sum(r.share_grants for r in results) > 50
+
+
+def test_with_lock_delays_every_invariant_holds_and_no_take_is_inside_a_delay():
+    # Half the plain and pool takes record a lock-delay (2, 10 or 30 s); holders die, hang and
+    # are force-released now and then: no grant lands inside a delay after an unreleased end.
+    from tests.simulation.mutants import DELAYS_SHARE
+
+    results, failed = run_many(
+        seeds=itertools.count(0),
+        clients=8,
+        ops=60,
+        budget=SHARES_BUDGET,
+        duration=None,
+        store="memory",
+        delays=DELAYS_SHARE,
+    )
+    assert failed is None, (
+        f"{failed.violation}\n"
+        + "\n".join(failed.trace[-40:])
+        + f"\nreplay: {failed.replay(60, 'memory')}"
+    )
+    assert sum(r.delayed_grants for r in results) > 5

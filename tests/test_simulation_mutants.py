@@ -13,6 +13,8 @@ from tests.simulation.__main__ import run_many
 from tests.simulation.mutants import (
     AIO,
     BENEATH,
+    DELAYS,
+    DELAYS_SHARE,
     MUTANTS,
     NO_TRANSACTIONS,
     ORDER_ONLY,
@@ -89,6 +91,7 @@ def test_each_known_bug_put_back_is_found(name):
             transactions=name not in NO_TRANSACTIONS,
             sets=SETS_SHARE if name in SETS else 0.0,
             shares=SHARES_SHARE if name in SHARES else 0.0,
+            delays=DELAYS_SHARE if name in DELAYS else 0.0,
         )
     spent = sum(r.operations for r in results)
     assert failed is not None, f"{name}: not found in {spent} operations"
@@ -98,19 +101,24 @@ def test_each_known_bug_put_back_is_found(name):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(("sets", "shares"), [(0.0, 0.0), (SETS_SHARE, 0.0), (0.0, SHARES_SHARE)])
-def test_the_dynamodb_store_on_moto_keeps_every_invariant(sets, shares):
+@pytest.mark.parametrize(
+    ("sets", "shares", "delays"),
+    [(0.0, 0.0, 0.0), (SETS_SHARE, 0.0, 0.0), (0.0, SHARES_SHARE, 0.0), (0.0, 0.0, DELAYS_SHARE)],
+)
+def test_the_dynamodb_store_on_moto_keeps_every_invariant(sets, shares, delays):
     # With sets: each take one TransactWriteItems of several lock items, watched as one step;
-    # with shares: the DynamoDB store's share steps, with faults beneath them.
+    # with shares: the DynamoDB store's share steps, with faults beneath them; with delays: its
+    # forces of leases with a lock-delay (two requests and a third once answered).
     _, failed = run_many(
         seeds=itertools.count(0),
         clients=6,
         ops=30,
-        budget=1_500 if not (sets or shares) else 600,
+        budget=1_500 if not (sets or shares or delays) else 600,
         duration=None,
         store="moto",
         sets=sets,
         shares=shares,
+        delays=delays,
     )
     assert failed is None, f"{failed.violation}\nreplay: {failed.replay(30, 'moto')}"
 

@@ -103,6 +103,18 @@ def fair_option(func: F) -> F:
     )(func)
 
 
+def lock_delay_option(func: F) -> F:
+    return click.option(
+        "--lock-delay",
+        type=DurationType(durations.delay_seconds),
+        default=0.0,
+        metavar="DURATION",
+        help="Should this lease end without its release (it runs out, or is force-released), "
+        "grant the lock to nobody until that end plus DURATION: time for a hung holder's "
+        "late writes to land. A release frees it at once. [default: none]",
+    )(func)
+
+
 def shared_option(func: F) -> F:
     return click.option(
         "--shared",

@@ -17,6 +17,7 @@ from awsflock.cli.lock_options import (
     fair_option,
     json_option,
     lease_option,
+    lock_delay_option,
     owner_option,
     shared_option,
     slots_option,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 @slots_option
 @fair_option
 @shared_option
+@lock_delay_option
 @click.option(
     "--keep-alive",
     is_flag=True,
@@ -82,6 +84,7 @@ def acquire(
     slots: int | None,
     fair: bool,
     shared: bool,
+    lock_delay: float,
     keep_alive: bool,
     while_pid: int | None,
 ) -> None:
@@ -110,6 +113,7 @@ def acquire(
     wait = wait_of(no_wait, wait_time, old_command=True, quiet=common.quiet)
     asked = lock_ids if len(lock_ids) > 1 else lock_id
     options = {"lease": lease_duration, "wait": wait, "slots": slots, "fair": fair}
+    options["lock_delay"] = lock_delay
     _take(common, table, asked, lock_id, plan, as_json, conflict_exit_code, shared, options)
 
 

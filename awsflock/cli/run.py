@@ -10,6 +10,7 @@ from awsflock.cli.app import CONTEXT, RunCommand, cli, if_interrupted
 from awsflock.cli.lock_options import (
     fair_option,
     lease_option,
+    lock_delay_option,
     owner_option,
     shared_option,
     slots_option,
@@ -79,6 +80,7 @@ CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
 @slots_option
 @fair_option
 @shared_option
+@lock_delay_option
 @click.option(
     "--kill-after",
     type=DurationType(durations.parse_seconds),
@@ -117,6 +119,7 @@ def run_command(
     slots: int | None,
     fair: bool,
     shared: bool,
+    lock_delay: float,
 ) -> None:
     """``run`` (its help is ``HELP``): the lock held while CMD runs, by the runner."""
     # Until the runner's signal handling takes over, Ctrl-C can only come before the wait.
@@ -142,6 +145,7 @@ def run_command(
         fair=fair,
         shared=shared,
         hold_until=hold_until,
+        lock_delay=lock_delay,
     )
     if shell is None:
         _no_command_among(lock_ids)

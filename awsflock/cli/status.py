@@ -38,6 +38,7 @@ def view(
     data["fencing_token"] = record.fencing_token
     if record.previous is not None:  # how the lease before this one ended
         data["previous"] = record.previous.as_dict()
+    _with_delay(data, record, now, skew)
     if record.released:
         if record.forced_by:
             data["force_released_by"] = record.forced_by
@@ -63,12 +64,26 @@ def view(
         }
     )
     if state == EXPIRED:
-        data["reclaimable_in_s"] = round(max(0.0, record.expires_at + skew - now), 3)
+        free_at = max(record.expires_at, record.free_after() or 0.0) + skew
+        data["reclaimable_in_s"] = round(max(0.0, free_at - now), 3)
     if show_lease_id:
         data["lease_id"] = record.lease_id
     if record.shared and not is_share_id(record.lease_id):  # a group, not a share's view
         _with_shares(data, record, now, skew, show_lease_id)
     return data
+
+
+def _with_delay(data: dict[str, Any], record: LockRecord, now: float, skew: float) -> None:
+    """The lease's lock-delay, and, while it keeps the lock after an unreleased end, until
+    when (the skew window added, as a taker's clock needs it)."""
+    if not record.lock_delay:
+        return
+    data["lock_delay_s"] = record.lock_delay
+    after = record.free_after()
+    ended = record.released or record.expires_at < now
+    if after is not None and ended and after + skew > now:
+        data["free_after"] = iso_utc(after + skew)
+        data["free_in_s"] = round(after + skew - now, 3)
 
 
 def _with_shares(
@@ -162,17 +177,7 @@ def _render_status(data: dict[str, Any], label: str) -> str:
     lock = printable(data["lock_id"])
     state = data["state"]
     if state == FREE and "owner" not in data:
-        line = f"{lock}: free"
-        if data.get("force_released_by"):
-            line += (
-                f" (force-released by {printable(data['force_released_by'])} at "
-                f"{data['released_at']}: {printable(data['force_reason'])})"
-            )
-        elif data.get("released_at"):
-            line += f" (released at {data['released_at']})"
-        if data.get("fencing_token"):
-            line += f"; last fencing token {data['fencing_token']}"
-        return line
+        return _free_line(data, lock)
     rows = [(label, lock)]
     if state == HELD:
         rows.append(("state", "held" + ("  (LONG-HELD)" if data.get("long_held") else "")))
@@ -208,6 +213,8 @@ def _render_status(data: dict[str, Any], label: str) -> str:
         rows.append(("lease", format_seconds(data["lease_duration_s"])))
     if data.get("kept_alive_by"):
         rows.append(("kept alive", f"by {data['kept_alive_by']} (acquire --keep-alive)"))
+    if data.get("lock_delay_s"):
+        rows.append(("lock-delay", _delay(data)))
     if data.get("previous"):
         rows.append(("lease before", _before(data["previous"])))
     if data.get("fencing_token") is not None:
@@ -216,6 +223,34 @@ def _render_status(data: dict[str, Any], label: str) -> str:
         rows.append(("lease id", data["lease_id"]))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k + ':':<{width + 1}} {printable(v)}" for k, v in rows)
+
+
+def _free_line(data: dict[str, Any], lock: str) -> str:
+    """``status`` of a lock that is free: how its last lease ended, and any lock-delay left."""
+    line = f"{lock}: free"
+    if data.get("force_released_by"):
+        line += (
+            f" (force-released by {printable(data['force_released_by'])} at "
+            f"{data['released_at']}: {printable(data['force_reason'])})"
+        )
+    elif data.get("released_at"):
+        line += f" (released at {data['released_at']})"
+    if data.get("free_in_s"):
+        line += (
+            f"; its lock-delay keeps it until {data['free_after']} "
+            f"(in {format_seconds(data['free_in_s'])})"
+        )
+    if data.get("fencing_token"):
+        line += f"; last fencing token {data['fencing_token']}"
+    return line
+
+
+def _delay(data: dict[str, Any]) -> str:
+    """The lease's lock-delay, for ``status``, and until when it keeps the lock."""
+    delay = f"{format_seconds(data['lock_delay_s'])} after an end without a release"
+    if data.get("free_in_s"):
+        delay += f": keeps the lock until {data['free_after']}"
+    return delay
 
 
 def _before(previous: dict[str, Any]) -> str:

@@ -47,6 +47,7 @@ class Acquisition:
         clock: Clock,
         rng: random.Random,
         skew: float,
+        delay_s: float = 0.0,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -54,13 +55,12 @@ class Acquisition:
         self.skew = skew
         self.lock_id = lock_id
         self.lease_s = lease_s
+        self.delay_ms = round(delay_s * 1000)  # the lock-delay it records (Attempt.delay_ms)
         self.identity = identity
         self.size = size
         self.sent: set[str] = set()
-        #: Per attempt, the monotonic clock less its ``now_ms`` (read together): what turns
-        #: the times a store wrote from that ``now_ms`` into monotonic time.
+        #: Per attempt, the monotonic clock less its ``now_ms``: turns a store's times monotonic.
         self.to_mono: dict[str, float] = {}
-
         #: Sent, maybe granted, not known to be released: LEASE_ID -> slot.
         self.unsettled: dict[str, int | None] = {}
         self.attempts = 0
@@ -111,6 +111,7 @@ class Acquisition:
                     drop=self.drop,
                     seen=self.holder if slot is None else None,
                     number=self.number,
+                    delay_ms=self.delay_ms,
                 )
                 outcome = store.take(self.lock_id, attempt)
         except (errors.Throttled, errors.EndpointUnreachable) as err:

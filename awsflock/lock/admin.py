@@ -55,6 +55,10 @@ def force_release(
     record = _held(table, current, lock_id, lease_id, slot, now)
     if confirm is not None and not confirm(record):
         raise errors.UsageError("force-release not confirmed", hint="nothing was changed")
+    if confirm is not None:
+        # The force's time is when it is sent, not when the lease was shown: an operator may
+        # answer after the lease ran out (review 8: a lock-delay then counted from too early).
+        now = table.clock.time()
     who = actor or default_actor(table)
     action_id = uuid.uuid4().hex[:16]
     entry = _entry(lock_id, slot, record, who, reason, round(now * 1000), action_id)

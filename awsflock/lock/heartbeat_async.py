@@ -103,10 +103,12 @@ class Hold(HoldState):
         cancel: threading.Event | None = None,
         fair: bool = False,
         shared: bool = False,
+        lock_delay: float | str = 0,
     ) -> None:
         self.table = table
         self.fair = fair
         self.shared = shared
+        self.lock_delay = lock_delay
         #: The locks held (several: taken together, ``awsflock.sets``), and their names as
         #: messages say them.
         self.lock_ids = (lock_id,) if isinstance(lock_id, str) else tuple(lock_id)
@@ -166,6 +168,7 @@ class Hold(HoldState):
             cancel=self.cancel,
             fair=self.fair,
             shared=self.shared,
+            lock_delay=self.lock_delay,
         )
         if (self.slots or 1) == 1:
             for name in self.lock_ids:

@@ -120,6 +120,7 @@ class LockTable(table.LockTable):
         cancel: threading.Event | None = None,
         fair: bool = False,
         shared: bool = False,
+        lock_delay: float | str = 0,
     ) -> Hold:
         """The lock held while you work, renewed in the background (every lease/3).
 
@@ -142,6 +143,7 @@ class LockTable(table.LockTable):
             cancel=cancel,
             fair=fair,
             shared=shared,
+            lock_delay=lock_delay,
         )
 
     def hold(self, lock_id: str | Sequence[str], **options: Any) -> Hold:

@@ -106,6 +106,7 @@ class SetAcquisition(Acquisition):
             lease_ms=round(self.lease_s * 1000),
             skew_ms=round(self.skew * 1000),
             seen=seen,
+            delay_ms=self.delay_ms,
         )
 
     def look_all(self, outcomes: tuple[Outcome, ...]) -> Grant | None:

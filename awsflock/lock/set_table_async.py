@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from awsflock import errors, metrics, sets
-from awsflock.durations import lease_seconds, wait_limit
+from awsflock.durations import delay_seconds, lease_seconds, wait_limit
 from awsflock.lock import owners, telling, verdict, waiting_async
 from awsflock.lock.held_async import Lease, release_on_exit
 from awsflock.lock.set_acquisition_async import SetAcquisition, SetGrant
@@ -149,6 +149,7 @@ class SetTable:
         wait: float | str | None,
         identity: Identity | None = None,
         cancel: threading.Event | None = None,
+        lock_delay: float | str = 0,
     ) -> LeaseSet:
         """Take every lock of ``lock_ids`` together, waiting up to ``wait`` (see ``acquire``)."""
         names = sets.check_names(lock_ids)
@@ -160,7 +161,8 @@ class SetTable:
                 owners.refuse_reentry(self.store, name)
         who = identity or self.identity
         opts = {"clock": self.clock, "rng": self.rng, "skew": self.skew}
-        run = SetAcquisition(self.store, names, lease_s, who, **opts)
+        delay_s = delay_seconds(lock_delay)
+        run = SetAcquisition(self.store, names, lease_s, who, delay_s=delay_s, **opts)
         try:
             grant = await waiting_async.wait(run, wait_s=wait_s, cancel=cancel, **opts)
         except BaseException as exc:

@@ -16,9 +16,10 @@ from awsflock.protocol_async import AsyncLockStore
 from awsflock.stores import kinds
 
 
-def check_shared(store: Any, slots: int | None, fair: bool) -> None:
+def check_shared(store: Any, slots: int | None, fair: bool, delay_s: float = 0.0) -> None:
     """Refuse a shared acquire the store cannot hold, or with what a share does not take: a
-    pool's slots, a place in the line of fair waiters."""
+    pool's slots, a place in the line of fair waiters, a lock-delay (shares are the readers:
+    no late write of theirs to wait for)."""
     if not kinds.of(store).shares:
         raise errors.ConfigurationError(
             f"{store.where()} does not hold shared locks yet",
@@ -28,6 +29,11 @@ def check_shared(store: Any, slots: int | None, fair: bool) -> None:
         raise errors.UsageError(
             "a shared lock is a plain lock, served as it comes",
             hint="drop --slots/--fair (slots=/fair=), or take the lock without --shared",
+        )
+    if delay_s:
+        raise errors.UsageError(
+            "a shared holder takes no lock-delay: it writes nothing a delay would wait for",
+            hint="drop --lock-delay (lock_delay=), or take the lock without --shared",
         )
 
 

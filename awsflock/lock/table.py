@@ -15,7 +15,7 @@ from typing import Any, Callable, overload
 
 from awsflock import errors, metrics, shares
 from awsflock.clock import Clock
-from awsflock.durations import lease_seconds, skew_seconds, wait_limit
+from awsflock.durations import delay_seconds, lease_seconds, skew_seconds, wait_limit
 from awsflock.lock import owners, telling, verdict, waiting
 from awsflock.lock.acquisition import Acquisition
 from awsflock.lock.election import Election, Term
@@ -124,6 +124,7 @@ class LockTable(SetTable):
         cancel: threading.Event | None = ...,
         fair: bool = ...,
         shared: bool = ...,
+        lock_delay: float | str = ...,
     ) -> Lease: ...
 
     @overload
@@ -138,6 +139,7 @@ class LockTable(SetTable):
         cancel: threading.Event | None = ...,
         fair: bool = ...,
         shared: bool = ...,
+        lock_delay: float | str = ...,
     ) -> Lease | LeaseSet: ...
 
     def acquire(
@@ -151,6 +153,7 @@ class LockTable(SetTable):
         cancel: threading.Event | None = None,
         fair: bool = False,
         shared: bool = False,
+        lock_delay: float | str = 0,
     ) -> Lease | LeaseSet:
         """Take the lock, waiting up to ``wait`` seconds (0: don't wait; ``WAIT_FOREVER``).
 
@@ -159,8 +162,10 @@ class LockTable(SetTable):
         the lock's line and is served in order of arrival (``awsflock.lock.line``); without it, it
         never goes ahead of a live waiter in line. With ``shared=True`` it is held beside any
         other shared holder and never beside an exclusive one (``awsflock.shares``: a waiting
-        exclusive acquire keeps new shares out). Raises LockBusy (with ``.holder``) when it
-        stayed held, and Cancelled (holding nothing) once ``cancel`` is set.
+        exclusive acquire keeps new shares out). With ``lock_delay`` ('15s'; not ``shared``), a
+        lease that ends unreleased (runs out, or is forced) keeps the lock that long after its
+        end. Raises LockBusy (with ``.holder``) when it stayed held, and Cancelled (holding
+        nothing) once ``cancel`` is set.
 
         With a list of names, every one of them is taken together in one step, or none is
         (``awsflock.sets``): a ``LeaseSet``, one LEASE_ID with a fencing token per lock. Plain
@@ -174,11 +179,19 @@ class LockTable(SetTable):
                     "on its own",
                 )
             return self.acquire_set(
-                lock_id, lease=lease, wait=wait, identity=identity, cancel=cancel
+                lock_id,
+                lease=lease,
+                wait=wait,
+                identity=identity,
+                cancel=cancel,
+                lock_delay=lock_delay,
             )
+        delay_s = delay_seconds(lock_delay)
         if shared:
-            check_shared(self.store, slots, fair)
-        return self._acquire_one(lock_id, lease, wait, identity, slots, cancel, fair, shared=shared)
+            check_shared(self.store, slots, fair, delay_s)
+        return self._acquire_one(
+            lock_id, lease, wait, identity, slots, cancel, fair, shared=shared, delay_s=delay_s
+        )
 
     def _acquire_one(
         self,
@@ -191,6 +204,7 @@ class LockTable(SetTable):
         fair: bool,
         *,
         shared: bool = False,
+        delay_s: float = 0.0,
     ) -> Lease:
         """``acquire`` of one lock."""
         check_lock_id(lock_id)
@@ -208,6 +222,7 @@ class LockTable(SetTable):
             clock=self.clock,
             rng=self.rng,
             skew=self.skew,
+            delay_s=delay_s,
         )
         # A fair acquire that does not wait takes no place: it is one plain try.
         policy = Fair(run, new_ticket(self.rng)) if fair and wait_s != 0 else waiting.PLAIN

@@ -94,9 +94,13 @@ def next_pause(
 ) -> float | None:
     """How long to sleep before the next try, or None to give up now."""
     pause = POLL_INTERVAL * (1 + rng.uniform(-POLL_JITTER, POLL_JITTER))
-    if holder is not None and not holder.released:
-        # Wake no later than the moment the holder's lease can be reclaimed.
-        reclaim_in = holder.expires_at + skew - clock.time() + 0.05
+    # Wake no later than the moment the holder's lease can be reclaimed, or its lock-delay
+    # after its end is over.
+    end = None if holder is None else holder.free_after()
+    if end is None and holder is not None and not holder.released:
+        end = holder.expires_at
+    if end is not None:
+        reclaim_in = end + skew - clock.time() + 0.05
         if reclaim_in > 0:
             pause = min(pause, reclaim_in)
     if deadline is not None:

@@ -178,7 +178,7 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
             lease.version = _version()
             lease.lease_ms = lease_ms
             lease.expires_ms = expires_ms
-            lease.expires_s = record.ttl(_seconds(expires_ms + skew_ms))
+            lease.expires_s = record.ttl(_seconds(expires_ms + skew_ms + lease.delay_ms))
             if keeper is not None:
                 lease.keeper = keeper
             if is_share_id(lease_id):
@@ -234,11 +234,15 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
                 return self._bar(lock_id, lease_id, outcome, record, now_ms, skew_ms, slot)
             if self.transactions:
                 self._done[lease_id] = (lock_id, ended, _seconds(now_ms + DONE_MS))
+            delay = lease.delay_ms if forced else 0  # a force's lock-delay: TTL waits too
+            if delay:  # from when the lease ran out, or now, whichever was first
+                end_ms = min(now_ms, lease.expires_ms if lease.expires_ms is not None else now_ms)
+                lease.forced_free_ms = end_ms + delay
             lease.ended = ended
             lease.lease = lease_id
             lease.version = _version()
             lease.expires_ms = now_ms
-            lease.expires_s = record.ttl(_seconds(now_ms + skew_ms))
+            lease.expires_s = record.ttl(_seconds(now_ms + skew_ms + delay))
             for name, value in (forced or {}).items():
                 setattr(lease, name, value)
             if slot is None:

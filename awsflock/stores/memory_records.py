@@ -21,6 +21,7 @@ from awsflock.protocol import (
     Drops,
 )
 from awsflock.records import (
+    ENDED_RELEASED,
     Identity,
     LockRecord,
     Previous,
@@ -55,6 +56,19 @@ class _Lease:
     previous: Previous | None = None
     #: A group's first share found ended without its holder's release (``LockRecord.lapse``).
     lapse: Previous | None = None
+    #: Its holder's lock-delay (``Attempt.delay_ms``), and where a force ended the lease, when
+    #: that delay ends: from when the lease ran out or the force came, whichever was first (as
+    #: DynamoDB's ``free_after_ms``).
+    delay_ms: int = 0
+    forced_free_ms: int | None = None
+
+    def delay_end(self) -> int | None:
+        """When its lock-delay ends if it ended unreleased (ms); None: it has none."""
+        if not self.delay_ms or self.ended == ENDED_RELEASED:
+            return None
+        if self.forced_free_ms is not None and self.ended:
+            return self.forced_free_ms
+        return None if self.expires_ms is None else self.expires_ms + self.delay_ms
 
     def owned_by(self, lease_id: str) -> bool:
         return self.lease == lease_id if self.lease else self.version == lease_id
@@ -67,6 +81,10 @@ class _Lease:
     def free(self, cutoff_ms: int, *, legacy_too: bool) -> bool:
         if not self.lease and not legacy_too:
             return True  # a pool slot never used
+        if self.delay_ms and self.ended != ENDED_RELEASED:  # its lock-delay after its end
+            end = self.delay_end()
+            if end is None or end >= cutoff_ms:
+                return False
         if self.ended:
             return True
         if self.expires_ms is not None:
@@ -104,6 +122,8 @@ class _Lease:
             forced_at=None if self.forced_ms is None else self.forced_ms / 1000,
             legacy=self.fence is None and self.expires_ms is None,
             keeper=self.keeper,
+            lock_delay=self.delay_ms / 1000,
+            delay_end=None if (end := self.delay_end()) is None else end / 1000,
             previous=self.previous,
             lapse=self.lapse,
         )

@@ -75,8 +75,7 @@ def grant(
     becomes_pool = slot is not None and record.slots is None
     old = record.top if slot is None else record.pool.get(slot, _Lease())
     if slot is None:
-        # The token the DynamoDB store's tries settle on: one above its clock reading (x1000),
-        # or above the highest granted on the lock ever, if that is higher.
+        # As the DynamoDB store's: above its clock (x1000), or the lock's highest ever.
         highest = max(fences.get(lock_id, 0), old.fence or 0)
         fence = max(now_ms * 1000, highest) + 1
         if transactions:
@@ -100,11 +99,12 @@ def grant(
         identity=attempt.identity,
         lease_ms=attempt.lease_ms,
         expires_ms=expires_ms,
-        expires_s=record.ttl(_seconds(expires_ms + attempt.skew_ms)),
+        expires_s=record.ttl(_seconds(expires_ms + attempt.skew_ms + attempt.delay_ms)),
         acquired_ms=now_ms,
         fence=fence,
         history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
         previous=previous(old, lock_id, None if slot is not None else lasts, record),
+        delay_ms=attempt.delay_ms,
     )
     if slot is None and transactions and lasts is not None:
         lasts[lock_id] = dataclasses.replace(new)

@@ -61,6 +61,8 @@ class RunOptions:
     slots: int | None = None
     fair: bool = False
     shared: bool = False
+    #: The holder's lock-delay (``--lock-delay``), seconds.
+    lock_delay: float = 0.0
     extra_env: dict[str, str] = field(default_factory=dict)
     #: "group": hold until the command and every process left in its group have exited;
     #: "command": release when the command itself exits (``--hold-until``).
@@ -169,6 +171,7 @@ def run(
         cancel=signals.cancel,
         fair=options.fair,
         shared=options.shared,
+        lock_delay=options.lock_delay,
     )
     try:
         refused = _acquire(hold, signals.received, options)

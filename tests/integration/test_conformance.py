@@ -13,6 +13,7 @@ from awsflock.stores import kinds
 from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.postgresql import PostgresStore
 from tests.conformance.awaited import Awaited
+from tests.conformance.delay import DelayConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
@@ -48,6 +49,16 @@ class TestDynamoDBStoreOnServersPrevious(PreviousConformance):
         return DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)
 
 
+@pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
+class TestDynamoDBStoreOnServersDelay(DelayConformance):
+    """Lock-delay on each server: its update arithmetic (``SET a = :v + if_not_exists(#b,
+    :zero)``, ``if_not_exists(#k, :ttl) + if_not_exists(#d, :zero)``) is accepted there."""
+
+    @pytest.fixture
+    def store(self, server: Server, shared_table: str) -> DynamoDBStore:
+        return DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)
+
+
 class TestPostgresStore(StoreConformance):
     """On a real PostgreSQL server, in the caller's time (the suite moves its clock by hand);
     the server's own clock is tested in test_postgres.py."""
@@ -76,6 +87,17 @@ class TestPostgresStoreSets(SetConformance):
 class TestPostgresStorePrevious(PreviousConformance):
     """How the lease before each grant ended, on a real PostgreSQL server, in the caller's
     time."""
+
+    @pytest.fixture
+    def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:
+        store = PostgresStore(postgres.url, pg_table, server_time=False)
+        yield store
+        store.close()
+
+
+class TestPostgresStoreDelay(DelayConformance):
+    """Lock-delay on a real PostgreSQL server, in the caller's time (the server's clock:
+    test_postgres.py)."""
 
     @pytest.fixture
     def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:

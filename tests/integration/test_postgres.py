@@ -26,6 +26,7 @@ import pytest
 from awsflock import LockTable
 from awsflock.records import EXPIRED
 from awsflock.stores.postgresql import PostgresStore
+from tests.conformance.delay import DELAY, DelayLab
 from tests.conformance.previous import previous_of
 from tests.conformance.shares import ShareLab
 from tests.conformance.suite import SKEW
@@ -609,5 +610,28 @@ def test_table_create_adds_the_columns_of_previous_to_an_older_table(postgres: P
         _, taken = lab.take(lock, at=1000 + SKEW + 2, owner="w")
         said = previous_of(lab, lock, taken)
         assert (said.how, said.lease_id, said.owner) == (EXPIRED, dead, "r1")
+    finally:
+        store.close()
+
+
+def test_table_create_adds_the_lock_delay_column_to_an_older_table(postgres: PostgresServer):
+    # A table made before a lease's "delay_ms" existed: table-create adds it, a lease of before
+    # has none (a forced one is free at once, as before), and a new lease keeps its delay.
+    name = "older_" + uuid.uuid4().hex[:6]
+    cli = PgCli(postgres, name)
+    assert cli("table-create", "-q").returncode == 0
+    store = PostgresStore(postgres.url, name, server_time=False)
+    try:
+        lab = DelayLab(store)
+        old, new = lab.name("old"), lab.name("new")
+        before, _ = lab.take_with_delay(old, lease=60_000, delay=0)
+        postgres.sql(f'ALTER TABLE "{name}" DROP COLUMN delay_ms')
+        assert cli("table-create", "-q").returncode == 0
+        assert lab.force(old, before, "f1", at=100).applied
+        assert lab.take(old, at=101)[1].applied
+        first, _ = lab.take_with_delay(new, lease=60_000)
+        assert lab.force(new, first, "f2", at=100).applied
+        assert not lab.take(new, at=101)[1].applied
+        assert lab.take(new, at=100 + DELAY + SKEW + 1)[1].applied
     finally:
         store.close()

@@ -24,6 +24,7 @@ from awsflock.records import RELEASED, Identity, Previous
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
 from tests.conformance.awaited import Awaited
+from tests.conformance.delay import DelayConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
@@ -68,6 +69,16 @@ class TestRedisStoreSets(SetConformance):
 
 class TestRedisStorePrevious(PreviousConformance):
     """How the lease before each grant ended, in the caller's time."""
+
+    @pytest.fixture
+    def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:
+        store = _store(redis_server, server_time=False)
+        yield store
+        store.close()
+
+
+class TestRedisStoreDelay(DelayConformance):
+    """Lock-delay, in the caller's time (the server's clock below)."""
 
     @pytest.fixture
     def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:

@@ -20,6 +20,7 @@ from awsflock.protocol import Attempt
 from awsflock.records import Identity
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore
+from tests.conformance.delay import DelayConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
@@ -87,6 +88,16 @@ class TestValkeyStoreSets(SetConformance):
 
 class TestValkeyStorePrevious(PreviousConformance):
     """How the lease before each grant ended (in the caller's time)."""
+
+    @pytest.fixture
+    def store(self, valkey: ValkeyServer) -> Iterator[RedisStore]:
+        store = _store(valkey, server_time=False)
+        yield store
+        store.close()
+
+
+class TestValkeyStoreDelay(DelayConformance):
+    """Lock-delay through the WAITAOF path (in the caller's time)."""
 
     @pytest.fixture
     def store(self, valkey: ValkeyServer) -> Iterator[RedisStore]:

@@ -27,6 +27,8 @@ from awsflock.stores.memory import MemoryStore
 from tests.simulation.mutants import (
     AIO,
     AIO_SHARE,
+    DELAYS,
+    DELAYS_SHARE,
     MUTANTS,
     SETS,
     SETS_SHARE,
@@ -218,6 +220,7 @@ def run_many(
     aio: float = 0.0,
     sets: float = 0.0,
     shares: float = 0.0,
+    delays: float = 0.0,
 ) -> tuple[list[Result], Result | None]:
     """Simulate seed after seed until ``budget`` operations or ``duration`` seconds are spent,
     or a violation is found (returned second). ``store``: memory, moto, postgresql or redis (on
@@ -251,12 +254,14 @@ def run_many(
                 aio=aio,
                 sets=sets,
                 shares=shares,
+                delays=delays,
             )
             result.flags = (
                 ("" if transactions else " --no-transactions")
                 + (f" --aio {aio}" if aio else "")
                 + (f" --sets {sets}" if sets else "")
                 + (f" --shares {shares}" if shares else "")
+                + (f" --delays {delays}" if delays else "")
             )
             results.append(result)
             done += result.operations
@@ -320,6 +325,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the share of a worker's operations that take a shared lock (default 0; "
         f"{SHARES_SHARE} for a mutant of shares)",
     )
+    parser.add_argument(
+        "--delays",
+        type=float,
+        default=None,
+        help="the share of plain and pool takes with a lock-delay (default 0; "
+        f"{DELAYS_SHARE} for a mutant of lock-delay)",
+    )
     parser.add_argument("--mutant", help="put a known bug back (a name's start: '4', 'C fenc')")
     parser.add_argument(
         "--late-by", type=float, help="how late a late request may land (default 5 s)"
@@ -348,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
             args.sets = SETS_SHARE
         if args.shares is None and names[0] in SHARES:
             args.shares = SHARES_SHARE
+        if args.delays is None and names[0] in DELAYS:
+            args.delays = DELAYS_SHARE
     seeds: Iterator[int]
     if args.seed is not None:
         seeds = iter([args.seed])
@@ -371,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             aio=args.aio or 0.0,
             sets=args.sets or 0.0,
             shares=args.shares or 0.0,
+            delays=args.delays or 0.0,
         )
     wall = time.perf_counter() - started
     operations = sum(r.operations for r in results)
@@ -402,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.shares:
         print(f"{sum(r.share_grants for r in results)} shares granted")
+    if args.delays:
+        print(f"{sum(r.delayed_grants for r in results)} grants after a lock-delay checked")
     checked = sum(r.previous_checked for r in results)
     if checked:
         print(f"{checked} grants checked for how the lease before them ended")

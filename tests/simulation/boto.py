@@ -29,6 +29,9 @@ from tests.simulation.world import Proc
 BARS = f"SET #{BAR_PREFIX}"
 #: The drop of a force's audit record from its lock's item, once copied (no step of a lease).
 MOVED = f"REMOVE #{PENDING_AUDIT_PREFIX}"
+#: The value of the write that counts a forced lease's lock-delay from the force's answer (the
+#: checker counts it from the force's landing).
+DELAY_FROM_THE_FORCE = ":answered_free_after_ms"
 ENDPOINT = "https://dynamodb.us-east-1.amazonaws.com"
 #: The calls that may write a lock's item, and where their items are.
 WRITES = {"update_item", "put_item", "delete_item", "transact_write_items"}
@@ -160,6 +163,8 @@ def _keys(name: str, kw: dict[str, Any]) -> set[str]:
     for kind, entry in entries:
         if kind == "ConditionCheck" or entry.get("UpdateExpression", "").startswith((BARS, MOVED)):
             continue
+        if DELAY_FROM_THE_FORCE in entry.get("ExpressionAttributeValues", {}):
+            continue  # a forced lease's delay counted from the force's answer: no step
         key = entry.get("Key") or entry.get("Item") or {}
         if "lock_id" in key:
             found.add(key["lock_id"].get("S"))

@@ -100,6 +100,16 @@ class Checker:
         self.max_token: dict[Key, int] = {}
         self.latest: dict[Key, tuple[str, int | None]] = {}  # lease id, token of the last grant
         self.forced: set[str] = set()
+        #: Lock-delays: each take's that had one (ms), and when each forced lease ended (ms).
+        self.delays: dict[str, int] = {}
+        self.forced_ms: dict[str, int] = {}
+        #: Whether a force's end is its own reading: on the in-memory store (in-process, read
+        #: as it lands) and a server's store in the simulation (in its callers' time, where a
+        #: real server reads its own clock at the landing). Not on DynamoDB, whose force lands
+        #: at a time no clock reads: it ended the lease when that ran out, or when it landed.
+        self.forces_by_reading = getattr(inner, "kind", "") != "dynamodb"
+        self.ends: dict[str, int] = {}  # the end of each lease with a delay, as last applied
+        self.delayed_grants = 0
         #: Lease ids force-released -> (the operator, the action id) of the force applied.
         self.forced_by: dict[str, tuple[str, str]] = {}
         self.resource: dict[Key, int] = {}  # the downstream resource: highest token accepted
@@ -164,6 +174,9 @@ class Checker:
             attempt: Attempt = args[1]
             key = (args[0], attempt.slot)
             self._check_take(key, attempt, before)
+            if attempt.delay_ms and result.record is not None:
+                self.delays[attempt.lease_id] = attempt.delay_ms
+                self.ends[attempt.lease_id] = round(result.record.expires_at * 1000)
             self._check_line_take(args[0], attempt, before, made)
             self.bodies.granted(key, attempt.lease_id, is_share_id(attempt.lease_id))
             self.grants[key] = self.grants.get(key, 0) + 1
@@ -200,6 +213,8 @@ class Checker:
                     if round(old.expires_at * 1000) <= now_ms:
                         self.fail(f"renew revived {lease_id[:8]} on {(args[0], slot)}, expired")
                     new = view(result.record, lease_id)
+                    if new is not None and lease_id in self.delays:
+                        self.ends[lease_id] = round(new.expires_at * 1000)
                     if self.landing_late and new is not None and new.expires_at < old.expires_at:
                         # A renew made before a later one that was applied: moving the end back
                         # would leave its holder believing the later end.
@@ -216,6 +231,7 @@ class Checker:
                     )
                 if operation == "force_release":
                     self.forced.add(lease_id)
+                    self.forced_ms.setdefault(lease_id, self._forced_end(lease_id, args[2]))
                     self.forced_by[lease_id] = (args[2]["actor"], args[2]["force_id"])
                 elif operation == "release":
                     name = args[0]
@@ -254,6 +270,7 @@ class Checker:
             self.fail(
                 f"take of {key} by {attempt.lease_id[:8]} over a live lease {old.lease_id[:8]}"
             )
+        self._check_delay(key, attempt, old)
         if old is not None and attempt.lease_id in (old.lease_id, *(h[0] for h in old.history)):
             self.fail(f"lease id {attempt.lease_id[:8]} granted twice on {key}")
         pool = before.pool if before is not None else None
@@ -265,6 +282,56 @@ class Checker:
             plain = before.lock
             if not _free(plain, cutoff):
                 self.fail(f"a live plain lock {name!r} made a pool")
+            self._check_delay((name, None), attempt, plain)
+
+    def _forced_end(self, lease_id: str, kw: dict[str, Any]) -> int:
+        """The earliest true time (ms) a force landing now may have ended ``lease_id`` at: when
+        it ran out (the end last applied, by its holder's clock, which may be ahead by half the
+        skew window), or when the force landed (true time), whichever came first. A store in its
+        callers' time takes the force's reading as its landing (by the forcer's clock)."""
+        half = int(kw["skew_ms"]) // 2
+        landed = (
+            int(kw["now_ms"]) - half if self.forces_by_reading else round(self.world.now * 1000)
+        )
+        ran_out = self.ends.get(lease_id)
+        return landed if ran_out is None else min(ran_out - half, landed)
+
+    def _check_delay(self, key: Key, attempt: Attempt, old: LockRecord | None) -> None:
+        """An applied take is past the lock-delay of the lease it replaced: none recorded, or
+        released (by the checker's own account: its take's delay, a force's end), or its end
+        plus the delay before the taker's time.
+
+        - Ran out, its record still there: the end as the store showed it (by its holder's
+          clock), before the taker's time less the skew window (the store's condition).
+        - Forced: the earliest true time it may have ended (``_forced_end``: when it ran out, or
+          when the force landed), before the true time of the take.
+        - Deleted (TTL, no earlier than the end, the skew and the delay): the lock's latest
+          lease; its end plus the delay before the true time, plus the skew window.
+        """
+        deleted = old is None or not old.lease_id
+        if deleted:
+            lease_id = self.latest.get(key, ("", None))[0]
+            end = self.ends.get(lease_id)
+            at = round(self.world.now * 1000) + attempt.skew_ms
+        else:
+            assert old is not None
+            lease_id, end = old.lease_id, round(old.expires_at * 1000)
+            at = attempt.now_ms - attempt.skew_ms
+        delay = self.delays.get(lease_id, 0)
+        if not delay or lease_id in self.released or end is None:
+            return
+        forced = self.forced_ms.get(lease_id)
+        if forced is not None:
+            end = forced
+            if not deleted:
+                at = round(self.world.now * 1000)
+        self.delayed_grants += 1
+        if end + delay >= at:
+            self.fail(
+                f"take of {key} by {attempt.lease_id[:8]} inside the lock-delay of "
+                f"{lease_id[:8]} ({'forced' if forced is not None else 'ran out'} at {end},"
+                f" delay {delay} ms, taken at {attempt.now_ms})"
+            )
 
     # -- the line of fair waiters ---------------------------------------------------------------
 

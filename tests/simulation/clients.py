@@ -50,13 +50,15 @@ FAIR = 0.5
 class Shared:
     """What every process of one simulation may consult: the pool's size, as configured."""
 
-    def __init__(self, sets: float = 0.0, shares: float = 0.0) -> None:
+    def __init__(self, sets: float = 0.0, shares: float = 0.0, delays: float = 0.0) -> None:
         self.pool_size = 3
         #: The share of a worker's operations that take sets (``clients_sets``); 0: none, and
         #: nothing drawn for them (a seed's run is as before sets).
         self.sets = sets
         #: The share that take shares of a lock (``clients_shares``), as ``sets``.
         self.shares = shares
+        #: The share of plain and pool takes with a lock-delay, as ``sets``.
+        self.delays = delays
 
 
 class Client(SetWork, ShareWork):
@@ -125,8 +127,13 @@ class Client(SetWork, ShareWork):
         wait = self.rng.choice((0.0, 0.0, 5.0, 20.0, 60.0))
         lease_s = self.rng.choice((5.0, 10.0, 20.0, 40.0))
         fair = self.rng.random() < FAIR
+        delay = 0.0
+        if self.shared.delays and self.rng.random() < self.shared.delays:
+            delay = self.rng.choice((2.0, 10.0, 30.0))
         try:
-            lease = self.table.acquire(name, lease=lease_s, wait=wait, slots=slots, fair=fair)
+            lease = self.table.acquire(
+                name, lease=lease_s, wait=wait, slots=slots, fair=fair, lock_delay=delay
+            )
         except errors.AwsflockError:
             self.checker.no_phantom(self.proc, name)
             raise
@@ -232,7 +239,8 @@ class Client(SetWork, ShareWork):
 
     def operator(self) -> None:
         while self.ops > 0:
-            self.pause(5.0, 40.0)
+            # With lock-delays, more often: a force is where a delay counts from a landing.
+            self.pause(*((1.0, 10.0) if self.shared.delays else (5.0, 40.0)))
             if not self.count():
                 return
             try:

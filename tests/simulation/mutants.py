@@ -21,12 +21,13 @@ from awsflock.stores.memory_records import _Lease, _Record
 from awsflock.stores.remote import connected
 from awsflock.stores.remote import requests as retrying
 from tests.simulation.mutants_aio import AIO_SHARE, MUTANTS_AIO
+from tests.simulation.mutants_delay import DELAYS_SHARE, MUTANTS_DELAY
 from tests.simulation.mutants_previous import MUTANTS_PREVIOUS, SHARES_PREVIOUS
 from tests.simulation.mutants_sets import MUTANTS_SETS, SETS_SHARE
 from tests.simulation.mutants_shares import MUTANTS_SHARES, SHARES_SHARE
 from tests.simulation.patching import patched as _patched
 
-__all__ = ["AIO_SHARE", "MUTANTS", "SETS_SHARE", "SHARES_SHARE"]
+__all__ = ["AIO_SHARE", "DELAYS_SHARE", "MUTANTS", "SETS_SHARE", "SHARES_SHARE"]
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
 
@@ -429,9 +430,9 @@ def audit_after_the_end_without_transactions() -> contextlib.AbstractContextMana
     dies between the two, or whose answer is lost, leaves a force-release applied with no
     record (issue 39's regression). Beneath the store, on moto with ``--no-transactions``."""
     from awsflock.protocol import audit_key
-    from awsflock.stores.dynamodb.ends import Ends
+    from awsflock.stores.dynamodb.forces import Forces
 
-    real = Ends.force_release
+    real = Forces.force_release
 
     def record_after(
         self: Any, lock_id: str, lease_id: str, *, audit: Any = None, **kw: Any
@@ -441,7 +442,7 @@ def audit_after_the_end_without_transactions() -> contextlib.AbstractContextMana
             self.put_audit(audit_key(lease_id), audit)
         return outcome
 
-    return _patched((Ends, "force_release", record_after))
+    return _patched((Forces, "force_release", record_after))
 
 
 # -- beneath the stores: their request code ------------------------------------------------
@@ -513,6 +514,7 @@ MUTANTS: dict[str, Patch] = {
     **MUTANTS_SETS,
     **MUTANTS_SHARES,
     **MUTANTS_PREVIOUS,
+    **MUTANTS_DELAY,
 }
 
 #: The mutants of the asynchronous API: looked for with a share of the workers on it.
@@ -523,6 +525,9 @@ SETS = set(MUTANTS_SETS)
 
 #: The mutants of shared holders: looked for with a share of the workers' operations on them.
 SHARES = set(MUTANTS_SHARES) | SHARES_PREVIOUS
+
+#: The mutants of lock-delay: looked for with a share of the takes with a delay.
+DELAYS = set(MUTANTS_DELAY)
 
 #: The mutants of a store's own code, and the stores whose code they are in and where they are
 #: looked for: N and O in the request code (the in-memory store has none: its fault layer is the

@@ -10,7 +10,6 @@ import json
 import logging
 from typing import Any, Callable
 
-from awsflock import errors
 from awsflock.protocol import (
     BAR_KEEP_MS,
     DONE_MS,
@@ -19,7 +18,7 @@ from awsflock.protocol import (
     Outcome,
     audit_key,
 )
-from awsflock.records import ENDED_FORCED, ENDED_RELEASED, kept_audit
+from awsflock.records import ENDED_RELEASED, kept_audit
 from awsflock.shares import is_share_id
 from awsflock.stores.dynamodb import expressions, fates
 from awsflock.stores.dynamodb.base import expiration_seconds, new_version
@@ -31,7 +30,6 @@ from awsflock.stores.dynamodb.items import (
     bar_name,
     done_item,
     fence_key,
-    kept_audits,
     pending_audit_name,
     slot_prefix,
 )
@@ -57,12 +55,13 @@ def end_values(
         "ended": ended,
         "now_ms": now_ms,
         "ttl": expiration_seconds(now_ms + skew_ms),
+        "zero": 0,
         **extra,
     }
 
 
 class Ends(Writes):
-    """Release and force-release."""
+    """Release, and the end step of a force-release (``forces``)."""
 
     def release(
         self, lock_id: str, lease_id: str, *, now_ms: int, skew_ms: int, slot: int | None = None
@@ -79,56 +78,6 @@ class Ends(Writes):
             slot=slot,
         )
 
-    def force_release(
-        self,
-        lock_id: str,
-        lease_id: str,
-        *,
-        force_id: str,
-        now_ms: int,
-        skew_ms: int,
-        actor: str,
-        reason: str,
-        slot: int | None = None,
-        audit: dict[str, Any] | None = None,
-    ) -> Outcome:
-        """End ``lease_id`` whoever holds it, recording who, why, and this action's id; its
-        audit record in the same transaction (where the endpoint has none, right after)."""
-        outcome = self._end(
-            "force_release",
-            expressions.force_update,
-            lock_id,
-            lease_id,
-            ENDED_FORCED + force_id,
-            now_ms=now_ms,
-            skew_ms=skew_ms,
-            slot=slot,
-            audit=audit,
-            actor=actor,
-            reason=reason,
-        )
-        if outcome.applied and audit is not None and not self._transactions:
-            self._move_kept_audits(outcome, lease_id, audit)
-        return outcome
-
-    def _move_kept_audits(self, outcome: Outcome, lease_id: str, audit: dict[str, Any]) -> None:
-        """The force's record rode in the lock's item (``_end``): it moves to its own item
-        now, and so does any other the item keeps (of a force whose run died before moving
-        it), so that the item does not keep growing."""
-        kept = outcome.lock.extra if outcome.lock is not None else {}
-        others = [e for e in kept_audits(kept) if e.get("lease_id") != lease_id]
-        for entry in [audit, *others]:
-            try:
-                self.put_audit(audit_key(str(entry.get("lease_id"))), entry)
-            except errors.StoreError as exc:  # the force took effect: that is the answer
-                log.debug(
-                    "the audit record of the force-release of lease %s stays in the lock's "
-                    "item, where `awsflock audit` lists it (%s)",
-                    entry.get("lease_id"),
-                    exc.one_line(),
-                )
-                return
-
     def _end(
         self,
         operation: str,
@@ -141,13 +90,16 @@ class Ends(Writes):
         skew_ms: int,
         slot: int | None,
         audit: dict[str, Any] | None = None,
+        also: Callable[[str], str] | None = None,
         **extra: Any,
     ) -> Outcome:
         """Release and force-release: one write ending the lease, marked ``ended`` (with a
-        force's ``audit`` record, where the endpoint has transactions)."""
+        force's ``audit`` record, where the endpoint has transactions); ``also``: more of its
+        condition, given the slot's prefix."""
         values = end_values(lease_id, ended, now_ms, skew_ms, **extra)
         p = slot_prefix(slot)
         condition = expressions.release_condition(p, group_ok=operation == "force_release")
+        condition += f" AND {also(p)}" if also is not None else ""
         alone = update(p)  # the lock's item alone (no transactions)
         if audit is not None:
             # With no transaction to put the force's audit record beside its end, the end's

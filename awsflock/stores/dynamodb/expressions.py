@@ -43,12 +43,32 @@ from awsflock.stores.dynamodb.items import PLACE as W
 from awsflock.stores.dynamodb.pv import PV_FROM
 
 
-def ttl(p: str = "") -> str:
+def ttl(p: str = "", delayed: bool = False) -> str:
     """The SET clause of a lease's ``expiration_time``: ``:ttl``, unless the item is kept for
-    good (``kept_until``, an endpoint without transactions). A pool's item has none."""
+    good (``kept_until``, an endpoint without transactions). A pool's item has none.
+    ``delayed``: plus the lease's lock-delay (``delay_s``), for a write that moves the end of
+    a lease which may end unreleased (a renewal, a force): TTL must not delete the item inside
+    the delay, nor awsflock 0.2.0 take it then."""
+    plus = f" + if_not_exists(#{p}delay_s, :zero)" if delayed else ""
     if p:
-        return f"#{p}expiration_time = :ttl"
-    return "#expiration_time = if_not_exists(#kept_until, :ttl)"
+        return f"#{p}expiration_time = :ttl{plus}"
+    return f"#expiration_time = if_not_exists(#kept_until, :ttl){plus}"
+
+
+def not_delayed(p: str = "") -> str:
+    """A take's condition that the lease it replaces is past its lock-delay: it had none, or
+    was released, or its end plus the delay (``free_after_ms``) is before the taker's time
+    less the skew window."""
+    return (
+        f"(attribute_not_exists(#{p}delay_ms) OR #{p}delay_ms = :zero"
+        f" OR #{p}ended = :released_mark OR #{p}free_after_ms < :cutoff_ms)"
+    )
+
+
+def free_after(p: str, end: str) -> str:
+    """The SET clause of ``free_after_ms`` for a write that sets the lease's end to ``end``
+    (a value): that end plus the lease's lock-delay, whoever writes it."""
+    return f"#{p}free_after_ms = {end} + if_not_exists(#{p}delay_ms, :zero)"
 
 
 #: A take on an endpoint without transactions: the item is kept from now on.
@@ -149,10 +169,13 @@ def acquire_condition(
     else:
         condition = (
             f"{free_slot(p)} AND {pool} AND {never_granted(p)} AND {PLAIN_BELOW}"
-            f" AND {slot_below(p)}"
+            f" AND {slot_below(p)} AND {not_delayed(p)}"
         )
         if bar:  # the slot's LEASE_ID is not barred on the pool's item (``items.bar_name``)
             condition += f" AND attribute_not_exists(#{bar})"
+    # Past the lock-delay of the lease it replaces (a slot's: and of the plain lock it may make
+    # a pool of).
+    condition += f" AND {not_delayed()}"
     return f"{condition} AND {line}" if line else condition
 
 
@@ -236,8 +259,8 @@ def renew_update(p: str, keeper: bool = False) -> str:
     """``keeper``: also record who keeps the lease alive (a grant removes it)."""
     return (
         f"SET #{p}lease = :lease, #{p}lease_id = :version, #{p}lease_duration = :lease_duration,"
-        f" {ttl(p)}, #{p}expires_ms = :expires_ms, #{p}renewed_ms = :now_ms"
-        + (f", #{p}keeper = :keeper" if keeper else "")
+        f" {ttl(p, delayed=True)}, #{p}expires_ms = :expires_ms, #{p}renewed_ms = :now_ms,"
+        f" {free_after(p, ':expires_ms')}" + (f", #{p}keeper = :keeper" if keeper else "")
     )
 
 
@@ -249,27 +272,58 @@ def release_condition(p: str, group_ok: bool = False) -> str:
     return condition if p or group_ok else f"{condition} AND {NOT_GROUP}"
 
 
-def release_update(p: str, kept: bool = False) -> str:
+def release_update(p: str, kept: bool = False, delayed: bool = False) -> str:
     """``kept``: a plain lock's item is kept for good from now on (``KEPT``), as a take without
-    transactions keeps it."""
-    return (
+    transactions keeps it. A release has no lock-delay. A force of a lease with one
+    (``delayed``) leaves the item's TTL as it is (``force_update``)."""
+    update = (
         f"SET #{p}ended = :ended, #{p}lease = :lease, #{p}lease_id = :version,"
-        f" #{p}expires_ms = :now_ms, {KEPT if kept and not p else ttl(p)}"
+        f" #{p}expires_ms = :now_ms"
     )
+    if kept and not p:
+        return f"{update}, {KEPT}"
+    return update if delayed else f"{update}, {ttl(p)}"
 
 
-def force_update(p: str, kept: bool = False) -> str:
+def force_update(p: str, kept: bool = False, delayed: bool = False) -> str:
+    """A force-release. Of a lease with a lock-delay (``delayed``: ``delay_is``), it leaves
+    ``free_after_ms`` (the lease's end plus the delay) and the TTL as they are: the force may
+    land after the lease ran out, and only its answer bounds when it landed. The store then
+    brings them forward to the time of the answer (``delay_from_the_force``)."""
     return (
-        release_update(p, kept)
+        release_update(p, kept, delayed)
         + f", #{p}forced_by = :actor, #{p}forced_reason = :reason, #{p}forced_ms = :now_ms"
     )
+
+
+def delay_is(p: str, delayed: bool) -> str:
+    """A force's condition on the lease's lock-delay: none (``delayed`` False), or the one the
+    refusal of that variant showed (``:delay_ms``)."""
+    if delayed:
+        return f"#{p}delay_ms = :delay_ms"
+    return f"(attribute_not_exists(#{p}delay_ms) OR #{p}delay_ms = :zero)"
+
+
+def delay_from_the_force(p: str) -> str:
+    """The condition of the write that counts a forced lease's lock-delay from the force's
+    answer (``:answered_free_after_ms``): the lease is still the one this force ended (``:lease``,
+    ``:ended``), and its delay would end later than that."""
+    return (
+        f"#{p}lease = :lease AND #{p}ended = :ended AND #{p}free_after_ms > :answered_free_after_ms"
+    )
+
+
+def delay_from_the_force_update(p: str) -> str:
+    return f"SET #{p}free_after_ms = :answered_free_after_ms, {ttl(p, delayed=True)}"
 
 
 def resize_condition(old: int | None, new: int) -> str:
     """A pool may be resized while its size is still ``old`` and the slots that go away are
     free. Sizing a record that is not a pool (``old`` None) needs its plain lock free, as a pool
-    acquire does."""
-    parts = [f"attribute_not_exists(#slots) AND {FREE_PLAIN}" if old is None else "#slots = :old"]
+    acquire does, its lock-delay included. (A slot cut off inside its delay keeps its lease's
+    attributes, which a take of it after a grow still checks.)"""
+    plain = f"attribute_not_exists(#slots) AND {FREE_PLAIN} AND {not_delayed()}"
+    parts = [plain if old is None else "#slots = :old"]
     parts += [free_slot(f"s{slot}_") for slot in range(new, old or 0)]
     return " AND ".join(parts)
 

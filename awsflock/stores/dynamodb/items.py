@@ -34,7 +34,16 @@ import re
 from typing import Any
 
 from awsflock.protocol import ENDED_BARRED
-from awsflock.records import RESERVED_PREFIX, Identity, Line, LockRecord, Pool, Waiter, kept_audit
+from awsflock.records import (
+    ENDED_RELEASED,
+    RESERVED_PREFIX,
+    Identity,
+    Line,
+    LockRecord,
+    Pool,
+    Waiter,
+    kept_audit,
+)
 from awsflock.stores.dynamodb.pv import previous_of_item
 
 # Attribute names. The first five are shared with awsflock 0.2.0 and must keep their meaning.
@@ -67,6 +76,11 @@ KIND_DONE = "done"
 #: 0.2.0 client (which would overwrite and delete the item, its counter with it) sees it expire.
 A_KEPT_UNTIL = "kept_until"
 A_KEEPER = "keeper"  # who keeps the lease alive (acquire --keep-alive): "host H, pid P, ..."
+#: The holder's lock-delay (ms, and whole seconds for ``expiration_time``), and the end of the
+#: lease plus it, written by every write that moves the end (``expressions.not_delayed``).
+A_DELAY = "delay_ms"
+A_DELAY_S = "delay_s"
+A_FREE_AFTER = "free_after_ms"
 A_LINE_NEXT = "qn"
 A_LINE_LEN = "qlen"
 A_LINE_POLLED = "qpoll"
@@ -232,6 +246,15 @@ def slot_item(item: dict[str, Any], slot: int, lock_id: str) -> dict[str, Any]:
     return sub
 
 
+def _delay_end(v: dict[str, Any]) -> float | None:
+    """``LockRecord.delay_end``: the item's ``free_after_ms``, for a lease with a delay that
+    did not end released."""
+    after = v.get(A_FREE_AFTER)
+    if not v.get(A_DELAY) or v.get(A_ENDED) == ENDED_RELEASED or not isinstance(after, int):
+        return None
+    return after / 1000
+
+
 def record_from_item(item: dict[str, Any]) -> LockRecord:
     """Read a lock item (or a pool slot shaped as one), ours or awsflock 0.2.0's."""
     v = {k: from_attr(a) for k, a in item.items()}
@@ -276,6 +299,8 @@ def record_from_item(item: dict[str, Any]) -> LockRecord:
         forced_at=forced_ms / 1000.0 if isinstance(forced_ms, (int, float)) else None,
         legacy=legacy,
         keeper=str(v.get(A_KEEPER) or ""),
+        lock_delay=(v.get(A_DELAY) or 0) / 1000,
+        delay_end=_delay_end(v),
         previous=previous_of_item(v),
         extra=v,
     )

@@ -24,7 +24,8 @@ from awsflock.records import ENDED_RELEASED
 from awsflock.sets import check_set_attempts, no_sets
 from awsflock.stores.dynamodb import expressions, fates
 from awsflock.stores.dynamodb.base import expiration_seconds
-from awsflock.stores.dynamodb.ends import Ends, end_values
+from awsflock.stores.dynamodb.ends import end_values
+from awsflock.stores.dynamodb.forces import Forces
 from awsflock.stores.dynamodb.items import (
     A_LOCK_ID,
     done_item,
@@ -46,7 +47,7 @@ class _Member:
     pin: fates.Pin
 
 
-class Sets(Takes, Ends, Steps):
+class Sets(Takes, Forces, Steps):
     """``take_all``, ``renew_all`` and ``release_all`` of ``DynamoDBStore``."""
 
     def take_all(self, takes: Sequence[tuple[str, Attempt]]) -> tuple[Outcome, ...]:

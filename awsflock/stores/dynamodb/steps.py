@@ -17,6 +17,7 @@ from awsflock.protocol import (
     audit_key,
 )
 from awsflock.records import (
+    ENDED_RELEASED,
     RESERVED_PREFIX,
     LockRecord,
     Pool,
@@ -192,6 +193,8 @@ class Steps(Writes):
             "new": new,
             "cutoff_ms": now_ms - skew_ms,
             "cutoff_s": (now_ms - skew_ms) // 1000,
+            "zero": 0,
+            "released_mark": ENDED_RELEASED,
         }
         outcome = self._conditional_update(
             "resize", lock_id, expressions.RESIZE_UPDATE, condition, values, None
@@ -284,6 +287,7 @@ def renew_values(
         "order_ms": now_ms - skew_ms,
         "slot": slot,
         "keeper": keeper,
+        "zero": 0,
     }
 
 

@@ -15,6 +15,7 @@ from awsflock.protocol import (
     Outcome,
 )
 from awsflock.records import (
+    ENDED_RELEASED,
     LockRecord,
     Pool,
     holder_fields,
@@ -30,7 +31,10 @@ from awsflock.stores.dynamodb.base import (
 from awsflock.stores.dynamodb.items import (
     A_CI_URL,
     A_COMMAND,
+    A_DELAY,
+    A_DELAY_S,
     A_FENCE,
+    A_FREE_AFTER,
     A_HOST,
     A_KIND,
     A_LOCK_ID,
@@ -76,7 +80,9 @@ class Takes(Writes):
             "version": new_version(),
             "owner": identity.owner,
             "lease_duration": _seconds_number(lease_ms),
-            "ttl": expiration_seconds(expires_ms + skew_ms),
+            # TTL must not delete the item before its end plus the skew and its lock-delay.
+            "ttl": expiration_seconds(expires_ms + skew_ms + attempt.delay_ms),
+            "released_mark": ENDED_RELEASED,
             "expires_ms": expires_ms,
             "now_ms": now_ms,
             "floor": now_ms * 1000,
@@ -101,17 +107,8 @@ class Takes(Writes):
             values.update(_drop_values(attempt.drop))
             if attempt.number is not None:
                 values["qplace"] = attempt.number
-        # Who holds it, for waiters' messages; absent fields are removed so that a previous
-        # holder's value never lingers.
-        holder = {
-            A_HOST: identity.host,
-            A_PID: identity.pid,
-            A_USER: identity.user,
-            A_CI_URL: identity.ci_url,
-            A_COMMAND: identity.command,
-        }
         sets, removes = [], []
-        for name, value in holder.items():
+        for name, value in _holder(attempt, expires_ms).items():
             if value in ("", 0, None):
                 removes.append(name)
             else:
@@ -360,6 +357,22 @@ def _above_slot(
     return None if high < token else high + 1
 
 
+def _holder(attempt: Attempt, expires_ms: int) -> dict[str, Any]:
+    """Who holds it, for waiters' messages, and its lock-delay (``expressions.not_delayed``):
+    a take sets those given and removes the others, so a previous holder's never lingers."""
+    identity, delay = attempt.identity, attempt.delay_ms
+    return {
+        A_HOST: identity.host,
+        A_PID: identity.pid,
+        A_USER: identity.user,
+        A_CI_URL: identity.ci_url,
+        A_COMMAND: identity.command,
+        A_DELAY: delay,
+        A_DELAY_S: -(-delay // 1000),
+        A_FREE_AFTER: expires_ms + delay if delay else 0,
+    }
+
+
 def _granted_record(
     lock_id: str, attempt: Attempt, values: dict[str, Any], pin: fates.Pin
 ) -> LockRecord:
@@ -378,5 +391,6 @@ def _granted_record(
         lease_duration=attempt.lease_ms / 1000,
         fencing_token=int(values["token"]),
         history=history,
+        lock_delay=attempt.delay_ms / 1000,
         previous=pin.previous,
     )

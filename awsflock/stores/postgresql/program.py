@@ -31,6 +31,7 @@ LEASE_FIELDS = (
     "who",
     "prev",
     "lapse",
+    "delay_ms",
 )
 
 

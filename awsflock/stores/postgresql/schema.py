@@ -53,6 +53,9 @@ ADDED_COLUMNS = (
     # A group's first share found ended without its holder's release (answers.py's ``lapse``,
     # in ``prev``'s form; NULL: none).
     ("lapse", "jsonb"),
+    # The holder's lock-delay (ms; 0: none): a lease that ends without its holder's release is
+    # not taken over before its end plus this (steps.sql).
+    ("delay_ms", "bigint NOT NULL DEFAULT 0"),
 )
 
 

@@ -55,6 +55,8 @@ DECLARE
     v_left jsonb;
     v_prev jsonb := '{}';
     v_lapse jsonb;
+    v_h_free boolean;
+    v_r_free boolean;
 BEGIN
     -- A set's step (awsflock/sets.py), p_lock unused: take_all, renew_all or end_all.
     --   steps: [{"lock": NAME, "p": {...}}, ...], 1 to 32 distinct names, each a plain lock.
@@ -145,6 +147,21 @@ BEGIN
         r := h;
         v_has_r := true;
     END IF;
+    -- Whether the lock's own lease (h) and the step's (r: a pool slot's, else h) are free to
+    -- take over at the cut: none, or ended or run out, and past its holder's lock-delay: a lease
+    -- that ended without its holder's release (ran out, or forced: its end is the force) is
+    -- kept until its end plus its delay_ms (the take's "delay_ms"; 0: none). A release has no
+    -- delay.
+    v_h_free := h.lease_id IS NULL OR (
+        (h.ended <> '' OR h.expires_ms < v_cut)
+        AND (h.ended = 'released' OR COALESCE(h.delay_ms, 0) = 0
+             OR CASE WHEN h.ended <> '' THEN COALESCE(h.forced_ms, h.expires_ms)
+                     ELSE h.expires_ms END + h.delay_ms < v_cut));
+    v_r_free := NOT v_has_r OR r.lease_id IS NULL OR (
+        (r.ended <> '' OR r.expires_ms < v_cut)
+        AND (r.ended = 'released' OR COALESCE(r.delay_ms, 0) = 0
+             OR CASE WHEN r.ended <> '' THEN COALESCE(r.forced_ms, r.expires_ms)
+                     ELSE r.expires_ms END + r.delay_ms < v_cut));
     -- The lease a grant takes over, as it stands: how the lease before the grant ended, copied
     -- into the new lease's "prev" (a group's with its lapse and the share that ends last of
     -- those left, which a take drops: all that says how a group ended).
@@ -166,12 +183,13 @@ BEGIN
     -- take: grant the lease (acquire).
     --   lease, who (jsonb), lease_ms, sent (the caller's clock when sent: orders renews),
     --   slot, slots (a pool's slot and size; absent: the plain lock), ticket, number, drop (a
-    --   fair waiter's place, its number, the lapsed places it removes: [[ticket, seen_ms], ...]).
-    --   Applied when the lease (or the pool slot) is free, the id was never granted, barred or
-    --   handed on here, and the line lets this caller in (no line, or its lapse, or the ticket
-    --   with its number and every place to drop as the caller saw it). Writes the lease and its
-    --   fencing token; the lease taken over goes to the table of leases handed on and the row's
-    --   history.
+    --   fair waiter's place, its number, the lapsed places it removes: [[ticket, seen_ms], ...]),
+    --   delay_ms (the holder's lock-delay, recorded with the lease; absent: 0).
+    --   Applied when the lease (or the pool slot) is free (v_h_free, v_r_free: past the lock-delay
+    --   of a lease that ended unreleased), the id was never granted, barred or handed on here,
+    --   and the line lets this caller in (no line, or its lapse, or the ticket with its number
+    --   and every place to drop as the caller saw it). Writes the lease and its fencing token;
+    --   the lease taken over goes to the table of leases handed on and the row's history.
     IF p_op = 'take' THEN
         v_ok := v_has AND (
             -- Never under a LEASE_ID barred or already handed on (a take landing late).
@@ -179,15 +197,14 @@ BEGIN
             AND NOT EXISTS (
                 SELECT 1 FROM {{D}} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
             AND CASE WHEN v_slot < 0 THEN
-                h.slots IS NULL
-                AND (h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)
+                h.slots IS NULL AND v_h_free
                 AND h.lease_id IS DISTINCT FROM p->>'lease'
                 AND NOT h.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))
             ELSE
-                (h.slots = (p->>'slots')::integer OR (h.slots IS NULL AND (
-                    h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)))
+                -- A slot's take that makes a plain lock a pool takes over its lease too.
+                (h.slots = (p->>'slots')::integer OR (h.slots IS NULL AND v_h_free))
                 AND (NOT v_has_r OR (
-                    (r.lease_id IS NULL OR r.ended <> '' OR r.expires_ms < v_cut)
+                    v_r_free
                     AND r.lease_id IS DISTINCT FROM p->>'lease'
                     AND NOT r.history @> jsonb_build_array(jsonb_build_array(p->>'lease'))))
             END);
@@ -238,6 +255,7 @@ BEGIN
                     ELSE jsonb_build_array(jsonb_build_array(r.lease_id, r.ended)) END
                     || r.history, '$[0 to 2]'),
                 prev = v_prev,  -- the lease taken over, as it stood (above)
+                delay_ms = COALESCE((p->>'delay_ms')::bigint, 0),  -- the holder's lock-delay
                 forced_by = NULL,
                 forced_reason = NULL,
                 forced_ms = NULL,
@@ -335,7 +353,7 @@ BEGIN
     --   group's "prev" is the lease it took over, as a take's; a join leaves the group's, and
     --   keeps the latest of the shares that ran out as the group's lapse, if it has none yet.
     ELSIF p_op = 'take_share' THEN
-        v_free := h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut;
+        v_free := v_h_free;
         v_ok := v_has AND h.slots IS NULL AND NOT h.barred ? (p->>'lease')
             AND NOT EXISTS (
                 SELECT 1 FROM {{D}} d WHERE d.lock_id = p_lock AND d.lease_id = p->>'lease')
@@ -370,7 +388,7 @@ BEGIN
                         || h.history, '$[0 to 2]'),
                     forced_by = NULL, forced_reason = NULL, forced_ms = NULL, keeper = '',
                     shared = true, shares = jsonb_build_object(p->>'lease', v_entry),
-                    claim_ms = NULL, prev = v_prev, lapse = NULL
+                    claim_ms = NULL, prev = v_prev, lapse = NULL, delay_ms = 0
                 WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
             ELSE
                 UPDATE {{T}} SET
@@ -532,12 +550,15 @@ BEGIN
     --   would be cut off is held.
     ELSIF p_op = 'resize' THEN
         v_ok := h.slots IS NOT DISTINCT FROM (p->>'old')::integer
-            AND (h.slots IS NOT NULL
-                 OR h.lease_id IS NULL OR h.ended <> '' OR h.expires_ms < v_cut)
+            AND (h.slots IS NOT NULL OR v_h_free)
             AND NOT EXISTS (
                 SELECT 1 FROM {{T}} s WHERE s.lock_id = p_lock
                 AND s.slot >= (p->>'new')::integer AND s.slot < COALESCE(h.slots, 0)
-                AND NOT (s.lease_id IS NULL OR s.ended <> '' OR s.expires_ms < v_cut));
+                AND NOT (s.lease_id IS NULL OR (
+                    (s.ended <> '' OR s.expires_ms < v_cut)
+                    AND (s.ended = 'released' OR s.delay_ms = 0
+                         OR CASE WHEN s.ended <> '' THEN COALESCE(s.forced_ms, s.expires_ms)
+                                 ELSE s.expires_ms END + s.delay_ms < v_cut))));
         IF v_ok THEN
             UPDATE {{T}} SET slots = (p->>'new')::integer WHERE lock_id = p_lock AND slot = -1
             RETURNING * INTO h;

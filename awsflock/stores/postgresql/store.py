@@ -20,7 +20,12 @@ from typing import Any, Callable, TypeVar
 
 from awsflock import errors
 from awsflock.clock import Clock, SystemClock
-from awsflock.protocol import AUDIT_APPLIED, AUDIT_PREFIX, AUDIT_VOID, DEFAULT_REQUEST_TIMEOUT
+from awsflock.protocol import (
+    AUDIT_APPLIED,
+    AUDIT_PREFIX,
+    AUDIT_VOID,
+    DEFAULT_REQUEST_TIMEOUT,
+)
 from awsflock.records import RESERVED_PREFIX, LockRecord, Pool, kept_audit
 from awsflock.stores import kinds
 from awsflock.stores.postgresql import program, schema, urls

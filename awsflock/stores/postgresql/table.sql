@@ -30,5 +30,6 @@ CREATE TABLE {{T}} (
     claim_ms bigint,
     prev jsonb,
     lapse jsonb,
+    delay_ms bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (lock_id, slot)
 );

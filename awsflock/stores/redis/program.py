@@ -40,6 +40,7 @@ FIELDS = {
     "forced_reason": "fwhy",
     "forced_ms": "fms",
     "keeper": "keeper",
+    "delay_ms": "dl",
 }
 
 

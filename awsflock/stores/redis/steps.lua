@@ -114,8 +114,18 @@ local function step(KEYS, op, p, clock, dry)
         if text == nil then return nil end
         return cjson.decode(text)
     end
+    -- Whether the lease "l" is free to take over at the cut: none, or ended or run out, and
+    -- past its holder's lock-delay ("dl", ms; absent: none): a lease that ended without its
+    -- holder's release (ran out, or forced: its end is the force) is kept until its end plus
+    -- the delay. A release has none.
     local function free(l)
-        return l == nil or l.ended ~= '' or tonumber(l.exp) < cut
+        if l == nil then return true end
+        if l.ended == '' and tonumber(l.exp) >= cut then return false end
+        local delay = tonumber(l.dl or 0)
+        if delay == 0 or l.ended == 'released' then return true end
+        local ended_at = l.exp
+        if l.ended ~= '' and l.fms ~= nil then ended_at = l.fms end
+        return tonumber(ended_at) + delay < cut
     end
     -- How a lease id taken over here ended ("released", "forced:", ""), nil if it was not.
     local function done(id)
@@ -284,7 +294,8 @@ local function step(KEYS, op, p, clock, dry)
         local last = 0
         for field, value in pairs(h) do
             if field == 'p' or string.sub(field, 1, 2) == 's:' then
-                last = math.max(last, tonumber(cjson.decode(value).exp))
+                local l = cjson.decode(value)  -- kept past its end plus its lock-delay too
+                last = math.max(last, tonumber(l.exp) + tonumber(l.dl or 0))
             end
         end
         if h.polled ~= nil then last = math.max(last, tonumber(h.polled) + LAPSE) end
@@ -316,12 +327,14 @@ local function step(KEYS, op, p, clock, dry)
     -- take: grant the lease (acquire).
     --   lease, who (JSON text), lease_ms, sent (the caller's clock when sent: orders renews),
     --   slot, slots (a pool's slot and size; absent: the plain lock), ticket, number, drop (a
-    --   fair waiter's place, its number, the lapsed places it removes: [[ticket, seen_ms], ...]).
-    --   Applied when the lease (or the pool slot) is free, the id was never granted, barred or
-    --   taken over here, and the line lets this caller in (no line, or its lapse, or the ticket
-    --   with its number and every place to drop as the caller saw it). Writes the lease, the
-    --   fence's token; the lease taken over goes to KEYS[4] (and KEYS[5] if forced) and the
-    --   record's "hist".
+    --   fair waiter's place, its number, the lapsed places it removes: [[ticket, seen_ms], ...]),
+    --   delay_ms (the holder's lock-delay, kept with the lease as "dl"; absent or 0: none).
+    --   Applied when the lease (or the pool slot) is free (free(): past the lock-delay of a lease
+    --   that ended unreleased; a slot's take that makes a plain lock a pool, of its lease too),
+    --   the id was never granted, barred or taken over here, and the line lets this caller in
+    --   (no line, or its lapse, or the ticket with its number and every place to drop as the
+    --   caller saw it). Writes the lease, the fence's token; the lease taken over goes to
+    --   KEYS[4] (and KEYS[5] if forced) and the record's "hist".
     if op == 'take' then
         local top = lease('p')
         local r = lease(field)
@@ -356,6 +369,7 @@ local function step(KEYS, op, p, clock, dry)
                          acq = s(now), fence = s(token), ended = '', keeper = '', prev = prev}
             if p.sent ~= nil then new.rs = s(p.sent) end
             if #hist > 0 then new.hist = hist end
+            if type(p.delay_ms) == 'number' and p.delay_ms > 0 then new.dl = s(p.delay_ms) end
             set(field, cjson.encode(new))
             if slot ~= nil then set('slots', s(p.slots)) end
             if ticket ~= cjson.null and ticket ~= nil then

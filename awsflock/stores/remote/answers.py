@@ -13,10 +13,12 @@ The shared form (each step program turns its server's reply into it):
   ``ended``, ``history`` ([[lease_id, ended], ...]), ``forced_by``, ``forced_reason``,
   ``forced_ms``, ``keeper``, ``who`` (a dict of ``records.Identity``'s fields), ``prev`` (the
   lease its grant replaced, as the step copied it: a dict of the same fields but ``history``,
-  ``keeper`` and ``prev``; {} where there was none; None where the grant predates ``prev``; a
-  group's also with ``shared``, ``shares`` and ``lapse`` as they stood), ``lapse`` (a group's
-  first share found ended without its holder's release, in ``prev``'s form; absent: none) and
-  ``raw`` (the server's own form, kept as the record's ``extra``).
+  ``keeper``, ``prev`` and ``delay_ms``; {} where there was none; None where the grant
+  predates ``prev``; a group's also with ``shared``, ``shares`` and ``lapse`` as they stood),
+  ``lapse`` (a group's first share found ended without its holder's release, in ``prev``'s
+  form; absent: none), ``delay_ms`` (its holder's lock-delay, recorded by its take: the
+  record's ``lock_delay``; absent, None or 0: none) and ``raw`` (the server's own form, kept
+  as the record's ``extra``).
 - a place: a dict with ``n``, ``who``, ``since`` and ``seen`` (milliseconds).
 - a lock held shared (``awsflock.shares``): the head's ``shared`` (true), ``shares`` ({share's
   LEASE_ID: {``e`` end, ``r`` reading, ``a`` grant, ``f`` token, ``d`` length (ms), ``who``,
@@ -111,6 +113,7 @@ def record(
         forced_reason=str(get("forced_reason") or ""),
         forced_at=_seconds(get("forced_ms"), shift),
         keeper=str(get("keeper") or ""),
+        lock_delay=int(get("delay_ms") or 0) / 1000,
         previous=_previous(lock_id, get("prev"), shift),
         lapse=_previous(lock_id, get("lapse"), shift) if get("lapse") else None,
         extra=get("raw", lease),

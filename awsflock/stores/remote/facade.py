@@ -214,6 +214,8 @@ class StepStore(Connected[C], Generic[C]):
             "ticket": attempt.ticket,
             "number": attempt.number,
             "drop": [list(d) for d in attempt.drop],
+            # The holder's lock-delay, recorded with its lease (a share takes none).
+            "delay_ms": attempt.delay_ms,
         }
 
     def renew(

@@ -1,0 +1,53 @@
+"""Known bugs of lock-delay, put back on purpose: each breaks the rule the checker holds takes
+to (``Checker._check_delay``), and the simulator must find it within its CI budget
+(tests/test_simulation_mutants.py)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from awsflock.records import ENDED_RELEASED
+from awsflock.stores import memory_records
+from tests.simulation.patching import patched
+
+#: The share of plain and pool takes with a lock-delay when a mutant of it is looked for.
+DELAYS_SHARE = 0.5
+
+
+def delay_left_out_of_a_force() -> contextlib.AbstractContextManager[None]:
+    """D1. A forced lease is free at once, its holder's lock-delay left out (a force's
+    variant of the condition forgotten)."""
+    real = memory_records._Lease.free
+
+    def free(self: memory_records._Lease, cutoff_ms: int, *, legacy_too: bool) -> bool:
+        if self.ended and self.ended != ENDED_RELEASED:
+            return True
+        return real(self, cutoff_ms, legacy_too=legacy_too)
+
+    return patched((memory_records._Lease, "free", free))
+
+
+def ttl_before_the_delay() -> contextlib.AbstractContextManager[None]:
+    """D2. TTL may delete the record at the lease's end plus the skew, inside its lock-delay:
+    the next take finds nothing to wait for (``expiration_time`` without ``delay_s``)."""
+    from awsflock.stores import memory_takes
+
+    real = memory_takes.grant
+
+    def grant(record: Any, attempt: Any, *args: Any, **kw: Any) -> None:
+        real(record, attempt, *args, **kw)
+        lease = record.top if attempt.slot is None else record.pool.get(attempt.slot)
+        if lease is not None and lease.expires_s is not None and attempt.slot is None:
+            end = (attempt.now_ms + attempt.lease_ms + attempt.skew_ms) // 1000 + 1
+            lease.expires_s = record.ttl(end)
+
+    from awsflock.stores import memory
+
+    return patched((memory, "grant", grant))
+
+
+MUTANTS_DELAY = {
+    "D1 the lock-delay left out of a force": delay_left_out_of_a_force,
+    "D2 TTL inside the lock-delay": ttl_before_the_delay,
+}
