@@ -67,15 +67,18 @@ def lease_seconds(text: str | float | int, what: str = "lease duration") -> floa
 MAX_LOCK_DELAY = 86_400.0
 
 
+def in_range(text: str | float | int, what: str, low: float, high: float, hint: str) -> float:
+    """``text`` as seconds, refused with one line unless ``low <= seconds <= high``."""
+    value = parse_seconds(text)
+    if not low <= value <= high:
+        raise UsageError(f"{what} {text!r} is out of range", hint=hint)
+    return value
+
+
 def delay_seconds(text: str | float | int) -> float:
     """A lock-delay (``--lock-delay``, ``lock_delay=``): 0 (none) up to MAX_LOCK_DELAY."""
-    value = parse_seconds(text)
-    if not 0 <= value <= MAX_LOCK_DELAY:
-        raise UsageError(
-            f"lock-delay {text!r} is out of range",
-            hint=f"give 0 (none) to {format_seconds(MAX_LOCK_DELAY)}, e.g. '15s'",
-        )
-    return value
+    hint = f"give 0 (none) to {format_seconds(MAX_LOCK_DELAY)}, e.g. '15s'"
+    return in_range(text, "lock-delay", 0, MAX_LOCK_DELAY, hint)
 
 
 def wait_seconds(text: str | float | int) -> float | None:
@@ -97,13 +100,8 @@ def wait_seconds(text: str | float | int) -> float | None:
 
 def wait_limit(text: str | float | int) -> float:
     """The library's wait: seconds, 0 (or '0') meaning "do not wait"; None is for "forever"."""
-    value = parse_seconds(text)
-    if value < 0 or value > MAX_WAIT:
-        raise UsageError(
-            f"wait {text!r} is out of range",
-            hint=f"give 0 to {format_seconds(MAX_WAIT)}, or None to wait forever",
-        )
-    return value
+    hint = f"give 0 to {format_seconds(MAX_WAIT)}, or None to wait forever"
+    return in_range(text, "wait", 0, MAX_WAIT, hint)
 
 
 #: Longest request timeout: a request unanswered for minutes is not coming back.
@@ -112,21 +110,11 @@ MAX_REQUEST_TIMEOUT = 120.0
 
 def request_timeout_seconds(text: str | float | int) -> float:
     """How long one request may take, retries included: 0.1 s to MAX_REQUEST_TIMEOUT."""
-    value = parse_seconds(text)
-    if not 0.1 <= value <= MAX_REQUEST_TIMEOUT:
-        raise UsageError(
-            f"request timeout {text!r} is out of range",
-            hint=f"give between 0.1 and {int(MAX_REQUEST_TIMEOUT)} seconds (default 5s)",
-        )
-    return value
+    hint = f"give between 0.1 and {int(MAX_REQUEST_TIMEOUT)} seconds (default 5s)"
+    return in_range(text, "request timeout", 0.1, MAX_REQUEST_TIMEOUT, hint)
 
 
 def skew_seconds(text: str | float | int) -> float:
     """The clock-skew window: 0 to MAX_SKEW seconds."""
-    value = parse_seconds(text)
-    if value < 0 or value > MAX_SKEW:
-        raise UsageError(
-            f"clock skew {text!r} is out of range",
-            hint=f"give between 0 and {int(MAX_SKEW)} seconds (default 5s)",
-        )
-    return value
+    hint = f"give between 0 and {int(MAX_SKEW)} seconds (default 5s)"
+    return in_range(text, "clock skew", 0, MAX_SKEW, hint)
