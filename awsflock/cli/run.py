@@ -10,10 +10,10 @@ from awsflock.cli.app import CONTEXT, RunCommand, cli, if_interrupted
 from awsflock.cli.lock_options import (
     fair_option,
     lease_option,
-    lock_delay_option,
     owner_option,
     shared_option,
     slots_option,
+    terms_options,
     wait_of,
     wait_options,
 )
@@ -80,7 +80,7 @@ CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
 @slots_option
 @fair_option
 @shared_option
-@lock_delay_option
+@terms_options
 @click.option(
     "--kill-after",
     type=DurationType(durations.parse_seconds),
@@ -120,6 +120,7 @@ def run_command(
     fair: bool,
     shared: bool,
     lock_delay: float,
+    max_hold: float | None,
 ) -> None:
     """``run`` (its help is ``HELP``): the lock held while CMD runs, by the runner."""
     # Until the runner's signal handling takes over, Ctrl-C can only come before the wait.
@@ -146,6 +147,7 @@ def run_command(
         shared=shared,
         hold_until=hold_until,
         lock_delay=lock_delay,
+        max_hold=max_hold,
     )
     if shell is None:
         _no_command_among(lock_ids)

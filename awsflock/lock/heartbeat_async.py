@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from awsflock import errors, metrics
+from awsflock import errors
 from awsflock.clock_async import AsyncClock
 from awsflock.durations import lease_seconds
 from awsflock.lock import owners, renewal
@@ -47,6 +47,9 @@ class HeldLease(Protocol):
 
     @property
     def expires_mono(self) -> float: ...
+
+    @property
+    def capped(self) -> bool: ...
 
     @property
     def acquired_at(self) -> float: ...
@@ -104,11 +107,12 @@ class Hold(HoldState):
         fair: bool = False,
         shared: bool = False,
         lock_delay: float | str = 0,
+        max_hold: float | str | None = None,
     ) -> None:
         self.table = table
         self.fair = fair
         self.shared = shared
-        self.lock_delay = lock_delay
+        self.lock_delay, self.max_hold = lock_delay, max_hold
         #: The locks held (several: taken together, ``awsflock.sets``), and their names as
         #: messages say them.
         self.lock_ids = (lock_id,) if isinstance(lock_id, str) else tuple(lock_id)
@@ -169,6 +173,7 @@ class Hold(HoldState):
             fair=self.fair,
             shared=self.shared,
             lock_delay=self.lock_delay,
+            max_hold=self.max_hold,
         )
         if (self.slots or 1) == 1:
             for name in self.lock_ids:
@@ -255,7 +260,7 @@ class Hold(HoldState):
                 return
             now = self.clock.monotonic()
             if now >= self.mono_deadline():
-                self._lose("no successful renewal before the safety deadline", metrics.EXPIRED)
+                self._lose_at_deadline()
                 return
             with self._state:
                 due = now >= self._next_renew

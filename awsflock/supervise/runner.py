@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from awsflock import errors
 from awsflock.lock import renewal
 from awsflock.supervise import tree
-from awsflock.supervise.group import EXIT_LOST, STOP_SIGNALS, Group, Watch, supervise
+from awsflock.supervise.group import STOP_SIGNALS, Group, Watch, supervise
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -61,8 +61,9 @@ class RunOptions:
     slots: int | None = None
     fair: bool = False
     shared: bool = False
-    #: The holder's lock-delay (``--lock-delay``), seconds.
+    #: The holder's lock-delay and max-hold (``--lock-delay``, ``--max-hold``), seconds.
     lock_delay: float = 0.0
+    max_hold: float | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     #: "group": hold until the command and every process left in its group have exited;
     #: "command": release when the command itself exits (``--hold-until``).
@@ -172,6 +173,7 @@ def run(
         fair=options.fair,
         shared=options.shared,
         lock_delay=options.lock_delay,
+        max_hold=options.max_hold,
     )
     try:
         refused = _acquire(hold, signals.received, options)
@@ -190,7 +192,7 @@ def run(
             # Only now: a process left in the group may still read from the terminal.
             _take_terminal_back()
         if not _release_quietly(hold):
-            return EXIT_LOST
+            return watch.lost_status()
         return status
     finally:
         for sig, handler in previous.items():

@@ -1,0 +1,82 @@
+"""Max-hold through the library (``max_hold=``): the store records the cap, no renewal moves a
+lease past it, and a hold that reaches it ends with ``HoldCapped`` (a ``LeaseLost``), its
+work told to stop, before the lease runs out. On the in-memory store in fake time; the
+command line's ``--max-hold`` (exit 123) against real servers is in tests/integration."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from awsflock import FakeClock, LockTable, MemoryStore, errors
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def table(clock: FakeClock) -> LockTable:
+    return LockTable(store=MemoryStore(clock=clock), clock=clock, owner="ops")
+
+
+def eventually(condition, timeout: float = 5.0) -> None:
+    """Bounded real-time poll for the renewer thread to catch up with the fake clock."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def test_no_renewal_moves_the_lease_past_the_cap(table, clock):
+    start = clock.time()
+    held = table.acquire("deploy", lease=10, max_hold="25s")
+    assert held.capped_at == pytest.approx(start + 25) and not held.capped
+    clock.advance(5)
+    assert held.renew().expires_at == pytest.approx(start + 15)
+    clock.advance(9)
+    assert held.renew().expires_at == pytest.approx(start + 24) and not held.capped
+    clock.advance(8)
+    assert held.renew().expires_at == pytest.approx(start + 25)  # not start + 32
+    assert held.capped
+    state = table.state("deploy")
+    assert state is not None and state.capped_at == pytest.approx(start + 25)
+    clock.advance(4)
+    with pytest.raises(errors.NotHeld):
+        held.renew()
+
+
+def test_a_lease_longer_than_the_cap_ends_at_the_cap(table, clock):
+    held = table.acquire("deploy", lease=60, max_hold=20)
+    assert held.expires_at == pytest.approx(clock.time() + 20) and held.capped
+    assert held.as_dict()["capped_at"] == pytest.approx(held.expires_at, abs=0.001)
+
+
+def test_a_hold_that_reaches_its_cap_ends_with_hold_capped(table, clock):
+    held = table.lock("deploy", lease=30, max_hold=100, margin=5)
+    told = []
+    held.on_lost = lambda _hold, err: told.append(err)
+    with pytest.raises(errors.HoldCapped, match="reached its max-hold"), held:
+        for n in range(1, 10):  # renewed every 10 s; from t=70 on, to the cap (t=100) only
+            clock.advance(10)
+            eventually(lambda n=n: held.renewals >= n)
+        assert held.lease.capped and not held.lost.is_set()
+        clock.advance(6)  # past the cap less the margin
+        eventually(lambda: held.lost.is_set())
+        assert isinstance(told[0], errors.HoldCapped) and isinstance(told[0], errors.LeaseLost)
+    assert table.state("deploy").released  # released once the body stopped
+
+
+def test_a_max_hold_out_of_range_or_on_a_share_is_refused(table):
+    with pytest.raises(errors.UsageError, match="max-hold '0s' is out of range"):
+        table.acquire("deploy", max_hold="0s")
+    with pytest.raises(errors.UsageError, match="a shared holder takes no max-hold"):
+        table.acquire("deploy", shared=True, max_hold="1h")
+
+
+def test_each_name_of_a_set_takes_the_cap(table, clock):
+    held = table.acquire(["a", "b"], lease=60, max_hold=30)
+    assert all(lease.capped_at == pytest.approx(clock.time() + 30) for lease in held.leases)
+    assert held.expires_at == pytest.approx(clock.time() + 30)
