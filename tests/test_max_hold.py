@@ -80,3 +80,29 @@ def test_each_name_of_a_set_takes_the_cap(table, clock):
     held = table.acquire(["a", "b"], lease=60, max_hold=30)
     assert all(lease.capped_at == pytest.approx(clock.time() + 30) for lease in held.leases)
     assert held.expires_at == pytest.approx(clock.time() + 30)
+
+
+def test_the_command_line_takes_a_max_hold_and_status_shows_the_cap(moto):
+    import json
+
+    from click.testing import CliRunner
+
+    from awsflock.cli import cli
+
+    runner = CliRunner()
+
+    def run(*args: str):
+        return runner.invoke(cli, list(args), catch_exceptions=False)
+
+    taken = run("acquire", "deploy", "--max-hold", "1h", "--lease-duration", "2h", "--json")
+    assert taken.exit_code == 0, taken.stderr
+    lease = json.loads(taken.stdout)
+    assert lease["capped_at"] == pytest.approx(lease["expires_at"], abs=0.01)
+    status = json.loads(run("status", "deploy", "--json").stdout)
+    assert 3590 < status["capped_in_s"] <= 3600
+    text = run("status", "deploy").stdout
+    assert "max-hold:" in text and "no renewal passes it" in text, text
+    refused = run("acquire", "other", "--shared", "--max-hold", "5m")
+    assert refused.exit_code == 2 and "takes no max-hold" in refused.stderr
+    bad = run("acquire", "other", "--max-hold", "0")
+    assert bad.exit_code == 2 and "max-hold" in bad.stderr
