@@ -1,0 +1,41 @@
+"""``--max-hold`` as a real process against real servers, on each store kind: ``run`` stops its
+command at the cap, before the lease ends there, and exits 123 with the lock released; a
+keep-alive renewer stops at the cap; ``renew`` from another process never passes it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.integration.conftest import Cli
+
+pytestmark = pytest.mark.one_server_per_kind("run's command and the renewals, at the cap")
+
+
+def test_run_stops_the_command_at_the_cap_and_exits_123(awsflock: Cli, lock_name, tmp_path):
+    stopped = tmp_path / "stopped"
+    started = time.time()
+    result = awsflock(
+        "run", lock_name, "--lease-duration", "2s", "--max-hold", "4s", "--kill-after", "1s",
+        "-c", f"trap 'date +%s.%N > {stopped}; exit 0' TERM; while true; do sleep 0.05; done",
+    )  # fmt: skip
+    assert result.returncode == 123, result.stderr
+    assert "the hold reached --max-hold" in result.stderr, result.stderr
+    assert "reached its max-hold" in result.stderr
+    child_stopped = float(stopped.read_text())
+    assert started + 2 < child_stopped < started + 4  # stopped before the cap, not before
+    status = json.loads(awsflock("status", lock_name, "--json").stdout)
+    assert status["state"] == "free", status  # released once the command had stopped
+
+
+def test_renew_from_another_process_never_passes_the_cap(awsflock: Cli, lock_name):
+    held = awsflock("acquire", lock_name, "--lease-duration", "30s", "--max-hold", "1m", "--json")
+    assert held.returncode == 0, held.stderr
+    lease = json.loads(held.stdout)
+    renewed = awsflock("renew", lock_name, lease["lease_id"], "--lease-duration", "10m")
+    assert renewed.returncode == 0, renewed.stderr
+    status = json.loads(awsflock("status", lock_name, "--json").stdout)
+    assert status["expires_in_s"] <= status["capped_in_s"] + 0.001 <= 60
+    assert awsflock("release", lock_name, lease["lease_id"]).returncode == 0
