@@ -106,3 +106,40 @@ def test_the_command_line_takes_a_max_hold_and_status_shows_the_cap(moto):
     assert refused.exit_code == 2 and "takes no max-hold" in refused.stderr
     bad = run("acquire", "other", "--max-hold", "0")
     assert bad.exit_code == 2 and "max-hold" in bad.stderr
+
+
+def test_an_async_body_is_cancelled_at_the_cap_and_stops_before_the_release():
+    import asyncio
+
+    from awsflock import aio
+    from awsflock.stores.memory_async import AsyncMemoryStore
+
+    clock = FakeClock()
+    store = MemoryStore("t", clock=clock)
+    seen: list[str] = []
+
+    async def main() -> None:
+        table = aio.LockTable(store=AsyncMemoryStore(store))
+
+        async def hold() -> None:
+            async with table.lock("job", lease=30, max_hold=90, margin=5):
+                try:
+                    await asyncio.Event().wait()  # work that never ends by itself
+                except asyncio.CancelledError:
+                    released = store.read("job").lock.released
+                    seen.append("cancelled, " + ("released" if released else "not released"))
+                    raise
+
+        task = asyncio.create_task(hold())
+        for _ in range(400):  # the renewals run; the cap comes at 90 s, less the margin
+            if task.done():
+                break
+            clock.advance(0.5)
+            await asyncio.sleep(0.002)
+        with pytest.raises(errors.HoldCapped, match="reached its max-hold"):
+            await task
+        assert 85 <= clock.time() - 1_800_000_000.0 < 90
+
+    asyncio.run(main())
+    assert seen == ["cancelled, not released"]
+    assert store.read("job").lock.released

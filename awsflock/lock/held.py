@@ -108,6 +108,8 @@ class Lease:
         self.expires_at = fresh.expires_at
         self.expires_mono = fresh.expires_at + to_mono
         self.lease_duration = fresh.lease_duration
+        if fresh.capped_at is not None:  # a renewer that adopted the lease learns its cap
+            self.capped_at = fresh.capped_at
 
     def renew(self, lease: float | str | None = None) -> Lease:
         """Extend the lease by ``lease`` (default: its current duration) from now."""

@@ -5,6 +5,7 @@ keep-alive renewer stops at the cap; ``renew`` from another process never passes
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -39,3 +40,25 @@ def test_renew_from_another_process_never_passes_the_cap(awsflock: Cli, lock_nam
     status = json.loads(awsflock("status", lock_name, "--json").stdout)
     assert status["expires_in_s"] <= status["capped_in_s"] + 0.001 <= 60
     assert awsflock("release", lock_name, lease["lease_id"]).returncode == 0
+
+
+def test_a_keep_alive_renewer_stops_at_the_cap_and_the_lease_runs_out_there(
+    awsflock: Cli, lock_name
+):
+    from tests.integration.conftest import gone
+    from tests.integration.test_keep_alive import renewer_pid
+
+    follow = subprocess.Popen(["sleep", "60"])
+    try:
+        args = ("--lease-duration", "3s", "--max-hold", "6s", "--while-pid", str(follow.pid))
+        held = awsflock("acquire", lock_name, *args)
+        assert held.returncode == 0, held.stderr
+        pid = renewer_pid(awsflock, lock_name)
+        assert gone(pid, timeout=20)  # it renewed up to the cap, then stopped
+        status = json.loads(awsflock("status", lock_name, "--json").stdout)
+        assert status.get("expires_in_s", 0) <= 0 or status["state"] == "free", status
+        taken = awsflock("acquire", lock_name, "--wait-time", "30s", "--owner", "next")
+        assert taken.returncode == 0, taken.stderr  # free once its lease ran out at the cap
+    finally:
+        follow.kill()
+        follow.wait()
