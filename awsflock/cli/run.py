@@ -82,6 +82,14 @@ CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
 @shared_option
 @terms_options
 @click.option(
+    "--notify-after",
+    type=(DurationType(durations.hold_seconds), str),
+    default=None,
+    metavar="DURATION CMD2",
+    help="Once the lock has been held for DURATION, run CMD2 with sh -c, once, not waited "
+    "for (a page for the on-call); it gets CMD's environment and AWSFLOCK_HELD_FOR.",
+)
+@click.option(
     "--kill-after",
     type=DurationType(durations.parse_seconds),
     default=None,
@@ -121,6 +129,7 @@ def run_command(
     shared: bool,
     lock_delay: float,
     max_hold: float | None,
+    notify_after: tuple[float, str] | None,
 ) -> None:
     """``run`` (its help is ``HELP``): the lock held while CMD runs, by the runner."""
     # Until the runner's signal handling takes over, Ctrl-C can only come before the wait.
@@ -148,6 +157,7 @@ def run_command(
         hold_until=hold_until,
         lock_delay=lock_delay,
         max_hold=max_hold,
+        notify_after=notify_after,
     )
     if shell is None:
         _no_command_among(lock_ids)

@@ -27,6 +27,7 @@ from awsflock import errors
 from awsflock.lock import renewal
 from awsflock.supervise import tree
 from awsflock.supervise.group import STOP_SIGNALS, Group, Watch, supervise
+from awsflock.supervise.notify import Notifier
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -64,6 +65,8 @@ class RunOptions:
     #: The holder's lock-delay and max-hold (``--lock-delay``, ``--max-hold``), seconds.
     lock_delay: float = 0.0
     max_hold: float | None = None
+    #: ``--notify-after D CMD2``: (D, CMD2), or None.
+    notify_after: tuple[float, str] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     #: "group": hold until the command and every process left in its group have exited;
     #: "command": release when the command itself exits (``--hold-until``).
@@ -162,6 +165,7 @@ def run(
     signals = _Forwarder()
     previous = {sig: signal.signal(sig, signals) for sig in FORWARDED}
     lost = threading.Event()
+    notifier: Notifier | None = None
     hold = table.hold(
         lock_id,
         lease=options.lease,
@@ -184,6 +188,9 @@ def run(
             return started
         child, group, foreground = started
         hold.start_renewing()
+        if options.notify_after is not None:
+            notifier = Notifier(*options.notify_after, _command_env(hold, options))
+            notifier.start()
         group_too = options.hold_until == "group"
         watch = Watch(child, group, hold, lost, kill_after, group_too, signals.received)
         watch.take_terminal = _take_terminal_back if foreground else None
@@ -195,6 +202,8 @@ def run(
             return watch.lost_status()
         return status
     finally:
+        if notifier is not None:
+            notifier.cancel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -62,3 +62,22 @@ def test_a_keep_alive_renewer_stops_at_the_cap_and_the_lease_runs_out_there(
     finally:
         follow.kill()
         follow.wait()
+
+
+def test_notify_after_runs_its_command_once_while_the_hold_lasts(
+    awsflock: Cli, lock_name, tmp_path
+):
+    told = tmp_path / "told"
+    result = awsflock(
+        "run", lock_name, "--notify-after", "1s", f'echo "$AWSFLOCK_LOCK_ID $AWSFLOCK_HELD_FOR" >> {told}',
+        "--", "sleep", "3",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "ran --notify-after's command" in result.stderr
+    for _ in range(50):  # it is not waited for
+        if told.exists():
+            break
+        time.sleep(0.1)
+    assert told.read_text().split() == [lock_name, "1"]
+    quick = awsflock("run", lock_name, "--notify-after", "1m", f"touch {tmp_path}/no", "--", "true")
+    assert quick.returncode == 0 and not (tmp_path / "no").exists()  # ended first: nothing run
