@@ -68,10 +68,8 @@ def test_notify_after_runs_its_command_once_while_the_hold_lasts(
     awsflock: Cli, lock_name, tmp_path
 ):
     told = tmp_path / "told"
-    result = awsflock(
-        "run", lock_name, "--notify-after", "1s", f'echo "$AWSFLOCK_LOCK_ID $AWSFLOCK_HELD_FOR" >> {told}',
-        "--", "sleep", "3",
-    )  # fmt: skip
+    page = f'echo "$AWSFLOCK_LOCK_ID $AWSFLOCK_HELD_FOR" >> {told}'
+    result = awsflock("run", lock_name, "--notify-after", "1s", page, "--", "sleep", "3")
     assert result.returncode == 0, result.stderr
     assert "ran --notify-after's command" in result.stderr
     for _ in range(50):  # it is not waited for
