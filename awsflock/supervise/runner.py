@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
 from awsflock.lock import renewal
+from awsflock.lock.audit_log import record_capped
 from awsflock.supervise import tree
 from awsflock.supervise.group import STOP_SIGNALS, Group, Watch, supervise
 from awsflock.supervise.notify import Notifier
@@ -198,9 +199,10 @@ def run(
         if foreground:
             # Only now: a process left in the group may still read from the terminal.
             _take_terminal_back()
-        if not _release_quietly(hold):
-            return watch.lost_status()
-        return status
+        released = _release_quietly(hold)
+        if watch.capped and options.max_hold is not None:  # after the release: not in its way
+            record_capped(table, hold, options.max_hold)
+        return status if released else watch.lost_status()
     finally:
         if notifier is not None:
             notifier.cancel()

@@ -19,16 +19,19 @@ def test_run_stops_the_command_at_the_cap_and_exits_123(awsflock: Cli, lock_name
     stopped = tmp_path / "stopped"
     started = time.time()
     result = awsflock(
-        "run", lock_name, "--lease-duration", "2s", "--max-hold", "4s", "--kill-after", "1s",
+        "run", lock_name, "--lease-duration", "3s", "--max-hold", "5s", "--kill-after", "1s",
         "-c", f"trap 'date +%s.%N > {stopped}; exit 0' TERM; while true; do sleep 0.05; done",
     )  # fmt: skip
     assert result.returncode == 123, result.stderr
     assert "the hold reached --max-hold" in result.stderr, result.stderr
     assert "reached its max-hold" in result.stderr
     child_stopped = float(stopped.read_text())
-    assert started + 2 < child_stopped < started + 4  # stopped before the cap, not before
+    assert started + 3 < child_stopped < started + 5  # stopped before the cap, not before
     status = json.loads(awsflock("status", lock_name, "--json").stdout)
     assert status["state"] == "free", status  # released once the command had stopped
+    audit = [json.loads(line) for line in awsflock("audit", lock_name, "--json").stdout.splitlines()]
+    assert [(a["action"], a["actor"]) for a in audit] == [("max-hold", "awsflock run")], audit
+    assert "--max-hold of 5s" in audit[0]["reason"]
 
 
 def test_renew_from_another_process_never_passes_the_cap(awsflock: Cli, lock_name):
