@@ -29,7 +29,9 @@ def test_run_stops_the_command_at_the_cap_and_exits_123(awsflock: Cli, lock_name
     assert started + 3 < child_stopped < started + 5  # stopped before the cap, not before
     status = json.loads(awsflock("status", lock_name, "--json").stdout)
     assert status["state"] == "free", status  # released once the command had stopped
-    audit = [json.loads(line) for line in awsflock("audit", lock_name, "--json").stdout.splitlines()]
+    audit = [
+        json.loads(line) for line in awsflock("audit", lock_name, "--json").stdout.splitlines()
+    ]
     assert [(a["action"], a["actor"]) for a in audit] == [("max-hold", "awsflock run")], audit
     assert "--max-hold of 5s" in audit[0]["reason"]
 
