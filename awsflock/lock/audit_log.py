@@ -49,7 +49,6 @@ def audit_records(table: LockTable, lock_id: str = "") -> list[dict[str, Any]]:
     return sorted(entries, key=lambda e: e["at"] or "")
 
 
-
 def record_capped(table: LockTable, hold: Hold, max_hold: float) -> None:
     """Write the audit record of ``hold``, which reached its max-hold (``max_hold`` seconds)
     and whose work was stopped there: who held which lock, since when. A record of what
