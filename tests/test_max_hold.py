@@ -79,6 +79,7 @@ def test_a_max_hold_out_of_range_or_on_a_share_is_refused(table):
 def test_each_name_of_a_set_takes_the_cap(table, clock):
     held = table.acquire(["a", "b"], lease=60, max_hold=30)
     assert all(lease.capped_at == pytest.approx(clock.time() + 30) for lease in held.leases)
+    assert held.as_dict()["capped_at"] == pytest.approx(clock.time() + 30)
     assert held.expires_at == pytest.approx(clock.time() + 30)
 
 
@@ -143,3 +144,24 @@ def test_an_async_body_is_cancelled_at_the_cap_and_stops_before_the_release():
     asyncio.run(main())
     assert seen == ["cancelled, not released"]
     assert store.read("job").lock.released
+
+
+def test_a_cap_shorter_than_the_lease_s_margin_is_timed_from_the_cap(table, clock):
+    # Review: the margin came from the lease (60 s: 10 s), so a hold capped at 8 s counted
+    # itself lost at once.
+    held = table.lock("deploy", lease=60, max_hold=8)
+    with held:
+        assert held.margin < 8 and not held.lost.is_set()
+        held.check()
+
+
+def test_run_times_its_kill_from_the_cap_when_that_is_shorter():
+    from awsflock.lock import renewal
+    from awsflock.supervise.runner import RunOptions, run
+
+    table = LockTable(store=MemoryStore(), owner="ops")
+    with pytest.raises(errors.UsageError, match="too long for a 3s max-hold") as refused:
+        run(table, "deploy", ["true"], RunOptions(lease=120, max_hold=3, kill_after=20))
+    assert "a longer --max-hold" in (refused.value.hint or "")
+    kill_after, margin = renewal.POLICY.kill_timing(3, None, True)
+    assert kill_after + 0.1 < margin < 3  # dead before the cap, whatever the lease

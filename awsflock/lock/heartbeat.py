@@ -21,6 +21,7 @@ from awsflock.durations import lease_seconds
 from awsflock.lock import owners, renewal
 from awsflock.lock.holding import HoldState
 from awsflock.lock.renewer import Renewer
+from awsflock.lock.terms import terms
 from awsflock.protocol import LockStore
 from awsflock.text import format_seconds
 
@@ -123,7 +124,9 @@ class Hold(HoldState):
         self.wait_s = wait
         policy = renewal.POLICY
         self.interval = renew_every if renew_every is not None else policy.interval(self.lease_s)
-        self.margin = policy.margin(self.lease_s) if margin is None else margin
+        # The margin of a grant as long as it runs: its lease, or its max-hold if shorter.
+        span = terms(lock_delay, max_hold).granted(self.lease_s)
+        self.margin = policy.margin(span) if margin is None else margin
         policy.check(self.lease_s, self.margin, self.interval)
         self.on_lost = on_lost
         self.identity = identity

@@ -117,7 +117,14 @@ class LeaseSet:
             "expires_at": round(self.expires_at, 3),
             "lease_duration": self.lease_duration,
             "previous": {n: p.as_dict() for n, p in self.previous.items() if p is not None},
+            **({} if (cap := self.capped_at) is None else {"capped_at": round(cap, 3)}),
         }
+
+    @property
+    def capped_at(self) -> float | None:
+        """The set's cap (``max_hold=``; each name took the same one), or None."""
+        caps = [lease.capped_at for lease in self.leases if lease.capped_at is not None]
+        return min(caps) if caps else None
 
     def __repr__(self) -> str:
         state = ", released" if self.released else ""

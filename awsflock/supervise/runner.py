@@ -156,7 +156,10 @@ def run(
         raise errors.UsageError(
             "no command to run", hint="give one after --, e.g. awsflock run LOCK -- make deploy"
         )
-    kill_after, margin = renewal.POLICY.kill_timing(options.lease, options.kill_after)
+    # Timed from how long a grant runs: its lease, or its --max-hold where that is shorter.
+    capped = options.max_hold is not None and options.max_hold < options.lease
+    span = options.max_hold if capped and options.max_hold is not None else options.lease
+    kill_after, margin = renewal.POLICY.kill_timing(span, options.kill_after, capped)
     try:
         executable = resolve(argv)
     except _CommandProblem as problem:
