@@ -137,11 +137,13 @@ class LockTable(table_async.LockTable):
         cancel: threading.Event | None = None,
         shared: bool = False,
         lock_delay: float | str = 0,
+        max_hold: float | str | None = None,
     ) -> Hold:
         """``async with table.lock("x", lease=30, wait=10) as held:``. Acquires on entry
         (waiting up to ``wait``), renews in the background, and on exit, once the body has
         stopped, releases. A lease that cannot be confirmed by its end less ``margin`` (or
-        whose renewal is refused) cancels the body; the block then raises ``LeaseLost``."""
+        whose renewal is refused) cancels the body; the block then raises ``LeaseLost``. So
+        does reaching ``max_hold``: ``HoldCapped``, a ``LeaseLost``."""
         return Hold(
             self,
             lock_id,
@@ -156,6 +158,7 @@ class LockTable(table_async.LockTable):
             cancel=cancel,
             shared=shared,
             lock_delay=lock_delay,
+            max_hold=max_hold,
         )
 
     async def aclose(self) -> None:

@@ -81,6 +81,12 @@ def delay_seconds(text: str | float | int) -> float:
     return in_range(text, "lock-delay", 0, MAX_LOCK_DELAY, hint)
 
 
+def hold_seconds(text: str | float | int) -> float:
+    """A max-hold (``--max-hold``, ``max_hold=``): 1 s up to MAX_LEASE, as a lease."""
+    hint = f"give 1s to {format_seconds(MAX_LEASE)}, e.g. '2h'"
+    return in_range(text, "max-hold", 1, MAX_LEASE, hint)
+
+
 def wait_seconds(text: str | float | int) -> float | None:
     """The command line's --wait-time: 0 means forever (returned as None, as in 0.2.0), unlike
     the library's ``wait=0`` (``wait_limit``); negative is refused."""

@@ -76,6 +76,10 @@ class LeaseLost(NotHeld):
     """A lease held by this process was lost (renewal refused or impossible in time)."""
 
 
+class HoldCapped(LeaseLost):
+    """A hold reached its max-hold (``max_hold=``, ``--max-hold``): no renewal extends it."""
+
+
 class Cancelled(AwsflockError):
     """An acquire was asked to stop (its ``cancel`` event was set); nothing is left held."""
 

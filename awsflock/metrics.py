@@ -37,6 +37,8 @@ OK, TRANSIENT, LOST = "ok", "transient", "lost"
 RELEASED, NOT_HELD, FAILED, IN_DOUBT = "released", "not_held", "failed", "in_doubt"
 # Why a lease was lost.
 EXPIRED, FORCE_RELEASED, REFUSED = "expired", "force_released", "renewal_refused"
+#: A hold that reached its max-hold (counted as ``awsflock.holds.capped``, not as a loss).
+CAPPED = "capped"
 
 #: Every instrument: name -> (kind, unit, description). The metrics reference lists the same.
 INSTRUMENTS: dict[str, tuple[str, str, str]] = {

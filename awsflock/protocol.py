@@ -133,7 +133,8 @@ class Attempt:
     ``number`` that place's number as it saw it (None: the take needs the line clear);
     ``drop``: lapsed places in line, removed with the take. ``seen``: the lock's record as the
     acquisition's last answer showed it (None: not seen yet; DynamoDB's take is pinned to it).
-    ``delay_ms``: the holder's lock-delay, recorded with its lease.
+    ``delay_ms``, ``max_hold_ms``: the holder's lock-delay and max-hold (0: none), recorded with
+    its lease; no take or renewal sets its end past the cap (the take's time plus the max-hold).
     """
 
     lease_id: str
@@ -148,12 +149,11 @@ class Attempt:
     seen: LockRecord | None = None
     number: int | None = None
     delay_ms: int = 0
+    max_hold_ms: int = 0
 
 
-#: How far apart two callers' clock readings must be for a renew to count as sent after the one
-#: that set a lease's end, and so to be allowed to move the end back (shorten the lease): the
-#: clients' clocks are assumed to agree within it (the NTP assumption; the default skew window).
-#: A store timed by its own clock (no skew window of its own) uses this; the others use theirs.
+#: How far apart two readings must be for a renew to count as sent after the one that set a
+#: lease's end, and so shorten it: a store timed by its own clock uses this (the others, theirs).
 RENEW_ORDER_MS = 5000
 
 

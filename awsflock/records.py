@@ -266,6 +266,8 @@ class LockRecord:
     keeper: str = ""
     #: Its holder's lock-delay, seconds (``free_after``; 0: none).
     lock_delay: float = 0.0
+    #: The hold's cap (epoch seconds; None: no max-hold): its lease never runs past it.
+    capped_at: float | None = None
     #: Where the store keeps it: when that delay ends (epoch seconds) if this lease ends
     #: unreleased (DynamoDB's ``free_after_ms``, which a force moves only once it landed).
     delay_end: float | None = None

@@ -13,6 +13,7 @@ from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.memory import MemoryStore
 from tests.conformance.awaited import Awaited
 from tests.conformance.delay import DelayConformance
+from tests.conformance.max_hold import MaxHoldConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
@@ -139,6 +140,24 @@ class TestDynamoDBStoreOnMotoDelay(DelayConformance):
 
 
 class TestDynamoDBStoreOnMotoWithoutTransactionsDelay(DelayConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return _without_transactions(moto)
+
+
+class TestMemoryStoreMaxHold(MaxHoldConformance):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore()
+
+
+class TestDynamoDBStoreOnMotoMaxHold(MaxHoldConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]
+
+
+class TestDynamoDBStoreOnMotoWithoutTransactionsMaxHold(MaxHoldConformance):
     @pytest.fixture
     def store(self, moto: object) -> DynamoDBStore:
         return _without_transactions(moto)

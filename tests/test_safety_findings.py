@@ -18,7 +18,8 @@ import pytest
 
 from awsflock import errors
 from awsflock.clock import FakeClock
-from awsflock.lock.admin import audit_records, force_release, resize_pool
+from awsflock.lock.admin import force_release, resize_pool
+from awsflock.lock.audit_log import audit_records
 from awsflock.lock.lease import LockTable
 from awsflock.protocol import Attempt
 from awsflock.records import Identity

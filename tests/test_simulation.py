@@ -165,3 +165,25 @@ def test_with_lock_delays_every_invariant_holds_and_no_take_is_inside_a_delay():
         + f"\nreplay: {failed.replay(60, 'memory')}"
     )
     assert sum(r.delayed_grants for r in results) > 5
+
+
+def test_with_max_holds_every_invariant_holds_and_no_lease_passes_its_cap():
+    # Half the plain and pool takes carry a max-hold (3, 15 or 60 s) beside leases of 5 to 40
+    # s: takes are cut to the cap, renewals stop at it, and holders are told so.
+    from tests.simulation.mutants import CAPS_SHARE
+
+    results, failed = run_many(
+        seeds=itertools.count(0),
+        clients=8,
+        ops=60,
+        budget=SHARES_BUDGET,
+        duration=None,
+        store="memory",
+        caps=CAPS_SHARE,
+    )
+    assert failed is None, (
+        f"{failed.violation}\n"
+        + "\n".join(failed.trace[-40:])
+        + f"\nreplay: {failed.replay(60, 'memory')}"
+    )
+    assert sum(r.capped_steps for r in results) > 50

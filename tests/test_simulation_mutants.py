@@ -13,6 +13,8 @@ from tests.simulation.__main__ import run_many
 from tests.simulation.mutants import (
     AIO,
     BENEATH,
+    CAPS,
+    CAPS_SHARE,
     DELAYS,
     DELAYS_SHARE,
     MUTANTS,
@@ -92,6 +94,7 @@ def test_each_known_bug_put_back_is_found(name):
             sets=SETS_SHARE if name in SETS else 0.0,
             shares=SHARES_SHARE if name in SHARES else 0.0,
             delays=DELAYS_SHARE if name in DELAYS else 0.0,
+            caps=CAPS_SHARE if name in CAPS else 0.0,
         )
     spent = sum(r.operations for r in results)
     assert failed is not None, f"{name}: not found in {spent} operations"
@@ -102,23 +105,30 @@ def test_each_known_bug_put_back_is_found(name):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    ("sets", "shares", "delays"),
-    [(0.0, 0.0, 0.0), (SETS_SHARE, 0.0, 0.0), (0.0, SHARES_SHARE, 0.0), (0.0, 0.0, DELAYS_SHARE)],
+    ("sets", "shares", "delays", "caps"),
+    [
+        (0.0, 0.0, 0.0, 0.0),
+        (SETS_SHARE, 0.0, 0.0, 0.0),
+        (0.0, SHARES_SHARE, 0.0, 0.0),
+        (0.0, 0.0, DELAYS_SHARE, CAPS_SHARE),
+    ],
 )
-def test_the_dynamodb_store_on_moto_keeps_every_invariant(sets, shares, delays):
+def test_the_dynamodb_store_on_moto_keeps_every_invariant(sets, shares, delays, caps):
     # With sets: each take one TransactWriteItems of several lock items, watched as one step;
     # with shares: the DynamoDB store's share steps, with faults beneath them; with delays: its
-    # forces of leases with a lock-delay (two requests and a third once answered).
+    # forces of leases with a lock-delay (two requests and a third once answered); with caps:
+    # its renewals refused for a cap and sent again for it.
     _, failed = run_many(
         seeds=itertools.count(0),
         clients=6,
         ops=30,
-        budget=1_500 if not (sets or shares or delays) else 600,
+        budget=1_500 if not (sets or shares or delays or caps) else 600,
         duration=None,
         store="moto",
         sets=sets,
         shares=shares,
         delays=delays,
+        caps=caps,
     )
     assert failed is None, f"{failed.violation}\nreplay: {failed.replay(30, 'moto')}"
 

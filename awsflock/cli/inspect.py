@@ -116,7 +116,7 @@ def audit(common: Common, lock_id: str, as_json: bool) -> None:
     \b
     IAM: dynamodb:Scan, and DescribeTable (as for list).
     """
-    from awsflock.lock.admin import audit_records
+    from awsflock.lock.audit_log import audit_records
 
     for entry in audit_records(common.table(), lock_id):
         if as_json:

@@ -103,7 +103,17 @@ def fair_option(func: F) -> F:
     )(func)
 
 
-def lock_delay_option(func: F) -> F:
+def terms_options(func: F) -> F:
+    """``--lock-delay`` and ``--max-hold``: what the holder records with its lease
+    (``awsflock.lock.terms``)."""
+    func = click.option(
+        "--max-hold",
+        type=DurationType(durations.hold_seconds),
+        default=None,
+        metavar="DURATION",
+        help="Hold the lock at most DURATION from the grant: no renewal extends the lease "
+        "past it, and the work is stopped there. [default: none]",
+    )(func)
     return click.option(
         "--lock-delay",
         type=DurationType(durations.delay_seconds),

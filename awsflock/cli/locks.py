@@ -17,10 +17,10 @@ from awsflock.cli.lock_options import (
     fair_option,
     json_option,
     lease_option,
-    lock_delay_option,
     owner_option,
     shared_option,
     slots_option,
+    terms_options,
     wait_of,
     wait_options,
 )
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 @slots_option
 @fair_option
 @shared_option
-@lock_delay_option
+@terms_options
 @click.option(
     "--keep-alive",
     is_flag=True,
@@ -85,6 +85,7 @@ def acquire(
     fair: bool,
     shared: bool,
     lock_delay: float,
+    max_hold: float | None,
     keep_alive: bool,
     while_pid: int | None,
 ) -> None:
@@ -113,7 +114,7 @@ def acquire(
     wait = wait_of(no_wait, wait_time, old_command=True, quiet=common.quiet)
     asked = lock_ids if len(lock_ids) > 1 else lock_id
     options = {"lease": lease_duration, "wait": wait, "slots": slots, "fair": fair}
-    options["lock_delay"] = lock_delay
+    options["lock_delay"], options["max_hold"] = lock_delay, max_hold
     _take(common, table, asked, lock_id, plan, as_json, conflict_exit_code, shared, options)
 
 

@@ -10,10 +10,10 @@ from awsflock.cli.app import CONTEXT, RunCommand, cli, if_interrupted
 from awsflock.cli.lock_options import (
     fair_option,
     lease_option,
-    lock_delay_option,
     owner_option,
     shared_option,
     slots_option,
+    terms_options,
     wait_of,
     wait_options,
 )
@@ -80,7 +80,15 @@ CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
 @slots_option
 @fair_option
 @shared_option
-@lock_delay_option
+@terms_options
+@click.option(
+    "--notify-after",
+    type=(DurationType(durations.hold_seconds), str),
+    default=None,
+    metavar="DURATION CMD2",
+    help="Once the lock has been held for DURATION, run CMD2 with sh -c, once, not waited "
+    "for (a page for the on-call); it gets CMD's environment and AWSFLOCK_HELD_FOR.",
+)
 @click.option(
     "--kill-after",
     type=DurationType(durations.parse_seconds),
@@ -120,6 +128,8 @@ def run_command(
     fair: bool,
     shared: bool,
     lock_delay: float,
+    max_hold: float | None,
+    notify_after: tuple[float, str] | None,
 ) -> None:
     """``run`` (its help is ``HELP``): the lock held while CMD runs, by the runner."""
     # Until the runner's signal handling takes over, Ctrl-C can only come before the wait.
@@ -146,6 +156,8 @@ def run_command(
         shared=shared,
         hold_until=hold_until,
         lock_delay=lock_delay,
+        max_hold=max_hold,
+        notify_after=notify_after,
     )
     if shell is None:
         _no_command_among(lock_ids)

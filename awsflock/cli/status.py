@@ -38,7 +38,7 @@ def view(
     data["fencing_token"] = record.fencing_token
     if record.previous is not None:  # how the lease before this one ended
         data["previous"] = record.previous.as_dict()
-    _with_delay(data, record, now, skew)
+    _with_terms(data, record, now, skew)
     if record.released:
         if record.forced_by:
             data["force_released_by"] = record.forced_by
@@ -73,9 +73,13 @@ def view(
     return data
 
 
-def _with_delay(data: dict[str, Any], record: LockRecord, now: float, skew: float) -> None:
-    """The lease's lock-delay, and, while it keeps the lock after an unreleased end, until
-    when (the skew window added, as a taker's clock needs it)."""
+def _with_terms(data: dict[str, Any], record: LockRecord, now: float, skew: float) -> None:
+    """The hold's cap while it lasts; the lease's lock-delay, and, while it keeps the lock
+    after an unreleased end, until when (the skew window added, as a taker's clock needs
+    it)."""
+    if record.capped_at is not None and not record.ended:  # the hold's cap (--max-hold)
+        data["capped_at"] = iso_utc(record.capped_at)
+        data["capped_in_s"] = round(record.capped_at - now, 3)
     if not record.lock_delay:
         return
     data["lock_delay_s"] = record.lock_delay
@@ -213,6 +217,10 @@ def _render_status(data: dict[str, Any], label: str) -> str:
         rows.append(("lease", format_seconds(data["lease_duration_s"])))
     if data.get("kept_alive_by"):
         rows.append(("kept alive", f"by {data['kept_alive_by']} (acquire --keep-alive)"))
+    if data.get("capped_at"):
+        left = data["capped_in_s"]
+        when = f"in {format_seconds(left)}" if left >= 0 else f"{format_seconds(-left)} ago"
+        rows.append(("max-hold", f"until {data['capped_at']} ({when}): no renewal passes it"))
     if data.get("lock_delay_s"):
         rows.append(("lock-delay", _delay(data)))
     if data.get("previous"):

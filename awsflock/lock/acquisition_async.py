@@ -22,6 +22,7 @@ from typing import Any, cast
 from awsflock import errors, shares
 from awsflock.clock_async import AsyncClock
 from awsflock.lock.grants import Grant, new_lease_id
+from awsflock.lock.terms import NO_TERMS, Terms
 from awsflock.protocol import MIN_TRY, Attempt, Drops, Outcome
 from awsflock.protocol_async import AsyncLockStore
 from awsflock.records import NO_LINE, Identity, Line, LockRecord
@@ -47,15 +48,12 @@ class Acquisition:
         clock: AsyncClock,
         rng: random.Random,
         skew: float,
-        delay_s: float = 0.0,
+        terms: Terms = NO_TERMS,
     ) -> None:
-        self.store = store
-        self.clock = clock
-        self.rng = rng
-        self.skew = skew
+        self.store, self.clock, self.rng, self.skew = store, clock, rng, skew
         self.lock_id = lock_id
         self.lease_s = lease_s
-        self.delay_ms = round(delay_s * 1000)  # the lock-delay it records (Attempt.delay_ms)
+        self.terms = terms  # its lock-delay and max-hold, recorded with the lease
         self.identity = identity
         self.size = size
         self.sent: set[str] = set()
@@ -111,7 +109,8 @@ class Acquisition:
                     drop=self.drop,
                     seen=self.holder if slot is None else None,
                     number=self.number,
-                    delay_ms=self.delay_ms,
+                    delay_ms=self.terms.delay_ms,
+                    max_hold_ms=self.terms.max_hold_ms,
                 )
                 outcome = await store.take(self.lock_id, attempt)
         except (errors.Throttled, errors.EndpointUnreachable) as err:
@@ -281,7 +280,7 @@ class Acquisition:
         if to_mono is None:
             to_mono = self.to_mono.get(lease_id)
         left = self._left(record, to_mono)
-        if left >= self.lease_s * MIN_LEFT:
+        if left >= self.terms.granted(self.lease_s) * MIN_LEFT:
             self.unsettled.pop(lease_id, None)
             waited = self.clock.monotonic() - self.start
             return Grant(lease_id, record, slot, self.attempts, waited, to_mono)
@@ -292,7 +291,7 @@ class Acquisition:
         """``grant`` if at least ``MIN_LEFT`` of its lease is still left once the clean-up of
         the other attempts is over (which may take a request timeout); else it is given up."""
         left = self._left(grant.record, grant.to_mono)
-        if left >= self.lease_s * MIN_LEFT:
+        if left >= self.terms.granted(self.lease_s) * MIN_LEFT:
             return grant
         self.unsettled[grant.lease_id] = grant.slot
         await self._give_up(

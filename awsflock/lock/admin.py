@@ -7,10 +7,10 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from awsflock import errors, metrics, shares
+from awsflock.lock.audit_log import audit_view
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
-from awsflock.protocol import AUDIT_APPLIED, AUDIT_VOID, Outcome, audit_key
+from awsflock.protocol import AUDIT_APPLIED, Outcome, audit_key
 from awsflock.records import ENDED_FORCED, KEEPALIVE_FORCE, LockRecord, kept_audit
-from awsflock.text import iso_utc
 
 #: The longest ``--reason`` and ``--actor``: they are kept with the lock (a DynamoDB item holds
 #: at most 400 KB, and every forced lease it remembers carries its reason) and in the audit.
@@ -324,33 +324,6 @@ def _forced_by_us(record: LockRecord | None, lease_id: str, action_id: str) -> b
     if record.lease_id == lease_id and record.ended == mark:
         return True
     return (lease_id, mark) in record.history
-
-
-def audit_view(entry: dict[str, Any]) -> dict[str, Any]:
-    """An audit record as ``audit --json`` prints it (stable field names)."""
-    at_ms = entry.get("at_ms")
-    return {
-        "at": iso_utc(at_ms / 1000) if isinstance(at_ms, (int, float)) else None,
-        "action": entry.get("action"),
-        "lock_id": entry.get("target"),
-        "slot": entry.get("slot"),
-        "lease_id": entry.get("lease_id"),
-        "holder": entry.get("holder"),
-        "holder_host": entry.get("holder_host"),
-        "fencing_token": entry.get("fencing_token"),
-        "actor": entry.get("actor"),
-        "reason": entry.get("reason"),
-    }
-
-
-def audit_records(table: LockTable, lock_id: str = "") -> list[dict[str, Any]]:
-    """Audit records, oldest first (one scan of the table, filtered to audit items)."""
-    entries = [
-        audit_view(e)
-        for e in table.store.audit_entries()
-        if (not lock_id or e.get("target") == lock_id) and e.get("status") != AUDIT_VOID
-    ]
-    return sorted(entries, key=lambda e: e["at"] or "")
 
 
 def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None, int]:

@@ -14,12 +14,13 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from awsflock import errors, metrics
+from awsflock import errors
 from awsflock.clock_async import AsyncClock
 from awsflock.durations import lease_seconds
 from awsflock.lock import owners, renewal
 from awsflock.lock.holding import HoldState
 from awsflock.lock.renewer import AsyncRenewer
+from awsflock.lock.terms import terms
 from awsflock.protocol_async import AsyncLockStore
 from awsflock.text import format_seconds
 
@@ -47,6 +48,9 @@ class HeldLease(Protocol):
 
     @property
     def expires_mono(self) -> float: ...
+
+    @property
+    def capped(self) -> bool: ...
 
     @property
     def acquired_at(self) -> float: ...
@@ -104,11 +108,12 @@ class Hold(HoldState):
         fair: bool = False,
         shared: bool = False,
         lock_delay: float | str = 0,
+        max_hold: float | str | None = None,
     ) -> None:
         self.table = table
         self.fair = fair
         self.shared = shared
-        self.lock_delay = lock_delay
+        self.lock_delay, self.max_hold = lock_delay, max_hold
         #: The locks held (several: taken together, ``awsflock.sets``), and their names as
         #: messages say them.
         self.lock_ids = (lock_id,) if isinstance(lock_id, str) else tuple(lock_id)
@@ -118,7 +123,9 @@ class Hold(HoldState):
         self.wait_s = wait
         policy = renewal.POLICY
         self.interval = renew_every if renew_every is not None else policy.interval(self.lease_s)
-        self.margin = policy.margin(self.lease_s) if margin is None else margin
+        # The margin of a grant as long as it runs: its lease, or its max-hold if shorter.
+        span = terms(lock_delay, max_hold).granted(self.lease_s)
+        self.margin = policy.margin(span) if margin is None else margin
         policy.check(self.lease_s, self.margin, self.interval)
         self.on_lost = on_lost
         self.identity = identity
@@ -169,6 +176,7 @@ class Hold(HoldState):
             fair=self.fair,
             shared=self.shared,
             lock_delay=self.lock_delay,
+            max_hold=self.max_hold,
         )
         if (self.slots or 1) == 1:
             for name in self.lock_ids:
@@ -255,7 +263,7 @@ class Hold(HoldState):
                 return
             now = self.clock.monotonic()
             if now >= self.mono_deadline():
-                self._lose("no successful renewal before the safety deadline", metrics.EXPIRED)
+                self._lose_at_deadline()
                 return
             with self._state:
                 due = now >= self._next_renew

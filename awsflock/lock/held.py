@@ -55,6 +55,13 @@ class Lease:
     #: What turned the record's times into monotonic time for ``expires_mono`` (see
     #: ``of_record``).
     to_mono: float = 0.0
+    #: The hold's cap (``max_hold=``; None: none): no renewal moves ``expires_at`` past it.
+    capped_at: float | None = None
+
+    @property
+    def capped(self) -> bool:
+        """Whether the lease now ends at its cap: no renewal extends it."""
+        return self.capped_at is not None and self.expires_at >= self.capped_at
 
     @classmethod
     def of_record(
@@ -84,6 +91,7 @@ class Lease:
             acquired_at=record.acquired_at or wall,
             expires_mono=record.expires_at + to_mono,
             to_mono=to_mono,
+            capped_at=record.capped_at,
             **{"previous": record.previous, **extra},
         )
 
@@ -100,6 +108,8 @@ class Lease:
         self.expires_at = fresh.expires_at
         self.expires_mono = fresh.expires_at + to_mono
         self.lease_duration = fresh.lease_duration
+        if fresh.capped_at is not None:  # a renewer that adopted the lease learns its cap
+            self.capped_at = fresh.capped_at
 
     def renew(self, lease: float | str | None = None) -> Lease:
         """Extend the lease by ``lease`` (default: its current duration) from now."""
@@ -133,6 +143,7 @@ class Lease:
             "lease_duration": self.lease_duration,
             **({} if self.slot is None else {"slot": self.slot}),
             **({} if self.previous is None else {"previous": self.previous.as_dict()}),
+            **({} if self.capped_at is None else {"capped_at": round(self.capped_at, 3)}),
         }
 
     def __enter__(self) -> Lease:

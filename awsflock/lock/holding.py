@@ -29,6 +29,9 @@ class Held(Protocol):
     @property
     def expires_mono(self) -> float: ...
 
+    @property
+    def capped(self) -> bool: ...
+
 
 class HoldState:
     """The state of a hold that its caller reads and its renewer schedules by; the loss."""
@@ -101,7 +104,7 @@ class HoldState:
     def check(self) -> None:
         """Raise LeaseLost if the lease was lost, or may be about to be (past the deadline)."""
         if not self.lost.is_set() and self.clock.monotonic() >= self.mono_deadline():
-            self._lose("no successful renewal before the safety deadline", metrics.EXPIRED)
+            self._lose_at_deadline()
         if self.lost.is_set():
             assert self._lost_error is not None
             raise self._lost_error
@@ -126,8 +129,7 @@ class HoldState:
         call; with ``tell=False`` the caller calls ``_tell_lost()`` then (elsewhere: the
         renewer's scheduler must not run the callback itself)."""
         if not self.lost.is_set() and self.clock.monotonic() >= self.mono_deadline():
-            why = "no successful renewal before the safety deadline"
-            return self._lose(why, metrics.EXPIRED, tell=tell)
+            return self._lose_at_deadline(tell)
         return False
 
     def _name_unreleased(self, exc: errors.AwsflockError) -> None:
@@ -185,6 +187,15 @@ class HoldState:
         """Called once, as the loss is declared, before ``on_lost``: the asynchronous hold
         cancels its body here (``awsflock.aio``)."""
 
+    def _lose_at_deadline(self, tell: bool = True) -> bool:
+        """The deadline passed: the hold reached its cap (its lease ends there, and no renewal
+        extends it), or no renewal got through in time."""
+        lease = self._lease
+        if lease is not None and lease.capped:
+            return self._lose("the hold reached its max-hold", metrics.CAPPED, tell=tell)
+        why = "no successful renewal before the safety deadline"
+        return self._lose(why, metrics.EXPIRED, tell=tell)
+
     def _lose(self, why: str, reason: str, advice: str = "", tell: bool = True) -> bool:
         """Declare the lease lost (True: by this call). ``advice``: what to do about it, where
         the reason calls for more than checking the work and trying again (a force-release:
@@ -192,14 +203,24 @@ class HoldState:
         with self._state:
             if self.lost.is_set():
                 return False
-            metrics.record("awsflock.leases.lost", 1, self.lock_id, self.table.store, reason=reason)
             lease = self._lease
-            if reason != metrics.FORCE_RELEASED or not advice:
-                advice = "check it and retry"
-            self._lost_error = errors.LeaseLost(
-                f"lease on {self.lock_id!r} was lost: {why}",
-                hint=f"the work done under it may be unprotected; {advice}",
-            )
+            if reason == metrics.CAPPED:
+                metrics.record("awsflock.holds.capped", 1, self.lock_id, self.table.store)
+                self._lost_error = errors.HoldCapped(
+                    f"the hold of {self.lock_id!r} ended: {why}",
+                    hint="stop the work there; take the lock again to go on, or give a longer "
+                    "--max-hold (max_hold=)",
+                )
+            else:
+                metrics.record(
+                    "awsflock.leases.lost", 1, self.lock_id, self.table.store, reason=reason
+                )
+                if reason != metrics.FORCE_RELEASED or not advice:
+                    advice = "check it and retry"
+                self._lost_error = errors.LeaseLost(
+                    f"lease on {self.lock_id!r} was lost: {why}",
+                    hint=f"the work done under it may be unprotected; {advice}",
+                )
             # Said before ``lost`` is set: a caller that sees it set (``run``, which then stops
             # its command and says so) writes its lines after this one.
             log.error(

@@ -121,6 +121,7 @@ class LockTable(table.LockTable):
         fair: bool = False,
         shared: bool = False,
         lock_delay: float | str = 0,
+        max_hold: float | str | None = None,
     ) -> Hold:
         """The lock held while you work, renewed in the background (every lease/3).
 
@@ -128,7 +129,8 @@ class LockTable(table.LockTable):
         entry (waiting up to ``wait``), releases on exit, after the body, and raises LeaseLost
         on exit if the lease was lost. ``held.lost`` is set, and ``on_lost(held, error)``
         called, once a renewal is refused or none succeeded by the lease's end less
-        ``margin``. Asking again for a lock this thread holds so raises UsageError at once.
+        ``margin``, or the hold reaches ``max_hold`` (then ``HoldCapped``, a LeaseLost).
+        Asking again for a lock this thread holds so raises UsageError at once.
         """
         return Hold(
             self,
@@ -144,6 +146,7 @@ class LockTable(table.LockTable):
             fair=fair,
             shared=shared,
             lock_delay=lock_delay,
+            max_hold=max_hold,
         )
 
     def hold(self, lock_id: str | Sequence[str], **options: Any) -> Hold:

@@ -54,8 +54,11 @@ class RenewalPolicy:
     def default_kill_after(self, lease: float) -> float:
         return min(self.kill_after, lease * self.kill_after_share)
 
-    def kill_timing(self, lease: float, kill_after: float | None = None) -> tuple[float, float]:
+    def kill_timing(
+        self, lease: float, kill_after: float | None = None, capped: bool = False
+    ) -> tuple[float, float]:
         """(kill_after, safety margin) for ``run``; None picks the default kill-after.
+        ``lease``: how long a grant runs (``capped``: its --max-hold, shorter than the lease).
 
         Loss is declared ``margin`` = kill_after + guard before expiry: TERM then, KILL
         kill_after later, so the command is dead ``guard`` before its lease ends, and the skew
@@ -74,11 +77,12 @@ class RenewalPolicy:
         if kill_after >= limit:
             step = 1.0 if limit > 10 else 0.1  # what format_seconds shows, rounded down
             longest = max(0.0, math.floor(limit / step - 1e-6) * step)
+            what, flag = ("max-hold", "--max-hold") if capped else ("lease", "--lease-duration")
             raise errors.UsageError(
                 f"--kill-after {format_seconds(kill_after)} is too long for a "
-                f"{format_seconds(lease)} lease",
+                f"{format_seconds(lease)} {what}",
                 hint=f"use at most {format_seconds(longest)} (or leave it out), or a longer "
-                "--lease-duration, so the command is dead before another host can take the lock",
+                f"{flag}, so the command is dead before another host can take the lock",
             )
         return kill_after, kill_after + guard
 

@@ -106,7 +106,8 @@ class SetAcquisition(Acquisition):
             lease_ms=round(self.lease_s * 1000),
             skew_ms=round(self.skew * 1000),
             seen=seen,
-            delay_ms=self.delay_ms,
+            delay_ms=self.terms.delay_ms,
+            max_hold_ms=self.terms.max_hold_ms,
         )
 
     async def look_all(self, outcomes: tuple[Outcome, ...]) -> Grant | None:
@@ -149,7 +150,7 @@ class SetAcquisition(Acquisition):
         self.unsettled[set_id] = None
         to_monos = tuple(t if t is not None else self.to_mono.get(set_id) for t in answered)
         left = min(self._left(r, t) for r, t in zip(records, to_monos))
-        if left >= self.lease_s * MIN_LEFT:
+        if left >= self.terms.granted(self.lease_s) * MIN_LEFT:
             self.unsettled.pop(set_id, None)
             waited = self.clock.monotonic() - self.start
             return SetGrant(
@@ -168,7 +169,7 @@ class SetAcquisition(Acquisition):
     async def still_fresh(self, grant: Grant) -> Grant | None:
         assert isinstance(grant, SetGrant)
         left = min(self._left(r, t) for r, t in zip(grant.records, grant.to_monos))
-        if left >= self.lease_s * MIN_LEFT:
+        if left >= self.terms.granted(self.lease_s) * MIN_LEFT:
             return grant
         self.unsettled[grant.lease_id] = None
         await self._give_up(grant.lease_id, None, left, "kept while other attempts were settled")

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from awsflock import errors, metrics, sets
-from awsflock.durations import delay_seconds, lease_seconds, wait_limit
+from awsflock.durations import lease_seconds, wait_limit
 from awsflock.lock import owners, telling, verdict, waiting
 from awsflock.lock.held import Lease, release_on_exit
 from awsflock.lock.set_acquisition import SetAcquisition, SetGrant
+from awsflock.lock.terms import NO_TERMS, Terms
 from awsflock.names import check_lease_id
 from awsflock.records import Identity, LockRecord, Previous
 from awsflock.sets import SetSteps
@@ -80,6 +81,11 @@ class LeaseSet:
         return min(lease.expires_mono for lease in self.leases)
 
     @property
+    def capped(self) -> bool:
+        """Whether a name's lease now ends at the set's cap (each took the same one)."""
+        return any(lease.capped for lease in self.leases)
+
+    @property
     def acquired_at(self) -> float:
         return min(lease.acquired_at for lease in self.leases)
 
@@ -111,7 +117,14 @@ class LeaseSet:
             "expires_at": round(self.expires_at, 3),
             "lease_duration": self.lease_duration,
             "previous": {n: p.as_dict() for n, p in self.previous.items() if p is not None},
+            **({} if (cap := self.capped_at) is None else {"capped_at": round(cap, 3)}),
         }
+
+    @property
+    def capped_at(self) -> float | None:
+        """The set's cap (``max_hold=``; each name took the same one), or None."""
+        caps = [lease.capped_at for lease in self.leases if lease.capped_at is not None]
+        return min(caps) if caps else None
 
     def __repr__(self) -> str:
         state = ", released" if self.released else ""
@@ -125,6 +138,15 @@ class LeaseSet:
 
     def __exit__(self, *exc: object) -> None:
         release_on_exit(self, exc[0])
+
+
+def check_set_options(slots: int | None, fair: bool, shared: bool) -> None:
+    """Refuse what a set cannot be: a pool, a fair waiter, a shared holder."""
+    if slots is not None or fair or shared:
+        raise errors.UsageError(
+            "locks taken together are plain exclusive locks, served as they come",
+            hint="drop slots/fair/shared (--slots/--fair/--shared), or take that lock on its own",
+        )
 
 
 class SetTable:
@@ -150,7 +172,7 @@ class SetTable:
         wait: float | str | None,
         identity: Identity | None = None,
         cancel: threading.Event | None = None,
-        lock_delay: float | str = 0,
+        terms: Terms = NO_TERMS,
     ) -> LeaseSet:
         """Take every lock of ``lock_ids`` together, waiting up to ``wait`` (see ``acquire``)."""
         names = sets.check_names(lock_ids)
@@ -162,8 +184,7 @@ class SetTable:
                 owners.refuse_reentry(self.store, name)
         who = identity or self.identity
         opts = {"clock": self.clock, "rng": self.rng, "skew": self.skew}
-        delay_s = delay_seconds(lock_delay)
-        run = SetAcquisition(self.store, names, lease_s, who, delay_s=delay_s, **opts)
+        run = SetAcquisition(self.store, names, lease_s, who, terms=terms, **opts)
         try:
             grant = waiting.wait(run, wait_s=wait_s, cancel=cancel, **opts)
         except BaseException as exc:

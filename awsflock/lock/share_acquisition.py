@@ -12,14 +12,15 @@ from typing import Any
 from awsflock import errors, shares
 from awsflock.lock.acquisition import Acquisition
 from awsflock.lock.grants import Grant
+from awsflock.lock.terms import NO_TERMS, Terms
 from awsflock.protocol import LockStore, Outcome
 from awsflock.stores import kinds
 
 
-def check_shared(store: Any, slots: int | None, fair: bool, delay_s: float = 0.0) -> None:
+def check_shared(store: Any, slots: int | None, fair: bool, terms: Terms = NO_TERMS) -> None:
     """Refuse a shared acquire the store cannot hold, or with what a share does not take: a
-    pool's slots, a place in the line of fair waiters, a lock-delay (shares are the readers:
-    no late write of theirs to wait for)."""
+    pool's slots, a place in the line of fair waiters, a lock-delay or a max-hold (shares are
+    the readers: ``Terms.check_shared``)."""
     if not kinds.of(store).shares:
         raise errors.ConfigurationError(
             f"{store.where()} does not hold shared locks yet",
@@ -30,11 +31,7 @@ def check_shared(store: Any, slots: int | None, fair: bool, delay_s: float = 0.0
             "a shared lock is a plain lock, served as it comes",
             hint="drop --slots/--fair (slots=/fair=), or take the lock without --shared",
         )
-    if delay_s:
-        raise errors.UsageError(
-            "a shared holder takes no lock-delay: it writes nothing a delay would wait for",
-            hint="drop --lock-delay (lock_delay=), or take the lock without --shared",
-        )
+    terms.check_shared()
 
 
 def share_renewed(store: LockStore, outcome: Outcome, lock_id: str, lease_id: str) -> Outcome:

@@ -14,7 +14,7 @@ from typing import Any, Callable, overload
 
 from awsflock import errors, metrics, shares
 from awsflock.clock_async import AsyncClock
-from awsflock.durations import delay_seconds, lease_seconds, skew_seconds, wait_limit
+from awsflock.durations import lease_seconds, skew_seconds, wait_limit
 from awsflock.lock import owners, telling, verdict, waiting_async
 from awsflock.lock.acquisition_async import Acquisition
 from awsflock.lock.election_async import Election, Term
@@ -22,12 +22,13 @@ from awsflock.lock.grants import Grant, event_fields
 from awsflock.lock.held_async import Lease
 from awsflock.lock.line_async import Fair, new_ticket
 from awsflock.lock.renewer import AsyncRenewer
-from awsflock.lock.set_table_async import LeaseSet, SetTable
+from awsflock.lock.set_table_async import LeaseSet, SetTable, check_set_options
 from awsflock.lock.share_acquisition_async import (
     ShareAcquisition,
     check_shared,
     share_renewed,
 )
+from awsflock.lock.terms import NO_TERMS, Terms, terms
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol_async import AsyncLockStore
 from awsflock.records import Identity, LockRecord, Pool
@@ -124,6 +125,7 @@ class LockTable(SetTable):
         fair: bool = ...,
         shared: bool = ...,
         lock_delay: float | str = ...,
+        max_hold: float | str | None = ...,
     ) -> Lease: ...
 
     @overload
@@ -139,6 +141,7 @@ class LockTable(SetTable):
         fair: bool = ...,
         shared: bool = ...,
         lock_delay: float | str = ...,
+        max_hold: float | str | None = ...,
     ) -> Lease | LeaseSet: ...
 
     async def acquire(
@@ -153,6 +156,7 @@ class LockTable(SetTable):
         fair: bool = False,
         shared: bool = False,
         lock_delay: float | str = 0,
+        max_hold: float | str | None = None,
     ) -> Lease | LeaseSet:
         """Take the lock, waiting up to ``wait`` seconds (0: don't wait; ``WAIT_FOREVER``).
 
@@ -163,33 +167,29 @@ class LockTable(SetTable):
         other shared holder and never beside an exclusive one (``awsflock.shares``: a waiting
         exclusive acquire keeps new shares out). With ``lock_delay`` ('15s'; not ``shared``), a
         lease that ends unreleased (runs out, or is forced) keeps the lock that long after its
-        end. Raises LockBusy (with ``.holder``) when it stayed held, and Cancelled (holding
-        nothing) once ``cancel`` is set.
+        end. With ``max_hold`` ('2h'; not ``shared``), no renewal extends the lease past the
+        grant plus it. Raises LockBusy (with ``.holder``) when it stayed held, and Cancelled
+        (holding nothing) once ``cancel`` is set.
 
         With a list of names, every one of them is taken together in one step, or none is
         (``awsflock.sets``): a ``LeaseSet``, one LEASE_ID with a fencing token per lock. Plain
         locks only (no ``slots``, no ``fair``).
         """
+        given = terms(lock_delay, max_hold)
         if not isinstance(lock_id, str):
-            if slots is not None or fair or shared:
-                raise errors.UsageError(
-                    "locks taken together are plain exclusive locks, served as they come",
-                    hint="drop slots/fair/shared (--slots/--fair/--shared), or take that lock "
-                    "on its own",
-                )
+            check_set_options(slots, fair, shared)
             return await self.acquire_set(
                 lock_id,
                 lease=lease,
                 wait=wait,
                 identity=identity,
                 cancel=cancel,
-                lock_delay=lock_delay,
+                terms=given,
             )
-        delay_s = delay_seconds(lock_delay)
         if shared:
-            check_shared(self.store, slots, fair, delay_s)
+            check_shared(self.store, slots, fair, given)
         return await self._acquire_one(
-            lock_id, lease, wait, identity, slots, cancel, fair, shared=shared, delay_s=delay_s
+            lock_id, lease, wait, identity, slots, cancel, fair, shared=shared, terms=given
         )
 
     async def _acquire_one(
@@ -203,7 +203,7 @@ class LockTable(SetTable):
         fair: bool,
         *,
         shared: bool = False,
-        delay_s: float = 0.0,
+        terms: Terms = NO_TERMS,
     ) -> Lease:
         """``acquire`` of one lock."""
         check_lock_id(lock_id)
@@ -221,7 +221,7 @@ class LockTable(SetTable):
             clock=self.clock,
             rng=self.rng,
             skew=self.skew,
-            delay_s=delay_s,
+            terms=terms,
         )
         # A fair acquire that does not wait takes no place: it is one plain try.
         policy = Fair(run, new_ticket(self.rng)) if fair and wait_s != 0 else waiting_async.PLAIN

@@ -174,6 +174,8 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
             if shorter and renewed_ms is not None and now_ms < renewed_ms + skew_ms:
                 return self._outcome(False, lock_id, record, slot)
             expires_ms = now_ms + lease_ms
+            if lease.cap_ms is not None:  # a max-hold: never past the cap (nor live after it)
+                expires_ms = min(expires_ms, lease.cap_ms)
             lease.lease = lease_id
             lease.version = _version()
             lease.lease_ms = lease_ms

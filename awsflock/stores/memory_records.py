@@ -61,6 +61,8 @@ class _Lease:
     #: DynamoDB's ``free_after_ms``).
     delay_ms: int = 0
     forced_free_ms: int | None = None
+    #: The hold's cap (``Attempt.max_hold_ms``): its end never passes it.
+    cap_ms: int | None = None
 
     def delay_end(self) -> int | None:
         """When its lock-delay ends if it ended unreleased (ms); None: it has none."""
@@ -123,6 +125,7 @@ class _Lease:
             legacy=self.fence is None and self.expires_ms is None,
             keeper=self.keeper,
             lock_delay=self.delay_ms / 1000,
+            capped_at=None if self.cap_ms is None else self.cap_ms / 1000,
             delay_end=None if (end := self.delay_end()) is None else end / 1000,
             previous=self.previous,
             lapse=self.lapse,

@@ -72,8 +72,49 @@ def grant(
     record where there are transactions; without them the record is kept for good), with how
     the lease it replaced ended. ``lasts``: each plain lock's last lease, beside its token."""
     now_ms, slot = attempt.now_ms, attempt.slot
-    becomes_pool = slot is not None and record.slots is None
     old = record.top if slot is None else record.pool.get(slot, _Lease())
+    fence = _token(record, old, attempt, lock_id, fences, transactions)
+    cap_ms = now_ms + attempt.max_hold_ms if attempt.max_hold_ms else None
+    expires_ms = min(now_ms + attempt.lease_ms, cap_ms or now_ms + attempt.lease_ms)
+    new = _Lease(
+        lease=attempt.lease_id,
+        version=_version(),
+        identity=attempt.identity,
+        lease_ms=attempt.lease_ms,
+        expires_ms=expires_ms,
+        expires_s=record.ttl(_seconds(expires_ms + attempt.skew_ms + attempt.delay_ms)),
+        acquired_ms=now_ms,
+        fence=fence,
+        history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
+        previous=previous(old, lock_id, None if slot is not None else lasts, record),
+        delay_ms=attempt.delay_ms,
+        cap_ms=cap_ms,
+    )
+    if slot is None and transactions and lasts is not None:
+        lasts[lock_id] = dataclasses.replace(new)
+    # An exclusive grant ends a group of shared holders for good, and the claim made for it.
+    record.shares, record.shared, record.claim_ms = {}, False, None
+    if slot is None:
+        record.top = new
+    else:
+        record.pool[slot] = new
+        record.slots = attempt.slots
+        # A pool never expires, and gives awsflock 0.2.0 nothing to take.
+        record.top.expires_s = None
+        record.top.version = ""
+
+
+def _token(
+    record: _Record,
+    old: _Lease,
+    attempt: Attempt,
+    lock_id: str,
+    fences: dict[str, int],
+    transactions: bool,
+) -> int:
+    """The fencing token of ``attempt``'s grant (``grant``)."""
+    now_ms, slot = attempt.now_ms, attempt.slot
+    becomes_pool = slot is not None and record.slots is None
     if slot is None:
         # As the DynamoDB store's: above its clock (x1000), or the lock's highest ever.
         highest = max(fences.get(lock_id, 0), old.fence or 0)
@@ -92,32 +133,7 @@ def grant(
         if becomes_pool:
             fence = max(fence, fences.get(lock_id, 0) + 1)
             record.top.fence = fence - 1
-    expires_ms = now_ms + attempt.lease_ms
-    new = _Lease(
-        lease=attempt.lease_id,
-        version=_version(),
-        identity=attempt.identity,
-        lease_ms=attempt.lease_ms,
-        expires_ms=expires_ms,
-        expires_s=record.ttl(_seconds(expires_ms + attempt.skew_ms + attempt.delay_ms)),
-        acquired_ms=now_ms,
-        fence=fence,
-        history=[(old.lease, old.ended) if old.lease else None, *old.history[:-1]],
-        previous=previous(old, lock_id, None if slot is not None else lasts, record),
-        delay_ms=attempt.delay_ms,
-    )
-    if slot is None and transactions and lasts is not None:
-        lasts[lock_id] = dataclasses.replace(new)
-    # An exclusive grant ends a group of shared holders for good, and the claim made for it.
-    record.shares, record.shared, record.claim_ms = {}, False, None
-    if slot is None:
-        record.top = new
-    else:
-        record.pool[slot] = new
-        record.slots = attempt.slots
-        # A pool never expires, and gives awsflock 0.2.0 nothing to take.
-        record.top.expires_s = None
-        record.top.version = ""
+    return fence
 
 
 def previous(

@@ -54,6 +54,8 @@ STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.S
 #: How many pids a message names before saying "and N more".
 NAMED = 5
 EXIT_LOST = 124
+#: The hold reached its --max-hold, and the command was stopped there.
+EXIT_CAPPED = 123
 
 #: ``--hold-until``: until the command's whole process group has exited, or the command alone.
 HOLD_UNTIL = ("group", "command")
@@ -165,13 +167,21 @@ class Watch:
     #: Takes the terminal back for awsflock (when the command had it): once the command has
     #: exited, Ctrl-C must reach awsflock, which stops what the command left.
     take_terminal: Callable[[], None] | None = None
+    #: The hold ended at its --max-hold (``errors.HoldCapped``), not by a loss.
+    capped: bool = False
 
     def lease_lost(self) -> bool:
         try:
             self.hold.check()  # by the clock, so a stuck renewal cannot delay this
-        except errors.LeaseLost:
+        except errors.LeaseLost as exc:
+            self.capped = isinstance(exc, errors.HoldCapped)
             self.lost.set()
         return self.lost.is_set()
+
+    def lost_status(self) -> int:
+        """``run``'s exit status once the hold ended under the command: 123 at its max-hold,
+        else 124."""
+        return EXIT_CAPPED if self.capped else EXIT_LOST
 
     def stop_asked(self) -> bool:
         return self.stop_signal() is not None
@@ -183,11 +193,11 @@ class Watch:
 
 def supervise(watch: Watch) -> int:
     """Wait for the command and, holding until the group, for what it left in its group; on
-    loss of the lease stop them all. The command's exit status, or ``EXIT_LOST``."""
+    loss of the lease stop them all. The command's exit status, or ``Watch.lost_status``."""
     try:
         status = _wait_command(watch)
         if status is None or not watch.until_group:
-            return EXIT_LOST if status is None else status
+            return watch.lost_status() if status is None else status
         return _wait_group(watch, status)
     finally:
         # From here on a signal to awsflock is not forwarded (the pgid may be reused), and the
@@ -238,7 +248,7 @@ def _wait_group(watch: Watch, status: int) -> int:
     while group.alive():
         if watch.lease_lost():
             _stop_after_loss(watch, kill_at)
-            return EXIT_LOST
+            return watch.lost_status()
         if kill_at is None and watch.stop_asked():
             kill_at = _stop_leftovers(watch, status)
         if kill_at is not None and time.monotonic() >= kill_at:
@@ -286,7 +296,8 @@ def _stop_after_loss(watch: Watch, kill_at: float | None = None) -> None:
     already under way set an earlier time), and wait until it is gone — or, holding until the
     command only, until the command is (what else is left is KILLed all the same)."""
     log.error(
-        "the lease was lost: sending TERM to the command's process group, KILL after %s",
+        "%s: sending TERM to the command's process group, KILL after %s",
+        "the hold reached --max-hold" if watch.capped else "the lease was lost",
         format_seconds(watch.kill_after),
     )
     group, child = watch.group, watch.child

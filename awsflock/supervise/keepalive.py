@@ -179,6 +179,11 @@ def serve(
         if hold.lost.is_set():
             try:
                 hold.check()
+            except errors.HoldCapped as capped:
+                # Renewed up to the cap: the lease runs out there, not a margin before it.
+                _wait_for_the_end(hold, signals, follow, follow_started)
+                _tell_lost(capped, follow, lock_ids, render or _plain)
+                why = capped.message
             except errors.LeaseLost as lost:
                 _tell_lost(lost, follow, lock_ids, render or _plain)
                 why = f"its renewal failed ({lost.message})"
@@ -260,6 +265,16 @@ def _keep(hold: Hold, signals: _Signals, lease_s: float, follow: int, follow_sta
             with contextlib.suppress(errors.AwsflockError):
                 renewed = hold.lease.renew(lease_s)
                 cut_back = renewed.remaining() > lease_s + 1.0
+
+
+def _wait_for_the_end(hold: Hold, signals: _Signals, follow: int, follow_started: str) -> None:
+    """A hold that reached its max-hold: wait, renewing nothing, until its lease has run out
+    at the cap (or the followed process exited, or a signal came), so that the renewer's end
+    of it frees the lock no sooner than the cap would."""
+    end = hold.lease.expires_mono
+    while hold.clock.monotonic() < end and alive(follow, follow_started):
+        if signals.stopping.wait(min(FOLLOW_EVERY, max(0.0, end - hold.clock.monotonic()))):
+            return
 
 
 def _end(table: LockTable, lock_ids: tuple[str, ...], lease_id: str, keeper: str, why: str) -> int:

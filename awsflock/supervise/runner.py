@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from awsflock import errors
 from awsflock.lock import renewal
+from awsflock.lock.audit_log import record_capped
 from awsflock.supervise import tree
-from awsflock.supervise.group import EXIT_LOST, STOP_SIGNALS, Group, Watch, supervise
+from awsflock.supervise.group import STOP_SIGNALS, Group, Watch, supervise
+from awsflock.supervise.notify import Notifier
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -61,8 +63,11 @@ class RunOptions:
     slots: int | None = None
     fair: bool = False
     shared: bool = False
-    #: The holder's lock-delay (``--lock-delay``), seconds.
+    #: The holder's lock-delay and max-hold (``--lock-delay``, ``--max-hold``), seconds.
     lock_delay: float = 0.0
+    max_hold: float | None = None
+    #: ``--notify-after D CMD2``: (D, CMD2), or None.
+    notify_after: tuple[float, str] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     #: "group": hold until the command and every process left in its group have exited;
     #: "command": release when the command itself exits (``--hold-until``).
@@ -151,7 +156,10 @@ def run(
         raise errors.UsageError(
             "no command to run", hint="give one after --, e.g. awsflock run LOCK -- make deploy"
         )
-    kill_after, margin = renewal.POLICY.kill_timing(options.lease, options.kill_after)
+    # Timed from how long a grant runs: its lease, or its --max-hold where that is shorter.
+    capped = options.max_hold is not None and options.max_hold < options.lease
+    span = options.max_hold if capped and options.max_hold is not None else options.lease
+    kill_after, margin = renewal.POLICY.kill_timing(span, options.kill_after, capped)
     try:
         executable = resolve(argv)
     except _CommandProblem as problem:
@@ -161,6 +169,7 @@ def run(
     signals = _Forwarder()
     previous = {sig: signal.signal(sig, signals) for sig in FORWARDED}
     lost = threading.Event()
+    notifier: Notifier | None = None
     hold = table.hold(
         lock_id,
         lease=options.lease,
@@ -172,6 +181,7 @@ def run(
         fair=options.fair,
         shared=options.shared,
         lock_delay=options.lock_delay,
+        max_hold=options.max_hold,
     )
     try:
         refused = _acquire(hold, signals.received, options)
@@ -182,6 +192,9 @@ def run(
             return started
         child, group, foreground = started
         hold.start_renewing()
+        if options.notify_after is not None:
+            notifier = Notifier(*options.notify_after, _command_env(hold, options))
+            notifier.start()
         group_too = options.hold_until == "group"
         watch = Watch(child, group, hold, lost, kill_after, group_too, signals.received)
         watch.take_terminal = _take_terminal_back if foreground else None
@@ -189,10 +202,13 @@ def run(
         if foreground:
             # Only now: a process left in the group may still read from the terminal.
             _take_terminal_back()
-        if not _release_quietly(hold):
-            return EXIT_LOST
-        return status
+        released = _release_quietly(hold)
+        if watch.capped and options.max_hold is not None:  # after the release: not in its way
+            record_capped(table, hold, options.max_hold)
+        return status if released else watch.lost_status()
     finally:
+        if notifier is not None:
+            notifier.cancel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -14,6 +14,7 @@ from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.postgresql import PostgresStore
 from tests.conformance.awaited import Awaited
 from tests.conformance.delay import DelayConformance
+from tests.conformance.max_hold import MaxHoldConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
@@ -98,6 +99,25 @@ class TestPostgresStorePrevious(PreviousConformance):
 class TestPostgresStoreDelay(DelayConformance):
     """Lock-delay on a real PostgreSQL server, in the caller's time (the server's clock:
     test_postgres.py)."""
+
+    @pytest.fixture
+    def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:
+        store = PostgresStore(postgres.url, pg_table, server_time=False)
+        yield store
+        store.close()
+
+
+@pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
+class TestDynamoDBStoreOnServersMaxHold(MaxHoldConformance):
+    """Max-hold on each server: its renewal's condition on the cap."""
+
+    @pytest.fixture
+    def store(self, server: Server, shared_table: str) -> DynamoDBStore:
+        return DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)
+
+
+class TestPostgresStoreMaxHold(MaxHoldConformance):
+    """Max-hold on a real PostgreSQL server, in the caller's time."""
 
     @pytest.fixture
     def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:

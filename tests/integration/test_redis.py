@@ -25,6 +25,7 @@ from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
 from tests.conformance.awaited import Awaited
 from tests.conformance.delay import DelayConformance
+from tests.conformance.max_hold import MaxHoldConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
@@ -79,6 +80,16 @@ class TestRedisStorePrevious(PreviousConformance):
 
 class TestRedisStoreDelay(DelayConformance):
     """Lock-delay, in the caller's time (the server's clock below)."""
+
+    @pytest.fixture
+    def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:
+        store = _store(redis_server, server_time=False)
+        yield store
+        store.close()
+
+
+class TestRedisStoreMaxHold(MaxHoldConformance):
+    """Max-hold, in the caller's time."""
 
     @pytest.fixture
     def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:

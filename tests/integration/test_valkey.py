@@ -21,6 +21,7 @@ from awsflock.records import Identity
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore
 from tests.conformance.delay import DelayConformance
+from tests.conformance.max_hold import MaxHoldConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
@@ -98,6 +99,16 @@ class TestValkeyStorePrevious(PreviousConformance):
 
 class TestValkeyStoreDelay(DelayConformance):
     """Lock-delay through the WAITAOF path (in the caller's time)."""
+
+    @pytest.fixture
+    def store(self, valkey: ValkeyServer) -> Iterator[RedisStore]:
+        store = _store(valkey, server_time=False)
+        yield store
+        store.close()
+
+
+class TestValkeyStoreMaxHold(MaxHoldConformance):
+    """Max-hold through the WAITAOF path (in the caller's time)."""
 
     @pytest.fixture
     def store(self, valkey: ValkeyServer) -> Iterator[RedisStore]:

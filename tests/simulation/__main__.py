@@ -27,6 +27,8 @@ from awsflock.stores.memory import MemoryStore
 from tests.simulation.mutants import (
     AIO,
     AIO_SHARE,
+    CAPS,
+    CAPS_SHARE,
     DELAYS,
     DELAYS_SHARE,
     MUTANTS,
@@ -221,6 +223,7 @@ def run_many(
     sets: float = 0.0,
     shares: float = 0.0,
     delays: float = 0.0,
+    caps: float = 0.0,
 ) -> tuple[list[Result], Result | None]:
     """Simulate seed after seed until ``budget`` operations or ``duration`` seconds are spent,
     or a violation is found (returned second). ``store``: memory, moto, postgresql or redis (on
@@ -255,6 +258,7 @@ def run_many(
                 sets=sets,
                 shares=shares,
                 delays=delays,
+                caps=caps,
             )
             result.flags = (
                 ("" if transactions else " --no-transactions")
@@ -262,6 +266,7 @@ def run_many(
                 + (f" --sets {sets}" if sets else "")
                 + (f" --shares {shares}" if shares else "")
                 + (f" --delays {delays}" if delays else "")
+                + (f" --caps {caps}" if caps else "")
             )
             results.append(result)
             done += result.operations
@@ -332,6 +337,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the share of plain and pool takes with a lock-delay (default 0; "
         f"{DELAYS_SHARE} for a mutant of lock-delay)",
     )
+    parser.add_argument(
+        "--caps",
+        type=float,
+        default=None,
+        help="the share of plain and pool takes with a max-hold (default 0; "
+        f"{CAPS_SHARE} for a mutant of max-hold)",
+    )
     parser.add_argument("--mutant", help="put a known bug back (a name's start: '4', 'C fenc')")
     parser.add_argument(
         "--late-by", type=float, help="how late a late request may land (default 5 s)"
@@ -362,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
             args.shares = SHARES_SHARE
         if args.delays is None and names[0] in DELAYS:
             args.delays = DELAYS_SHARE
+        if args.caps is None and names[0] in CAPS:
+            args.caps = CAPS_SHARE
     seeds: Iterator[int]
     if args.seed is not None:
         seeds = iter([args.seed])
@@ -386,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             sets=args.sets or 0.0,
             shares=args.shares or 0.0,
             delays=args.delays or 0.0,
+            caps=args.caps or 0.0,
         )
     wall = time.perf_counter() - started
     operations = sum(r.operations for r in results)
@@ -419,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sum(r.share_grants for r in results)} shares granted")
     if args.delays:
         print(f"{sum(r.delayed_grants for r in results)} grants after a lock-delay checked")
+    if args.caps:
+        print(f"{sum(r.capped_steps for r in results)} takes and renewals checked against a cap")
     checked = sum(r.previous_checked for r in results)
     if checked:
         print(f"{checked} grants checked for how the lease before them ended")

@@ -110,6 +110,10 @@ class Checker:
         self.forces_by_reading = getattr(inner, "kind", "") != "dynamodb"
         self.ends: dict[str, int] = {}  # the end of each lease with a delay, as last applied
         self.delayed_grants = 0
+        #: Max-holds: each capped take's cap (ms, by its clock, as the store records it), and
+        #: how many takes and renewals were checked against one.
+        self.caps: dict[str, int] = {}
+        self.capped_steps = 0
         #: Lease ids force-released -> (the operator, the action id) of the force applied.
         self.forced_by: dict[str, tuple[str, str]] = {}
         self.resource: dict[Key, int] = {}  # the downstream resource: highest token accepted
@@ -177,6 +181,9 @@ class Checker:
             if attempt.delay_ms and result.record is not None:
                 self.delays[attempt.lease_id] = attempt.delay_ms
                 self.ends[attempt.lease_id] = round(result.record.expires_at * 1000)
+            if attempt.max_hold_ms:
+                self.caps[attempt.lease_id] = attempt.now_ms + attempt.max_hold_ms
+                self._check_cap(key, attempt.lease_id, view(result.record, attempt.lease_id))
             self._check_line_take(args[0], attempt, before, made)
             self.bodies.granted(key, attempt.lease_id, is_share_id(attempt.lease_id))
             self.grants[key] = self.grants.get(key, 0) + 1
@@ -213,6 +220,7 @@ class Checker:
                     if round(old.expires_at * 1000) <= now_ms:
                         self.fail(f"renew revived {lease_id[:8]} on {(args[0], slot)}, expired")
                     new = view(result.record, lease_id)
+                    self._check_cap((args[0], slot), lease_id, new)
                     if new is not None and lease_id in self.delays:
                         self.ends[lease_id] = round(new.expires_at * 1000)
                     if self.landing_late and new is not None and new.expires_at < old.expires_at:
@@ -283,6 +291,20 @@ class Checker:
             if not _free(plain, cutoff):
                 self.fail(f"a live plain lock {name!r} made a pool")
             self._check_delay((name, None), attempt, plain)
+
+    def _check_cap(self, key: Key, lease_id: str, record: LockRecord | None) -> None:
+        """No take or renewal the store applied sets a capped lease's end past its cap (the
+        take's reading plus its max-hold: a holder's belief never outlasts the end it is told,
+        so no holder keeps the lock past its cap either)."""
+        cap = self.caps.get(lease_id)
+        if cap is None or record is None:
+            return
+        self.capped_steps += 1
+        if round(record.expires_at * 1000) > cap:
+            self.fail(
+                f"the lease {lease_id[:8]} on {key} ends at {round(record.expires_at * 1000)},"
+                f" past its cap {cap}"
+            )
 
     def _forced_end(self, lease_id: str, kw: dict[str, Any]) -> int:
         """The earliest true time (ms) a force landing now may have ended ``lease_id`` at: when

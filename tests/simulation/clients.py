@@ -50,7 +50,9 @@ FAIR = 0.5
 class Shared:
     """What every process of one simulation may consult: the pool's size, as configured."""
 
-    def __init__(self, sets: float = 0.0, shares: float = 0.0, delays: float = 0.0) -> None:
+    def __init__(
+        self, sets: float = 0.0, shares: float = 0.0, delays: float = 0.0, caps: float = 0.0
+    ) -> None:
         self.pool_size = 3
         #: The share of a worker's operations that take sets (``clients_sets``); 0: none, and
         #: nothing drawn for them (a seed's run is as before sets).
@@ -59,6 +61,8 @@ class Shared:
         self.shares = shares
         #: The share of plain and pool takes with a lock-delay, as ``sets``.
         self.delays = delays
+        #: The share of plain and pool takes with a max-hold, as ``sets``.
+        self.caps = caps
 
 
 class Client(SetWork, ShareWork):
@@ -130,15 +134,24 @@ class Client(SetWork, ShareWork):
         delay = 0.0
         if self.shared.delays and self.rng.random() < self.shared.delays:
             delay = self.rng.choice((2.0, 10.0, 30.0))
+        cap = None
+        if self.shared.caps and self.rng.random() < self.shared.caps:
+            cap = self.rng.choice((3.0, 15.0, 60.0))
         try:
             lease = self.table.acquire(
-                name, lease=lease_s, wait=wait, slots=slots, fair=fair, lock_delay=delay
+                name,
+                lease=lease_s,
+                wait=wait,
+                slots=slots,
+                fair=fair,
+                lock_delay=delay,
+                max_hold=cap,
             )
         except errors.AwsflockError:
             self.checker.no_phantom(self.proc, name)
             raise
         key = (name, lease.slot)
-        self.checker.told_acquired(self.proc, key, lease, lease_s)
+        self.checker.told_acquired(self.proc, key, lease, min(lease_s, cap or lease_s))
         self.checker.hold(self.proc, key, lease.lease_id, lease.fencing_token, lease.expires_at)
         self.fenced_write(lease)  # the claim: the first thing a new holder does
         for _ in range(self.rng.randrange(1, 6)):

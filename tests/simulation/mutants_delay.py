@@ -1,6 +1,6 @@
-"""Known bugs of lock-delay, put back on purpose: each breaks the rule the checker holds takes
-to (``Checker._check_delay``), and the simulator must find it within its CI budget
-(tests/test_simulation_mutants.py)."""
+"""Known bugs of lock-delay and max-hold, put back on purpose: each breaks the rule the checker
+holds takes (``Checker._check_delay``) or takes and renewals (``Checker._check_cap``) to, and
+the simulator must find it within its CI budget (tests/test_simulation_mutants.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from awsflock.records import ENDED_RELEASED
 from awsflock.stores import memory_records
 from tests.simulation.patching import patched
 
-#: The share of plain and pool takes with a lock-delay when a mutant of it is looked for.
+#: The share of plain and pool takes with a lock-delay (a max-hold) when a mutant of it is
+#: looked for.
 DELAYS_SHARE = 0.5
+CAPS_SHARE = 0.5
 
 
 def delay_left_out_of_a_force() -> contextlib.AbstractContextManager[None]:
@@ -50,4 +52,21 @@ def ttl_before_the_delay() -> contextlib.AbstractContextManager[None]:
 MUTANTS_DELAY = {
     "D1 the lock-delay left out of a force": delay_left_out_of_a_force,
     "D2 TTL inside the lock-delay": ttl_before_the_delay,
+}
+
+
+def renewal_past_the_cap() -> contextlib.AbstractContextManager[None]:
+    """C1. A renewal ignores the hold's cap: keep-alive extends a capped lease for good."""
+    real = memory_records._Lease.__init__
+
+    def init(self: memory_records._Lease, *args: Any, **kw: Any) -> None:
+        real(self, *args, **kw)
+        if self.cap_ms is not None:  # the take's own end respects it; renewals forget it
+            object.__setattr__(self, "cap_ms", None)
+
+    return patched((memory_records._Lease, "__init__", init))
+
+
+MUTANTS_CAPS = {
+    "C1 a renewal past the cap": renewal_past_the_cap,
 }

@@ -72,6 +72,8 @@ class Result:
     share_grants: int = 0
     #: Grants over a lease that had a lock-delay and did not end released (each checked).
     delayed_grants: int = 0
+    #: Takes and renewals of leases with a max-hold (each checked against its cap).
+    capped_steps: int = 0
     #: Takes of sets the store applied, and refused.
     set_grants: int = 0
     set_refusals: int = 0
@@ -109,19 +111,20 @@ def simulate(
     sets: float = 0.0,
     shares: float = 0.0,
     delays: float = 0.0,
+    caps: float = 0.0,
 ) -> Result:
     """Run ``clients`` processes (workers, one operator, one awsflock 0.2.0 client where the
     store has them, else one more worker) for about ``ops`` operations each, on a fresh store.
     ``aio``: the share of the workers (drawn from the seed) that run ``awsflock.aio``;
     ``sets``: the share of a worker's operations that take several names together; ``shares``:
-    that take a share of a lock; ``delays``: the share of plain and pool takes with a
-    lock-delay."""
+    that take a share of a lock; ``delays``, ``caps``: the share of plain and pool takes with a
+    lock-delay, with a max-hold."""
     started = time.perf_counter()
     world = World(seed)
     inner = make_store() if make_store is not None else MemoryStore()
     network = Network(world, faults or default_faults(seed))
     checker = Checker(world, inner)
-    shared = Shared(sets, shares, delays)
+    shared = Shared(sets, shares, delays, caps)
     result = Result(seed, clients, off=off(inner))
     legacy = "awsflock 0.2.0 clients" not in result.off
     roles = ["operator", "legacy" if legacy else "worker"] + ["worker"] * max(1, clients - 2)
@@ -166,6 +169,7 @@ def simulate(
     result.set_grants, result.set_refusals = checker.sets.grants, checker.sets.refusals
     result.share_grants = checker.shares.grants
     result.delayed_grants = checker.delayed_grants
+    result.capped_steps = checker.capped_steps
     result.previous_checked = checker.previous.checked
     result.virtual_seconds = world.now - 1_900_000_000.0
     result.wall_seconds = time.perf_counter() - started

@@ -248,9 +248,12 @@ def _previous_sets(p: str, *, copied: bool) -> list[str]:
 
 
 def renew_condition(p: str) -> str:
+    """Also never past the hold's cap (``cap_ms``: ``steps.renew`` sends a renewal refused for
+    it again, for the cap)."""
     condition = (
         f"{owned(p)} AND {not_ended(p)} AND {live(p)} AND {NOT_OLDER.format(p=p)}"
         f" AND {NO_EARLIER.format(p=p)}"
+        f" AND (attribute_not_exists(#{p}cap_ms) OR #{p}cap_ms >= :expires_ms)"
     )
     return condition + (f" AND {SLOT_IN_POOL}" if p else f" AND {PLAIN_NOT_POOL} AND {NOT_GROUP}")
 

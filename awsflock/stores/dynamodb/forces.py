@@ -52,6 +52,7 @@ class Forces(Ends):
         """End ``lease_id`` whoever holds it, recording who, why, and this action's id; its
         audit record in the same transaction (where the endpoint has none, right after)."""
         ended = ENDED_FORCED + force_id
+        started = self.clock.monotonic()
         delay_ms = 0
         for _ in range(2):
             outcome = self._end(
@@ -75,7 +76,8 @@ class Forces(Ends):
             if not delay_ms:
                 break
         if outcome.applied and delay_ms:
-            self._delay_from_the_force(lock_id, lease_id, ended, delay_ms, now_ms, skew_ms, slot)
+            read_ms = now_ms + round((self.clock.monotonic() - started) * 1000)
+            self._delay_from_the_force(lock_id, lease_id, ended, delay_ms, read_ms, skew_ms, slot)
         if outcome.applied and audit is not None and not self._transactions:
             self._move_kept_audits(outcome, lease_id, audit)
         return outcome
@@ -91,8 +93,10 @@ class Forces(Ends):
         slot: int | None,
     ) -> None:
         """The forced lease's lock-delay, counted from now (the force's answer is in, so it
-        landed before now) where that ends it sooner than its lease's end did. (Never before
-        the force's own reading ``read_ms``: a store whose clock is not its callers'.)"""
+        landed before now) where that ends it sooner than its lease's end did. Now is never
+        before ``read_ms``: the force's reading plus the monotonic time since, so that neither
+        a step of the wall clock back meanwhile nor a store whose clock is not its callers'
+        counts it from before the landing."""
         now_ms = max(round(self.clock.time() * 1000), read_ms)
         free_after_ms = now_ms + delay_ms
         p = slot_prefix(slot)

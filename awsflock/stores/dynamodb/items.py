@@ -81,6 +81,8 @@ A_KEEPER = "keeper"  # who keeps the lease alive (acquire --keep-alive): "host H
 A_DELAY = "delay_ms"
 A_DELAY_S = "delay_s"
 A_FREE_AFTER = "free_after_ms"
+#: The hold's cap (``Attempt.max_hold_ms``): no take or renewal sets ``expires_ms`` past it.
+A_CAP = "cap_ms"
 A_LINE_NEXT = "qn"
 A_LINE_LEN = "qlen"
 A_LINE_POLLED = "qpoll"
@@ -300,6 +302,7 @@ def record_from_item(item: dict[str, Any]) -> LockRecord:
         legacy=legacy,
         keeper=str(v.get(A_KEEPER) or ""),
         lock_delay=(v.get(A_DELAY) or 0) / 1000,
+        capped_at=v[A_CAP] / 1000 if isinstance(v.get(A_CAP), int) else None,
         delay_end=_delay_end(v),
         previous=previous_of_item(v),
         extra=v,

@@ -167,21 +167,23 @@ class Steps(Writes):
             )
 
         outcome = send()
-        later = _later_reading(outcome, lease_id, now_ms, lease_ms)
-        if later is None:
-            return outcome
-        # Refused only because the lease was granted or renewed with a later reading than ours
-        # (another host's renew, or our clock stepped back): sent once more from that reading,
-        # which only lengthens the lease (a renew that lands late after it is refused again).
-        expires_ms = later + lease_ms
-        values.update(
-            now_ms=later,
-            now_s=later // 1000,
-            order_ms=later - skew_ms,
-            expires_ms=expires_ms,
-            ttl=expiration_seconds(expires_ms + skew_ms),
-        )
-        return send()
+        for _ in range(2):
+            later = _later_reading(outcome, lease_id, now_ms, lease_ms)
+            if later is not None:
+                # Refused only because the lease was granted or renewed with a later reading
+                # than ours (another host's renew, or our clock stepped back): sent once more
+                # from that reading, which only lengthens the lease (a renew that lands late
+                # after it is refused again).
+                now_ms = later
+                values.update(now_ms=later, now_s=later // 1000, order_ms=later - skew_ms)
+            cap = _cap(outcome, lease_id, now_ms, now_ms + lease_ms)
+            if later is None and cap is None:
+                return outcome
+            # Refused for the hold's cap, which the renewer did not know: sent for the cap.
+            expires_ms = now_ms + lease_ms if cap is None else min(cap, now_ms + lease_ms)
+            values.update(expires_ms=expires_ms, ttl=expiration_seconds(expires_ms + skew_ms))
+            outcome = send()
+        return outcome
 
     def resize_pool(
         self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
@@ -302,6 +304,18 @@ def _later_reading(outcome: Outcome, lease_id: str, now_ms: int, lease_ms: int) 
     if not isinstance(renewed, int) or renewed <= now_ms or record.expires_at * 1000 <= now_ms:
         return None
     return renewed if renewed + lease_ms >= record.expires_at * 1000 else None
+
+
+def _cap(outcome: Outcome, lease_id: str, now_ms: int, expires_ms: int) -> int | None:
+    """The cap (ms) a refused renew of ``lease_id``, live at ``now_ms``, should be sent again
+    for, when its end ``expires_ms`` passes the cap the record shows; else None."""
+    record = outcome.record
+    if outcome.applied or record is None or record.lease_id != lease_id or record.ended:
+        return None
+    if record.capped_at is None or record.expires_at * 1000 <= now_ms:
+        return None
+    cap = round(record.capped_at * 1000)
+    return cap if now_ms < cap < expires_ms else None
 
 
 def _seen(outcome: Outcome, ticket: str) -> int | None:

@@ -29,6 +29,7 @@ from awsflock.stores.dynamodb.base import (
     new_version,
 )
 from awsflock.stores.dynamodb.items import (
+    A_CAP,
     A_CI_URL,
     A_COMMAND,
     A_DELAY,
@@ -74,7 +75,7 @@ class Takes(Writes):
         line's update (None: no place to remove), the holder's fields set and removed."""
         identity, now_ms, skew_ms = attempt.identity, attempt.now_ms, attempt.skew_ms
         lease_ms, slots = attempt.lease_ms, attempt.slots
-        expires_ms = now_ms + lease_ms
+        expires_ms = now_ms + min(lease_ms, attempt.max_hold_ms or lease_ms)
         values: dict[str, Any] = {
             "lease": attempt.lease_id,
             "version": new_version(),
@@ -358,9 +359,10 @@ def _above_slot(
 
 
 def _holder(attempt: Attempt, expires_ms: int) -> dict[str, Any]:
-    """Who holds it, for waiters' messages, and its lock-delay (``expressions.not_delayed``):
-    a take sets those given and removes the others, so a previous holder's never lingers."""
-    identity, delay = attempt.identity, attempt.delay_ms
+    """Who holds it, for waiters' messages, its lock-delay (``expressions.not_delayed``) and
+    its cap: a take sets those given and removes the others, so a previous holder's never
+    lingers."""
+    identity, delay, hold = attempt.identity, attempt.delay_ms, attempt.max_hold_ms
     return {
         A_HOST: identity.host,
         A_PID: identity.pid,
@@ -370,6 +372,7 @@ def _holder(attempt: Attempt, expires_ms: int) -> dict[str, Any]:
         A_DELAY: delay,
         A_DELAY_S: -(-delay // 1000),
         A_FREE_AFTER: expires_ms + delay if delay else 0,
+        A_CAP: attempt.now_ms + hold if hold else 0,
     }
 
 
@@ -387,10 +390,11 @@ def _granted_record(
         version=str(values["version"]),
         **holder_fields(attempt.identity),
         acquired_at=attempt.now_ms / 1000,
-        expires_at=(attempt.now_ms + attempt.lease_ms) / 1000,
+        expires_at=int(values["expires_ms"]) / 1000,
         lease_duration=attempt.lease_ms / 1000,
         fencing_token=int(values["token"]),
         history=history,
         lock_delay=attempt.delay_ms / 1000,
+        capped_at=(attempt.now_ms + attempt.max_hold_ms) / 1000 if attempt.max_hold_ms else None,
         previous=pin.previous,
     )

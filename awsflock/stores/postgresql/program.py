@@ -32,6 +32,7 @@ LEASE_FIELDS = (
     "prev",
     "lapse",
     "delay_ms",
+    "cap_ms",
 )
 
 

@@ -56,6 +56,9 @@ ADDED_COLUMNS = (
     # The holder's lock-delay (ms; 0: none): a lease that ends without its holder's release is
     # not taken over before its end plus this (steps.sql).
     ("delay_ms", "bigint NOT NULL DEFAULT 0"),
+    # The hold's cap (ms by the server's clock; NULL: no max-hold): no take or renewal sets
+    # ``expires_ms`` past it (steps.sql).
+    ("cap_ms", "bigint"),
 )
 
 

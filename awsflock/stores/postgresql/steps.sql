@@ -184,7 +184,8 @@ BEGIN
     --   lease, who (jsonb), lease_ms, sent (the caller's clock when sent: orders renews),
     --   slot, slots (a pool's slot and size; absent: the plain lock), ticket, number, drop (a
     --   fair waiter's place, its number, the lapsed places it removes: [[ticket, seen_ms], ...]),
-    --   delay_ms (the holder's lock-delay, recorded with the lease; absent: 0).
+    --   delay_ms (the holder's lock-delay, recorded with the lease; absent: 0), max_hold_ms (its
+    --   max-hold: the cap, cap_ms, is the take's time plus it; absent or 0: none).
     --   Applied when the lease (or the pool slot) is free (v_h_free, v_r_free: past the lock-delay
     --   of a lease that ended unreleased), the id was never granted, barred or handed on here,
     --   and the line lets this caller in (no line, or its lapse, or the ticket with its number
@@ -244,7 +245,10 @@ BEGIN
                 lease_id = p->>'lease',
                 who = p->'who',
                 lease_ms = (p->>'lease_ms')::bigint,
-                expires_ms = v_now + (p->>'lease_ms')::bigint,
+                -- Never past the hold's cap (the take's time plus its max_hold_ms; 0: none).
+                expires_ms = v_now + LEAST((p->>'lease_ms')::bigint,
+                    COALESCE(NULLIF((p->>'max_hold_ms')::bigint, 0), (p->>'lease_ms')::bigint)),
+                cap_ms = v_now + NULLIF((p->>'max_hold_ms')::bigint, 0),
                 acquired_ms = v_now,
                 renewed_ms = (p->>'sent')::bigint,
                 -- A new slot starts above its plain lock's tokens (rows are never deleted).
@@ -298,7 +302,8 @@ BEGIN
         END IF;
         IF v_ok THEN
             UPDATE {{T}} SET
-                expires_ms = v_now + (p->>'lease_ms')::bigint,
+                expires_ms = LEAST(v_now + (p->>'lease_ms')::bigint,
+                    COALESCE(cap_ms, v_now + (p->>'lease_ms')::bigint)),  -- never past the cap
                 lease_ms = (p->>'lease_ms')::bigint,
                 renewed_ms = GREATEST((p->>'sent')::bigint, renewed_ms),
                 keeper = COALESCE(p->>'keeper', keeper)
@@ -388,7 +393,8 @@ BEGIN
                         || h.history, '$[0 to 2]'),
                     forced_by = NULL, forced_reason = NULL, forced_ms = NULL, keeper = '',
                     shared = true, shares = jsonb_build_object(p->>'lease', v_entry),
-                    claim_ms = NULL, prev = v_prev, lapse = NULL, delay_ms = 0
+                    claim_ms = NULL, prev = v_prev, lapse = NULL, delay_ms = 0,
+                    cap_ms = NULL
                 WHERE lock_id = p_lock AND slot = -1 RETURNING * INTO h;
             ELSE
                 UPDATE {{T}} SET

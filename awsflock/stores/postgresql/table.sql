@@ -31,5 +31,6 @@ CREATE TABLE {{T}} (
     prev jsonb,
     lapse jsonb,
     delay_ms bigint NOT NULL DEFAULT 0,
+    cap_ms bigint,
     PRIMARY KEY (lock_id, slot)
 );

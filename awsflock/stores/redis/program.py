@@ -41,6 +41,7 @@ FIELDS = {
     "forced_ms": "fms",
     "keeper": "keeper",
     "delay_ms": "dl",
+    "cap_ms": "cap",
 }
 
 

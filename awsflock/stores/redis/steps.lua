@@ -328,7 +328,9 @@ local function step(KEYS, op, p, clock, dry)
     --   lease, who (JSON text), lease_ms, sent (the caller's clock when sent: orders renews),
     --   slot, slots (a pool's slot and size; absent: the plain lock), ticket, number, drop (a
     --   fair waiter's place, its number, the lapsed places it removes: [[ticket, seen_ms], ...]),
-    --   delay_ms (the holder's lock-delay, kept with the lease as "dl"; absent or 0: none).
+    --   delay_ms (the holder's lock-delay, kept with the lease as "dl"; absent or 0: none),
+    --   max_hold_ms (its max-hold: the cap, "cap", is the take's time plus it; absent or 0:
+    --   none; no take or renewal sets "exp" past it).
     --   Applied when the lease (or the pool slot) is free (free(): past the lock-delay of a lease
     --   that ended unreleased; a slot's take that makes a plain lock a pool, of its lease too),
     --   the id was never granted, barred or taken over here, and the line lets this caller in
@@ -365,8 +367,13 @@ local function step(KEYS, op, p, clock, dry)
             local prev = taken_over(r, slot == nil and h.shared ~= nil, slot == nil)
             if h.shared ~= nil then end_group(top.ended) end
             local hist = hand_on(r)
-            local new = {lease = p.lease, who = p.who, ms = s(p.lease_ms), exp = s(now + p.lease_ms),
+            local exp = now + p.lease_ms
+            local new = {lease = p.lease, who = p.who, ms = s(p.lease_ms), exp = s(exp),
                          acq = s(now), fence = s(token), ended = '', keeper = '', prev = prev}
+            if type(p.max_hold_ms) == 'number' and p.max_hold_ms > 0 then
+                new.cap = s(now + p.max_hold_ms)
+                new.exp = s(math.min(exp, now + p.max_hold_ms))
+            end
             if p.sent ~= nil then new.rs = s(p.sent) end
             if #hist > 0 then new.hist = hist end
             if type(p.delay_ms) == 'number' and p.delay_ms > 0 then new.dl = s(p.delay_ms) end
@@ -411,6 +418,7 @@ local function step(KEYS, op, p, clock, dry)
         end
         if ok then
             l.exp = s(from + p.lease_ms)
+            if l.cap then l.exp = s(math.min(from + p.lease_ms, tonumber(l.cap))) end  -- the cap
             l.ms = s(p.lease_ms)
             if p.sent ~= nil then l.rs = s(math.max(tonumber(p.sent), tonumber(l.rs or 0))) end
             if p.keeper ~= cjson.null and p.keeper ~= nil then l.keeper = p.keeper end

@@ -17,8 +17,9 @@ The shared form (each step program turns its server's reply into it):
   predates ``prev``; a group's also with ``shared``, ``shares`` and ``lapse`` as they stood),
   ``lapse`` (a group's first share found ended without its holder's release, in ``prev``'s
   form; absent: none), ``delay_ms`` (its holder's lock-delay, recorded by its take: the
-  record's ``lock_delay``; absent, None or 0: none) and ``raw`` (the server's own form, kept
-  as the record's ``extra``).
+  record's ``lock_delay``; absent, None or 0: none), ``cap_ms`` (its max-hold's cap: the
+  record's ``capped_at``; absent or None: none) and ``raw`` (the server's own form, kept as
+  the record's ``extra``).
 - a place: a dict with ``n``, ``who``, ``since`` and ``seen`` (milliseconds).
 - a lock held shared (``awsflock.shares``): the head's ``shared`` (true), ``shares`` ({share's
   LEASE_ID: {``e`` end, ``r`` reading, ``a`` grant, ``f`` token, ``d`` length (ms), ``who``,
@@ -114,6 +115,7 @@ def record(
         forced_at=_seconds(get("forced_ms"), shift),
         keeper=str(get("keeper") or ""),
         lock_delay=int(get("delay_ms") or 0) / 1000,
+        capped_at=_seconds(get("cap_ms"), shift),
         previous=_previous(lock_id, get("prev"), shift),
         lapse=_previous(lock_id, get("lapse"), shift) if get("lapse") else None,
         extra=get("raw", lease),

@@ -213,8 +213,10 @@ class StepStore(AsyncConnected[C], Generic[C]):
             "ticket": attempt.ticket,
             "number": attempt.number,
             "drop": [list(d) for d in attempt.drop],
-            # The holder's lock-delay, recorded with its lease (a share takes none).
+            # The holder's lock-delay and max-hold, recorded with its lease (a share takes
+            # neither).
             "delay_ms": attempt.delay_ms,
+            "max_hold_ms": attempt.max_hold_ms,
         }
 
     async def renew(
