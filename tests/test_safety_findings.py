@@ -764,7 +764,8 @@ def test_a_lease_id_is_granted_at_most_once(make_any_table):
 def test_a_loss_noticed_just_after_the_command_finished_still_exits_124(make_any_table):
     # The chaos checker caught this: a force-release during the command, noticed by the
     # heartbeat as the command exited 0, and `run` then exited 0 as if all was well.
-    from awsflock.supervise.runner import EXIT_LOST, RunOptions, _release_quietly
+    from awsflock.supervise.group import EXIT_LOST
+    from awsflock.supervise.runner import RunOptions, _release_quietly
 
     table = make_any_table("a")
     held = table.hold("late-loss", lease=60)

@@ -86,6 +86,15 @@ class RenewalPolicy:
             )
         return kill_after, kill_after + guard
 
+    def run_timing(
+        self, lease: float, max_hold: float | None, kill_after: float | None
+    ) -> tuple[float, float]:
+        """``kill_timing`` for ``run``, timed from how long a grant runs: its lease, or its
+        --max-hold where that is shorter (so the command is dead before the cap ends it)."""
+        if max_hold is not None and max_hold < lease:
+            return self.kill_timing(max_hold, kill_after, capped=True)
+        return self.kill_timing(lease, kill_after)
+
     def shortest_lease(self) -> float:
         """The shortest lease whose default margin leaves time to renew it (with room to
         spare: twice the bound)."""

@@ -25,6 +25,15 @@ class Notifier:
         self._thread = threading.Thread(target=self._wait, name="awsflock-notify", daemon=True)
         self.pid: int | None = None
 
+    @classmethod
+    def start_for(cls, notify: tuple[float, str] | None, env: dict[str, str]) -> Notifier | None:
+        """The timer of ``--notify-after`` (``notify``: (D, CMD2), or None: none), started."""
+        if notify is None:
+            return None
+        notifier = cls(*notify, env)
+        notifier.start()
+        return notifier
+
     def start(self) -> None:
         self._started = time.monotonic()
         self._thread.start()

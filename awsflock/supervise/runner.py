@@ -156,10 +156,9 @@ def run(
         raise errors.UsageError(
             "no command to run", hint="give one after --, e.g. awsflock run LOCK -- make deploy"
         )
-    # Timed from how long a grant runs: its lease, or its --max-hold where that is shorter.
-    capped = options.max_hold is not None and options.max_hold < options.lease
-    span = options.max_hold if capped and options.max_hold is not None else options.lease
-    kill_after, margin = renewal.POLICY.kill_timing(span, options.kill_after, capped)
+    kill_after, margin = renewal.POLICY.run_timing(
+        options.lease, options.max_hold, options.kill_after
+    )
     try:
         executable = resolve(argv)
     except _CommandProblem as problem:
@@ -192,9 +191,7 @@ def run(
             return started
         child, group, foreground = started
         hold.start_renewing()
-        if options.notify_after is not None:
-            notifier = Notifier(*options.notify_after, _command_env(hold, options))
-            notifier.start()
+        notifier = Notifier.start_for(options.notify_after, _command_env(hold, options))
         group_too = options.hold_until == "group"
         watch = Watch(child, group, hold, lost, kill_after, group_too, signals.received)
         watch.take_terminal = _take_terminal_back if foreground else None
