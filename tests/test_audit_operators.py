@@ -15,7 +15,8 @@ from typing import Any, Callable
 import pytest
 
 from awsflock import errors
-from awsflock.lock.admin import audit_records, force_release
+from awsflock.lock.admin import force_release
+from awsflock.lock.audit_log import audit_records
 from awsflock.records import Identity
 from awsflock.supervise.keepalive import _end as _keepalive_end
 
