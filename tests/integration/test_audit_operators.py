@@ -12,7 +12,8 @@ from typing import Any, Callable
 import pytest
 
 from awsflock import errors
-from awsflock.lock.admin import audit_records, force_release
+from awsflock.lock.admin import force_release
+from awsflock.lock.audit_log import audit_records
 from awsflock.lock.lease import LockTable
 from awsflock.records import Identity
 from awsflock.stores import kinds
