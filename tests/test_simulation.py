@@ -145,11 +145,22 @@ def test_with_shares_every_invariant_holds_and_no_exclusive_holder_is_beside_a_s
     assert sum(r.share_grants for r in results) > 50
 
 
-def test_with_lock_delays_every_invariant_holds_and_no_take_is_inside_a_delay():
-    # Half the plain and pool takes record a lock-delay (2, 10 or 30 s); holders die, hang and
-    # are force-released now and then: no grant lands inside a delay after an unreleased end.
-    from tests.simulation.mutants import DELAYS_SHARE
+@pytest.mark.parametrize(
+    ("option", "checked", "least"),
+    [
+        # Half the plain and pool takes record a lock-delay (2, 10 or 30 s); holders die, hang
+        # and are force-released now and then: no grant lands inside a delay after an
+        # unreleased end.
+        ("delays", "delayed_grants", 5),
+        # Half carry a max-hold (3, 15 or 60 s) beside leases of 5 to 40 s: takes are cut to
+        # the cap, renewals stop at it, and holders are told so.
+        ("caps", "capped_steps", 50),
+    ],
+)
+def test_with_lock_delays_or_max_holds_every_invariant_holds(option, checked, least):
+    from tests.simulation.mutants import CAPS_SHARE, DELAYS_SHARE
 
+    share = {"delays": DELAYS_SHARE, "caps": CAPS_SHARE}[option]
     results, failed = run_many(
         seeds=itertools.count(0),
         clients=8,
@@ -157,33 +168,11 @@ def test_with_lock_delays_every_invariant_holds_and_no_take_is_inside_a_delay():
         budget=SHARES_BUDGET,
         duration=None,
         store="memory",
-        delays=DELAYS_SHARE,
+        **{option: share},
     )
     assert failed is None, (
         f"{failed.violation}\n"
         + "\n".join(failed.trace[-40:])
         + f"\nreplay: {failed.replay(60, 'memory')}"
     )
-    assert sum(r.delayed_grants for r in results) > 5
-
-
-def test_with_max_holds_every_invariant_holds_and_no_lease_passes_its_cap():
-    # Half the plain and pool takes carry a max-hold (3, 15 or 60 s) beside leases of 5 to 40
-    # s: takes are cut to the cap, renewals stop at it, and holders are told so.
-    from tests.simulation.mutants import CAPS_SHARE
-
-    results, failed = run_many(
-        seeds=itertools.count(0),
-        clients=8,
-        ops=60,
-        budget=SHARES_BUDGET,
-        duration=None,
-        store="memory",
-        caps=CAPS_SHARE,
-    )
-    assert failed is None, (
-        f"{failed.violation}\n"
-        + "\n".join(failed.trace[-40:])
-        + f"\nreplay: {failed.replay(60, 'memory')}"
-    )
-    assert sum(r.capped_steps for r in results) > 50
+    assert sum(getattr(r, checked) for r in results) > least
