@@ -78,6 +78,7 @@ from awsflock.records import (
     Waiter,
 )
 from awsflock.records import LINE_LAPSE_MS as LINE_LAPSE_MS  # part of the protocol's terms
+from awsflock.state import LockState, StateWrite
 
 #: The expiry time (epoch seconds, DynamoDB's TTL attribute) of a lock record kept for good:
 #: on an endpoint without transactions, where no fence record can be kept, a plain lock's record
@@ -321,12 +322,13 @@ class LockStore(Protocol):
         skew_ms: int,
         slot: int | None = None,
         keeper: str | None = None,
+        state: StateWrite | None = None,
     ) -> Outcome:
         """Extend the lease to ``now_ms + lease_ms`` if it is ``lease_id``, not ended and not
         run out at ``now_ms`` (a renew never revives a lease), and the slot is still in the
         pool (a plain lease: the record is not a pool). ``keeper``: who keeps the lease alive
         from now on (``acquire --keep-alive``'s renewer), recorded with it until the next
-        grant."""
+        grant. ``state``: also write the lock's state, in the same step (``awsflock.state``)."""
         ...
 
     def release(
@@ -359,6 +361,10 @@ class LockStore(Protocol):
         """The lock's state, read consistently (``applied`` is False). With ``lease_id``: also
         how that lease ended, in its record's history, where the store keeps the leases it
         handed on apart from the record (whose own history is short)."""
+        ...
+
+    def read_state(self, lock_id: str) -> LockState:
+        """The lock's state (``awsflock.state``), read consistently."""
         ...
 
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:

@@ -18,6 +18,7 @@ from typing import Protocol
 from awsflock.clock_async import AsyncClock
 from awsflock.protocol import Attempt, Drops, Outcome
 from awsflock.records import Waiter
+from awsflock.state import LockState, StateWrite
 
 
 class AsyncWaker(Protocol):
@@ -84,6 +85,7 @@ class AsyncLockStore(Protocol):
         skew_ms: int,
         slot: int | None = None,
         keeper: str | None = None,
+        state: StateWrite | None = None,
     ) -> Outcome: ...
 
     async def release(
@@ -91,6 +93,8 @@ class AsyncLockStore(Protocol):
     ) -> Outcome: ...
 
     async def read(self, lock_id: str, lease_id: str | None = None) -> Outcome: ...
+
+    async def read_state(self, lock_id: str) -> LockState: ...
 
     def waker(self, lock_id: str) -> AsyncWaker: ...
 

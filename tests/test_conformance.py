@@ -17,6 +17,7 @@ from tests.conformance.max_hold import MaxHoldConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
+from tests.conformance.state import StateConformance
 from tests.conformance.suite import StoreConformance
 
 
@@ -161,3 +162,9 @@ class TestDynamoDBStoreOnMotoWithoutTransactionsMaxHold(MaxHoldConformance):
     @pytest.fixture
     def store(self, moto: object) -> DynamoDBStore:
         return _without_transactions(moto)
+
+
+class TestMemoryStoreState(StateConformance):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore()

@@ -311,6 +311,7 @@ class LockTable(SetTable):
         lease_s = lease_seconds(lease)
         slot = slot_of(lease_id)
         mono, now_ms = self.clock.monotonic(), self.now_ms()  # read together: see Lease.of_record
+        step: dict[str, Any] = {} if keeper is None else {"keeper": keeper}
         try:
             outcome = self.store.renew(
                 lock_id,
@@ -319,7 +320,7 @@ class LockTable(SetTable):
                 lease_ms=_ms(lease_s),
                 skew_ms=_ms(self.skew),
                 slot=slot,
-                **({} if keeper is None else {"keeper": keeper}),
+                **step,
             )
         except errors.AwsflockError:
             metrics.record("awsflock.renewals", 1, lock_id, self.store, outcome=metrics.TRANSIENT)

@@ -47,6 +47,9 @@ from awsflock.records import (
     kept_audit,
 )
 from awsflock.shares import is_share_id
+from awsflock.state import NO_STATE, LockState, StateWrite
+from awsflock.state import check as check_state
+from awsflock.state import check_plain as check_state_plain
 from awsflock.stores import kinds
 from awsflock.stores.memory_records import (
     ForSimulations,
@@ -93,6 +96,8 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
         #: Each plain lock's last lease as its grant and end wrote it (``memory_takes.grant``).
         self._lasts: dict[str, _Lease] = {}
         self._audit: dict[str, dict[str, Any]] = {}
+        #: Each plain lock's state (``awsflock.state``), kept as its fence record is.
+        self._states: dict[str, LockState] = {}
         #: Each lease that ended by a release or force-release (the DynamoDB store's done items,
         #: written with the end where there are transactions): lease -> (lock, how, expiry s).
         self._done: dict[str, tuple[str, str, int]] = {}
@@ -155,13 +160,22 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
         skew_ms: int,
         slot: int | None = None,
         keeper: str | None = None,
+        state: StateWrite | None = None,
     ) -> Outcome:
+        if state is not None:
+            check_state_plain(lease_id, slot)
+            check_state(state.data)
         with self._mutex:
             record = self._records.get(lock_id)
             lease = self._running(record, slot, lease_id)
             in_pool = slot is None or (record is not None and (record.slots or 0) > slot)
             if lease is None or record is None or not lease.live(now_ms) or not in_pool:
                 return self._outcome(False, lock_id, record, slot)
+            if state is not None:
+                kept = self._states.get(lock_id, NO_STATE)
+                if kept.lease_id == lease_id and kept.stamp_ms > state.stamp_ms:
+                    return self._outcome(False, lock_id, record, slot)  # a later write is in
+                self._states[lock_id] = LockState(state.data, lease_id, state.stamp_ms)
             # A renew made before the lease's latest grant or renew counts from that one's
             # reading (the DynamoDB store sends it again so), and only if that moves the end no
             # earlier: a renew that lands late never moves the end back. Nor does one read
@@ -172,6 +186,8 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
                 now_ms = renewed_ms
             shorter = now_ms + lease_ms < (lease.expires_ms or 0)
             if shorter and renewed_ms is not None and now_ms < renewed_ms + skew_ms:
+                if state is not None:  # the state is written, the end stays
+                    return self._outcome(True, lock_id, record, slot)
                 return self._outcome(False, lock_id, record, slot)
             expires_ms = now_ms + lease_ms
             if lease.cap_ms is not None:  # a max-hold: never past the cap (nor live after it)
@@ -330,6 +346,10 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
                 return self._outcome(False, lock_id, self._records.get(lock_id), None)
             outcome = self._outcome(False, lock_id, self._records.get(lock_id), slot_of(lease_id))
             return self._remembering(outcome, lock_id, lease_id)
+
+    def read_state(self, lock_id: str) -> LockState:
+        with self._mutex:
+            return self._states.get(lock_id, NO_STATE)
 
     def _remembering(self, outcome: Outcome, lock_id: str, lease_id: str) -> Outcome:
         """``outcome`` with how ``lease_id`` ended, where its record no longer remembers it (the

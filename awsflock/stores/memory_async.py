@@ -13,6 +13,7 @@ from awsflock.clock_async import AsyncClock
 from awsflock.protocol import Attempt, Drops, Outcome
 from awsflock.protocol_async import AsyncSleeper, AsyncWaker
 from awsflock.records import LockRecord, Pool, Waiter
+from awsflock.state import LockState
 from awsflock.stores.memory import MemoryStore
 
 
@@ -64,6 +65,9 @@ class AsyncMemoryStore:
 
     async def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
         return self.sync.read(lock_id, lease_id)
+
+    async def read_state(self, lock_id: str) -> LockState:
+        return self.sync.read_state(lock_id)
 
     async def take_all(self, takes: Any) -> tuple[Outcome, ...]:
         return self.sync.take_all(takes)

@@ -92,6 +92,9 @@ class AsyncThreadedStore:
     async def read(self, lock_id: str, lease_id: str | None = None) -> Outcome:
         return await self._run(self.sync.read, lock_id, lease_id)
 
+    async def read_state(self, lock_id: str) -> Any:
+        return await self._run(self.sync.read_state, lock_id)
+
     async def take_all(self, takes: Any) -> tuple[Outcome, ...]:
         return await self._run(self._sets().take_all, takes)
 

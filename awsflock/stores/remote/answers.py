@@ -20,6 +20,8 @@ The shared form (each step program turns its server's reply into it):
   record's ``lock_delay``; absent, None or 0: none), ``cap_ms`` (its max-hold's cap: the
   record's ``capped_at``; absent or None: none) and ``raw`` (the server's own form, kept as
   the record's ``extra``).
+- a state (the answer to ``state``, a read of it; ``awsflock.state``): a dict with ``data``
+  (base64; None: none written), ``lease`` (the lease that wrote it) and ``ms`` (its stamp).
 - a place: a dict with ``n``, ``who``, ``since`` and ``seen`` (milliseconds).
 - a lock held shared (``awsflock.shares``): the head's ``shared`` (true), ``shares`` ({share's
   LEASE_ID: {``e`` end, ``r`` reading, ``a`` grant, ``f`` token, ``d`` length (ms), ``who``,
@@ -54,6 +56,8 @@ class Answer:
     head: dict[str, Any] | None
     barred: bool = False
     ended: str | None = None
+    #: The lock's state (``awsflock.state.from_wire``'s form), in a read of it only.
+    state: Any = None
 
 
 #: Identity's fields: the ones an identity read from a server may set.

@@ -39,6 +39,8 @@ from awsflock.records import (
 )
 from awsflock.sets import check_set_attempts, no_sets
 from awsflock.shares import group_of, is_share_id
+from awsflock.state import LockState, StateWrite, from_wire, write_params
+from awsflock.state import check_plain as check_state_plain
 from awsflock.stores import kinds
 from awsflock.stores.remote import answers
 from awsflock.stores.remote.connected import Connected
@@ -230,8 +232,12 @@ class StepStore(Connected[C], Generic[C]):
         skew_ms: int,
         slot: int | None = None,
         keeper: str | None = None,
+        state: StateWrite | None = None,
     ) -> Outcome:
         params = self._renew_params(lease_id, now_ms, lease_ms, skew_ms, slot, keeper)
+        if state is not None:
+            check_state_plain(lease_id, slot)
+            params.update(write_params(state))
         return self._call("renew", _op("renew", lease_id), lock_id, params)
 
     def _renew_params(
@@ -317,6 +323,15 @@ class StepStore(Connected[C], Generic[C]):
         if lease_id is None:
             return self._call("get", "read", lock_id, {})
         return self._call("get", "read", lock_id, {"lease": lease_id, "slot": slot_of(lease_id)})
+
+    def read_state(self, lock_id: str) -> LockState:
+        request = self.program.request("state", lock_id, {})
+        link: Any = self.link
+
+        def call(conn: C) -> Any:
+            return link.step(conn, request, self._try_timeout())
+
+        return from_wire(self.program.answer(self._send("get", call), lock_id).state)
 
     def resize_pool(
         self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
