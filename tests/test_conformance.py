@@ -168,3 +168,15 @@ class TestMemoryStoreState(StateConformance):
     @pytest.fixture
     def store(self) -> MemoryStore:
         return MemoryStore()
+
+
+class TestDynamoDBStoreOnMotoState(StateConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return DynamoDBStore("awsflock", moto)  # type: ignore[arg-type]
+
+
+class TestDynamoDBStoreOnMotoWithoutTransactionsState(StateConformance):
+    @pytest.fixture
+    def store(self, moto: object) -> DynamoDBStore:
+        return _without_transactions(moto)

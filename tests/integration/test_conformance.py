@@ -18,6 +18,7 @@ from tests.conformance.max_hold import MaxHoldConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
+from tests.conformance.state import StateConformance
 from tests.conformance.suite import StoreConformance
 from tests.servers import PATIENT, PostgresServer, Server, local_client
 
@@ -161,3 +162,13 @@ class TestPostgresStoreAwaited(StoreConformance):
         adapter = Awaited(awaited)
         yield adapter
         adapter.close()
+
+
+@pytest.mark.needs("dynamodb_api", "the DynamoDB store itself, on each DynamoDB server")
+class TestDynamoDBStoreOnServersState(StateConformance):
+    """State with the lease on each server: its transaction with the fence record, or the
+    lock's item where the server has no transactions (dynalite)."""
+
+    @pytest.fixture
+    def store(self, server: Server, shared_table: str) -> DynamoDBStore:
+        return DynamoDBStore(shared_table, local_client(server.url), request_timeout=PATIENT)

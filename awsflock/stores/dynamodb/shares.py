@@ -27,6 +27,7 @@ from typing import Any
 from awsflock.protocol import KEPT_UNTIL, Attempt, Outcome
 from awsflock.records import ENDED_FORCED, ENDED_RELEASED, LockRecord
 from awsflock.shares import MAX_SHARES, group_of, is_share_id, live
+from awsflock.state import StateWrite
 from awsflock.stores.dynamodb import expressions, fates
 from awsflock.stores.dynamodb import share_items as layout
 from awsflock.stores.dynamodb.base import new_version
@@ -213,11 +214,12 @@ class Shares(ShareEnds):
         skew_ms: int,
         slot: int | None = None,
         keeper: str | None = None,
+        state: StateWrite | None = None,
     ) -> Outcome:
-        if not is_share_id(lease_id):
+        if not is_share_id(lease_id) or state is not None:
             return super().renew(
                 lock_id, lease_id, now_ms=now_ms, lease_ms=lease_ms, skew_ms=skew_ms, slot=slot,
-                keeper=keeper,
+                keeper=keeper, state=state,
             )  # fmt: skip
         with self.step():
             return self._renew_share(lock_id, lease_id, now_ms, lease_ms, skew_ms, keeper)

@@ -23,6 +23,9 @@ from awsflock.records import (
     Pool,
     Waiter,
 )
+from awsflock.state import StateWrite
+from awsflock.state import check as check_state
+from awsflock.state import check_plain as check_state_plain
 from awsflock.stores.dynamodb import expressions
 from awsflock.stores.dynamodb.base import (
     _check_tickets,
@@ -45,11 +48,12 @@ from awsflock.stores.dynamodb.items import (
     slot_prefix,
 )
 from awsflock.stores.dynamodb.share_items import lock_record
+from awsflock.stores.dynamodb.state_writes import StateWrites
 from awsflock.stores.dynamodb.tables import TABLE_HINT
-from awsflock.stores.dynamodb.writes import Writes, _request
+from awsflock.stores.dynamodb.writes import _request
 
 
-class Steps(Writes):
+class Steps(StateWrites):
     """Every step but the take and the ends: the line, renew, pool-resize, the audit records,
     the list of locks."""
 
@@ -151,20 +155,21 @@ class Steps(Writes):
         skew_ms: int,
         slot: int | None = None,
         keeper: str | None = None,
+        state: StateWrite | None = None,
     ) -> Outcome:
-        """Extend our lease from ``now_ms``, if it is ours, not ended and not run out."""
+        """Extend our lease from ``now_ms``, if it is ours, not ended and not run out; with
+        ``state``, write it too (``state_writes``)."""
+        if state is not None:
+            check_state_plain(lease_id, slot)
+            check_state(state.data)
         values = renew_values(lease_id, now_ms, lease_ms, skew_ms, slot, keeper)
         p = slot_prefix(slot)
+        renewal = (expressions.renew_update(p, keeper is not None), expressions.renew_condition(p))
 
-        def send() -> Outcome:
-            return self._conditional_update(
-                "renew",
-                lock_id,
-                expressions.renew_update(p, keeper is not None),
-                expressions.renew_condition(p),
-                values,
-                slot,
-            )
+        def send(keep: bool = False) -> Outcome:
+            if state is not None:
+                return self._renew_with_state(lock_id, renewal, values, state, keep)
+            return self._conditional_update("renew", lock_id, *renewal, values, slot)
 
         outcome = send()
         for _ in range(2):
@@ -178,6 +183,8 @@ class Steps(Writes):
                 values.update(now_ms=later, now_s=later // 1000, order_ms=later - skew_ms)
             cap = _cap(outcome, lease_id, now_ms, now_ms + lease_ms)
             if later is None and cap is None:
+                if state is not None and _held_longer(outcome, lease_id, values["expires_ms"]):
+                    return send(keep=True)  # the state written, the end kept
                 return outcome
             # Refused for the hold's cap, which the renewer did not know: sent for the cap.
             expires_ms = now_ms + lease_ms if cap is None else min(cap, now_ms + lease_ms)
@@ -291,6 +298,19 @@ def renew_values(
         "keeper": keeper,
         "zero": 0,
     }
+
+
+def _held_longer(outcome: Outcome, lease_id: str, expires_ms: int) -> bool:
+    """A refused renewal's record shows the lease ours, not ended, ending no earlier than it
+    asked: it was refused only for moving the end earlier."""
+    record = outcome.lock if outcome.pool is None else None
+    return (
+        not outcome.applied
+        and record is not None
+        and record.lease_id == lease_id
+        and not record.ended
+        and record.expires_at * 1000 >= expires_ms
+    )
 
 
 def _later_reading(outcome: Outcome, lease_id: str, now_ms: int, lease_ms: int) -> int | None:

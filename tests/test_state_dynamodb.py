@@ -1,0 +1,91 @@
+"""State with the lease on the DynamoDB store (in-process moto): kept on the fence record, so
+it outlives the lock's item (TTL, an awsflock 0.2.0 client's release and take); what a write
+and a read cost in requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from awsflock.stores.dynamodb import DynamoDBStore
+from awsflock.stores.dynamodb.items import fence_key
+from tests.conformance.state import StateLab
+from tests.conformance.suite import SKEW
+
+
+@pytest.fixture
+def lab(moto: Any) -> StateLab:
+    return StateLab(DynamoDBStore("awsflock", moto))
+
+
+@pytest.fixture
+def requests(moto: Any) -> list[str]:
+    """The operations the store sends, in order."""
+    sent: list[str] = []
+    moto.meta.events.register(
+        "before-call.dynamodb", lambda model, **_: sent.append(model.name) and None
+    )
+    return sent
+
+
+def test_the_state_outlives_the_lock_item_and_a_020_client(lab: StateLab, moto: Any):
+    name = lab.name()
+    lease_id, _ = lab.take(name, lease=4000)
+    assert lab.write(name, lease_id, b"batch=7", at=100, lease=4000).applied
+    # TTL deletes the item (or a 0.2.0 client releases it), then 0.2.0 takes the lock.
+    moto.delete_item(TableName="awsflock", Key={"lock_id": {"S": name}})
+    moto.put_item(
+        TableName="awsflock",
+        Item={
+            "lock_id": {"S": name},
+            "lease_id": {"S": "v-020"},
+            "owner": {"S": "old-host"},
+            "lease_duration": {"N": "1"},
+            "expiration_time": {"N": str(lab.now // 1000 + 1)},
+        },
+    )
+    assert lab.data(name) == b"batch=7"
+    _, taken = lab.take(name, at=10 * SKEW)
+    assert taken.applied and lab.data(name) == b"batch=7"
+
+
+def test_the_state_is_kept_on_the_fence_record_not_the_item(lab: StateLab, moto: Any):
+    name = lab.name()
+    lease_id, _ = lab.take(name)
+    assert lab.write(name, lease_id, b"x", at=100).applied
+    item = moto.get_item(TableName="awsflock", Key={"lock_id": {"S": name}})["Item"]
+    fence = moto.get_item(TableName="awsflock", Key={"lock_id": {"S": fence_key(name)}})["Item"]
+    assert "state" not in item
+    assert fence["state"] == {"S": "v1:eA=="} and fence["state_lease"] == {"S": lease_id}
+
+
+def test_a_write_is_a_transaction_and_a_read_and_a_read_of_state_is_one_request(
+    lab: StateLab, requests: list[str]
+):
+    name = lab.name()
+    lease_id, _ = lab.take(name)
+    requests.clear()
+    assert lab.write(name, lease_id, b"x", at=100).applied
+    assert requests == ["TransactWriteItems", "GetItem"]
+    requests.clear()
+    assert lab.data(name) == b"x"
+    assert requests == ["BatchGetItem"]
+    requests.clear()
+    assert lab.renew(name, lease_id, at=200).applied  # a renewal without state: as before
+    assert requests == ["UpdateItem"]
+
+
+def test_a_write_refused_by_a_later_stamp_is_refused_again_as_a_keeping_write(
+    lab: StateLab, requests: list[str]
+):
+    name = lab.name()
+    lease_id, _ = lab.take(name)
+    assert lab.write(name, lease_id, b"new", at=200).applied
+    requests.clear()
+    late = lab.write(name, lease_id, b"old", at=200, stamp=100)
+    assert not late.applied and lab.held(late).lease_id == lease_id
+    # Its record looks like a renewal refused for moving the end earlier: sent once more as a
+    # write that keeps the end, refused again by the stamp (a rare case: two writers).
+    assert requests == ["TransactWriteItems", "GetItem"] * 2
+    assert lab.data(name) == b"new"
