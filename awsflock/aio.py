@@ -138,12 +138,14 @@ class LockTable(table_async.LockTable):
         shared: bool = False,
         lock_delay: float | str = 0,
         max_hold: float | str | None = None,
+        state: bool = False,
     ) -> Hold:
         """``async with table.lock("x", lease=30, wait=10) as held:``. Acquires on entry
         (waiting up to ``wait``), renews in the background, and on exit, once the body has
         stopped, releases. A lease that cannot be confirmed by its end less ``margin`` (or
         whose renewal is refused) cancels the body; the block then raises ``LeaseLost``. So
-        does reaching ``max_hold``: ``HoldCapped``, a ``LeaseLost``."""
+        does reaching ``max_hold``: ``HoldCapped``, a ``LeaseLost``. ``state=True``: read the
+        lock's state at the grant (``held.state``; ``await held.save_state(data)`` writes it)."""
         return Hold(
             self,
             lock_id,
@@ -159,6 +161,7 @@ class LockTable(table_async.LockTable):
             shared=shared,
             lock_delay=lock_delay,
             max_hold=max_hold,
+            state=state,
         )
 
     async def aclose(self) -> None:

@@ -80,6 +80,12 @@ class HoldCapped(LeaseLost):
     """A hold reached its max-hold (``max_hold=``, ``--max-hold``): no renewal extends it."""
 
 
+class StateRefused(AwsflockError):
+    """A state write of a lease we hold was refused: a later write of the same lease (another
+    process writing under its LEASE_ID, or a clock stepped back) is stored. The lease stays
+    held."""
+
+
 class Cancelled(AwsflockError):
     """An acquire was asked to stop (its ``cancel`` event was set); nothing is left held."""
 

@@ -141,3 +141,29 @@ class Election:
         self._seen = lease_id
         if self.on_new_leader is not None:
             self.on_new_leader(holder if lease_id is not None else None)
+
+
+class Elections:
+    """The elections of ``LockTable`` (``awsflock.lock.table``), which this is mixed into."""
+
+    def election(
+        self,
+        name: str,
+        *,
+        lease: float | str = 15.0,
+        on_started: Callable[[Term], Any] | None = None,
+        on_stopped: Callable[[Term, BaseException | None], Any] | None = None,
+        on_new_leader: Callable[[LockRecord | None], Any] | None = None,
+    ) -> Election:
+        """A campaign for leadership of ``name``: ``election.run(lead)`` calls ``lead(term)``
+        while this process leads, and campaigns again when the term ends; ``election.leader()``
+        says who leads now. With asyncio a lost lease cancels ``lead``; a synchronous ``lead``
+        cannot be interrupted and watches ``term.lost``."""
+        return Election(
+            self,
+            name,
+            lease=lease,
+            on_started=on_started,
+            on_stopped=on_stopped,
+            on_new_leader=on_new_leader,
+        )

@@ -81,7 +81,10 @@ class Leases(Protocol):
         cancel: threading.Event | None = ...,
         fair: bool = ...,
         shared: bool = ...,
+        state: bool = ...,
     ) -> HeldLease: ...
+
+    def save_state(self, held: Any, data: bytes) -> Any: ...
 
 
 class Hold(HoldState):
@@ -110,8 +113,10 @@ class Hold(HoldState):
         shared: bool = False,
         lock_delay: float | str = 0,
         max_hold: float | str | None = None,
+        state: bool = False,
     ) -> None:
         self.table = table
+        self.with_state = state
         self.fair = fair
         self.shared = shared
         self.lock_delay, self.max_hold = lock_delay, max_hold
@@ -155,6 +160,16 @@ class Hold(HoldState):
             raise errors.UsageError("the hold has not been started", hint="call start() first")
         return self._lease
 
+    @property
+    def state(self) -> bytes | None:
+        """The lock's state, read at the grant (``state=True``) and written since."""
+        found: bytes | None = getattr(self.lease, "state", None)
+        return found
+
+    def save_state(self, data: bytes) -> None:
+        """Write ``data`` as the lock's state, with a renewal of the lease (``awsflock.state``)."""
+        self.table.save_state(self.lease, data)
+
     # -- start and stop ------------------------------------------------------------------------
 
     def start(self) -> Hold:
@@ -178,6 +193,7 @@ class Hold(HoldState):
             shared=self.shared,
             lock_delay=self.lock_delay,
             max_hold=self.max_hold,
+            **({"state": True} if self.with_state else {}),
         )
         if (self.slots or 1) == 1:
             for name in self.lock_ids:

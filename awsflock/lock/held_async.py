@@ -25,6 +25,8 @@ class Table(Protocol):
 
     async def release(self, held: Lease) -> None: ...
 
+    async def save_state(self, held: Lease, data: bytes) -> Lease: ...
+
 
 @dataclass(repr=False)
 class Lease:
@@ -57,6 +59,32 @@ class Lease:
     to_mono: float = 0.0
     #: The hold's cap (``max_hold=``; None: none): no renewal moves ``expires_at`` past it.
     capped_at: float | None = None
+    #: The lock's state as read at the grant and written since (``state``), whether it was
+    #: read, and the stamp of this holder's last write of it (``awsflock.state``).
+    _state: bytes | None = field(default=None, repr=False)
+    state_read: bool = field(default=False, repr=False)
+    state_stamp: int = field(default=0, repr=False)
+
+    @property
+    def state(self) -> bytes | None:
+        """The lock's state (None: never written), as read at the grant (``state=True``) and
+        written by this holder since (``save_state``)."""
+        if not self.state_read:
+            raise errors.UsageError(
+                f"the state of {self.lock_id!r} was not read",
+                hint="acquire with state=True to read it at the grant",
+            )
+        return self._state
+
+    def kept_state(self, data: bytes | None) -> None:
+        """The lock's state is ``data`` now: read at the grant, or written by this holder."""
+        self._state, self.state_read = data, True
+
+    async def save_state(self, data: bytes) -> Lease:
+        """Write ``data`` (bytes, at most 4 KiB) as the lock's state, in one renewal of this
+        lease: read by every later holder. Raises NotHeld if the lease is not held any more
+        (the state is then not written), StateRefused if a later write of it is stored."""
+        return await self.table.save_state(self, data)
 
     @property
     def capped(self) -> bool:

@@ -122,6 +122,7 @@ class LockTable(table.LockTable):
         shared: bool = False,
         lock_delay: float | str = 0,
         max_hold: float | str | None = None,
+        state: bool = False,
     ) -> Hold:
         """The lock held while you work, renewed in the background (every lease/3).
 
@@ -130,6 +131,8 @@ class LockTable(table.LockTable):
         on exit if the lease was lost. ``held.lost`` is set, and ``on_lost(held, error)``
         called, once a renewal is refused or none succeeded by the lease's end less
         ``margin``, or the hold reaches ``max_hold`` (then ``HoldCapped``, a LeaseLost).
+        ``state=True``: read the lock's state at the grant (``held.state``); write it with
+        ``held.save_state(data)``, in one renewal (``awsflock.state``).
         Asking again for a lock this thread holds so raises UsageError at once.
         """
         return Hold(
@@ -147,6 +150,7 @@ class LockTable(table.LockTable):
             shared=shared,
             lock_delay=lock_delay,
             max_hold=max_hold,
+            state=state,
         )
 
     def hold(self, lock_id: str | Sequence[str], **options: Any) -> Hold:

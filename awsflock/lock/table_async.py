@@ -10,14 +10,14 @@ import logging
 import random
 import threading
 from collections.abc import Sequence
-from typing import Any, Callable, overload
+from typing import Any, overload
 
 from awsflock import errors, metrics, shares
 from awsflock.clock_async import AsyncClock
 from awsflock.durations import lease_seconds, skew_seconds, wait_limit
-from awsflock.lock import owners, telling, verdict, waiting_async
+from awsflock.lock import kept_state_async, owners, telling, verdict, waiting_async
 from awsflock.lock.acquisition_async import Acquisition
-from awsflock.lock.election_async import Election, Term
+from awsflock.lock.election_async import Elections
 from awsflock.lock.grants import Grant, event_fields
 from awsflock.lock.held_async import Lease
 from awsflock.lock.line_async import Fair, new_ticket
@@ -32,6 +32,7 @@ from awsflock.lock.terms import NO_TERMS, Terms, terms
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol_async import AsyncLockStore
 from awsflock.records import Identity, LockRecord, Pool
+from awsflock.state import StateWrite
 from awsflock.text import format_seconds
 
 log = logging.getLogger("awsflock.lease")
@@ -48,7 +49,7 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-class LockTable(SetTable):
+class LockTable(SetTable, Elections):
     """Locks in one store (``store``). The clock (the store's unless given), the random source
     and the identity written into records are injectable, so tests of waiting and expiry need
     no sleeping."""
@@ -79,28 +80,6 @@ class LockTable(SetTable):
         self.identity = identity or Identity.of_this_process(owner)
         self._renewer: AsyncRenewer | None = None
 
-    def election(
-        self,
-        name: str,
-        *,
-        lease: float | str = 15.0,
-        on_started: Callable[[Term], Any] | None = None,
-        on_stopped: Callable[[Term, BaseException | None], Any] | None = None,
-        on_new_leader: Callable[[LockRecord | None], Any] | None = None,
-    ) -> Election:
-        """A campaign for leadership of ``name``: ``election.run(lead)`` calls ``lead(term)``
-        while this process leads, and campaigns again when the term ends; ``election.leader()``
-        says who leads now. With asyncio a lost lease cancels ``lead``; a synchronous ``lead``
-        cannot be interrupted and watches ``term.lost``."""
-        return Election(
-            self,
-            name,
-            lease=lease,
-            on_started=on_started,
-            on_stopped=on_stopped,
-            on_new_leader=on_new_leader,
-        )
-
     def renewer(self) -> AsyncRenewer:
         """What renews this table's holds: one for all of them, made on first use."""
         with _MAKING:
@@ -126,6 +105,7 @@ class LockTable(SetTable):
         shared: bool = ...,
         lock_delay: float | str = ...,
         max_hold: float | str | None = ...,
+        state: bool = ...,
     ) -> Lease: ...
 
     @overload
@@ -142,6 +122,7 @@ class LockTable(SetTable):
         shared: bool = ...,
         lock_delay: float | str = ...,
         max_hold: float | str | None = ...,
+        state: bool = ...,
     ) -> Lease | LeaseSet: ...
 
     async def acquire(
@@ -157,6 +138,7 @@ class LockTable(SetTable):
         shared: bool = False,
         lock_delay: float | str = 0,
         max_hold: float | str | None = None,
+        state: bool = False,
     ) -> Lease | LeaseSet:
         """Take the lock, waiting up to ``wait`` seconds (0: don't wait; ``WAIT_FOREVER``).
 
@@ -168,15 +150,17 @@ class LockTable(SetTable):
         exclusive acquire keeps new shares out). With ``lock_delay`` ('15s'; not ``shared``), a
         lease that ends unreleased (runs out, or is forced) keeps the lock that long after its
         end. With ``max_hold`` ('2h'; not ``shared``), no renewal extends the lease past the
-        grant plus it. Raises LockBusy (with ``.holder``) when it stayed held, and Cancelled
-        (holding nothing) once ``cancel`` is set.
+        grant plus it. With ``state=True`` (a plain lock), the lock's state is read at the
+        grant (``Lease.state``, ``awsflock.state``). Raises LockBusy (with ``.holder``) when it
+        stayed held, and Cancelled (holding nothing) once ``cancel`` is set.
 
         With a list of names, every one of them is taken together in one step, or none is
         (``awsflock.sets``): a ``LeaseSet``, one LEASE_ID with a fencing token per lock. Plain
         locks only (no ``slots``, no ``fair``).
         """
-        given = terms(lock_delay, max_hold)
+        given = terms(lock_delay, max_hold, state)
         if not isinstance(lock_id, str):
+            given.check_plain("a set of locks")
             check_set_options(slots, fair, shared)
             return await self.acquire_set(
                 lock_id,
@@ -188,9 +172,14 @@ class LockTable(SetTable):
             )
         if shared:
             check_shared(self.store, slots, fair, given)
-        return await self._acquire_one(
+        if slots is not None and slots > 1:
+            given.check_plain("a pool")
+        held = await self._acquire_one(
             lock_id, lease, wait, identity, slots, cancel, fair, shared=shared, terms=given
         )
+        if given.state:
+            await kept_state_async.read_at_grant(self, held)
+        return held
 
     async def _acquire_one(
         self,
@@ -288,6 +277,11 @@ class LockTable(SetTable):
         held.renewed_by(fresh, wall_clock_ends=not self.store.skew_free)
         return held
 
+    async def save_state(self, held: Lease, data: bytes) -> Lease:
+        """Write ``data`` as ``held``'s lock's state with a renewal (``Lease.save_state``)."""
+        written: Lease = await kept_state_async.write(self, held, data)
+        return written
+
     async def release(self, held: Lease) -> None:
         """End ``held``."""
         await self.release_lease(held.lock_id, held.lease_id, _held=held)
@@ -300,10 +294,11 @@ class LockTable(SetTable):
         *,
         lease: float | str = DEFAULT_LEASE,
         keeper: str | None = None,
+        state: StateWrite | None = None,
     ) -> Lease:
         """Extend the lease ``lease_id`` on ``lock_id`` from now. Raises NotHeld if it is not
         ours any more: released, force-released, expired, or taken by another. ``keeper``:
-        record who keeps it alive from now on (shown by ``status``)."""
+        record who keeps it alive from now on (shown by ``status``); ``state``: write it."""
         check_lock_id(lock_id)
         lease_id = check_lease_id(lease_id)
         shares.check_plain(lease_id)
@@ -311,6 +306,8 @@ class LockTable(SetTable):
         slot = slot_of(lease_id)
         mono, now_ms = self.clock.monotonic(), self.now_ms()  # read together: see Lease.of_record
         step: dict[str, Any] = {} if keeper is None else {"keeper": keeper}
+        if state is not None:
+            step["state"] = state
         try:
             outcome = await self.store.renew(
                 lock_id,
@@ -326,7 +323,8 @@ class LockTable(SetTable):
             raise
         outcome = await share_renewed(self.store, outcome, lock_id, lease_id)
         record = outcome.record
-        if not outcome.applied and verdict.held_longer(record, lease_id, now_ms, _ms(lease_s)):
+        longer = state is None and verdict.held_longer(record, lease_id, now_ms, _ms(lease_s))
+        if not outcome.applied and longer:
             # Refused because a renew made later (another host's, or ours before a clock step
             # back) already holds the lease past what this one asks: it is renewed.
             outcome = dataclasses.replace(outcome, applied=True)

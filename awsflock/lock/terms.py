@@ -1,4 +1,5 @@
-"""What a holder records with its lease beyond its length: its lock-delay and its max-hold.
+"""What a holder records with its lease beyond its length: its lock-delay and its max-hold;
+and whether it reads the lock's state at the grant.
 
 One place reads them from the caller (``terms``), refuses what a kind of acquire cannot take,
 and turns them into the fields of each ``Attempt``; the layers between (a table's ``acquire``,
@@ -19,6 +20,8 @@ class Terms:
 
     delay_s: float = 0.0
     max_hold_s: float | None = None
+    #: Read the lock's state at the grant (``awsflock.state``): plain locks only.
+    state: bool = False
 
     @property
     def delay_ms(self) -> int:
@@ -34,8 +37,17 @@ class Terms:
         """How long a grant for ``lease_s`` runs: the lease, or the max-hold if shorter."""
         return lease_s if self.max_hold_s is None else min(lease_s, self.max_hold_s)
 
+    def check_plain(self, what: str) -> None:
+        """State is kept with a plain lock only: not with ``what`` (a pool, a set, a share)."""
+        if self.state:
+            raise errors.UsageError(
+                f"state is kept with a plain lock, not with {what}",
+                hint="drop --state-file (state=), or keep the state under a plain lock",
+            )
+
     def check_shared(self) -> None:
         """A shared holder takes neither: it is a reader."""
+        self.check_plain("a shared holder")
         if self.delay_s:
             raise errors.UsageError(
                 "a shared holder takes no lock-delay: it writes nothing a delay would wait for",
@@ -52,6 +64,10 @@ class Terms:
 NO_TERMS = Terms()
 
 
-def terms(lock_delay: float | str = 0, max_hold: float | str | None = None) -> Terms:
-    """The terms a caller gives (``lock_delay='15s'``, ``max_hold='2h'``), checked."""
-    return Terms(delay_seconds(lock_delay), None if max_hold is None else hold_seconds(max_hold))
+def terms(
+    lock_delay: float | str = 0, max_hold: float | str | None = None, state: bool = False
+) -> Terms:
+    """The terms a caller gives (``lock_delay='15s'``, ``max_hold='2h'``, ``state=True``),
+    checked."""
+    hold = None if max_hold is None else hold_seconds(max_hold)
+    return Terms(delay_seconds(lock_delay), hold, bool(state))

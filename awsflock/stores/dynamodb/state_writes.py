@@ -115,7 +115,7 @@ class StateWrites(Writes):
         return dataclasses.replace(outcome, in_doubt=True) if in_doubt else outcome
 
     def read_state(self, lock_id: str) -> LockState:
-        keys = [{A_LOCK_ID: {"S": fence_key(lock_id)}}, {A_LOCK_ID: {"S": lock_id}}]
+        keys: list[Any] = [{A_LOCK_ID: {"S": fence_key(lock_id)}}, {A_LOCK_ID: {"S": lock_id}}]
         found: dict[str, dict[str, Any]] = {}
         for _ in range(5):
             request = {
@@ -131,7 +131,8 @@ class StateWrites(Writes):
             )
             for item in response.get("Responses", {}).get(self.table_name, []):
                 found[item[A_LOCK_ID]["S"]] = item
-            keys = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
+            unprocessed: Any = response.get("UnprocessedKeys") or {}
+            keys = unprocessed.get(self.table_name, {}).get("Keys", [])
             if not keys:
                 kept = _state_of(found.get(fence_key(lock_id), {}))
                 return kept if kept.data is not None else _state_of(found.get(lock_id, {}))

@@ -1,0 +1,72 @@
+# Made from kept_state_async.py by scripts/unasync: edit that file, then run scripts/unasync.
+"""A holder's state with the lease (``awsflock.state``): read at the grant when asked for, and
+written with a renewal.
+
+A read right after the grant is exact: since the grant only this holder can write. A read that
+fails leaves nothing held (the lease is released first): a resumable job must not start from
+scratch because its checkpoint could not be read. A write is a renewal that carries the state;
+its stamp is the holder's reading, after its previous write's, so that a write that lands late
+never undoes a later one. A refused write whose lease is still held was refused for a later
+write of the same lease: ``StateRefused``, and the lease stays held.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from awsflock import errors
+from awsflock.state import StateWrite, check, next_stamp
+
+log = logging.getLogger("awsflock.lease")
+
+
+def read_at_grant(table: Any, lease: Any) -> None:
+    """Read the lock's state into ``lease`` (just granted); released first if the read fails."""
+    try:
+        found = table.store.read_state(lease.lock_id)
+    except BaseException:
+        try:
+            table.release(lease)
+        except errors.AwsflockError as exc:  # said, not raised over the read's failure
+            log.warning("could not release %r: %s", lease.lock_id, exc.one_line())
+        raise
+    lease.kept_state(found.data)
+
+
+def write(table: Any, held: Any, data: Any) -> Any:
+    """Write ``data`` as the lock's state with a renewal of ``held`` (by its own length)."""
+    data = check(data)
+    stamp = next_stamp(table.now_ms(), held.state_stamp)
+    held.state_stamp = stamp
+    try:
+        fresh = table.renew_lease(
+            held.lock_id,
+            held.lease_id,
+            lease=held.lease_duration,
+            state=StateWrite(data, stamp),
+        )
+    except errors.NotHeld as refusal:
+        later = _later_write(table, held, stamp)
+        if later is None:
+            raise
+        raise later from refusal
+    held.renewed_by(fresh, wall_clock_ends=not table.store.skew_free)
+    held.kept_state(data)
+    return held
+
+
+def _later_write(table: Any, held: Any, stamp: int) -> errors.StateRefused | None:
+    """The error to raise where a refused write's lease is still held and a later write of it
+    is stored; None where the lease is not held (the refusal stands)."""
+    outcome = table.store.read(held.lock_id)
+    record = outcome.lock if outcome.pool is None else None
+    if record is None or record.lease_id != held.lease_id or record.released:
+        return None
+    found = table.store.read_state(held.lock_id)
+    if found.lease_id != held.lease_id or found.stamp_ms <= stamp:
+        return None
+    return errors.StateRefused(
+        f"the state of {held.lock_id!r} was not written: a later write of this lease is stored",
+        hint="write the state from one process only (and keep its clock from stepping back)",
+    )

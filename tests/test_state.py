@@ -1,0 +1,176 @@
+"""State with the lease through the library (``state=True``, ``held.state``,
+``held.save_state``): read at the grant, written with a renewal, refused once the lease is not
+held, and a migration that resumes from the last batch a crashed holder checkpointed. On the
+in-memory store in fake time; the command line's ``--state-file`` is in tests/integration."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from awsflock import FakeClock, LockTable, MemoryStore, aio, errors
+from awsflock.state import StateWrite
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> MemoryStore:
+    return MemoryStore(clock=clock)
+
+
+@pytest.fixture
+def table(store: MemoryStore, clock: FakeClock) -> LockTable:
+    return LockTable(store=store, clock=clock, owner="ops")
+
+
+def test_each_holder_reads_what_the_last_one_wrote(table):
+    first = table.acquire("migrate", lease=60, state=True)
+    assert first.state is None
+    first.save_state(b"batch=1")
+    first.save_state(b"batch=2")
+    assert first.state == b"batch=2"
+    first.release()
+    second = table.acquire("migrate", lease=60, state=True)
+    assert second.state == b"batch=2"
+    second.release()
+
+
+def test_the_state_is_read_only_when_asked_for(table, store):
+    held = table.acquire("migrate", lease=60)
+    with pytest.raises(errors.UsageError, match="was not read") as raised:
+        _ = held.state
+    assert "acquire with state=True" in raised.value.one_line()
+    held.save_state(b"x")  # a write needs no read
+    assert held.state == b"x" and store.read_state("migrate").data == b"x"
+
+
+def test_a_write_is_one_renewal(table, clock):
+    held = table.acquire("migrate", lease=60)
+    clock.advance(30)
+    held.save_state(b"x")
+    assert held.expires_at == pytest.approx(clock.time() + 60)
+
+
+def test_a_holder_that_lost_its_lease_cannot_write(table, store, clock):
+    held = table.acquire("migrate", lease=10, state=True)
+    held.save_state(b"mine")
+    clock.advance(20)  # ran out
+    other = table.acquire("migrate", lease=60, state=True)
+    assert other.state == b"mine"
+    with pytest.raises(errors.NotHeld):
+        held.save_state(b"stale")
+    assert store.read_state("migrate").data == b"mine"
+    other.save_state(b"theirs")
+    assert store.read_state("migrate").data == b"theirs"
+
+
+def test_a_released_holder_cannot_write(table, store):
+    held = table.acquire("migrate", lease=60)
+    held.save_state(b"one")
+    held.release()
+    with pytest.raises(errors.NotHeld, match="released"):
+        held.save_state(b"two")
+    assert store.read_state("migrate").data == b"one"
+
+
+def test_a_later_write_of_the_same_lease_refuses_an_earlier_one_and_keeps_the_lease(
+    table, store, clock
+):
+    held = table.acquire("migrate", lease=60)
+    # Another process writes under the same LEASE_ID with a clock far ahead.
+    ahead = StateWrite(b"from-elsewhere", table.now_ms() + 600_000)
+    assert store.renew(
+        "migrate", held.lease_id, now_ms=table.now_ms(), lease_ms=60_000, skew_ms=5000,
+        state=ahead,
+    ).applied  # fmt: skip
+    with pytest.raises(errors.StateRefused, match="a later write of this lease"):
+        held.save_state(b"mine")
+    assert store.read_state("migrate").data == b"from-elsewhere"
+    held.renew()  # still held
+    held.release()
+
+
+def test_state_is_bytes_of_at_most_4_kib(table):
+    held = table.acquire("migrate", lease=60)
+    with pytest.raises(errors.UsageError, match="bytes, not str"):
+        held.save_state("text")  # type: ignore[arg-type]
+    with pytest.raises(errors.UsageError, match="at most 4096 bytes"):
+        held.save_state(b"x" * 4097)
+    held.save_state(bytearray(b"y" * 4096))
+    held.release()
+
+
+@pytest.mark.parametrize(
+    "options, what",
+    [
+        ({"slots": 3}, "a pool"),
+        ({"shared": True}, "a shared holder"),
+    ],
+)
+def test_only_a_plain_lock_keeps_state(table, options: dict[str, Any], what: str):
+    with pytest.raises(errors.UsageError, match=f"not with {what}"):
+        table.acquire("migrate", lease=60, state=True, **options)
+    with pytest.raises(errors.UsageError, match="not with a set of locks"):
+        table.acquire(["a", "b"], lease=60, state=True)
+
+
+def test_a_read_that_fails_leaves_nothing_held(table, store, monkeypatch):
+    def fails(lock_id: str) -> Any:
+        raise errors.EndpointUnreachable("the store went away")
+
+    monkeypatch.setattr(store, "read_state", fails)
+    with pytest.raises(errors.EndpointUnreachable):
+        table.acquire("migrate", lease=60, state=True)
+    record = store.read("migrate").lock
+    assert record is not None and record.released
+
+
+def test_a_hold_reads_and_writes_the_state(table, store):
+    with table.lock("migrate", lease=60, state=True) as held:
+        assert held.state is None
+        held.save_state(b"batch=9")
+        assert held.state == b"batch=9"
+    assert store.read_state("migrate").data == b"batch=9"
+
+
+def test_asyncio_reads_and_writes_the_state(clock):
+    async def main() -> None:
+        table = aio.connect("memory://state-aio", clock=clock, owner="svc")
+        async with table.lock("tenant-1", lease=30, wait=0, state=True) as held:
+            assert held.state is None
+            await held.save_state(json.dumps({"period": "2026-11"}).encode())
+        async with table.lock("tenant-1", lease=30, wait=0, state=True) as held:
+            assert json.loads(held.state or b"") == {"period": "2026-11"}
+
+    asyncio.run(main())
+
+
+def run_migration(table: LockTable, batches: int, crash_after: int | None = None) -> list[int]:
+    """A resumable migration: resumes after the last checkpointed batch, checkpoints each one.
+    ``crash_after``: the holder dies after that many batches of this run (no release)."""
+    done: list[int] = []
+    held = table.acquire("migrate", lease=30, state=True)
+    start = int(held.state or b"0")
+    for batch in range(start + 1, batches + 1):
+        done.append(batch)  # the batch's work
+        held.save_state(str(batch).encode())
+        if crash_after is not None and len(done) == crash_after:
+            return done  # killed: the lease is left to run out
+    held.release()
+    return done
+
+
+def test_a_migration_resumes_where_a_crashed_holder_stopped(table, clock):
+    first = run_migration(table, batches=10, crash_after=4)
+    assert first == [1, 2, 3, 4]
+    clock.advance(60)  # the crashed holder's lease runs out
+    second = run_migration(table, batches=10)
+    assert second == [5, 6, 7, 8, 9, 10]
+    assert run_migration(table, batches=10) == []
