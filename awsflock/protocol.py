@@ -60,7 +60,6 @@ conformance suite (``tests/conformance/``); see docs/contributing/writing-a-stor
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -79,6 +78,9 @@ from awsflock.records import (
 )
 from awsflock.records import LINE_LAPSE_MS as LINE_LAPSE_MS  # part of the protocol's terms
 from awsflock.state import LockState, StateWrite
+from awsflock.wakers import WAKE_CHECK as WAKE_CHECK  # part of the protocol's terms
+from awsflock.wakers import Sleeper as Sleeper
+from awsflock.wakers import Waker as Waker
 
 #: The expiry time (epoch seconds, DynamoDB's TTL attribute) of a lock record kept for good:
 #: on an endpoint without transactions, where no fence record can be kept, a plain lock's record
@@ -117,9 +119,6 @@ DEFAULT_REQUEST_TIMEOUT = 5.0
 MIN_TRY = 0.25
 #: At most this many lapsed places are removed by one step (expressions are limited to 4 KB).
 MAX_DROPS = 20
-
-#: A waker checks a waiter's cancel at least this often (seconds): a signal ends a wait by it.
-WAKE_CHECK = 0.1
 
 #: Places to remove from a line, each only if its last poll is still the one seen: (ticket, ms).
 Drops = tuple[tuple[str, int], ...]
@@ -217,35 +216,6 @@ class Outcome:
         if plain or self.pool is None or self.slot is None:
             return replace(self, lock=kept)
         return replace(self, pool=replace(self.pool, slots={**self.pool.slots, self.slot: kept}))
-
-
-class Waker(Protocol):
-    """How a waiter spends the pause between two polls of one lock (``LockStore.waker``)."""
-
-    def pause(self, clock: Clock, seconds: float, cancel: threading.Event | None) -> bool:
-        """Block for ``seconds`` of ``clock``'s time, never longer; less once ``cancel`` is set
-        (checked at least every ``WAKE_CHECK``), or the store hints that the lock may have
-        changed (True: poll now). Never raises: a waker that fails sleeps the pause out."""
-        ...
-
-    def close(self) -> None:
-        """The wait is over: free what the waker holds (a subscription). Idempotent."""
-        ...
-
-
-class Sleeper:
-    """The waker of a store with no way to wake a waiter early: the pause is slept out, on
-    ``cancel`` when there is one (a virtual clock's ``wait`` and ``sleep`` move its time)."""
-
-    def pause(self, clock: Clock, seconds: float, cancel: threading.Event | None) -> bool:
-        if cancel is not None:
-            clock.wait(cancel, seconds)
-        else:
-            clock.sleep(seconds)
-        return False
-
-    def close(self) -> None:
-        pass
 
 
 class LockStore(Protocol):

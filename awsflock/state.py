@@ -81,11 +81,10 @@ def check(data: Any) -> bytes:
     return data
 
 
-def check_plain(lease_id: str, slot: int | None) -> None:
-    """UsageError unless ``lease_id`` is a plain lock's lease (state is kept for those only)."""
-    from awsflock.shares import is_share_id
-
-    if slot is not None or is_share_id(lease_id):
+def check_plain(slot: int | None, share: bool) -> None:
+    """UsageError unless the lease is a plain lock's (state is kept for those only): not a pool
+    ``slot``'s, not a ``share``."""
+    if slot is not None or share:
         what = "a pool's slot" if slot is not None else "a shared holder"
         raise errors.UsageError(
             f"state is kept with a plain lock, not with {what}",

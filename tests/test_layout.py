@@ -305,6 +305,8 @@ LAYERS = (
             "extras",
             "sets",
             "shares",
+            "state",
+            "wakers",
         ),
     ),
     ("stores", ("stores",)),

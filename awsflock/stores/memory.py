@@ -163,7 +163,7 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
         state: StateWrite | None = None,
     ) -> Outcome:
         if state is not None:
-            check_state_plain(lease_id, slot)
+            check_state_plain(slot, is_share_id(lease_id))
             check_state(state.data)
         with self._mutex:
             record = self._records.get(lock_id)

@@ -23,6 +23,7 @@ from awsflock.records import (
     Pool,
     Waiter,
 )
+from awsflock.shares import is_share_id
 from awsflock.state import StateWrite
 from awsflock.state import check as check_state
 from awsflock.state import check_plain as check_state_plain
@@ -160,7 +161,7 @@ class Steps(StateWrites):
         """Extend our lease from ``now_ms``, if it is ours, not ended and not run out; with
         ``state``, write it too (``state_writes``)."""
         if state is not None:
-            check_state_plain(lease_id, slot)
+            check_state_plain(slot, is_share_id(lease_id))
             check_state(state.data)
         values = renew_values(lease_id, now_ms, lease_ms, skew_ms, slot, keeper)
         p = slot_prefix(slot)

@@ -236,7 +236,7 @@ class StepStore(Connected[C], Generic[C]):
     ) -> Outcome:
         params = self._renew_params(lease_id, now_ms, lease_ms, skew_ms, slot, keeper)
         if state is not None:
-            check_state_plain(lease_id, slot)
+            check_state_plain(slot, is_share_id(lease_id))
             params.update(write_params(state))
         return self._call("renew", _op("renew", lease_id), lock_id, params)
 
