@@ -32,7 +32,7 @@ def test_every_placeholder_needs_its_value_and_every_value_its_placeholder():
 
 
 def test_a_value_is_an_int_or_an_identifier_and_nothing_else():
-    values = dict.fromkeys(("LAPSE", "RETAIN", "HISTORY", "KEEP", "MAX_SHARES"), 1)
+    values = dict.fromkeys(("LAPSE", "RETAIN", "HISTORY", "KEEP", "MAX_SHARES", "STATE"), 1)
     with pytest.raises(TypeError):
         programs.load("awsflock.stores.redis", "steps.lua", **values, DONE="1; os.exit()")
     with pytest.raises(TypeError):

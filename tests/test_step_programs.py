@@ -323,6 +323,44 @@ def test_a_pool_whose_first_row_was_deleted_by_hand_grants_nothing_beside_it(req
         assert kept.fetchall() == [(0, slot)]  # nothing written
 
 
+def test_a_redis_renew_writes_the_state_and_the_state_step_reads_it(request):
+    import json
+
+    from redis.exceptions import ResponseError
+
+    from awsflock.state import MAX_STATE, NO_STATE, LockState, StateWrite, to_wire
+    from awsflock.stores.redis import layout, program
+
+    store: Any = _open(request, "redis", server_time=False)
+    lock, lease = _lock(), _lease()
+    assert _take(store, lock, lease).applied
+    assert store.read_state(lock) == NO_STATE
+
+    def write(data: bytes, at: int, stamp: int) -> bool:
+        renewed = store.renew(
+            lock, lease, now_ms=at, lease_ms=LEASE_MS, skew_ms=0, state=StateWrite(data, stamp)
+        )
+        return bool(renewed.applied)
+
+    assert write(b"two", T0 + 2, T0 + 2)
+    assert not write(b"one", T0 + 3, T0 + 1)  # landed after a later write of its lease
+    assert store.read_state(lock) == LockState(b"two", lease, T0 + 2)
+    # Arguments the library never sends (it refuses them first) are refused by the script too.
+    client = request.getfixturevalue("redis_server").client()
+    keys = program._keys(store.prefix, lock)
+    plain = {"now": T0 + 4, "lease": lease, "lease_ms": LEASE_MS, "state_ms": T0 + 4}
+    for op, params in [
+        ("renew", {**plain, "state": "eA==", "slot": 0}),
+        ("renew", {**plain, "state": "eA==", "state_ms": None}),
+        ("renew", {**plain, "state": to_wire(bytes(MAX_STATE)) + "AAAA"}),  # too long
+        ("renew_share", {**plain, "state": "eA=="}),
+        ("renew_all", {"steps": [{**plain, "state": "eA=="}]}),
+    ]:
+        with pytest.raises(ResponseError, match="awsflock: bad arguments"):
+            client.eval(layout.script(), len(keys), *keys, op, json.dumps(params))
+    assert store.read_state(lock) == LockState(b"two", lease, T0 + 2)
+
+
 def test_a_force_release_writes_its_audit_record_and_a_put_never_replaces_it(store):
     lock, lease = _lock(), _lease()
     _take(store, lock, lease)

@@ -21,6 +21,7 @@ import pytest
 from awsflock import shares
 from awsflock.protocol import Attempt, audit_key
 from awsflock.records import RELEASED, Identity, Previous
+from awsflock.state import LockState, StateWrite
 from awsflock.stores import kinds
 from awsflock.stores.redis import RedisStore, layout
 from tests.conformance.awaited import Awaited
@@ -29,6 +30,7 @@ from tests.conformance.max_hold import MaxHoldConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
+from tests.conformance.state import StateConformance
 from tests.conformance.suite import StoreConformance
 from tests.integration.conftest import BIN, UrlCli
 from tests.servers import REDIS_DURABLE, REDIS_PASSWORD, RedisServer, ValkeyServer
@@ -90,6 +92,16 @@ class TestRedisStoreDelay(DelayConformance):
 
 class TestRedisStoreMaxHold(MaxHoldConformance):
     """Max-hold, in the caller's time."""
+
+    @pytest.fixture
+    def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:
+        store = _store(redis_server, server_time=False)
+        yield store
+        store.close()
+
+
+class TestRedisStoreState(StateConformance):
+    """State with the lease, in the caller's time."""
 
     @pytest.fixture
     def store(self, redis_server: RedisServer) -> Iterator[RedisStore]:
@@ -252,6 +264,41 @@ def test_a_groups_end_is_known_after_the_hash_is_gone(
     assert (said.how, said.forced_by) == (expected[ends], "ops" if ends == "a share forced" else "")
     # A share's end is kept with the group's lapse; a group that ran out is known as it began.
     assert (said.ended_at is None) == (ends == "ran out")
+
+
+def test_the_state_outlives_the_hash_releases_and_force_releases(
+    store: RedisStore, redis_server: RedisServer
+):
+    # The state is kept in the fence key, which nothing expires or deletes: the lock's hash
+    # going (GC, done here by hand), a release and a force-release before it do not lose it.
+    name = "state-" + uuid.uuid4().hex[:8]
+    client = redis_server.client()
+    lock_key, fence_key = layout.lock_key(store.prefix, name), layout.fence_key(store.prefix, name)
+    wrote = []
+    for end in ("release", "force"):
+        lease_id, _, ok = _take(store, name)
+        assert ok
+        if wrote:
+            assert store.read_state(name) == wrote[-1]  # the last holder's, read by this one
+        data, stamp = f"done by {end}".encode(), _now()
+        state = StateWrite(data, stamp)
+        assert store.renew(
+            name, lease_id, now_ms=_now(), lease_ms=60_000, skew_ms=0, state=state
+        ).applied
+        wrote.append(LockState(data, lease_id, stamp))
+        if end == "release":
+            assert store.release(name, lease_id, now_ms=_now(), skew_ms=0).applied
+        else:
+            assert store.force_release(
+                name, lease_id, force_id="f", now_ms=_now(), skew_ms=0, actor="ops", reason="x"
+            ).applied
+        assert not store.renew(name, lease_id, now_ms=_now(), lease_ms=60_000, skew_ms=0).applied
+        assert client.delete(lock_key) == 1
+        assert store.read(name).lock is None
+        assert store.read_state(name) == wrote[-1]
+    _, _, ok = _take(store, name)
+    assert ok and store.read_state(name) == wrote[-1]
+    assert client.pttl(fence_key) == -1
 
 
 def test_a_take_that_lands_after_a_newer_grant_is_refused(store: RedisStore):

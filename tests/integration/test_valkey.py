@@ -25,6 +25,7 @@ from tests.conformance.max_hold import MaxHoldConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
+from tests.conformance.state import StateConformance
 from tests.conformance.suite import StoreConformance
 from tests.integration.conftest import UrlCli
 from tests.servers import ValkeyServer
@@ -109,6 +110,16 @@ class TestValkeyStoreDelay(DelayConformance):
 
 class TestValkeyStoreMaxHold(MaxHoldConformance):
     """Max-hold through the WAITAOF path (in the caller's time)."""
+
+    @pytest.fixture
+    def store(self, valkey: ValkeyServer) -> Iterator[RedisStore]:
+        store = _store(valkey, server_time=False)
+        yield store
+        store.close()
+
+
+class TestValkeyStoreState(StateConformance):
+    """State with the lease through the WAITAOF path (in the caller's time)."""
 
     @pytest.fixture
     def store(self, valkey: ValkeyServer) -> Iterator[RedisStore]:

@@ -11,8 +11,11 @@ one hash slot (the name, encoded so that it holds no ``}``, is their hash tag):
   ``%.0f``, read with ``tonumber``, exact below 2^53). Garbage: once no lease in it can be
   live and nobody waits, ``PEXPIREAT`` removes it ``RETAIN_MS`` later. A pool's hash is kept.
 - ``P:{NAME}:fence``, a hash: the highest fencing token ever granted on the name, any slot
-  (``token``) and the time of the last grant (``granted``). Never expired, never deleted: tokens
-  go up for as long as the data survives, whatever happens to the lock's hash.
+  (``token``) and the time of the last grant (``granted``); the plain lease's grant and end
+  (``last``); the lock's state (``awsflock.state``): ``state`` (base64, as sent),
+  ``state_lease`` (the lease that wrote it) and ``state_ms`` (its stamp), written by a renew
+  step, read by the ``state`` step. Never expired, never deleted: tokens go up, and the state
+  is kept, for as long as the data survives, whatever happens to the lock's hash.
 - ``P:{NAME}:bars``, a sorted set: lease ids an end step found holding nothing here, by when
   (their take may still land late: an acquire gave up without its answer); a take under one
   is refused. Each is kept ``RETAIN_MS``, however many there are; the set expires
@@ -46,6 +49,7 @@ import re
 
 from awsflock.protocol import AUDIT_PREFIX, DONE_MS, LINE_LAPSE_MS
 from awsflock.shares import MAX_SHARES
+from awsflock.state import MAX_STATE
 from awsflock.stores import programs
 
 #: The layout's version, kept at ``P:layout``; table-create refuses any other value there.
@@ -136,6 +140,7 @@ def script() -> str:
         KEEP=int(HISTORY_KEEP),
         DONE=int(DONE_MS),
         MAX_SHARES=int(MAX_SHARES),
+        STATE=4 * -(-MAX_STATE // 3),  # the base64 text of MAX_STATE bytes
     )
 
 

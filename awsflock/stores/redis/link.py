@@ -19,7 +19,7 @@ from typing import Any
 
 from awsflock import errors
 from awsflock.stores.redis import deployment, durability, layout, wire
-from awsflock.stores.redis.program import GRANTS, REPORTS_GRANTS, Request
+from awsflock.stores.redis.program import GRANTS, READS, REPORTS_GRANTS, Request
 from awsflock.stores.redis.translate import translate
 from awsflock.stores.remote.link import Translated, driver, shut
 
@@ -224,7 +224,7 @@ class RedisLink:
     def plan(self, conn: RedisConn, request: Request, timeout: float) -> Plan:
         """What a step sends on ``conn`` (checked against what the connection found first)."""
         self.ready(conn)
-        found = conn.deployment if request.op != "read" else None
+        found = conn.deployment if request.op not in READS else None
         if found is not None and request.op in GRANTS:
             conn.check_grant(int(request.params["lease_ms"]), self.where())
         wait = found if found is not None and found.waits else None

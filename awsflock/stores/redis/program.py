@@ -7,7 +7,9 @@ as barred, -1 refused because the server's clock reads earlier than the lock's l
 (``head`` then holds that grant's time); ``head`` the lock's hash as a flat
 ``[field, value, ...]`` list (``p``: the lease, or a lock held shared's group; ``s:N``: a
 pool's slot N; ``w:TICKET``: a place in line; ``r:LEASE_ID``: a share; ``slots``, ``next``,
-``polled``, ``shared``, ``claim``, ``lapse``); ``ended``: how the step's lease ended.
+``polled``, ``shared``, ``claim``, ``lapse``); ``ended``: how the step's lease ended. The
+``state`` step's reply adds a fifth: ``[state, lease, ms]``, the lock's state as the fence hash
+keeps it (each nil: none written), read into ``Answer.state``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from awsflock.stores.remote.answers import Answer
 
 #: The steps that grant (or extend) a lease: the delayed-restart rule is checked before them.
 GRANTS = ("take", "renew")
+#: The steps that write nothing: no durability wait follows them.
+READS = ("read", "state")
 #: The steps whose answer can show the caller a grant, so the server's settings are read again
 #: with them: a take's and a renew's, and a fair waiter's join and beat (a take of its that
 #: was lost in transit and landed later is learnt from its next poll's answer).
@@ -99,7 +103,8 @@ class RedisProgram:
         ended = None
         if len(reply) > 3 and reply[3] is not None:
             ended = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
-        return Answer(code == 1, now, head(fields(reply[2])), code == 2, ended)
+        state = _state(reply[4]) if len(reply) > 4 else None
+        return Answer(code == 1, now, head(fields(reply[2])), code == 2, ended, state)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -112,6 +117,12 @@ def _keys(prefix: str, lock_id: str) -> tuple[str, ...]:
         layout.done_key(prefix, lock_id),
         layout.forced_key(prefix, lock_id),
     )
+
+
+def _state(found: list[Any]) -> dict[str, Any]:
+    """The ``state`` step's ``[state, lease, ms]`` in the shared form (data None: none)."""
+    data, lease_id, ms = (x.decode() if isinstance(x, bytes) else x for x in found)
+    return {"data": data, "lease": lease_id or "", "ms": int(ms or 0)}
 
 
 def fields(flat: list[Any]) -> dict[str, str]:

@@ -13,12 +13,14 @@
 --   KEYS[2] P:{NAME}:fence   hash: "token" (highest fencing token granted), "granted" (when),
 --                            "last" (the plain lease's or group's grant and end, or the group's
 --                            lapse, which outlive the lock's hash: how the lease before a grant
---                            ended, once that is gone)
+--                            ended, once that is gone), the lock's state (awsflock/state.py):
+--                            "state" (base64 text), "state_lease" (the lease that wrote it),
+--                            "state_ms" (its stamp): kept here, it outlives the lock's hash too
 --   KEYS[3] P:{NAME}:bars    sorted set: lease ids an end step found holding nothing here
 --   KEYS[4] P:{NAME}:done    sorted set: lease ids taken over, scored when * 4 + how
 --   KEYS[5] P:{NAME}:forced  hash: the force-released ones among them -> "forced:ACTION"
 --   KEYS[6] P:{NAME}:audit:KEY  a force-release's audit record (string of JSON): end only
--- ARGV[1]: the step: take, renew, end, join, beat, leave, resize or read; a share's step,
+-- ARGV[1]: the step: take, renew, end, join, beat, leave, resize, read or state; a share's step,
 --   take_share, renew_share, end_share or claim (awsflock/shares.py: "p" is then the group's
 --   lease); or a set's step, take_all, renew_all or end_all (see all() at the end: KEYS then
 --   hold several locks').
@@ -40,18 +42,22 @@
 --                             a refused renew or end, or a read naming a lease; else false
 --   {-1, now, GRANTED}        a take refused because the server's clock reads earlier than
 --                             the lock's last grant (GRANTED, ms): it was stepped back
+--   {1, now, {}, false, {STATE, LEASE, MS}}  the state step: KEYS[2]'s three fields (nil: none
+--                             written)
 -- now: the step's time (ms, a string); FIELDS: KEYS[1]'s fields after the step, flat
 -- (field, value, field, value ...). Errors: NOPERM (a write the user may not make), WRONGTYPE
 -- (a key of another type), ERR (an unknown step, or arguments out of range).
 
 -- Filled in by layout.script() (ms, or a count): protocol.LINE_LAPSE_MS, layout.RETAIN_MS,
--- layout.HISTORY_MS, layout.HISTORY_KEEP, protocol.DONE_MS, shares.MAX_SHARES.
+-- layout.HISTORY_MS, layout.HISTORY_KEEP, protocol.DONE_MS, shares.MAX_SHARES, and STATE: the
+-- longest state as sent (the base64 text of state.MAX_STATE bytes).
 local LAPSE = {{LAPSE}}
 local RETAIN = {{RETAIN}}
 local HISTORY = {{HISTORY}}
 local KEEP = {{KEEP}}
 local DONE = {{DONE}}
 local MAX_SHARES = {{MAX_SHARES}}
+local STATE = {{STATE}}
 local function s(n) return string.format('%.0f', n) end
 
 -- The step's clock: the server's TIME (skew 0), or the caller's (p.now, p.skew).
@@ -311,11 +317,13 @@ local function step(KEYS, op, p, clock, dry)
     if slot ~= cjson.null and slot ~= nil then field = 's:' .. s(slot) else slot = nil end
     -- Arguments the library never sends, refused before anything is written: a slot below 0 (or
     -- not a whole number), a pool's slot taken without the pool's size above it, a resize to no
-    -- slots.
+    -- slots, a state but with a plain lock's renew (as text no longer than STATE, stamped).
     local function whole(x) return type(x) == 'number' and x % 1 == 0 end
     if (slot ~= nil and not (whole(slot) and slot >= 0))
         or (op == 'take' and slot ~= nil and not (whole(p.slots) and p.slots > slot))
-        or (op == 'resize' and not (whole(p.new) and p.new >= 1)) then
+        or (op == 'resize' and not (whole(p.new) and p.new >= 1))
+        or (p.state ~= nil and (op ~= 'renew' or slot ~= nil or type(p.state) ~= 'string'
+                                or #p.state > STATE or not whole(p.state_ms))) then
         return redis.error_reply('ERR awsflock: bad arguments for step ' .. op)
     end
     local ok = false
@@ -391,16 +399,23 @@ local function step(KEYS, op, p, clock, dry)
             end
         end
 
-    -- renew: extend a held lease.
+    -- renew: extend a held lease, and write the lock's state with it.
     --   lease, lease_ms, sent, order (how far apart two callers' readings must be to order
-    --   them), slot, keeper (who keeps it alive, or absent).
+    --   them), slot, keeper (who keeps it alive, or absent), state and state_ms (a plain lock's
+    --   state, base64 text, and its stamp; absent: none written).
     --   Applied when the lease is still held, not run out, in a pool still that large, and the new
-    --   end is not earlier than the one a later renew set.
+    --   end is not earlier than the one a later renew set. With a state, also when only that
+    --   last fails (the state is written, the end stays), and not where the state was written by
+    --   this lease with a later stamp (this write landed late). The state goes to KEYS[2].
     elseif op == 'renew' then
         local l = lease(field)
         local in_pool = (slot == nil and h.slots == nil and h.shared == nil)
             or (slot ~= nil and h.slots ~= nil and tonumber(h.slots) > slot)
         ok = l ~= nil and l.lease == p.lease and l.ended == '' and tonumber(l.exp) > now and in_pool
+        if ok and p.state ~= nil then
+            local kept = redis.call('HMGET', KEYS[2], 'state_lease', 'state_ms')
+            ok = kept[1] ~= p.lease or tonumber(kept[2]) <= p.state_ms
+        end
         local from = now
         -- A renew made before the lease's grant or latest renew (the caller's clock) counts from
         -- that one's time.
@@ -412,11 +427,17 @@ local function step(KEYS, op, p, clock, dry)
         -- was told (its own caller learns the lease is held at least as long as it asked). The
         -- callers' clock readings order them (``rs``) only a whole window (``order``) apart: within
         -- it, a clock ahead could make the renew sent first look later.
+        local extend = ok
         if ok and from + p.lease_ms < tonumber(l.exp) then
-            ok = p.sent ~= nil and l.rs ~= nil
+            extend = p.sent ~= nil and l.rs ~= nil
                 and tonumber(p.sent) >= tonumber(l.rs) + tonumber(p.order or 0)
+            ok = extend or p.state ~= nil  -- a state write never shortens: the end stays
         end
-        if ok then
+        if ok and p.state ~= nil then
+            redis.call('HSET', KEYS[2], 'state', p.state, 'state_lease', p.lease,
+                       'state_ms', s(p.state_ms))
+        end
+        if extend then
             l.exp = s(from + p.lease_ms)
             if l.cap then l.exp = s(math.min(from + p.lease_ms, tonumber(l.cap))) end  -- the cap
             l.ms = s(p.lease_ms)
@@ -656,10 +677,10 @@ local function step(KEYS, op, p, clock, dry)
 end
 
 -- A set's step (awsflock/sets.py): take_all, renew_all or end_all of 1 to 32 plain locks, KEYS
--- holding each lock's five keys in turn, p.steps each lock's parameters. Every lock's keys are
--- checked (usable) before the first write. take_all is all or nothing: a first pass checks
--- every take (dry), and only if each would be applied are they made; refused, the refused
--- take's answer and a read of each other lock. Answer: {1 or 0, now, {each lock's answer}}.
+-- holding each lock's five keys in turn, p.steps each lock's parameters (never a state). Every
+-- lock's keys are checked (usable) before the first write. take_all is all or nothing: a first
+-- pass checks every take (dry), and only if each would be applied are they made; refused, the
+-- refused take's answer and a read of each other lock. Answer: {1 or 0, now, {each lock's answer}}.
 local function all(op, p)
     local steps = p.steps
     local bad = type(steps) ~= 'table' or #steps < 1 or #steps > 32 or #KEYS ~= 5 * #steps
@@ -668,7 +689,7 @@ local function all(op, p)
         keys[i] = {KEYS[5 * i - 4], KEYS[5 * i - 3], KEYS[5 * i - 2], KEYS[5 * i - 1], KEYS[5 * i]}
         local one = steps[i]
         bad = bad or seen[keys[i][1]] or (one.slot ~= nil and one.slot ~= cjson.null)
-            or (one.ticket ~= nil and one.ticket ~= cjson.null)
+            or (one.ticket ~= nil and one.ticket ~= cjson.null) or one.state ~= nil
         seen[keys[i][1]] = true
     end
     if bad then return redis.error_reply('ERR awsflock: bad arguments for step ' .. op) end
@@ -698,7 +719,15 @@ local function all(op, p)
     return {1, s(clock.now), replies}
 end
 
+-- state: a read of the lock's state, in KEYS[2] only (one read; now, skew as every step's).
+--   Answer: {1, now, {}, false, {STATE, LEASE, MS}}, each nil where no state was written.
+local function state(p)
+    local found = redis.call('HMGET', KEYS[2], 'state', 'state_lease', 'state_ms')
+    return {1, s(clock_of(p).now), {}, false, found}
+end
+
 local op = ARGV[1]
 local p = cjson.decode(ARGV[2])
 if op == 'take_all' or op == 'renew_all' or op == 'end_all' then return all(op, p) end
+if op == 'state' then return state(p) end
 return step(KEYS, op, p, clock_of(p), false)
