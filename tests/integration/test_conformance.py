@@ -18,6 +18,7 @@ from tests.conformance.max_hold import MaxHoldConformance
 from tests.conformance.previous import PreviousConformance
 from tests.conformance.sets import SetConformance
 from tests.conformance.shares import ShareConformance
+from tests.conformance.state import StateConformance
 from tests.conformance.suite import StoreConformance
 from tests.servers import PATIENT, PostgresServer, Server, local_client
 
@@ -118,6 +119,16 @@ class TestDynamoDBStoreOnServersMaxHold(MaxHoldConformance):
 
 class TestPostgresStoreMaxHold(MaxHoldConformance):
     """Max-hold on a real PostgreSQL server, in the caller's time."""
+
+    @pytest.fixture
+    def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:
+        store = PostgresStore(postgres.url, pg_table, server_time=False)
+        yield store
+        store.close()
+
+
+class TestPostgresStoreState(StateConformance):
+    """State with the lease on a real PostgreSQL server, in the caller's time."""
 
     @pytest.fixture
     def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:
