@@ -361,6 +361,52 @@ def test_a_redis_renew_writes_the_state_and_the_state_step_reads_it(request):
     assert store.read_state(lock) == LockState(b"two", lease, T0 + 2)
 
 
+def test_the_state_is_written_by_a_renew_and_read_by_the_step_state(request):
+    # The PostgreSQL branches of state (awsflock.state): the conformance suite has the rules;
+    # here, a state longer than one line of PostgreSQL's base64, a stale stamp, and the
+    # arguments the library never sends (refused whole, the state as it was).
+    import base64
+    import json
+
+    import psycopg
+
+    from awsflock.state import NO_STATE, LockState, StateWrite
+    from awsflock.stores.postgresql import schema
+
+    store: Any = _open(request, "postgresql", server_time=False)
+    lock, lease, data = _lock(), _lease(), bytes(range(256))
+    assert store.read_state(lock) == NO_STATE
+    assert _take(store, lock, lease).applied
+    write = StateWrite(data, T0 + 1)
+    assert store.renew(
+        lock, lease, now_ms=T0 + 1, lease_ms=LEASE_MS, skew_ms=0, state=write
+    ).applied
+    assert store.read_state(lock) == LockState(data, lease, T0 + 1)
+    late = StateWrite(b"late", T0)
+    refused = store.renew(lock, lease, now_ms=T0 + 2, lease_ms=LEASE_MS, skew_ms=0, state=late)
+    assert not refused.applied
+    step = f"SELECT {schema.quote(schema.function_name('steps'))}(%s, %s, %s::jsonb)"
+    state = {"state": base64.b64encode(b"x").decode(), "state_ms": T0 + 3}
+    renew = {"now": T0 + 3, "skew": 0, "lease": lease, "lease_ms": LEASE_MS, "sent": T0 + 3}
+    never = [
+        ("renew", lock, {**renew, **state, "slot": 0}),
+        ("renew", lock, {**renew, "state": "!", "state_ms": T0 + 3}),
+        ("renew", lock, {**renew, **state, "state": base64.b64encode(b"x" * 4097).decode()}),
+        ("renew", lock, {**renew, "state": state["state"]}),  # no stamp
+        ("take", lock, {**renew, **state, "lease": _lease()}),
+        ("renew_all", "", {"steps": [{"lock": lock, "p": {**renew, **state}}]}),
+    ]
+    url = request.getfixturevalue("postgres_server").url
+    with psycopg.connect(url, autocommit=True) as conn:
+        for op, name, params in never:
+            with pytest.raises(psycopg.Error, match=r"bad arguments|base64"):
+                conn.execute(step, (op, name, json.dumps(params)))
+        assert store.read_state(lock) == LockState(data, lease, T0 + 1)  # nothing written
+        sent = conn.execute(step, ("renew", lock, json.dumps({**renew, **state}))).fetchone()[0]
+    assert sent["applied"] and "state" not in sent["rows"][0]
+    assert store.read_state(lock) == LockState(b"x", lease, T0 + 3)
+
+
 def test_a_force_release_writes_its_audit_record_and_a_put_never_replaces_it(store):
     lock, lease = _lock(), _lease()
     _take(store, lock, lease)
@@ -454,7 +500,8 @@ def test_every_postgresql_step_answers_with_the_lock_s_rows_as_they_are_after_it
 ):
     # The function answers a plain lock's step from the row it wrote (no second read): each
     # answer is compared with the rows read apart, after 300 steps of every kind drawn at
-    # random on two plain locks and a pool (leases, a line, bars, forced ends, sizes).
+    # random on two plain locks and a pool (leases, a line, bars, forced ends, sizes, state).
+    import base64
     import json
     import random
 
@@ -467,7 +514,7 @@ def test_every_postgresql_step_answers_with_the_lock_s_rows_as_they_are_after_it
     store.close()
     step = f"SELECT {schema.quote(schema.function_name('answers'))}(%s, %s, %s::jsonb)"
     rows = (
-        "SELECT COALESCE(jsonb_agg(to_jsonb(t) - 'audit' - 'barred' ORDER BY t.slot), '[]')"
+        f"SELECT COALESCE(jsonb_agg(to_jsonb(t) - {schema.HIDDEN} ORDER BY t.slot), '[]')"
         " FROM answers t WHERE t.lock_id = %s"
     )
     rng = random.Random(7)
@@ -482,6 +529,8 @@ def test_every_postgresql_step_answers_with_the_lock_s_rows_as_they_are_after_it
                 params["lease"] = f"{rng.choice(leases)}{n // 40}"
             if op in ("take", "renew"):
                 params.update(lease_ms=rng.choice([500, LEASE_MS]), sent=now, who={"owner": "x"})
+            if op == "renew" and lock != "pool" and n % 2:  # a write of state (not a slot's)
+                params.update(state=base64.b64encode(b"n=%d" % n).decode(), state_ms=now)
             if op in ("join", "beat", "leave") or (op == "take" and rng.random() < 0.3):
                 params.update(ticket=rng.choice(tickets), who={"owner": "y"})
             if op == "end":

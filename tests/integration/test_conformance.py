@@ -127,6 +127,16 @@ class TestPostgresStoreMaxHold(MaxHoldConformance):
         store.close()
 
 
+class TestPostgresStoreState(StateConformance):
+    """State with the lease on a real PostgreSQL server, in the caller's time."""
+
+    @pytest.fixture
+    def store(self, postgres: PostgresServer, pg_table: str) -> Iterator[PostgresStore]:
+        store = PostgresStore(postgres.url, pg_table, server_time=False)
+        yield store
+        store.close()
+
+
 class TestPostgresStoreShares(ShareConformance):
     """Shared holders on a real PostgreSQL server, in the caller's time."""
 

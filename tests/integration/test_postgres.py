@@ -23,13 +23,16 @@ from typing import Any
 
 import pytest
 
-from awsflock import LockTable
-from awsflock.records import EXPIRED
+from awsflock import LockTable, sets, shares
+from awsflock.protocol import Attempt
+from awsflock.records import EXPIRED, Identity
+from awsflock.state import NO_STATE, LockState, StateWrite
 from awsflock.stores.postgresql import PostgresStore
 from tests.conformance.delay import DELAY, DelayLab
 from tests.conformance.previous import previous_of
 from tests.conformance.shares import ShareLab
-from tests.conformance.suite import SKEW
+from tests.conformance.state import StateLab
+from tests.conformance.suite import SKEW, new_id
 from tests.integration.conftest import Cli, PgCli
 from tests.pgproxy import PgFaultProxy
 from tests.servers import PostgresServer
@@ -577,18 +580,68 @@ def test_without_psycopg_a_postgresql_url_names_the_extra(
 
 
 def test_table_create_brings_a_table_of_an_earlier_build_up_to_date(postgres: PostgresServer):
-    # A table made before renewed_ms and <table>_done existed (same layout name): table-create
-    # adds them, and the lock works (found by the third adversarial review: every take failed).
+    # A table made before renewed_ms, <table>_done and the state's columns existed (same layout
+    # name): table-create adds them, and the lock works (found by the third adversarial review:
+    # every take failed); a lock held before has no state, and its holder writes one.
     name = "older_" + uuid.uuid4().hex[:6]
     cli = PgCli(postgres, name)
     assert cli("table-create", "-q").returncode == 0
-    postgres.sql(f'ALTER TABLE "{name}" DROP COLUMN renewed_ms')
+    before = cli("acquire", "before", "--no-wait")  # for 2 hours
+    assert before.returncode == 0, before.stderr
+    postgres.sql(
+        f'ALTER TABLE "{name}" DROP COLUMN renewed_ms,'
+        " DROP COLUMN state, DROP COLUMN state_lease, DROP COLUMN state_ms"
+    )
     postgres.sql(f'DROP TABLE "{name}_done"')
     assert cli("table-create", "-q").returncode == 0
     held = cli("acquire", "x", "--no-wait")
     assert held.returncode == 0, held.stderr
     assert cli("renew", "x", held.stdout.strip()).returncode == 0
     assert cli("release", "x", held.stdout.strip()).returncode == 0
+    store = PostgresStore(postgres.url, name)
+    try:
+        assert store.read_state("before") == NO_STATE
+        now, lease_id = round(time.time() * 1000), before.stdout.strip()
+        write = StateWrite(b"resumed", now)
+        renewed = store.renew(
+            "before", lease_id, now_ms=now, lease_ms=3 * 3_600_000, skew_ms=0, state=write
+        )
+        assert renewed.applied
+        assert store.read_state("before") == LockState(b"resumed", lease_id, now)
+    finally:
+        store.close()
+
+
+def test_the_state_outlives_every_lease_and_every_grant_on_the_lock_s_row(
+    postgres: PostgresServer, pg_table: str
+):
+    # PostgreSQL keeps a lock's state on the lock's row, which no step deletes: releases,
+    # force-releases, takes (plain, a set's, a group of shares'), a take over a lease that ran
+    # out and a resize all rewrite that row and leave the state as it was written.
+    store = PostgresStore(postgres.url, pg_table, server_time=False)
+    try:
+        lab = StateLab(store)
+        lock = lab.name()
+        first, _ = lab.take(lock)
+        assert lab.write(lock, first, b"step=7", at=1).applied
+        assert lab.release(lock, first, at=2).applied
+        second, taken = lab.take(lock, at=3)
+        assert taken.applied and lab.force(lock, second, new_id(), at=4).applied
+        group, taken = lab.take(lock, shares.new_share_id(), at=5)
+        assert taken.applied and lab.release(lock, group, at=6).applied
+        member = sets.member_id(sets.new_set_id(), lock)
+        who = Identity(owner="s")
+        assert store.take_all([(lock, Attempt(member, who, lab.now + 7, 1000, SKEW))])[0].applied
+        last, taken = lab.take(lock, at=7 + 1000 + SKEW + 1)  # the set's lease ran out
+        assert taken.applied and lab.release(lock, last, at=8000).applied
+        assert store.resize_pool(lock, None, 2, now_ms=lab.now + 8001, skew_ms=SKEW)
+        assert store.read_state(lock) == LockState(b"step=7", first, lab.now + 1)
+        rows = postgres.sql(
+            f'SELECT slot, state, state_lease FROM "{pg_table}" WHERE lock_id = %s', lock
+        )
+        assert rows == [(-1, b"step=7", first)]  # one row, never deleted, the state on it
+    finally:
+        store.close()
 
 
 def test_table_create_adds_the_columns_of_previous_to_an_older_table(postgres: PostgresServer):

@@ -4,7 +4,9 @@ shared form (``stores.remote.answers``).
 
 The function's answer: ``{"applied", "now", "barred", "ended", "rows"}``, where ``rows`` are
 the lock's rows as JSON: its head row (``slot`` -1: the lock's lease, its line, a pool's size)
-and a pool's slot rows (``slot`` 0..n-1).
+and a pool's slot rows (``slot`` 0..n-1), without the lock's state. The step ``state`` answers
+the state alone (``"state"``: ``{"data", "lease", "ms"}`` or null), read from the head row's
+columns ``state``, ``state_lease`` and ``state_ms``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class PgProgram:
             head=head(reply["rows"]),
             barred=bool(reply.get("barred")),
             ended=None if reply.get("ended") is None else str(reply["ended"]),
+            state=reply.get("state"),
         )
 
     def request_all(

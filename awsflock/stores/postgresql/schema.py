@@ -1,12 +1,15 @@
 """The PostgreSQL store's layout: one table and one function, and the GRANTs they need.
 
 The table (``table.sql`` beside this module) holds a row per lock (``slot`` -1: a plain lock's
-lease, a pool's size, the lock's line of fair waiters), a row per used pool slot (``slot`` 0
-and up), and a row per audit record (``slot`` -1, ``audit`` set, its key under
-``RESERVED_PREFIX``, which no lock name may start with). The function ``<table>_step``
-(``steps.sql``, which documents every step) is every lock step: it locks the lock's row, checks
-the step's condition and writes, in one statement, one round trip, one transaction, and
-answers with the applied flag, the server's time and the lock's rows.
+lease, a pool's size, the lock's line of fair waiters, its state), a row per used pool slot
+(``slot`` 0 and up), and a row per audit record (``slot`` -1, ``audit`` set, its key under
+``RESERVED_PREFIX``, which no lock name may start with). Rows are never deleted: a lock's row
+keeps its fencing token and its state (``awsflock.state``: columns ``state``, ``state_lease``,
+``state_ms``) across every grant. The function ``<table>_step`` (``steps.sql``, which
+documents every step) is every lock step: it locks the lock's row, checks the step's condition
+and writes, in one statement, one round trip, one transaction, and answers with the applied
+flag, the server's time and the lock's rows (without the state, which the step ``state``
+reads).
 
 The programs are files of their own, read from the installed package (``stores.programs``):
 the table's and the function's names go into them as quoted identifiers, the constants as
@@ -23,6 +26,7 @@ import re
 
 from awsflock.protocol import BAR_KEEP_MS, DONE_MS, LINE_LAPSE_MS
 from awsflock.shares import MAX_SHARES
+from awsflock.state import MAX_STATE
 from awsflock.stores import programs
 
 #: The layout's version, kept in the table's comment; table-create refuses any other.
@@ -59,7 +63,17 @@ ADDED_COLUMNS = (
     # The hold's cap (ms by the server's clock; NULL: no max-hold): no take or renewal sets
     # ``expires_ms`` past it (steps.sql).
     ("cap_ms", "bigint"),
+    # The lock's state (awsflock.state) on its row, which is never deleted: the bytes, the
+    # lease that wrote them and its stamp (NULL: never written). Only a renew step writes
+    # them; answers leave them out (the step ``state`` reads them).
+    ("state", "bytea"),
+    ("state_lease", "text"),
+    ("state_ms", "bigint"),
 )
+
+#: The columns a lock's rows are read without (as jsonb less this array): audit records, barred
+#: ids and the state, which the step ``state`` reads apart (steps.sql leaves out the same).
+HIDDEN = "'{audit,barred,state,state_lease,state_ms}'::text[]"
 
 
 def check_name(name: str) -> str:
@@ -121,6 +135,7 @@ def step_function(table: str) -> str:
         RETAIN=int(BAR_RETAIN_MS),
         DONE_MS=int(DONE_MS),
         MAX_SHARES=int(MAX_SHARES),
+        MAX_STATE=int(MAX_STATE),
     )
 
 

@@ -3,8 +3,8 @@
 -- awsflock/stores/postgresql/schema.py (step_function()), which fills in the placeholders
 -- (names in double braces, awsflock/stores/programs.py): T the lock table, D its table of
 -- leases handed on, F this function (quoted identifiers); LAPSE, RETAIN, DONE_MS (integers,
--- ms: protocol.LINE_LAPSE_MS, schema.BAR_RETAIN_MS, protocol.DONE_MS). table-create installs
--- it (tables.py).
+-- ms: protocol.LINE_LAPSE_MS, schema.BAR_RETAIN_MS, protocol.DONE_MS), MAX_SHARES, MAX_STATE
+-- (shares.MAX_SHARES, state.MAX_STATE). table-create installs it (tables.py).
 -- Checked: tests/test_step_programs.py installs it on a real PostgreSQL and runs every step;
 -- the pre-commit hook "step-programs" runs that file.
 --
@@ -13,9 +13,9 @@
 -- DO NOTHING, then locked: two first takes cannot both see no row). Time is the server's
 -- (clock_timestamp(), epoch ms) unless p holds "now".
 --
--- p_op: the step: take, renew, end, join, beat, leave, resize or read (or a set's: take_all,
--- renew_all, end_all; or a share's: take_share, renew_share, end_share, claim). p_lock: the
--- lock's name.
+-- p_op: the step: take, renew, end, join, beat, leave, resize, read or state (or a set's:
+-- take_all, renew_all, end_all; or a share's: take_share, renew_share, end_share, claim).
+-- p_lock: the lock's name.
 -- p: its parameters (jsonb). Every step may have:
 --   now, skew  the caller's clock and skew window (ms); absent: the server's clock, skew 0
 -- and each step its own, listed above its branch below.
@@ -24,9 +24,9 @@
 -- lease id), "ended": how the step's lease ended if it was handed on ("released",
 -- "forced:ACTION", "" ran out; for a refused renew or end, or a read naming a lease; else
 -- null), "now": the step's time (ms), "rows": the lock's rows after the step, by slot, without
--- "audit" and "barred"}. Errors: SQLSTATE 55000 (fsync off, or the table not logged: a grant a
--- crash could undo; a pool's first row deleted by hand), 22023 (an unknown step, or arguments
--- out of range).
+-- "audit", "barred" and the state's columns}; the step state answers "state" too. Errors:
+-- SQLSTATE 55000 (fsync off, or the table not logged: a grant a crash could undo; a pool's
+-- first row deleted by hand), 22023 (an unknown step, or arguments out of range).
 CREATE OR REPLACE FUNCTION {{F}}(p_op text, p_lock text, p jsonb) RETURNS jsonb
 LANGUAGE plpgsql AS $body$
 DECLARE
@@ -57,19 +57,24 @@ DECLARE
     v_lapse jsonb;
     v_h_free boolean;
     v_r_free boolean;
+    v_state bytea;
+    v_keep boolean := false;
+    -- The columns answers leave out (the step state reads the state's).
+    c_hidden CONSTANT text[] := '{audit,barred,state,state_lease,state_ms}';
 BEGIN
     -- A set's step (awsflock/sets.py), p_lock unused: take_all, renew_all or end_all.
     --   steps: [{"lock": NAME, "p": {...}}, ...], 1 to 32 distinct names, each a plain lock.
-    --   Each lock's own step (take, renew, end), made in the order of the names' bytes, so that
-    --   two sets lock their rows in one order and never deadlock. take_all is all or nothing:
-    --   once a take is refused, every take made before it is rolled back (the sub-block), and
-    --   each lock is read as it is. Answer: {"applied": every step applied, "now",
-    --   "answers": each step's answer, in the order given}.
+    --   Each lock's own step (take, renew, end; never with state), made in the order of the
+    --   names' bytes, so that two sets lock their rows in one order and never deadlock.
+    --   take_all is all or nothing: once a take is refused, every take made before it is
+    --   rolled back (the sub-block), and each lock is read as it is. Answer: {"applied":
+    --   every step applied, "now", "answers": each step's answer, in the order given}.
     IF p_op IN ('take_all', 'renew_all', 'end_all') THEN
         IF jsonb_typeof(p->'steps') IS DISTINCT FROM 'array'
            OR jsonb_array_length(p->'steps') NOT BETWEEN 1 AND 32
            OR (SELECT count(DISTINCT e->>'lock') <> count(*) OR bool_or(e->>'lock' IS NULL)
                       OR bool_or(COALESCE(e->'p'->>'slot', e->'p'->>'ticket') IS NOT NULL)
+                      OR bool_or(e->'p' ? 'state')
                FROM jsonb_array_elements(p->'steps') e) THEN
             RAISE EXCEPTION 'awsflock: bad arguments for step %: %', p_op, p USING ERRCODE = '22023';
         END IF;
@@ -103,6 +108,18 @@ BEGIN
             'answers', (SELECT jsonb_agg(a.value ORDER BY a.key::integer)
                         FROM jsonb_each(v_answers) a));
     END IF;
+    -- state: read the lock's state (awsflock.state; a renew writes it), no parameters. One
+    --   read of the lock's row, nothing written, no row locked. Answer: {"applied": false,
+    --   "now", "rows": [], "state": {"data": the bytes (base64), "lease": the lease that wrote
+    --   them, "ms": its stamp}, or null: never written}.
+    IF p_op = 'state' THEN
+        SELECT * INTO h FROM {{T}} WHERE lock_id = p_lock AND slot = -1;
+        RETURN jsonb_build_object('applied', false, 'barred', false, 'ended', NULL,
+            'now', v_now, 'rows', '[]'::jsonb,
+            'state', CASE WHEN h.state IS NOT NULL THEN jsonb_build_object(
+                'data', translate(encode(h.state, 'base64'), E'\n', ''),
+                'lease', h.state_lease, 'ms', h.state_ms) END);
+    END IF;
     IF p_op <> 'read' THEN
         -- Durable before it answers: a grant a crash can undo is a second holder.
         IF current_setting('fsync') = 'off' THEN
@@ -113,11 +130,18 @@ BEGIN
         END IF;
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
+    IF p ? 'state' THEN
+        v_state := decode(p->>'state', 'base64');
+    END IF;
     -- Arguments the library never sends, refused before anything is read or written: a slot
-    -- below 0, a pool's slot taken without the pool's size above it, a resize to no slots.
+    -- below 0, a pool's slot taken without the pool's size above it, a resize to no slots,
+    -- state but on a plain lock's renew (with its stamp, at most MAX_STATE bytes).
     IF v_slot < -1 OR (p_op = 'take' AND v_slot >= 0
                        AND COALESCE((p->>'slots')::integer, 0) <= v_slot)
-       OR (p_op = 'resize' AND COALESCE((p->>'new')::integer, 0) < 1) THEN
+       OR (p_op = 'resize' AND COALESCE((p->>'new')::integer, 0) < 1)
+       OR (p ? 'state' AND (p_op <> 'renew' OR v_slot >= 0 OR v_state IS NULL
+                            OR octet_length(v_state) > {{MAX_STATE}} OR p->>'state_ms' IS NULL))
+    THEN
         RAISE EXCEPTION 'awsflock: bad arguments for step %: %', p_op, p USING ERRCODE = '22023';
     END IF;
     v_cut := v_now - CASE WHEN p ? 'now' THEN COALESCE((p->>'skew')::bigint, 0) ELSE 0 END;
@@ -277,15 +301,22 @@ BEGIN
             END IF;
         END IF;
 
-    -- renew: extend a held lease.
+    -- renew: extend a held lease, and write the lock's state (awsflock.state) with it.
     --   lease, lease_ms, sent, order (how far apart two callers' readings must be to order
-    --   them), slot, keeper (who keeps it alive, or absent).
+    --   them), slot, keeper (who keeps it alive, or absent), state and state_ms (the state's
+    --   bytes, base64, and the holder's stamp; absent: no write; a plain lock's only).
     --   Applied when the lease is still held, not run out, in a pool still that large, and the
-    --   new end is not earlier than the one a later renew set.
+    --   new end is not earlier than the one a later renew set; with state, also when the
+    --   state stored is not its lease's with a later stamp. A write whose renewal alone would
+    --   move the end earlier is applied: the state is written, the lease left as it is.
     ELSIF p_op = 'renew' THEN
         v_ok := v_has_r AND r.lease_id = p->>'lease' AND r.ended = '' AND r.expires_ms > v_now
             AND CASE WHEN v_slot < 0 THEN h.slots IS NULL AND NOT h.shared
-                ELSE h.slots > v_slot END;
+                ELSE h.slots > v_slot END
+            -- A write that lands after a later one of its lease never undoes it (a retry, the
+            -- same stamp, writes the same bytes again).
+            AND NOT (v_state IS NOT NULL AND h.state_lease IS NOT DISTINCT FROM p->>'lease'
+                     AND h.state_ms > (p->>'state_ms')::bigint);
         -- A renew made before the lease's grant or latest renew (its end less its length) counts
         -- from that one's time.
         IF v_ok AND r.expires_ms - r.lease_ms > v_now THEN
@@ -297,16 +328,28 @@ BEGIN
         -- asked). The callers' clock readings order them (renewed_ms) only a whole window
         -- ('order') apart: within it, a clock ahead could make the renew sent first look later.
         IF v_ok AND v_now + (p->>'lease_ms')::bigint < r.expires_ms THEN
-            v_ok := COALESCE(
+            v_keep := NOT COALESCE(
                 (p->>'sent')::bigint >= r.renewed_ms + COALESCE((p->>'order')::bigint, 0), false);
+            v_ok := NOT v_keep OR v_state IS NOT NULL;  -- a write keeps the end (above)
         END IF;
-        IF v_ok THEN
+        IF v_ok AND v_keep THEN
+            UPDATE {{T}} SET state = v_state, state_lease = p->>'lease',
+                state_ms = (p->>'state_ms')::bigint
+            WHERE lock_id = p_lock AND slot = -1
+            RETURNING * INTO h;
+            r := h;
+        ELSIF v_ok THEN
             UPDATE {{T}} SET
                 expires_ms = LEAST(v_now + (p->>'lease_ms')::bigint,
                     COALESCE(cap_ms, v_now + (p->>'lease_ms')::bigint)),  -- never past the cap
                 lease_ms = (p->>'lease_ms')::bigint,
                 renewed_ms = GREATEST((p->>'sent')::bigint, renewed_ms),
-                keeper = COALESCE(p->>'keeper', keeper)
+                keeper = COALESCE(p->>'keeper', keeper),
+                -- The state (v_state NULL: none written; a write is a plain lock's, slot -1).
+                state = COALESCE(v_state, state),
+                state_lease = CASE WHEN v_state IS NULL THEN state_lease ELSE p->>'lease' END,
+                state_ms = CASE WHEN v_state IS NULL THEN state_ms
+                    ELSE (p->>'state_ms')::bigint END
             WHERE lock_id = p_lock AND slot = v_slot
             RETURNING * INTO r;
             IF v_slot < 0 THEN
@@ -606,9 +649,8 @@ BEGIN
         'rows', CASE
             WHEN NOT v_has THEN '[]'::jsonb
             -- A plain lock (never a pool: a pool stays one) has its one row, as it is now.
-            WHEN h.slots IS NULL THEN jsonb_build_array(to_jsonb(h) - 'audit' - 'barred')
-            ELSE (SELECT COALESCE(
-                        jsonb_agg(to_jsonb(t) - 'audit' - 'barred' ORDER BY t.slot), '[]')
+            WHEN h.slots IS NULL THEN jsonb_build_array(to_jsonb(h) - c_hidden)
+            ELSE (SELECT COALESCE(jsonb_agg(to_jsonb(t) - c_hidden ORDER BY t.slot), '[]')
                   FROM {{T}} t WHERE t.lock_id = p_lock)
         END);
 END

@@ -85,7 +85,7 @@ class PostgresStore(StepStore[Any]):
     def locks(self, prefix: str = "") -> Iterator[LockRecord | Pool]:
         query = (
             "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint,"
-            f" to_jsonb(t) - 'audit' - 'barred' FROM {self._table} t"
+            f" to_jsonb(t) - {schema.HIDDEN} FROM {self._table} t"
             " WHERE starts_with(t.lock_id, %s) AND NOT starts_with(t.lock_id, %s)"
             " ORDER BY t.lock_id, t.slot"
         )

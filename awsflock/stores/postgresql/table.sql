@@ -1,8 +1,9 @@
 -- awsflock's PostgreSQL lock table: a row per lock (slot -1), per used pool slot (0 and up)
--- and per audit record. Made by table-create (tables.py) when the table is missing. T: the
--- table's name, a quoted identifier (schema.table_statement()). Columns added after the
--- layout's first release are also in schema.ADDED_COLUMNS, which table-create adds to older
--- tables.
+-- and per audit record. Rows are never deleted: a lock's row keeps its fencing token and its
+-- state (state, state_lease, state_ms: awsflock.state) across every grant. Made by
+-- table-create (tables.py) when the table is missing. T: the table's name, a quoted
+-- identifier (schema.table_statement()). Columns added after the layout's first release are
+-- also in schema.ADDED_COLUMNS, which table-create adds to older tables.
 CREATE TABLE {{T}} (
     lock_id text NOT NULL,
     slot integer NOT NULL,
@@ -32,5 +33,8 @@ CREATE TABLE {{T}} (
     lapse jsonb,
     delay_ms bigint NOT NULL DEFAULT 0,
     cap_ms bigint,
+    state bytea,
+    state_lease text,
+    state_ms bigint,
     PRIMARY KEY (lock_id, slot)
 );
