@@ -350,11 +350,13 @@ def test_a_redis_renew_writes_the_state_and_the_state_step_reads_it(request):
     keys = program._keys(store.prefix, lock)
     plain = {"now": T0 + 4, "lease": lease, "lease_ms": LEASE_MS, "state_ms": T0 + 4}
     for op, params in [
-        ("renew", {**plain, "state": "eA==", "slot": 0}),
-        ("renew", {**plain, "state": "eA==", "state_ms": None}),
-        ("renew", {**plain, "state": to_wire(bytes(MAX_STATE)) + "AAAA"}),  # too long
+        ("renew_state", {**plain, "state": "eA==", "slot": 0}),
+        ("renew_state", {**plain, "state": "eA==", "state_ms": None}),
+        ("renew_state", {**plain, "state": to_wire(bytes(MAX_STATE)) + "AAAA"}),  # too long
         ("renew_share", {**plain, "state": "eA=="}),
         ("renew_all", {"steps": [{**plain, "state": "eA=="}]}),
+        ("renew", {**plain, "state": "eA=="}),  # a state write is renew_state: never dropped
+        ("renew_state", plain),
     ]:
         with pytest.raises(ResponseError, match="awsflock: bad arguments"):
             client.eval(layout.script(), len(keys), *keys, op, json.dumps(params))
@@ -389,10 +391,10 @@ def test_the_state_is_written_by_a_renew_and_read_by_the_step_state(request):
     state = {"state": base64.b64encode(b"x").decode(), "state_ms": T0 + 3}
     renew = {"now": T0 + 3, "skew": 0, "lease": lease, "lease_ms": LEASE_MS, "sent": T0 + 3}
     never = [
-        ("renew", lock, {**renew, **state, "slot": 0}),
-        ("renew", lock, {**renew, "state": "!", "state_ms": T0 + 3}),
-        ("renew", lock, {**renew, **state, "state": base64.b64encode(b"x" * 4097).decode()}),
-        ("renew", lock, {**renew, "state": state["state"]}),  # no stamp
+        ("renew_state", lock, {**renew, **state, "slot": 0}),
+        ("renew_state", lock, {**renew, "state": "!", "state_ms": T0 + 3}),
+        ("renew_state", lock, {**renew, **state, "state": base64.b64encode(b"x" * 4097).decode()}),
+        ("renew_state", lock, {**renew, "state": state["state"]}),  # no stamp
         ("take", lock, {**renew, **state, "lease": _lease()}),
         ("renew_all", "", {"steps": [{"lock": lock, "p": {**renew, **state}}]}),
     ]
@@ -402,7 +404,12 @@ def test_the_state_is_written_by_a_renew_and_read_by_the_step_state(request):
             with pytest.raises(psycopg.Error, match=r"bad arguments|base64"):
                 conn.execute(step, (op, name, json.dumps(params)))
         assert store.read_state(lock) == LockState(data, lease, T0 + 1)  # nothing written
-        sent = conn.execute(step, ("renew", lock, json.dumps({**renew, **state}))).fetchone()[0]
+        # A renew that writes the state is its own step: a step function older than the state
+        # refuses it ("unknown step") instead of renewing and dropping the state unsaid.
+        with pytest.raises(psycopg.Error, match=r"bad arguments"):
+            conn.execute(step, ("renew_state", lock, json.dumps(renew)))
+        sent = conn.execute(step, ("renew_state", lock, json.dumps({**renew, **state})))
+        sent = sent.fetchone()[0]
     assert sent["applied"] and "state" not in sent["rows"][0]
     assert store.read_state(lock) == LockState(b"x", lease, T0 + 3)
 

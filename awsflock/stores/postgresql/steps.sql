@@ -62,6 +62,13 @@ DECLARE
     -- The columns answers leave out (the step state reads the state's).
     c_hidden CONSTANT text[] := '{audit,barred,state,state_lease,state_ms}';
 BEGIN
+    -- A renew that writes the state is sent as renew_state: a step function older than the
+    -- state answers it "unknown step", where a renew would apply and drop the state unsaid.
+    IF p_op = 'renew_state' AND p ? 'state' THEN
+        p_op := 'renew';
+    ELSIF p ? 'state' OR p_op = 'renew_state' THEN
+        RAISE EXCEPTION 'awsflock: bad arguments for step %: %', p_op, p USING ERRCODE = '22023';
+    END IF;
     -- A set's step (awsflock/sets.py), p_lock unused: take_all, renew_all or end_all.
     --   steps: [{"lock": NAME, "p": {...}}, ...], 1 to 32 distinct names, each a plain lock.
     --   Each lock's own step (take, renew, end; never with state), made in the order of the

@@ -24,7 +24,7 @@ from awsflock.stores.redis import layout
 from awsflock.stores.remote.answers import Answer
 
 #: The steps that grant (or extend) a lease: the delayed-restart rule is checked before them.
-GRANTS = ("take", "renew")
+GRANTS = ("take", "renew", "renew_state")
 #: The steps that write nothing: no durability wait follows them.
 READS = ("read", "state")
 #: The steps whose answer can show the caller a grant, so the server's settings are read again

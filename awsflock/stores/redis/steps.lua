@@ -106,6 +106,13 @@ end
 -- One lock's step (KEYS: its keys; op, p: as above). dry: a take that would be applied
 -- answers true and writes nothing (a set's first pass, see all()).
 local function step(KEYS, op, p, clock, dry)
+    -- A renew that writes the state is sent as renew_state (as to PostgreSQL's step function,
+    -- where an older one answers it "unknown step" instead of dropping the state unsaid).
+    if op == 'renew_state' and p.state ~= nil then
+        op = 'renew'
+    elseif op == 'renew_state' or p.state ~= nil then
+        return redis.error_reply('ERR awsflock: bad arguments for step ' .. op)
+    end
     local server, now, skew = clock.server, clock.now, clock.skew
     local cut = now - skew
 

@@ -235,10 +235,12 @@ class StepStore(Connected[C], Generic[C]):
         state: StateWrite | None = None,
     ) -> Outcome:
         params = self._renew_params(lease_id, now_ms, lease_ms, skew_ms, slot, keeper)
-        if state is not None:
+        op = _op("renew", lease_id)
+        if state is not None:  # its own step: a server's older step refuses it, not drops it
             check_state_plain(slot, is_share_id(lease_id))
             params.update(write_params(state))
-        return self._call("renew", _op("renew", lease_id), lock_id, params)
+            op = "renew_state"
+        return self._call("renew", op, lock_id, params)
 
     def _renew_params(
         self,
