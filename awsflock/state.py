@@ -113,6 +113,18 @@ def from_wire(found: Any) -> LockState:
     )
 
 
+def json_fields(data: bytes | None) -> dict[str, Any]:
+    """State as ``--json`` prints it: ``state``, the text (None: none written, or not UTF-8),
+    and ``state_base64``, the bytes (None: none written)."""
+    if data is None:
+        return {"state": None, "state_base64": None}
+    try:
+        text: str | None = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    return {"state": text, "state_base64": to_wire(data)}
+
+
 def write_params(state: StateWrite | None) -> dict[str, Any]:
     """A renewal's step parameters for ``state`` (none without one)."""
     if state is None:

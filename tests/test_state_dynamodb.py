@@ -89,3 +89,26 @@ def test_a_write_refused_by_a_later_stamp_is_refused_again_as_a_keeping_write(
     # write that keeps the end, refused again by the stamp (a rare case: two writers).
     assert requests == ["TransactWriteItems", "GetItem"] * 2
     assert lab.data(name) == b"new"
+
+
+@pytest.mark.parametrize("transactions", [True, False])
+def test_a_write_that_keeps_the_end_is_refused_once_the_lease_ended(
+    lab: StateLab, monkeypatch, transactions: bool
+):
+    """A write whose renewal alone was refused for moving the end earlier is sent again to
+    keep the end; if the lease was released in between, that one is refused too."""
+    store: Any = lab.store
+    store._transactions = transactions
+    name = lab.name()
+    lease_id, _ = lab.take(name)
+    sent = store._renew_with_state
+
+    def released_in_between(*args: Any, **kw: Any) -> Any:
+        outcome = sent(*args, **kw)
+        if not kw.get("keep", args[-1] if len(args) > 4 else False):
+            assert lab.release(name, lease_id, at=5).applied
+        return outcome
+
+    monkeypatch.setattr(store, "_renew_with_state", released_in_between)
+    assert not lab.write(name, lease_id, b"stale", at=10, lease=4000).applied
+    assert lab.data(name) is None

@@ -538,6 +538,7 @@ def test_every_postgresql_step_answers_with_the_lock_s_rows_as_they_are_after_it
                 params.update(lease_ms=rng.choice([500, LEASE_MS]), sent=now, who={"owner": "x"})
             if op == "renew" and lock != "pool" and n % 2:  # a write of state (not a slot's)
                 params.update(state=base64.b64encode(b"n=%d" % n).decode(), state_ms=now)
+                op = "renew_state"
             if op in ("join", "beat", "leave") or (op == "take" and rng.random() < 0.3):
                 params.update(ticket=rng.choice(tickets), who={"owner": "y"})
             if op == "end":

@@ -20,6 +20,7 @@ from awsflock.lock import renewal
 if TYPE_CHECKING:
     from awsflock.lock.lease import Lease, LockTable
     from awsflock.lock.set_table import LeaseSet
+    from awsflock.supervise.keepalive_plan import KeepAlive
 
 
 def start_renewer(
@@ -134,3 +135,32 @@ def keep_alive_command(
         render,
     )
     raise click.exceptions.Exit(code)
+
+
+def plan_keep_alive(lock_id: str, while_pid: int | None, lease_s: float) -> KeepAlive:
+    """Plan --keep-alive (``awsflock.supervise.keepalive_plan``) and say its warning."""
+    from awsflock.supervise import keepalive_plan
+
+    source = click.get_current_context().get_parameter_source("lease_duration")
+    plan = keepalive_plan.plan(while_pid, lease_s, source != click.core.ParameterSource.DEFAULT)
+    if plan.warning:
+        logs.say(
+            plan.warning,
+            level="warning",
+            label="warning",
+            event="keep_alive_init",
+            lock_id=lock_id,
+        )
+    return plan
+
+
+def name_the_script(table: LockTable, follow: int) -> None:
+    """Record as the holder the script that ran ``acquire`` (the process kept alive for, or
+    the caller), not ``acquire`` itself, which is gone once the LEASE_ID is printed: the pid
+    ``status`` shows is then alive exactly while the script is."""
+    import dataclasses
+
+    from awsflock.supervise import processes
+
+    pid = follow or processes.caller()
+    table.identity = dataclasses.replace(table.identity, pid=pid, command=processes.name(pid))

@@ -132,3 +132,14 @@ def shared_option(func: F) -> F:
         help="Hold LOCK_ID beside any other --shared holder, never beside an exclusive one "
         "(readers and a writer); a waiting exclusive acquire keeps new shares out.",
     )(func)
+
+
+def state_file_option(said: str) -> Callable[[F], F]:
+    """``--state-file PATH``: the lock's state as a file (``awsflock.state``)."""
+    return click.option(
+        "--state-file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        metavar="PATH",
+        help=said + " At most 4096 bytes; a plain lock's only.",
+    )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from awsflock import errors, metrics
-from awsflock.cli import kept, logs
+from awsflock.cli import kept, logs, state_files
 from awsflock.cli.app import CONTEXT, cli, emit, if_interrupted, print_lease
 from awsflock.cli.lock_options import (
     fair_option,
@@ -20,6 +20,7 @@ from awsflock.cli.lock_options import (
     owner_option,
     shared_option,
     slots_option,
+    state_file_option,
     terms_options,
     wait_of,
     wait_options,
@@ -48,6 +49,10 @@ if TYPE_CHECKING:
 @fair_option
 @shared_option
 @terms_options
+@state_file_option(
+    "Write the lock's state, as the last holder left it, to PATH at the grant (an empty file "
+    "where none was written); `renew --state-file` writes it."
+)
 @click.option(
     "--keep-alive",
     is_flag=True,
@@ -86,6 +91,7 @@ def acquire(
     shared: bool,
     lock_delay: float,
     max_hold: float | None,
+    state_file: str | None,
     keep_alive: bool,
     while_pid: int | None,
 ) -> None:
@@ -107,14 +113,16 @@ def acquire(
     lock_id = _set_or_one(lock_ids, slots=slots, fair=fair, shared=shared)
     # Until the wait's own signal handling takes over, Ctrl-C can only come before it.
     if_interrupted(f" while waiting for {lock_id!r}; nothing is held")
-    plan = _plan_keep_alive(lock_id, while_pid, lease_duration) if keep_alive or while_pid else None
+    keeping = keep_alive or while_pid
+    plan = kept.plan_keep_alive(lock_id, while_pid, lease_duration) if keeping else None
     lease_duration = plan.lease_s if plan is not None else lease_duration
     table = common.table(owner)
-    _name_the_script(table, plan.follow if plan is not None else 0)
+    kept.name_the_script(table, plan.follow if plan is not None else 0)
     wait = wait_of(no_wait, wait_time, old_command=True, quiet=common.quiet)
     asked = lock_ids if len(lock_ids) > 1 else lock_id
-    options = {"lease": lease_duration, "wait": wait, "slots": slots, "fair": fair}
+    options: dict[str, Any] = {"lease": lease_duration, "wait": wait, "slots": slots, "fair": fair}
     options["lock_delay"], options["max_hold"] = lock_delay, max_hold
+    options["state"], options["state_file"] = state_file is not None, state_file
     _take(common, table, asked, lock_id, plan, as_json, conflict_exit_code, shared, options)
 
 
@@ -130,7 +138,7 @@ def _take(
     options: dict[str, Any],
 ) -> None:
     """``acquire``'s wait and grant: the LEASE_ID printed, or the exit that says why not."""
-    wait, fair = options["wait"], options["fair"]
+    wait, fair, state_file = options["wait"], options["fair"], options.pop("state_file")
     # From the wait until the LEASE_ID is printed, TERM, INT and HUP are recorded: a signal
     # ends the wait cleanly, and one that comes with the grant gives the lease back (or, once
     # the LEASE_ID is out, names it), never leaving a lease held that nobody was told of.
@@ -147,6 +155,8 @@ def _take(
         except errors.LockBusy as exc:
             _say_busy(common, exc, lock_id, wait, conflict_exit_code)
             raise click.exceptions.Exit(conflict_exit_code) from None
+        if state_file is not None:
+            state_files.seed_or_give_back(table, lease, state_file)
         _hand_over(common, table, lease, lock_id, plan, as_json, cancel, received)
 
 
@@ -163,23 +173,6 @@ def _set_or_one(lock_ids: tuple[str, ...], **one_lock_only: object) -> str:
             hint="take that lock on its own, or drop " + flags,
         )
     return ", ".join(lock_ids)
-
-
-def _plan_keep_alive(lock_id: str, while_pid: int | None, lease_s: float) -> KeepAlive:
-    """Plan --keep-alive (``awsflock.supervise.keepalive_plan``) and say its warning."""
-    from awsflock.supervise import keepalive_plan
-
-    source = click.get_current_context().get_parameter_source("lease_duration")
-    plan = keepalive_plan.plan(while_pid, lease_s, source != click.core.ParameterSource.DEFAULT)
-    if plan.warning:
-        logs.say(
-            plan.warning,
-            level="warning",
-            label="warning",
-            event="keep_alive_init",
-            lock_id=lock_id,
-        )
-    return plan
 
 
 def _say_busy(
@@ -252,18 +245,6 @@ def _print_or_give_back(
         ) from None
 
 
-def _name_the_script(table: LockTable, follow: int) -> None:
-    """Record as the holder the script that ran ``acquire`` (the process kept alive for, or
-    the caller), not ``acquire`` itself, which is gone once the LEASE_ID is printed: the pid
-    ``status`` shows is then alive exactly while the script is."""
-    import dataclasses
-
-    from awsflock.supervise import processes
-
-    pid = follow or processes.caller()
-    table.identity = dataclasses.replace(table.identity, pid=pid, command=processes.name(pid))
-
-
 def _interrupted(received: list[int], lock_id: str, what: str) -> NoReturn:
     """Say that signal ``received[0]`` (TERM if none) interrupted ``what``; exit 128 + it."""
     signum = received[0] if received else signal.SIGTERM
@@ -309,6 +290,7 @@ def _stopped_by_signals(*more: int) -> Iterator[tuple[threading.Event, list[int]
 @lease_option("2 hours", "New lease length, counted from now.")
 @owner_option
 @json_option
+@state_file_option("Write PATH's content as the lock's state, with the renewal.")
 def renew(
     common: Common,
     lock_ids: tuple[str, ...],
@@ -316,6 +298,7 @@ def renew(
     lease_duration: float,
     owner: str | None,
     as_json: bool,
+    state_file: str | None,
 ) -> None:
     """Extend the lease LEASE_ID on LOCK_ID and print the LEASE_ID (exit 3 if not held).
 
@@ -333,8 +316,15 @@ def renew(
     if _of_a_set(lock_ids, lease_id):
         from awsflock.lock.set_table import LeaseSet
 
+        if state_file is not None:
+            raise errors.UsageError(
+                "state is kept with a plain lock, not with a set of locks",
+                hint="drop --state-file, or keep the state under a plain lock",
+            )
         leases = table.renew_set_lease(lock_ids, lease_id, lease=lease_duration)
         lease = LeaseSet(table, check_lease_id(lease_id), leases)
+    elif state_file is not None:
+        lease = state_files.write(table, lock_ids[0], lease_id, lease_duration, state_file)
     else:
         lease = table.renew_lease(lock_ids[0], lease_id, lease=lease_duration)
     # A renewer keeping it alive renews at once with its own length, so a shorter renew here

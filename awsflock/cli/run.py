@@ -13,6 +13,7 @@ from awsflock.cli.lock_options import (
     owner_option,
     shared_option,
     slots_option,
+    state_file_option,
     terms_options,
     wait_of,
     wait_options,
@@ -81,6 +82,11 @@ CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
 @fair_option
 @shared_option
 @terms_options
+@state_file_option(
+    "Write the lock's state to PATH at the grant (empty where none was written) and give "
+    "CMD its path as AWSFLOCK_STATE_FILE; PATH, changed, is written as the state with the "
+    "next renewal and when CMD ends (write it whole: a new file renamed over PATH)."
+)
 @click.option(
     "--notify-after",
     type=(DurationType(durations.hold_seconds), str),
@@ -129,6 +135,7 @@ def run_command(
     shared: bool,
     lock_delay: float,
     max_hold: float | None,
+    state_file: str | None,
     notify_after: tuple[float, str] | None,
 ) -> None:
     """``run`` (its help is ``HELP``): the lock held while CMD runs, by the runner."""
@@ -158,9 +165,19 @@ def run_command(
         lock_delay=lock_delay,
         max_hold=max_hold,
         notify_after=notify_after,
+        state_file=state_file,
     )
     if shell is None:
         _no_command_among(lock_ids)
+    _one_lock_only(lock_ids, slots, fair, shared)
+    code = run(table, lock_ids[0] if len(lock_ids) == 1 else lock_ids, argv, options)
+    if_interrupted("")
+    STATE["ran"] = True
+    raise click.exceptions.Exit(code)
+
+
+def _one_lock_only(lock_ids: tuple[str, ...], slots: int | None, fair: bool, shared: bool) -> None:
+    """Refuse what only one lock can have (--slots, --fair, --shared) with several names."""
     flags = (("--slots", slots is not None), ("--fair", fair), ("--shared", shared))
     given = [flag for flag, on in flags if on]
     if len(lock_ids) > 1 and given:
@@ -168,10 +185,6 @@ def run_command(
             f"{', '.join(given)} takes one LOCK_ID; {len(lock_ids)} were given",
             hint="take that lock on its own",
         )
-    code = run(table, lock_ids[0] if len(lock_ids) == 1 else lock_ids, argv, options)
-    if_interrupted("")
-    STATE["ran"] = True
-    raise click.exceptions.Exit(code)
 
 
 def _no_command_among(lock_ids: tuple[str, ...]) -> None:

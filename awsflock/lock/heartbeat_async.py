@@ -60,6 +60,18 @@ class HeldLease(Protocol):
     async def release(self) -> None: ...
 
 
+class StateSource(Protocol):
+    """Where a hold's renewals find the lock's state to write (``run --state-file``'s file)."""
+
+    def changed(self) -> bytes | None:
+        """The state to write with the next renewal; None: nothing new since ``saved``."""
+        ...
+
+    def saved(self, data: bytes) -> None:
+        """``data`` was written as the lock's state."""
+        ...
+
+
 class Leases(Protocol):
     """What a hold needs of its table (``awsflock.lock.lease.LockTable``, which makes holds: typed
     here so that this module does not import that one)."""
@@ -116,6 +128,8 @@ class Hold(HoldState):
     ) -> None:
         self.table = table
         self.with_state = state
+        #: Where renewals find the state to write with them (None: renewals write none).
+        self.state_source: StateSource | None = None
         self.fair = fair
         self.shared = shared
         self.lock_delay, self.max_hold = lock_delay, max_hold
@@ -288,14 +302,30 @@ class Hold(HoldState):
         finally:
             self.idle.set()
 
+    async def _renew_with_state(self, lease: Any, data: bytes, source: StateSource) -> None:
+        """A renewal that carries the state ``source`` changed. Refused for a later write of
+        the lease (``StateRefused``), it is said, and the lease renewed without it."""
+        try:
+            await self.table.save_state(lease, data)
+        except errors.StateRefused as exc:
+            log.error("%s", exc.one_line(), extra={"event": "state_refused"})
+            await lease.renew(self.lease_s)
+            return
+        source.saved(data)
+
     async def _renew_once(self, now: float) -> None:
         lease = self.lease
         store = self.table.store
         # No try of this renewal may be sent after the moment the lease counts as lost.
         end = now + min(store.request_timeout, self.mono_deadline() - now)
+        source = self.state_source
+        data = source.changed() if source is not None else None
         try:
             with store.budget(end):
-                await lease.renew(self.lease_s)
+                if source is None or data is None:
+                    await lease.renew(self.lease_s)
+                else:
+                    await self._renew_with_state(lease, data, source)
         except errors.NotHeld as exc:
             self._lose(f"renewal refused: {exc.message}", exc.reason, exc.hint)
             return

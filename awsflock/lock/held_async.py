@@ -11,6 +11,7 @@ from awsflock import errors
 from awsflock.clock_async import AsyncClock
 from awsflock.lock.finishing import finish  # async only
 from awsflock.records import LockRecord, Previous
+from awsflock.state import json_fields
 from awsflock.text import iso_utc
 
 log = logging.getLogger("awsflock.lease")
@@ -172,6 +173,7 @@ class Lease:
             **({} if self.slot is None else {"slot": self.slot}),
             **({} if self.previous is None else {"previous": self.previous.as_dict()}),
             **({} if self.capped_at is None else {"capped_at": round(self.capped_at, 3)}),
+            **(json_fields(self._state) if self.state_read else {}),
         }
 
     async def __aenter__(self) -> Lease:

@@ -39,34 +39,39 @@ def write(table: Any, held: Any, data: Any) -> Any:
     data = check(data)
     stamp = next_stamp(table.now_ms(), held.state_stamp)
     held.state_stamp = stamp
-    try:
-        fresh = table.renew_lease(
-            held.lock_id,
-            held.lease_id,
-            lease=held.lease_duration,
-            state=StateWrite(data, stamp),
-        )
-    except errors.NotHeld as refusal:
-        later = _later_write(table, held, stamp)
-        if later is None:
-            raise
-        raise later from refusal
+    fresh = write_lease(table, held.lock_id, held.lease_id, held.lease_duration, data, stamp)
     held.renewed_by(fresh, wall_clock_ends=not table.store.skew_free)
     held.kept_state(data)
     return held
 
 
-def _later_write(table: Any, held: Any, stamp: int) -> errors.StateRefused | None:
+def write_lease(
+    table: Any, lock_id: str, lease_id: str, lease: float | str, data: Any, stamp: int
+) -> Any:
+    """Write ``data`` as ``lock_id``'s state with a renewal of ``lease_id`` by ``lease``
+    (``awsflock renew --state-file``, which has no Lease): the renewed Lease."""
+    try:
+        return table.renew_lease(
+            lock_id, lease_id, lease=lease, state=StateWrite(check(data), stamp)
+        )
+    except errors.NotHeld as refusal:
+        later = _later_write(table, lock_id, lease_id, stamp)
+        if later is None:
+            raise
+        raise later from refusal
+
+
+def _later_write(table: Any, lock_id: str, lease_id: str, stamp: int) -> errors.StateRefused | None:
     """The error to raise where a refused write's lease is still held and a later write of it
     is stored; None where the lease is not held (the refusal stands)."""
-    outcome = table.store.read(held.lock_id)
+    outcome = table.store.read(lock_id)
     record = outcome.lock if outcome.pool is None else None
-    if record is None or record.lease_id != held.lease_id or record.released:
+    if record is None or record.lease_id != lease_id or record.released:
         return None
-    found = table.store.read_state(held.lock_id)
-    if found.lease_id != held.lease_id or found.stamp_ms <= stamp:
+    found = table.store.read_state(lock_id)
+    if found.lease_id != lease_id or found.stamp_ms <= stamp:
         return None
     return errors.StateRefused(
-        f"the state of {held.lock_id!r} was not written: a later write of this lease is stored",
+        f"the state of {lock_id!r} was not written: a later write of this lease is stored",
         hint="write the state from one process only (and keep its clock from stepping back)",
     )

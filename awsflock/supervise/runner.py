@@ -18,17 +18,19 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
 
 from awsflock import errors
 from awsflock.lock import renewal
 from awsflock.lock.audit_log import record_capped
 from awsflock.supervise import tree
+from awsflock.supervise.child import EXIT_OWN_FAILURE as EXIT_OWN_FAILURE
+from awsflock.supervise.child import FORWARDED, child_setup, has_terminal, prctl
 from awsflock.supervise.group import STOP_SIGNALS, Group, Watch, supervise
 from awsflock.supervise.notify import Notifier
+from awsflock.supervise.state_file import StateFile
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -38,18 +40,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awsflock.runner")
 
-FORWARDED = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGQUIT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-)
 EXIT_NOT_ACQUIRED = 75
-EXIT_OWN_FAILURE = 125
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
+#: CMD succeeded, but its last state was not written (``--state-file``): awsflock's own failure.
+EXIT_UNSAVED = 1
 #: After a loss, the release is tried for at most this long (the endpoint is likely sick).
 RELEASE_AFTER_LOSS = 1.5
 
@@ -72,6 +67,8 @@ class RunOptions:
     #: "group": hold until the command and every process left in its group have exited;
     #: "command": release when the command itself exits (``--hold-until``).
     hold_until: str = "group"
+    #: ``--state-file PATH``: the lock's state as a file CMD reads and writes (``state_file``).
+    state_file: str | None = None
 
 
 def resolve(argv: list[str]) -> str:
@@ -100,54 +97,6 @@ class _CommandProblem(Exception):
         self.message = message
 
 
-def _prctl() -> Any:
-    """libc's prctl on Linux (looked up before fork: nothing is loaded in the child)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def _child_setup(foreground: bool) -> Callable[[], None]:
-    """Runs in the child between fork and exec: own process group, die with the parent.
-
-    It runs before the renewal thread starts, and calls nothing that takes a lock."""
-    parent = os.getpid()
-    prctl = _prctl()
-
-    def setup() -> None:
-        # awsflock holds these back while starting CMD; CMD itself must receive them.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-        os.setpgid(0, 0)
-        if prctl is not None:
-            # If awsflock is SIGKILLed, the command must not go on unprotected: it is killed too.
-            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-            if os.getppid() != parent:  # the parent died before prctl took effect
-                os._exit(EXIT_OWN_FAILURE)
-        if foreground:
-            # Take over the terminal so an interactive command (terraform's "yes") can read it.
-            old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
-            with contextlib.suppress(OSError):
-                os.tcsetpgrp(0, os.getpgrp())
-            signal.signal(signal.SIGTTOU, old)
-
-    return setup
-
-
-def _has_terminal() -> bool:
-    try:
-        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
-    except OSError:
-        return False
-
-
 def run(
     table: LockTable, lock_id: str | tuple[str, ...], argv: list[str], options: RunOptions
 ) -> int:
@@ -169,27 +118,17 @@ def run(
     previous = {sig: signal.signal(sig, signals) for sig in FORWARDED}
     lost = threading.Event()
     notifier: Notifier | None = None
-    hold = table.hold(
-        lock_id,
-        lease=options.lease,
-        wait=options.wait,
-        margin=margin,
-        on_lost=lambda _hold, _err: lost.set(),
-        slots=options.slots,
-        cancel=signals.cancel,
-        fair=options.fair,
-        shared=options.shared,
-        lock_delay=options.lock_delay,
-        max_hold=options.max_hold,
-    )
+    hold = _hold_of(table, lock_id, options, margin, lost, signals.cancel)
+    files = None if options.state_file is None else StateFile(options.state_file)
     try:
-        refused = _acquire(hold, signals.received, options)
+        refused = _acquire(hold, signals.received, options, files)
         if refused is not None:
             return refused
         started = _start(hold, executable, argv, options, signals)
         if isinstance(started, int):
             return started
         child, group, foreground = started
+        hold.state_source = files
         hold.start_renewing()
         notifier = Notifier.start_for(options.notify_after, _command_env(hold, options))
         group_too = options.hold_until == "group"
@@ -199,15 +138,43 @@ def run(
         if foreground:
             # Only now: a process left in the group may still read from the terminal.
             _take_terminal_back()
+        unsaved = files is not None and not lost.is_set() and not files.finish(hold)
         released = _release_quietly(hold)
         if watch.capped and options.max_hold is not None:  # after the release: not in its way
             record_capped(table, hold, options.max_hold)
-        return status if released else watch.lost_status()
+        if not released:
+            return watch.lost_status()
+        return EXIT_UNSAVED if unsaved and status == 0 else status
     finally:
         if notifier is not None:
             notifier.cancel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _hold_of(
+    table: LockTable,
+    lock_id: str | tuple[str, ...],
+    options: RunOptions,
+    margin: float,
+    lost: threading.Event,
+    cancel: threading.Event,
+) -> Hold:
+    """The hold of ``run``'s lock: ``lost`` set when it is lost, its wait ended by ``cancel``."""
+    return table.hold(
+        lock_id,
+        lease=options.lease,
+        wait=options.wait,
+        margin=margin,
+        on_lost=lambda _hold, _err: lost.set(),
+        slots=options.slots,
+        cancel=cancel,
+        fair=options.fair,
+        shared=options.shared,
+        lock_delay=options.lock_delay,
+        max_hold=options.max_hold,
+        state=options.state_file is not None,
+    )
 
 
 class _Forwarder:
@@ -248,9 +215,12 @@ def _forward(group: Group, signum: int) -> None:
         group.signal(signal.SIGCONT)  # a stopped command (Ctrl-Z) must get it too
 
 
-def _acquire(hold: Hold, received: list[int], options: RunOptions) -> int | None:
-    """Wait for the lock: None once it is granted, else the exit status (interrupted, or the
-    lock stayed held by another), said on stderr."""
+def _acquire(
+    hold: Hold, received: list[int], options: RunOptions, files: StateFile | None
+) -> int | None:
+    """Wait for the lock: None once it is granted (the state written to ``files``), else the
+    exit status (interrupted, the lock stayed held by another, or the state file could not be
+    written), said on stderr."""
     try:
         hold.acquire()
     except errors.Cancelled:
@@ -264,6 +234,13 @@ def _acquire(hold: Hold, received: list[int], options: RunOptions) -> int | None
             busy.one_line(),
         )
         return options.conflict_exit_code
+    try:
+        if files is not None:
+            files.seed(hold.state)
+    except errors.UsageError as exc:  # the lease is held: given back
+        log.error("%s; released the lock, the command was not started", exc.one_line())
+        _release_quietly(hold)
+        return exc.exit_code
     return None
 
 
@@ -288,12 +265,12 @@ def _start(
         _release_quietly(hold)
         return 128 + received[0]
     env = _command_env(hold, options)
-    foreground = _has_terminal()
-    tracked = tree.become_subreaper(_prctl())
+    foreground = has_terminal()
+    tracked = tree.become_subreaper(prctl())
     guard = tree.Guard()
     try:
         child = subprocess.Popen(
-            [executable, *argv[1:]], env=env, preexec_fn=_child_setup(foreground)
+            [executable, *argv[1:]], env=env, preexec_fn=child_setup(foreground)
         )
     except OSError as exc:
         code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
@@ -345,6 +322,8 @@ def _command_env(hold: Hold, options: RunOptions) -> dict[str, str]:
     if hold.slot is not None:
         env["AWSFLOCK_SLOT"] = str(hold.slot)
     env["AWSFLOCK_SHARED"] = "1" if options.shared else "0"
+    if options.state_file is not None:
+        env["AWSFLOCK_STATE_FILE"] = os.path.abspath(options.state_file)
     return env
 
 
