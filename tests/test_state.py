@@ -174,3 +174,48 @@ def test_a_migration_resumes_where_a_crashed_holder_stopped(table, clock):
     second = run_migration(table, batches=10)
     assert second == [5, 6, 7, 8, 9, 10]
     assert run_migration(table, batches=10) == []
+
+
+# -- run --state-file, in process (real commands, the in-memory store, real time) -------------
+
+
+def _run(table: LockTable, script: str, path: str) -> int:
+    from awsflock.supervise.runner import RunOptions, run
+
+    return run(table, "migrate", ["/bin/sh", "-c", script], RunOptions(lease=60, state_file=path))
+
+
+def test_run_gives_the_command_the_state_and_keeps_what_it_leaves(tmp_path):
+    table = LockTable(store=MemoryStore(), owner="ops")
+    path = str(tmp_path / "state")
+    assert (
+        _run(table, 'test ! -s "$AWSFLOCK_STATE_FILE" && echo 1 > "$AWSFLOCK_STATE_FILE"', path)
+        == 0
+    )
+    assert table.store.read_state("migrate").data == b"1\n"
+    script = 'n=$(cat "$AWSFLOCK_STATE_FILE"); echo $((n + 1)) > "$AWSFLOCK_STATE_FILE"'
+    assert _run(table, script, path) == 0
+    assert table.store.read_state("migrate").data == b"2\n"
+    assert _run(table, "true", path) == 0  # unchanged: nothing written
+    assert table.store.read_state("migrate").stamp_ms > 0
+
+
+def test_run_exits_125_when_the_last_state_cannot_be_written(tmp_path, caplog):
+    table = LockTable(store=MemoryStore(), owner="ops")
+    path = str(tmp_path / "state")
+    too_big = 'head -c 5000 /dev/zero > "$AWSFLOCK_STATE_FILE"'
+    assert _run(table, too_big, path) == 125
+    assert "the last state in" in caplog.text and "more than 4096 bytes" in caplog.text
+    assert table.store.read_state("migrate").data is None
+    record = table.store.read("migrate").lock
+    assert record is not None and record.released  # released all the same
+    assert _run(table, f"{too_big}; exit 3", path) == 3  # CMD's own failure comes first
+
+
+def test_run_gives_the_lock_back_when_it_cannot_write_the_state_file(tmp_path, caplog):
+    table = LockTable(store=MemoryStore(), owner="ops")
+    ran = tmp_path / "ran"
+    assert _run(table, f"touch {ran}", str(tmp_path / "no" / "state")) == 125
+    assert not ran.exists() and "cannot write the state file" in caplog.text
+    record = table.store.read("migrate").lock
+    assert record is not None and record.released

@@ -43,7 +43,9 @@ named, AWSFLOCK_LOCK_ID_N, AWSFLOCK_FENCING_TOKEN_N and AWSFLOCK_PREVIOUS_N
 (N from 1), with AWSFLOCK_LOCKS, their count. With several, AWSFLOCK_LOCK_ID
 holds the names, one per line, and AWSFLOCK_FENCING_TOKEN and
 AWSFLOCK_PREVIOUS are not set. When the lease before was not released by its
-holder, stderr says so in one line naming that holder (not with -q).
+holder, stderr says so in one line naming that holder (not with -q). With
+--state-file PATH, CMD gets AWSFLOCK_STATE_FILE: the lock's state as the
+last holder left it; what CMD writes there is kept for the next holder.
 Signals INT, TERM, HUP, QUIT, USR1, USR2 are forwarded to CMD's process group.
 
 As flock(1) holds its lock while any process still has the lock file open,

@@ -26,8 +26,13 @@ from awsflock import errors
 from awsflock.lock import renewal
 from awsflock.lock.audit_log import record_capped
 from awsflock.supervise import tree
-from awsflock.supervise.child import EXIT_OWN_FAILURE as EXIT_OWN_FAILURE
-from awsflock.supervise.child import FORWARDED, child_setup, has_terminal, prctl
+from awsflock.supervise.child import (
+    EXIT_OWN_FAILURE,
+    FORWARDED,
+    child_setup,
+    has_terminal,
+    prctl,
+)
 from awsflock.supervise.group import STOP_SIGNALS, Group, Watch, supervise
 from awsflock.supervise.notify import Notifier
 from awsflock.supervise.state_file import StateFile
@@ -44,7 +49,7 @@ EXIT_NOT_ACQUIRED = 75
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 #: CMD succeeded, but its last state was not written (``--state-file``): awsflock's own failure.
-EXIT_UNSAVED = 1
+EXIT_UNSAVED = EXIT_OWN_FAILURE
 #: After a loss, the release is tried for at most this long (the endpoint is likely sick).
 RELEASE_AFTER_LOSS = 1.5
 
@@ -240,7 +245,7 @@ def _acquire(
     except errors.UsageError as exc:  # the lease is held: given back
         log.error("%s; released the lock, the command was not started", exc.one_line())
         _release_quietly(hold)
-        return exc.exit_code
+        return EXIT_OWN_FAILURE
     return None
 
 
