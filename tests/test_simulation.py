@@ -155,12 +155,15 @@ def test_with_shares_every_invariant_holds_and_no_exclusive_holder_is_beside_a_s
         # Half carry a max-hold (3, 15 or 60 s) beside leases of 5 to 40 s: takes are cut to
         # the cap, renewals stop at it, and holders are told so.
         ("caps", "capped_steps", 50),
+        # Half the plain takes read the lock's state at the grant and write it with their
+        # renewals: only live leases write it, and every grant reads the last write.
+        ("states", "state_writes", 20),
     ],
 )
-def test_with_lock_delays_or_max_holds_every_invariant_holds(option, checked, least):
-    from tests.simulation.mutants import CAPS_SHARE, DELAYS_SHARE
+def test_with_lock_delays_max_holds_or_state_every_invariant_holds(option, checked, least):
+    from tests.simulation.mutants import CAPS_SHARE, DELAYS_SHARE, STATES_SHARE
 
-    share = {"delays": DELAYS_SHARE, "caps": CAPS_SHARE}[option]
+    share = {"delays": DELAYS_SHARE, "caps": CAPS_SHARE, "states": STATES_SHARE}[option]
     results, failed = run_many(
         seeds=itertools.count(0),
         clients=8,

@@ -24,6 +24,8 @@ from tests.simulation.mutants import (
     SETS_SHARE,
     SHARES,
     SHARES_SHARE,
+    STATES,
+    STATES_SHARE,
 )
 from tests.simulation.network import Faults
 from tests.test_simulation import HALF_BUDGET
@@ -95,6 +97,7 @@ def test_each_known_bug_put_back_is_found(name):
             shares=SHARES_SHARE if name in SHARES else 0.0,
             delays=DELAYS_SHARE if name in DELAYS else 0.0,
             caps=CAPS_SHARE if name in CAPS else 0.0,
+            states=STATES_SHARE if name in STATES else 0.0,
         )
     spent = sum(r.operations for r in results)
     assert failed is not None, f"{name}: not found in {spent} operations"
@@ -105,19 +108,20 @@ def test_each_known_bug_put_back_is_found(name):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    ("sets", "shares", "delays", "caps"),
+    ("sets", "shares", "delays", "caps", "states"),
     [
-        (0.0, 0.0, 0.0, 0.0),
-        (SETS_SHARE, 0.0, 0.0, 0.0),
-        (0.0, SHARES_SHARE, 0.0, 0.0),
-        (0.0, 0.0, DELAYS_SHARE, CAPS_SHARE),
+        (0.0, 0.0, 0.0, 0.0, 0.0),
+        (SETS_SHARE, 0.0, 0.0, 0.0, 0.0),
+        (0.0, SHARES_SHARE, 0.0, 0.0, 0.0),
+        (0.0, 0.0, DELAYS_SHARE, CAPS_SHARE, STATES_SHARE),
     ],
 )
-def test_the_dynamodb_store_on_moto_keeps_every_invariant(sets, shares, delays, caps):
+def test_the_dynamodb_store_on_moto_keeps_every_invariant(sets, shares, delays, caps, states):
     # With sets: each take one TransactWriteItems of several lock items, watched as one step;
     # with shares: the DynamoDB store's share steps, with faults beneath them; with delays: its
     # forces of leases with a lock-delay (two requests and a third once answered); with caps:
-    # its renewals refused for a cap and sent again for it.
+    # its renewals refused for a cap and sent again for it; with states: its renewals that
+    # write the state (a transaction and a read), and the reads at the grant.
     _, failed = run_many(
         seeds=itertools.count(0),
         clients=6,
@@ -129,6 +133,7 @@ def test_the_dynamodb_store_on_moto_keeps_every_invariant(sets, shares, delays, 
         shares=shares,
         delays=delays,
         caps=caps,
+        states=states,
     )
     assert failed is None, f"{failed.violation}\nreplay: {failed.replay(30, 'moto')}"
 

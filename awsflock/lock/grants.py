@@ -9,6 +9,7 @@ from typing import Any
 
 from awsflock.names import slot_of
 from awsflock.records import LockRecord
+from awsflock.state import LockState
 
 
 def event_fields(name: str, lock_id: str, record: LockRecord | None) -> dict[str, Any]:
@@ -45,3 +46,5 @@ class Grant:
     #: Seconds from the last answer that did not grant to this grant's (None: the first try
     #: granted): how long the hand-off took at most, as this waiter saw it.
     handoff: float | None = None
+    #: The lock's state, read right after the grant where it was asked for (``state=True``).
+    state: LockState | None = None

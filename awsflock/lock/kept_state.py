@@ -2,9 +2,11 @@
 """A holder's state with the lease (``awsflock.state``): read at the grant when asked for, and
 written with a renewal.
 
-A read right after the grant is exact: since the grant only this holder can write. A read that
-fails leaves nothing held (the lease is released first): a resumable job must not start from
-scratch because its checkpoint could not be read. A write is a renewal that carries the state;
+The read at the grant is the acquisition's (``waiting.settle``): right after the grant, before
+it is judged fresh, so that a slow read gives the grant up as a slow clean-up does and a failed
+one gives it back (released, or named with its release command). It is exact: since the grant
+only this holder can write. A resumable job never starts from scratch because its checkpoint
+could not be read. A write is a renewal that carries the state;
 its stamp is the holder's reading, after its previous write's, so that a write that lands late
 never undoes a later one. A refused write whose lease is still held was refused for a later
 write of the same lease: ``StateRefused``, and the lease stays held.
@@ -19,19 +21,6 @@ from awsflock import errors
 from awsflock.state import StateWrite, check, next_stamp
 
 log = logging.getLogger("awsflock.lease")
-
-
-def read_at_grant(table: Any, lease: Any) -> None:
-    """Read the lock's state into ``lease`` (just granted); released first if the read fails."""
-    try:
-        found = table.store.read_state(lease.lock_id)
-    except BaseException:
-        try:
-            table.release(lease)
-        except errors.AwsflockError as exc:  # said, not raised over the read's failure
-            log.warning("could not release %r: %s", lease.lock_id, exc.one_line())
-        raise
-    lease.kept_state(found.data)
 
 
 def write(table: Any, held: Any, data: Any) -> Any:

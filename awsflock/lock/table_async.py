@@ -174,12 +174,9 @@ class LockTable(SetTable, Elections):
             check_shared(self.store, slots, fair, given)
         if slots is not None and slots > 1:
             given.check_plain("a pool")
-        held = await self._acquire_one(
+        return await self._acquire_one(
             lock_id, lease, wait, identity, slots, cancel, fair, shared=shared, terms=given
         )
-        if given.state:
-            await kept_state_async.read_at_grant(self, held)
-        return held
 
     async def _acquire_one(
         self,
@@ -230,7 +227,10 @@ class LockTable(SetTable, Elections):
             raise
         metrics.record("awsflock.acquisitions", 1, lock_id, self.store, outcome=metrics.GRANTED)
         metrics.record("awsflock.acquire.wait", grant.waited, lock_id, self.store)
-        return self._granted(lock_id, grant)
+        held = self._granted(lock_id, grant)
+        if grant.state is not None:
+            held.kept_state(grant.state.data)
+        return held
 
     def _granted(self, lock_id: str, grant: Grant) -> Lease:
         record = grant.record

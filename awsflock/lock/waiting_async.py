@@ -191,14 +191,17 @@ async def settle(
     cancel: threading.Event | None,
     tidy: Tidy | None = None,
 ) -> Grant | None:
-    """A grant, once the other attempts are cleaned up (and ``tidy`` done: leaving a line):
-    given back if cancelled meanwhile (raising Cancelled), if the clean-up is interrupted
+    """A grant, once the other attempts are cleaned up (and ``tidy`` done: leaving a line),
+    with the lock's state where it was asked for (``awsflock.state``): given back if cancelled
+    meanwhile (raising Cancelled), if the clean-up is interrupted
     (an exception, a task's cancellation: it is given back before that goes on), or if too
     little of it is left once all that took its time (None: the wait goes on)."""
     try:
         await run.abandon(keep=got.lease_id)
         if tidy is not None:
             await tidy()
+        if run.terms.state:  # read right after the grant: exact (only its holder writes)
+            got = dataclasses.replace(got, state=await run.store.read_state(run.lock_id))
     except BaseException:
         await finish(lambda: run.give_back(got))  # sync: run.give_back(got)
         raise

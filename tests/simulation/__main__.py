@@ -36,6 +36,8 @@ from tests.simulation.mutants import (
     SETS_SHARE,
     SHARES,
     SHARES_SHARE,
+    STATES,
+    STATES_SHARE,
 )
 from tests.simulation.network import Faults
 from tests.simulation.run import Result, simulate
@@ -224,6 +226,7 @@ def run_many(
     shares: float = 0.0,
     delays: float = 0.0,
     caps: float = 0.0,
+    states: float = 0.0,
 ) -> tuple[list[Result], Result | None]:
     """Simulate seed after seed until ``budget`` operations or ``duration`` seconds are spent,
     or a violation is found (returned second). ``store``: memory, moto, postgresql or redis (on
@@ -259,6 +262,7 @@ def run_many(
                 shares=shares,
                 delays=delays,
                 caps=caps,
+                states=states,
             )
             result.flags = (
                 ("" if transactions else " --no-transactions")
@@ -267,6 +271,7 @@ def run_many(
                 + (f" --shares {shares}" if shares else "")
                 + (f" --delays {delays}" if delays else "")
                 + (f" --caps {caps}" if caps else "")
+                + (f" --states {states}" if states else "")
             )
             results.append(result)
             done += result.operations
@@ -344,6 +349,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the share of plain and pool takes with a max-hold (default 0; "
         f"{CAPS_SHARE} for a mutant of max-hold)",
     )
+    parser.add_argument(
+        "--states",
+        type=float,
+        default=None,
+        help="the share of plain takes that read the lock's state and write it with half "
+        f"their renewals (default 0; {STATES_SHARE} for a mutant of state)",
+    )
     parser.add_argument("--mutant", help="put a known bug back (a name's start: '4', 'C fenc')")
     parser.add_argument(
         "--late-by", type=float, help="how late a late request may land (default 5 s)"
@@ -376,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             args.delays = DELAYS_SHARE
         if args.caps is None and names[0] in CAPS:
             args.caps = CAPS_SHARE
+        if args.states is None and names[0] in STATES:
+            args.states = STATES_SHARE
     seeds: Iterator[int]
     if args.seed is not None:
         seeds = iter([args.seed])
@@ -401,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             shares=args.shares or 0.0,
             delays=args.delays or 0.0,
             caps=args.caps or 0.0,
+            states=args.states or 0.0,
         )
     wall = time.perf_counter() - started
     operations = sum(r.operations for r in results)
@@ -436,6 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sum(r.delayed_grants for r in results)} grants after a lock-delay checked")
     if args.caps:
         print(f"{sum(r.capped_steps for r in results)} takes and renewals checked against a cap")
+    if args.states:
+        print(
+            f"{sum(r.state_writes for r in results)} state writes applied, "
+            f"{sum(r.state_reads for r in results)} grants checked to read the last one"
+        )
     checked = sum(r.previous_checked for r in results)
     if checked:
         print(f"{checked} grants checked for how the lease before them ended")

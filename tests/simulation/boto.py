@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Callable
 
 from awsflock.protocol import Outcome
-from awsflock.stores.dynamodb.items import BAR_PREFIX, PENDING_AUDIT_PREFIX
+from awsflock.stores.dynamodb.items import BAR_PREFIX, PENDING_AUDIT_PREFIX, fence_key
 from awsflock.stores.remote import connected, worker
 from tests.simulation.checker import Violation
 from tests.simulation.checker_sets import SET_STEPS
@@ -33,6 +33,8 @@ MOVED = f"REMOVE #{PENDING_AUDIT_PREFIX}"
 #: checker counts it from the force's landing).
 DELAY_FROM_THE_FORCE = ":answered_free_after_ms"
 ENDPOINT = "https://dynamodb.us-east-1.amazonaws.com"
+#: A write of a lock's state (``stores.dynamodb.state_writes``).
+STATE_WRITE = "#state = :state_data"
 #: The calls that may write a lock's item, and where their items are.
 WRITES = {"update_item", "put_item", "delete_item", "transact_write_items"}
 
@@ -96,7 +98,7 @@ class FaultyClient(TryState):
         if call.operation in SET_STEPS:
             return self._watched_set(call, name, method, kw)
         lock_id = call.args[0] if call.args and isinstance(call.args[0], str) else None
-        if name not in WRITES or lock_id is None or lock_id not in _keys(name, kw):
+        if name not in WRITES or lock_id is None or lock_id not in _keys(name, kw, lock_id):
             return lambda: method(**kw)
 
         def decode(_answer: Any) -> Any:
@@ -150,10 +152,12 @@ class FaultyClient(TryState):
         return run
 
 
-def _keys(name: str, kw: dict[str, Any]) -> set[str]:
+def _keys(name: str, kw: dict[str, Any], lock_id: str | None = None) -> set[str]:
     """The lock_id keys of the items a write request writes as a step (not a bar: an end
     step's record of a LEASE_ID it found never granted, which the checker does not judge;
-    nor the drop of a force's audit record from the lock's item once copied)."""
+    nor the drop of a force's audit record from the lock's item once copied). A write of the
+    state of ``lock_id`` on its fence record (a renewal's that keeps the lease's end) counts as
+    a write of ``lock_id``."""
     entries = (
         [next(iter(item.items())) for item in kw.get("TransactItems", ())]
         if name == "transact_write_items"
@@ -168,6 +172,9 @@ def _keys(name: str, kw: dict[str, Any]) -> set[str]:
         key = entry.get("Key") or entry.get("Item") or {}
         if "lock_id" in key:
             found.add(key["lock_id"].get("S"))
+        state = STATE_WRITE in entry.get("UpdateExpression", "")
+        if lock_id is not None and state and key.get("lock_id", {}).get("S") == fence_key(lock_id):
+            found.add(lock_id)
     return found
 
 

@@ -68,6 +68,7 @@ from tests.simulation.bodies import Bodies
 from tests.simulation.checker_previous import PreviousChecks
 from tests.simulation.checker_sets import SET_STEPS, SetChecks
 from tests.simulation.checker_shares import ShareChecks, held_shares, view
+from tests.simulation.checker_state import StateChecks
 from tests.simulation.world import EPOCH, Proc, World
 
 Key = tuple[str, "int | None"]  # (lock name, slot)
@@ -147,6 +148,8 @@ class Checker:
         self.shares = ShareChecks(self)
         #: How the lease before each grant ended (``checker_previous``).
         self.previous = PreviousChecks(self)
+        #: State with the lease: the last accepted write of each lock (``checker_state``).
+        self.state = StateChecks(self)
 
     def fail(self, what: str) -> NoReturn:
         at = self.world.now - EPOCH
@@ -205,6 +208,8 @@ class Checker:
                 self.max_token[key] = token
             self.latest[key] = (attempt.lease_id, token)
         elif operation in ("renew", "release", "force_release") and isinstance(result, Outcome):
+            if operation == "renew" and args[2].get("state") is not None:
+                self.state.renewed(args, result, before)
             if result.applied:
                 lease_id = args[1]
                 slot = args[2].get("slot")
@@ -263,8 +268,10 @@ class Checker:
             # when it is deleted (what a release retried afterwards can still tell).
             self.deleted(args[0])
             self.previous.legacy_put(args[0], args[1], args[2])
+            self.state.rewritten(args[0])
         elif operation == "legacy_delete" and result:
             self.deleted(args[0])
+            self.state.rewritten(args[0])
 
     def _check_take(self, key: Key, attempt: Attempt, before: Any) -> None:
         """An applied take was allowed: the lock (slot) free by the taker's clock, the lease id

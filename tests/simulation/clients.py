@@ -51,7 +51,12 @@ class Shared:
     """What every process of one simulation may consult: the pool's size, as configured."""
 
     def __init__(
-        self, sets: float = 0.0, shares: float = 0.0, delays: float = 0.0, caps: float = 0.0
+        self,
+        sets: float = 0.0,
+        shares: float = 0.0,
+        delays: float = 0.0,
+        caps: float = 0.0,
+        states: float = 0.0,
     ) -> None:
         self.pool_size = 3
         #: The share of a worker's operations that take sets (``clients_sets``); 0: none, and
@@ -63,6 +68,9 @@ class Shared:
         self.delays = delays
         #: The share of plain and pool takes with a max-hold, as ``sets``.
         self.caps = caps
+        #: The share of plain takes that read the lock's state, and then write it with half
+        #: their renewals (``awsflock.state``), as ``sets``.
+        self.states = states
 
 
 class Client(SetWork, ShareWork):
@@ -137,6 +145,7 @@ class Client(SetWork, ShareWork):
         cap = None
         if self.shared.caps and self.rng.random() < self.shared.caps:
             cap = self.rng.choice((3.0, 15.0, 60.0))
+        state = slots is None and self.shared.states and self.rng.random() < self.shared.states
         try:
             lease = self.table.acquire(
                 name,
@@ -146,11 +155,14 @@ class Client(SetWork, ShareWork):
                 fair=fair,
                 lock_delay=delay,
                 max_hold=cap,
+                **({"state": True} if state else {}),
             )
         except errors.AwsflockError:
             self.checker.no_phantom(self.proc, name)
             raise
         key = (name, lease.slot)
+        if state:
+            self.checker.state.read(self.proc, name, lease)
         self.checker.told_acquired(self.proc, key, lease, min(lease_s, cap or lease_s))
         self.checker.hold(self.proc, key, lease.lease_id, lease.fencing_token, lease.expires_at)
         self.fenced_write(lease)  # the claim: the first thing a new holder does
@@ -158,7 +170,9 @@ class Client(SetWork, ShareWork):
             self.pause(0.0, lease_s / 2)
             if not self.count():
                 break
-            if lease.remaining() < lease_s / 2 and not self.renew(lease, key):
+            # A holder of the state checkpoints now and then: a renewal that writes it.
+            due = lease.remaining() < lease_s / 2 or (state and self.rng.random() < 0.5)
+            if due and not self.renew(lease, key):
                 return
             self.fenced_write(lease)
         if self.rng.random() < 0.9 and self.count():
@@ -168,7 +182,13 @@ class Client(SetWork, ShareWork):
 
     def renew(self, lease: Lease, key: Any, shared: bool = False) -> bool:
         try:
-            lease.renew()
+            if getattr(lease, "state_read", False) and self.rng.random() < 0.5:
+                # A checkpoint, written with the renewal (``awsflock.state``).
+                lease.save_state(f"{self.proc.name}:{self.checker.operations}".encode())
+            else:
+                lease.renew()
+        except errors.StateRefused as exc:  # only a later write of this lease may refuse it
+            self.checker.fail(f"{self.proc.name}'s state write was refused: {exc.message}")
         except errors.NotHeld:
             self.checker.told_not_held(self.proc, key, lease.lease_id, renewing=True)
             self.checker.drop(lease.lease_id)

@@ -21,13 +21,28 @@ from awsflock.stores.memory_records import _Lease, _Record
 from awsflock.stores.remote import connected
 from awsflock.stores.remote import requests as retrying
 from tests.simulation.mutants_aio import AIO_SHARE, MUTANTS_AIO
-from tests.simulation.mutants_delay import CAPS_SHARE, DELAYS_SHARE, MUTANTS_CAPS, MUTANTS_DELAY
+from tests.simulation.mutants_delay import (
+    CAPS_SHARE,
+    DELAYS_SHARE,
+    MUTANTS_CAPS,
+    MUTANTS_DELAY,
+    MUTANTS_STATES,
+    STATES_SHARE,
+)
 from tests.simulation.mutants_previous import MUTANTS_PREVIOUS, SHARES_PREVIOUS
 from tests.simulation.mutants_sets import MUTANTS_SETS, SETS_SHARE
 from tests.simulation.mutants_shares import MUTANTS_SHARES, SHARES_SHARE
 from tests.simulation.patching import patched as _patched
 
-__all__ = ["AIO_SHARE", "CAPS_SHARE", "DELAYS_SHARE", "MUTANTS", "SETS_SHARE", "SHARES_SHARE"]
+__all__ = [
+    "AIO_SHARE",
+    "CAPS_SHARE",
+    "DELAYS_SHARE",
+    "MUTANTS",
+    "SETS_SHARE",
+    "SHARES_SHARE",
+    "STATES_SHARE",
+]
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
 
@@ -516,6 +531,7 @@ MUTANTS: dict[str, Patch] = {
     **MUTANTS_PREVIOUS,
     **MUTANTS_DELAY,
     **MUTANTS_CAPS,
+    **MUTANTS_STATES,
 }
 
 #: The mutants of the asynchronous API: looked for with a share of the workers on it.
@@ -532,6 +548,9 @@ DELAYS = set(MUTANTS_DELAY)
 
 #: The mutants of max-hold: looked for with a share of the takes with a cap.
 CAPS = set(MUTANTS_CAPS)
+
+#: The mutants of state with the lease: looked for with a share of the takes reading it.
+STATES = set(MUTANTS_STATES)
 
 #: The mutants of a store's own code, and the stores whose code they are in and where they are
 #: looked for: N and O in the request code (the in-memory store has none: its fault layer is the

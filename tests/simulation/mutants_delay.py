@@ -70,3 +70,34 @@ def renewal_past_the_cap() -> contextlib.AbstractContextManager[None]:
 MUTANTS_CAPS = {
     "C1 a renewal past the cap": renewal_past_the_cap,
 }
+
+
+#: The share of plain takes that read and write the lock's state when a mutant of it is looked
+#: for.
+STATES_SHARE = 0.5
+
+
+def state_by_lease_id_alone() -> contextlib.AbstractContextManager[None]:
+    """S1. A state write is conditioned on the LEASE_ID alone: a holder whose lease was
+    released, force-released or ran out (not yet taken over) still writes the state, though its
+    renewal is refused."""
+    from awsflock.state import LockState
+    from awsflock.stores.memory import MemoryStore
+
+    real = MemoryStore.renew
+
+    def renew(self: MemoryStore, lock_id: str, lease_id: str, **kw: Any) -> Any:
+        state = kw.get("state")
+        if state is not None:
+            with self._mutex:
+                record = self._records.get(lock_id)
+                if record is not None and record.top.lease == lease_id:
+                    self._states[lock_id] = LockState(state.data, lease_id, state.stamp_ms)
+        return real(self, lock_id, lease_id, **kw)
+
+    return patched((MemoryStore, "renew", renew))
+
+
+MUTANTS_STATES = {
+    "S1 a state write conditioned on the lease id alone": state_by_lease_id_alone,
+}

@@ -74,6 +74,9 @@ class Result:
     delayed_grants: int = 0
     #: Takes and renewals of leases with a max-hold (each checked against its cap).
     capped_steps: int = 0
+    #: State writes applied, and grants whose read of the state was checked.
+    state_writes: int = 0
+    state_reads: int = 0
     #: Takes of sets the store applied, and refused.
     set_grants: int = 0
     set_refusals: int = 0
@@ -112,19 +115,21 @@ def simulate(
     shares: float = 0.0,
     delays: float = 0.0,
     caps: float = 0.0,
+    states: float = 0.0,
 ) -> Result:
     """Run ``clients`` processes (workers, one operator, one awsflock 0.2.0 client where the
     store has them, else one more worker) for about ``ops`` operations each, on a fresh store.
     ``aio``: the share of the workers (drawn from the seed) that run ``awsflock.aio``;
     ``sets``: the share of a worker's operations that take several names together; ``shares``:
     that take a share of a lock; ``delays``, ``caps``: the share of plain and pool takes with a
-    lock-delay, with a max-hold."""
+    lock-delay, with a max-hold; ``states``: of plain takes that read the lock's state (and
+    write it with half their renewals)."""
     started = time.perf_counter()
     world = World(seed)
     inner = make_store() if make_store is not None else MemoryStore()
     network = Network(world, faults or default_faults(seed))
     checker = Checker(world, inner)
-    shared = Shared(sets, shares, delays, caps)
+    shared = Shared(sets, shares, delays, caps, states)
     result = Result(seed, clients, off=off(inner))
     legacy = "awsflock 0.2.0 clients" not in result.off
     roles = ["operator", "legacy" if legacy else "worker"] + ["worker"] * max(1, clients - 2)
@@ -170,6 +175,7 @@ def simulate(
     result.share_grants = checker.shares.grants
     result.delayed_grants = checker.delayed_grants
     result.capped_steps = checker.capped_steps
+    result.state_writes, result.state_reads = checker.state.writes, checker.state.reads
     result.previous_checked = checker.previous.checked
     result.virtual_seconds = world.now - 1_900_000_000.0
     result.wall_seconds = time.perf_counter() - started
