@@ -17,9 +17,20 @@ from awsflock.cli.options import Common, common_options
 @common_options
 @json_option
 @click.option("--show-lease-id", is_flag=True, help="Also show the holder's LEASE_ID.")
+@click.option(
+    "--state",
+    "show_state",
+    is_flag=True,
+    help="Also show the state kept with the lock (--state-file), one more request.",
+)
 @slots_option
 def status(
-    common: Common, lock_id: str, as_json: bool, show_lease_id: bool, slots: int | None
+    common: Common,
+    lock_id: str,
+    as_json: bool,
+    show_lease_id: bool,
+    show_state: bool,
+    slots: int | None,
 ) -> None:
     """Who holds LOCK_ID, since when, until when, with which fencing token.
 
@@ -28,9 +39,9 @@ def status(
     expired and not yet reclaimed), 1 on errors.
 
     \b
-    IAM: dynamodb:GetItem.
+    IAM: dynamodb:GetItem (and BatchGetItem with --state).
     """
-    from awsflock.cli.status import HELD, pool_view, render_pool, render_status, view
+    from awsflock.cli.status import HELD, kept_view, pool_view, render_pool, render_status, view
     from awsflock.names import check_lock_id, check_slots
     from awsflock.records import Pool
 
@@ -50,6 +61,8 @@ def status(
         text = render_pool(data)
     else:
         data = view(lock_id, state, now, table.skew, show_lease_id)
+        if show_state:
+            data["state_kept"] = kept_view(table.store.read_state(lock_id), now)
         text = render_status(data)
     code = 0 if data["state"] == HELD else 3
     try:

@@ -10,6 +10,7 @@ from typing import Any
 
 from awsflock.records import Line, LockRecord, Pool
 from awsflock.shares import is_share_id
+from awsflock.state import LockState, json_fields
 from awsflock.text import format_seconds, iso_utc, printable
 
 HELD, EXPIRED, FREE = "held", "expired", "free"
@@ -225,12 +226,35 @@ def _render_status(data: dict[str, Any], label: str) -> str:
         rows.append(("lock-delay", _delay(data)))
     if data.get("previous"):
         rows.append(("lease before", _before(data["previous"])))
+    if "state_kept" in data:
+        rows.append(("state kept", _kept(data["state_kept"])))
     if data.get("fencing_token") is not None:
         rows.append(("fencing token", str(data["fencing_token"])))
     if data.get("lease_id"):
         rows.append(("lease id", data["lease_id"]))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k + ':':<{width + 1}} {printable(v)}" for k, v in rows)
+
+
+def kept_view(kept: LockState, now: float) -> dict[str, Any] | None:
+    """The state kept with a lock, for ``status --state`` (None: none written)."""
+    if kept.data is None:
+        return None
+    return {
+        "bytes": len(kept.data),
+        **json_fields(kept.data),
+        "written_at": iso_utc(kept.stamp_ms / 1000),
+        "written_s_ago": round(now - kept.stamp_ms / 1000, 3),
+    }
+
+
+def _kept(kept: dict[str, Any] | None) -> str:
+    if kept is None:
+        return "none written"
+    text = kept["state"]
+    shown = "" if text is None else ": " + (text if len(text) <= 60 else text[:57] + "...")
+    ago = format_seconds(max(0.0, kept["written_s_ago"]))
+    return f"{kept['bytes']} bytes, written {kept['written_at']} ({ago} ago){shown}"
 
 
 def _free_line(data: dict[str, Any], lock: str) -> str:
@@ -250,6 +274,8 @@ def _free_line(data: dict[str, Any], lock: str) -> str:
         )
     if data.get("fencing_token"):
         line += f"; last fencing token {data['fencing_token']}"
+    if "state_kept" in data:
+        line += f"\nstate kept: {printable(_kept(data['state_kept']))}"
     return line
 
 

@@ -137,3 +137,20 @@ def test_a_paused_stale_holders_write_is_refused(awsflock: Cli, lock_name, tmp_p
     assert refused.returncode == 3, refused.stderr
     read = awsflock("acquire", lock_name, "--state-file", str(tmp_path / "read"), "--json")
     assert json.loads(read.stdout)["state"] == "fresh\n", read.stdout
+
+
+def test_status_shows_the_state_kept_when_asked(awsflock: Cli, lock_name, tmp_path):
+    state = tmp_path / "state"
+    plain = awsflock("status", lock_name, "--state")
+    assert plain.returncode == 3 and "state kept: none written" in plain.stdout, plain.stdout
+    state.write_text("batch=41")
+    lease_id = awsflock("acquire", lock_name).stdout.strip()
+    assert awsflock("renew", lock_name, lease_id, "--state-file", str(state)).returncode == 0
+    held = awsflock("status", lock_name, "--state")
+    assert held.returncode == 0, held.stderr
+    assert "state kept:    8 bytes, written" in held.stdout and ": batch=41" in held.stdout
+    assert awsflock("release", lock_name, lease_id).returncode == 0
+    free = json.loads(awsflock("status", lock_name, "--state", "--json").stdout)
+    kept = free["state_kept"]
+    assert (kept["bytes"], kept["state"], kept["state_base64"]) == (8, "batch=41", "YmF0Y2g9NDE=")
+    assert "state kept" not in awsflock("status", lock_name).stdout  # one request without it
