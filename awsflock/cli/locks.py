@@ -108,7 +108,8 @@ def acquire(
 
     \b
     IAM: dynamodb:UpdateItem (and GetItem on endpoints that do not return
-    the holder with a failed conditional write).
+    the holder with a failed conditional write; BatchGetItem with
+    --state-file).
     """
     lock_id = _set_or_one(lock_ids, slots=slots, fair=fair, shared=shared)
     # Until the wait's own signal handling takes over, Ctrl-C can only come before it.
@@ -307,7 +308,7 @@ def renew(
     LEASE_ID of several locks taken together renews them all, named as acquired.
 
     \b
-    IAM: dynamodb:UpdateItem.
+    IAM: dynamodb:UpdateItem (and GetItem with --state-file).
     """
     table = common.table(owner)
     from awsflock.supervise import renewers

@@ -9,13 +9,15 @@ from typing import Any
 #: lease's done item), and a release or force-release one that puts the lease's done item (an
 #: acquire releases an attempt it gives up; ``--keep-alive`` ends a lease whose process died);
 #: one that finds nothing under its LEASE_ID bars it in a transaction with a ConditionCheck.
+#: The state kept with a lock (``--state-file``, ``status --state``) is read with BatchGetItem
+#: and written by a renewal's transaction, whose item is read after it (GetItem).
 COMMAND_ACTIONS = {
     "table-create": ["CreateTable", "DescribeTable", "DescribeTimeToLive", "UpdateTimeToLive"],
-    "acquire": ["UpdateItem", "GetItem", "ConditionCheckItem", "PutItem"],
-    "renew": ["UpdateItem"],
+    "acquire": ["UpdateItem", "GetItem", "ConditionCheckItem", "PutItem", "BatchGetItem"],
+    "renew": ["UpdateItem", "GetItem"],
     "release": ["UpdateItem", "GetItem", "PutItem", "ConditionCheckItem"],
-    "run": ["UpdateItem", "GetItem", "ConditionCheckItem", "PutItem"],
-    "status": ["GetItem"],
+    "run": ["UpdateItem", "GetItem", "ConditionCheckItem", "PutItem", "BatchGetItem"],
+    "status": ["GetItem", "BatchGetItem"],
     "list": ["DescribeTable", "Scan"],
     "force-release": ["GetItem", "UpdateItem", "PutItem", "ConditionCheckItem"],
     "audit": ["DescribeTable", "Scan"],
