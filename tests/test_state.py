@@ -219,3 +219,22 @@ def test_run_gives_the_lock_back_when_it_cannot_write_the_state_file(tmp_path, c
     assert not ran.exists() and "cannot write the state file" in caplog.text
     record = table.store.read("migrate").lock
     assert record is not None and record.released
+
+
+def test_a_state_file_write_that_went_unanswered_is_written_again_whatever_the_file_holds(
+    tmp_path,
+):
+    # Review 10: a renewal that carried "cursor=5" was applied, its answer lost; the script
+    # then set the file back to what it held before (""), and run never wrote it again, so the
+    # next holder read "cursor=5".
+    from awsflock.supervise.state_file import StateFile
+
+    files = StateFile(str(tmp_path / "state"))
+    files.seed(None)
+    assert files.changed() is None
+    (tmp_path / "state").write_bytes(b"cursor=5")
+    assert files.changed() == b"cursor=5"  # sent; no answer: not saved
+    (tmp_path / "state").write_bytes(b"")
+    assert files.changed() == b""  # not known to be stored: sent again
+    files.saved(b"")
+    assert files.changed() is None

@@ -28,7 +28,9 @@ class StateFile:
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
-        self.written = b""
+        #: What the store holds as the state, as far as is known (None: not known, a write of
+        #: it was sent and not answered: whatever the file holds is written again).
+        self.written: bytes | None = b""
         self._said: set[str] = set()
 
     def seed(self, data: bytes | None) -> None:
@@ -68,8 +70,12 @@ class StateFile:
         return data
 
     def changed(self) -> bytes | None:
-        """What the file holds if it changed since the last write; None otherwise, or if it
-        cannot be read now (said once per reason: the final write says it as an error)."""
+        """What the file holds if it changed since the last write (or whether that write went
+        through is not known); None otherwise, or if it cannot be read now (said once per
+        reason: the final write says it as an error). Once returned, the content is counted as
+        not known to be stored until ``saved``: a write applied without an answer may have
+        stored it, so the next write goes whatever the file then holds (found by review 10: a
+        file set back to the content before an unanswered write was never written again)."""
         try:
             data = self.read()
         except errors.UsageError as exc:
@@ -77,7 +83,10 @@ class StateFile:
                 self._said.add(exc.message)
                 log.warning("%s; not written with this renewal", exc.one_line())
             return None
-        return None if data == self.written else data
+        if data == self.written:
+            return None
+        self.written = None
+        return data
 
     def saved(self, data: bytes) -> None:
         self.written = data
@@ -90,6 +99,7 @@ class StateFile:
         try:
             data = self.read()
             if data != self.written:
+                self.written = None
                 hold.save_state(data)
                 self.saved(data)
         except errors.AwsflockError as exc:
