@@ -112,3 +112,18 @@ def test_a_write_that_keeps_the_end_is_refused_once_the_lease_ended(
     monkeypatch.setattr(store, "_renew_with_state", released_in_between)
     assert not lab.write(name, lease_id, b"stale", at=10, lease=4000).applied
     assert lab.data(name) is None
+
+
+def test_a_long_name_and_the_name_of_its_hash_keep_their_own_state(lab: StateLab):
+    # Review 10: the fence record of a name too long for a key was keyed by its SHA-256 under
+    # the prefix every name's is: the lock named "sha256:<that hash>" shared it.
+    import hashlib
+
+    long_name = lab.name("x" * 2000)
+    twin = "sha256:" + hashlib.sha256(long_name.encode()).hexdigest()
+    assert fence_key(long_name) != fence_key(twin)
+    first, _ = lab.take(long_name)
+    assert lab.write(long_name, first, b"long", at=100).applied
+    second, _ = lab.take(twin)
+    assert lab.write(twin, second, b"twin", at=100).applied
+    assert (lab.data(long_name), lab.data(twin)) == (b"long", b"twin")

@@ -94,6 +94,11 @@ NUMBER = "n_"  # + ticket: the waiter's number in line
 #: holds the highest fencing token ever granted on the lock. It has no TTL attribute and awsflock
 #: 0.2.0 never writes it, so it outlives every deletion of the lock's item.
 FENCE_PREFIX = RESERVED_PREFIX + "fence#"
+#: A fence record's key where the prefix and the name would pass the key limit: this and the
+#: name's SHA-256. No name gives it with ``FENCE_PREFIX`` (found by review 10: a lock named
+#: ``sha256:`` and a long name's hash shared the long name's fence record, its tokens, last
+#: lease and state).
+FENCE_HASHED_PREFIX = RESERVED_PREFIX + "fence-sha256#"
 #: A lease that ended by a release or force-release: an item of its own, under this prefix plus
 #: its LEASE_ID, written in the same transaction as the end and kept ``protocol.DONE_MS`` (then
 #: left to TTL). The lock's item remembers only the last few leases; this is how a release
@@ -109,12 +114,12 @@ MAX_KEY_BYTES = 2048
 
 
 def fence_key(lock_id: str) -> str:
-    """The key of ``lock_id``'s fence record: the prefix and the name, or the prefix and the
-    name's SHA-256 where the two would exceed DynamoDB's key limit."""
+    """The key of ``lock_id``'s fence record: the prefix and the name, or, where the two would
+    exceed DynamoDB's key limit, another prefix and the name's SHA-256 (no name's key)."""
     key = FENCE_PREFIX + lock_id
     if len(key.encode()) <= MAX_KEY_BYTES:
         return key
-    return FENCE_PREFIX + "sha256:" + hashlib.sha256(lock_id.encode()).hexdigest()
+    return FENCE_HASHED_PREFIX + hashlib.sha256(lock_id.encode()).hexdigest()
 
 
 #: On a pool's item, a bar of a slot's LEASE_ID: ``xb_`` and the id's letters and digits (its
