@@ -238,3 +238,42 @@ def test_a_state_file_write_that_went_unanswered_is_written_again_whatever_the_f
     assert files.changed() == b""  # not known to be stored: sent again
     files.saved(b"")
     assert files.changed() is None
+
+
+def test_a_state_file_is_a_regular_file_its_link_and_mode_kept(tmp_path):
+    # Review 10: as root, `--state-file /dev/null` replaced /dev/null with a regular file.
+    import os
+    import stat
+
+    from awsflock.supervise.state_file import StateFile
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(errors.UsageError, match="is not a regular file"):
+        StateFile(str(fifo))
+    with pytest.raises(errors.UsageError, match="is not a regular file"):
+        StateFile(str(tmp_path))
+    target = tmp_path / "target"
+    target.write_bytes(b"old")
+    target.chmod(0o644)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    StateFile(str(link)).seed(b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    fresh = tmp_path / "fresh"
+    StateFile(str(fresh)).seed(None)
+    assert fresh.read_bytes() == b"" and stat.S_IMODE(fresh.stat().st_mode) == 0o600
+
+
+def test_run_refuses_a_state_file_that_is_not_a_regular_file_before_taking_the_lock(tmp_path):
+    import os
+
+    from awsflock.supervise.runner import RunOptions, run
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    table = LockTable(store=MemoryStore(), owner="ops")
+    with pytest.raises(errors.UsageError, match="is not a regular file"):
+        run(table, "migrate", ["true"], RunOptions(lease=60, state_file=str(fifo)))
+    assert table.store.read("migrate").lock is None  # never taken

@@ -140,6 +140,8 @@ def _take(
 ) -> None:
     """``acquire``'s wait and grant: the LEASE_ID printed, or the exit that says why not."""
     wait, fair, state_file = options["wait"], options["fair"], options.pop("state_file")
+    if state_file is not None:
+        state_files.check(state_file)  # before the lock is taken
     # From the wait until the LEASE_ID is printed, TERM, INT and HUP are recorded: a signal
     # ends the wait cleanly, and one that comes with the grant gives the lease back (or, once
     # the LEASE_ID is out, names it), never leaving a lease held that nobody was told of.

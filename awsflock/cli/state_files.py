@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from awsflock.lock.set_table import LeaseSet
 
 
+def check(path: str) -> None:
+    """UsageError unless ``path`` can be a state file (a regular file, or none yet)."""
+    StateFile(path)
+
+
 def seed_or_give_back(table: LockTable, lease: Lease | LeaseSet, path: str) -> None:
     """Write the state read at the grant to ``path``; if it cannot be written, the lease is
     given back before the error is raised (nobody was told of it yet)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import tempfile
 from typing import Any
 
@@ -27,7 +28,26 @@ class StateFile:
     """The file at ``path``, and the content last written as the lock's state."""
 
     def __init__(self, path: str) -> None:
-        self.path = os.path.abspath(path)
+        """UsageError if ``path`` is there but not a regular file (a symlink: its target).
+        Found by review 10: as root, ``--state-file /dev/null`` replaced /dev/null with a
+        regular file of mode 0600."""
+        self.path = os.path.realpath(os.path.abspath(path))
+        try:
+            found = os.stat(self.path)
+        except FileNotFoundError:
+            found = None
+        except OSError as exc:
+            raise errors.UsageError(
+                f"cannot use the state file {self.path}: {exc.strerror or exc}",
+                hint="give --state-file a path awsflock can read and write",
+            ) from None
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            raise errors.UsageError(
+                f"the state file {self.path} is not a regular file",
+                hint="give --state-file the path of a regular file, or of none yet",
+            )
+        #: The mode a new file is given: the one there, else read and write for its owner.
+        self.mode = stat.S_IMODE(found.st_mode) if found is not None else 0o600
         #: What the store holds as the state, as far as is known (None: not known, a write of
         #: it was sent and not answered: whatever the file holds is written again).
         self.written: bytes | None = b""
@@ -42,6 +62,7 @@ class StateFile:
             try:
                 with os.fdopen(fd, "wb") as out:
                     out.write(self.written)
+                os.chmod(temporary, self.mode)
                 os.replace(temporary, self.path)
             except BaseException:
                 os.unlink(temporary)

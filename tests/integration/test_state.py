@@ -154,3 +154,20 @@ def test_status_shows_the_state_kept_when_asked(awsflock: Cli, lock_name, tmp_pa
     kept = free["state_kept"]
     assert (kept["bytes"], kept["state"], kept["state_base64"]) == (8, "batch=41", "YmF0Y2g9NDE=")
     assert "state kept" not in awsflock("status", lock_name).stdout  # one request without it
+
+
+def test_a_state_file_that_is_not_a_regular_file_is_refused_before_the_lock(
+    awsflock: Cli, lock_name, tmp_path
+):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for command in (("acquire",), ("run", "--state-file", str(fifo), "--", "true")):
+        args = (command[0], lock_name, *command[1:])
+        if command == ("acquire",):
+            args = (*args, "--state-file", str(fifo))
+        refused = awsflock(*args)
+        assert refused.returncode in (2, 125), refused.stderr
+        assert "is not a regular file" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    status = json.loads(awsflock("status", lock_name, "--json").stdout)
+    assert status["state"] == "free" and "owner" not in status, status  # never taken
