@@ -277,3 +277,42 @@ def test_run_refuses_a_state_file_that_is_not_a_regular_file_before_taking_the_l
     with pytest.raises(errors.UsageError, match="is not a regular file"):
         run(table, "migrate", ["true"], RunOptions(lease=60, state_file=str(fifo)))
     assert table.store.read("migrate").lock is None  # never taken
+
+
+def test_a_hold_whose_state_write_is_refused_by_the_store_set_up_renews_without_it(table):
+    # Review 10: an older PostgreSQL step function (table-create run by an older awsflock
+    # under a running run --state-file) refused every renewal that carried state, and the
+    # lease was counted lost though it was fine.
+    class Changed:
+        def changed(self) -> bytes:
+            return b"new"
+
+        def saved(self, data: bytes) -> None:
+            raise AssertionError("not written")
+
+    def refused(held: Any, data: bytes) -> Any:
+        raise errors.ConfigurationError("the step function is older than this awsflock")
+
+    hold = table.lock("migrate", lease=60)
+    hold.acquire()
+    hold.state_source = Changed()
+    table.save_state = refused
+    before = hold.lease.expires_at
+    table.clock.advance(30)
+    hold._renew_once(table.clock.monotonic())
+    assert not hold.lost.is_set() and hold.renewals == 1
+    assert hold.lease.expires_at > before  # renewed without the state
+
+
+def test_run_gives_the_command_the_state_files_own_path(tmp_path):
+    # Review 10: given a symlink, run read its target but gave the command the link, so a new
+    # file renamed over it replaced the link and was never written.
+    table = LockTable(store=MemoryStore(), owner="ops")
+    target = tmp_path / "target"
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    new = '"$AWSFLOCK_STATE_FILE.new"'
+    script = f'echo 7 > {new} && mv {new} "$AWSFLOCK_STATE_FILE"'
+    assert _run(table, script, str(link)) == 0
+    assert table.store.read_state("migrate").data == b"7\n"
+    assert link.is_symlink() and target.read_bytes() == b"7\n"

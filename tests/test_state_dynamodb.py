@@ -127,3 +127,19 @@ def test_a_long_name_and_the_name_of_its_hash_keep_their_own_state(lab: StateLab
     second, _ = lab.take(twin)
     assert lab.write(twin, second, b"twin", at=100).applied
     assert (lab.data(long_name), lab.data(twin)) == (b"long", b"twin")
+
+
+def test_a_denied_read_of_the_state_names_the_action_to_grant(lab: StateLab, moto: Any):
+    # Review 10: the read is a BatchGetItem, but the refusal said to grant GetItem.
+    from botocore.exceptions import ClientError
+
+    from awsflock import errors
+
+    def deny(model: Any, **_: Any) -> None:
+        if model.name == "BatchGetItem":
+            denied: Any = {"Error": {"Code": "AccessDeniedException", "Message": "not allowed"}}
+            raise ClientError(denied, "BatchGetItem")
+
+    moto.meta.events.register("before-call.dynamodb", deny)
+    with pytest.raises(errors.AccessDenied, match="dynamodb:BatchGetItem"):
+        lab.store.read_state(lab.name())

@@ -64,9 +64,11 @@ released once the group is empty. An explicit
 its chance first; the default (10s, or lease/5) always does.
 
 \b
-Exit: CMD's status; 75 lock not acquired (-E overrides); 124 lease lost and
-CMD stopped; 125 awsflock failed; 126 CMD not executable; 127 CMD not found;
-128+N CMD killed by signal N.
+Exit: CMD's status; 75 lock not acquired (-E overrides); 123 the hold
+reached --max-hold and CMD was stopped; 124 lease lost and CMD stopped; 125
+awsflock failed (or CMD exited 0 and its last --state-file content was not
+written); 126 CMD not executable; 127 CMD not found; 128+N CMD killed by
+signal N.
 """.format(
     said=f"{renewal.POLICY.said.replace(' of it', ' of its length')}",
     per=renewal.POLICY.per_lease,

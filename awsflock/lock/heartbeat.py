@@ -305,10 +305,12 @@ class Hold(HoldState):
 
     def _renew_with_state(self, lease: Any, data: bytes, source: StateSource) -> None:
         """A renewal that carries the state ``source`` changed. Refused for a later write of
-        the lease (``StateRefused``), it is said, and the lease renewed without it."""
+        the lease (``StateRefused``), or by a store set up for no state (a PostgreSQL step
+        function older than it: found by review 10, the lease counted lost), it is said, and
+        the lease renewed without it."""
         try:
             self.table.save_state(lease, data)
-        except errors.StateRefused as exc:
+        except (errors.StateRefused, errors.ConfigurationError) as exc:
             log.error("%s", exc.one_line(), extra={"event": "state_refused"})
             lease.renew(self.lease_s)
             return

@@ -328,7 +328,9 @@ def _command_env(hold: Hold, options: RunOptions) -> dict[str, str]:
         env["AWSFLOCK_SLOT"] = str(hold.slot)
     env["AWSFLOCK_SHARED"] = "1" if options.shared else "0"
     if options.state_file is not None:
-        env["AWSFLOCK_STATE_FILE"] = os.path.abspath(options.state_file)
+        # The file's own path (a link's target): a new file renamed over it replaces the file
+        # awsflock reads, not the link (found by review 10).
+        env["AWSFLOCK_STATE_FILE"] = os.path.realpath(os.path.abspath(options.state_file))
     return env
 
 

@@ -127,7 +127,7 @@ class StateWrites(Writes):
                 }
             }
             response = self._send(
-                "get", lambda r=request: self.client.batch_get_item(RequestItems=r)
+                "get_state", lambda r=request: self.client.batch_get_item(RequestItems=r)
             )
             for item in response.get("Responses", {}).get(self.table_name, []):
                 found[item[A_LOCK_ID]["S"]] = item

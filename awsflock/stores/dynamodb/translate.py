@@ -21,6 +21,7 @@ ACTIONS = {
     "renew": "UpdateItem",
     "release": "UpdateItem",
     "get": "GetItem",
+    "get_state": "BatchGetItem",  # a lock's state (``state_writes``)
     "scan": "Scan",
     "create_table": "CreateTable",
     "describe_table": "DescribeTable",
