@@ -62,6 +62,18 @@ def moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
 
 
 @pytest.fixture
+def moto_requests(moto: Any) -> list[str]:
+    """The operations sent to ``moto``, in order (cleared by a test where it starts counting)."""
+    sent: list[str] = []
+
+    def count(model: Any, **_: Any) -> None:
+        sent.append(model.name)
+
+    moto.meta.events.register("before-call.dynamodb", count)
+    return sent
+
+
+@pytest.fixture
 def make_table(moto, clock):
     """Build LockTables sharing the moto table and the fake clock, one per simulated host."""
     from awsflock.lock.lease import LockTable

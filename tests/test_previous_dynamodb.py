@@ -20,13 +20,9 @@ def lab(moto: Any) -> Lab:
 
 
 @pytest.fixture
-def requests(moto: Any) -> list[str]:
+def requests(moto_requests: list[str]) -> list[str]:
     """The operations the store sends, in order."""
-    sent: list[str] = []
-    moto.meta.events.register(
-        "before-call.dynamodb", lambda model, **_: sent.append(model.name) and None
-    )
-    return sent
+    return moto_requests
 
 
 def _deleted(moto: Any, name: str) -> None:
