@@ -17,6 +17,7 @@ import pytest
 
 from tests.simulation.__main__ import run_many
 from tests.simulation.mutants import BENEATH, MUTANTS
+from tests.simulation.mutants_delay import STATES_SHARE
 from tests.simulation.mutants_sets import SETS_SHARE
 from tests.simulation.mutants_shares import SHARES_SHARE
 
@@ -30,16 +31,28 @@ MUTANT_BUDGET = 12_000
 @pytest.mark.timeout(300)  # far longer beside the servers and simulations of other tests
 @pytest.mark.parametrize("store", ["postgresql", "redis"])
 @pytest.mark.parametrize(
-    ("sets", "shares", "budget"),
-    [(0.0, 0.0, BUDGET), (SETS_SHARE, 0.0, 1_000), (0.0, SHARES_SHARE, 1_000)],
-    ids=["locks", "with-sets", "with-shares"],
+    ("sets", "shares", "states", "budget"),
+    [
+        (0.0, 0.0, 0.0, BUDGET),
+        (SETS_SHARE, 0.0, 0.0, 1_000),
+        (0.0, SHARES_SHARE, 0.0, 1_000),
+        (0.0, 0.0, STATES_SHARE, 1_000),
+    ],
+    ids=["locks", "with-sets", "with-shares", "with-states"],
 )
 def test_the_store_keeps_every_invariant(
-    store: str, sets: float, shares: float, budget: int, request: pytest.FixtureRequest
+    store: str,
+    sets: float,
+    shares: float,
+    states: float,
+    budget: int,
+    request: pytest.FixtureRequest,
 ) -> None:
     # With sets, workers also take several names in one call of the step function or script:
     # each name's checks per step, and no partial hold ever visible after a set's take. With
-    # shares, they also hold locks shared: never an exclusive holder beside a share.
+    # shares, they also hold locks shared: never an exclusive holder beside a share. With
+    # states, they read the lock's state at their grants and write it with their renewals
+    # (renew_state): only live leases write it, and every grant reads the last write.
     server = request.getfixturevalue("postgres" if store == "postgresql" else "redis_server")
     results, failed = run_many(
         seeds=itertools.count(0),
@@ -50,6 +63,7 @@ def test_the_store_keeps_every_invariant(
         store=store,
         sets=sets,
         shares=shares,
+        states=states,
         **{"pg_url" if store == "postgresql" else "redis_url": server.url},
     )
     assert failed is None, (
@@ -66,6 +80,7 @@ def test_the_store_keeps_every_invariant(
     assert sum(r.tries for r in results) > budget
     assert sets == 0 or sum(r.set_grants for r in results) > 0
     assert shares == 0 or sum(r.share_grants for r in results) > 0
+    assert states == 0 or sum(r.state_writes for r in results) > 0
     # What each simulation made was removed when it was over.
     if store == "postgresql":
         tables = server.sql("SELECT tablename FROM pg_tables WHERE tablename LIKE 'sim\\_%'")
