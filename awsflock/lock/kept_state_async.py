@@ -5,21 +5,20 @@ The read at the grant is the acquisition's (``waiting.settle``): right after the
 it is judged fresh, so that a slow read gives the grant up as a slow clean-up does and a failed
 one gives it back (released, or named with its release command). It is exact: since the grant
 only this holder can write. A resumable job never starts from scratch because its checkpoint
-could not be read. A write is a renewal that carries the state;
-its stamp is the holder's reading, after its previous write's, so that a write that lands late
-never undoes a later one. A refused write whose lease is still held was refused for a later
-write of the same lease: ``StateRefused``, and the lease stays held.
+could not be read.
+
+A write is a renewal that carries the state; its stamp is the holder's reading, after its
+previous write's, so that a write that lands late never undoes a later one. A refused write
+whose lease is still held was refused for a later write of the same lease: ``StateRefused``,
+and the lease stays held.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from awsflock import errors
 from awsflock.state import StateWrite, check, next_stamp
-
-log = logging.getLogger("awsflock.lease")
 
 
 async def write(table: Any, held: Any, data: Any) -> Any:
@@ -56,7 +55,8 @@ async def _later_write(
     is stored; None where the lease is not held (the refusal stands)."""
     outcome = await table.store.read(lock_id)
     record = outcome.lock if outcome.pool is None else None
-    if record is None or record.lease_id != lease_id or record.released:
+    held = record is not None and record.lease_id == lease_id and not record.released
+    if record is None or not held or record.expires_at <= table.clock.time():
         return None
     found = await table.store.read_state(lock_id)
     if found.lease_id != lease_id or found.stamp_ms <= stamp:
