@@ -301,6 +301,7 @@ def test_iam_policy_is_valid_json_naming_the_table():
         "dynamodb:PutItem",
         "dynamodb:CreateTable",
         "dynamodb:UpdateTimeToLive",
+        "dynamodb:BatchGetItem",  # the state kept with a lock
     } <= actions
     assert "dynamodb:DeleteItem" not in actions
     assert all(
@@ -313,6 +314,7 @@ def test_iam_policy_is_valid_json_naming_the_table():
         ).stdout
     )
     assert read_only["Statement"][0]["Action"] == [
+        "dynamodb:BatchGetItem",  # status --state
         "dynamodb:DescribeTable",
         "dynamodb:GetItem",
         "dynamodb:Scan",
