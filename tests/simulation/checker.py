@@ -268,10 +268,8 @@ class Checker:
             # when it is deleted (what a release retried afterwards can still tell).
             self.deleted(args[0])
             self.previous.legacy_put(args[0], args[1], args[2])
-            self.state.rewritten(args[0])
         elif operation == "legacy_delete" and result:
             self.deleted(args[0])
-            self.state.rewritten(args[0])
 
     def _check_take(self, key: Key, attempt: Attempt, before: Any) -> None:
         """An applied take was allowed: the lock (slot) free by the taker's clock, the lease id

@@ -11,9 +11,9 @@ applied (``written``), and refuses:
 - a refused write that changed the state, and an applied one that did not write it;
 - a holder that read, at its grant, anything but the last accepted write (``read``).
 
-On DynamoDB without transactions the state is on the lock's item, which an awsflock 0.2.0
-client's put rewrites: the checker learns the state from the store then (a stated limit of such
-endpoints, docs/guides/library.md).
+Nothing else may change the state: not TTL, not an awsflock 0.2.0 client (on DynamoDB without
+transactions the state is on the lock's item, which is kept for good there, so 0.2.0 never
+takes it over).
 """
 
 from __future__ import annotations
@@ -63,13 +63,6 @@ class StateChecks:
             self.checker.fail(f"an applied state write of {lease_id[:8]} did not write it")
         self.states[name] = now
         self.writes += 1
-
-    def rewritten(self, name: str) -> None:
-        """An awsflock 0.2.0 client rewrote (or deleted) the lock's record: where the state is
-        kept on it (DynamoDB without transactions), it went with it."""
-        inner = self.checker.inner
-        if getattr(inner, "kind", "") == "dynamodb" and not getattr(inner, "_transactions", True):
-            self.states[name] = inner.read_state(name)
 
     def read(self, proc: Proc, name: str, lease: Any) -> None:
         """``proc`` was granted ``name`` with its state read (``acquire(state=True)``)."""
