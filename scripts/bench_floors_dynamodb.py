@@ -16,6 +16,8 @@ from bench_floors import LEASE_S, Maker, interleave, library_maker
 from tests.faultproxy import FaultProxy, _operation
 from tests.servers import local_client
 
+#: The errors of a conditional write its condition refused.
+REFUSED = ("ConditionalCheckFailedException", "TransactionCanceledException")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -27,10 +29,16 @@ class OperationCounter(FaultProxy):
         return _operation(request)
 
 
-def recorded_cycle(endpoint: str) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+#: A recorded request: its operation, its parameters, and whether its condition refused it.
+Recorded = tuple[str, dict[str, Any], bool]
+
+
+def recorded_cycle(endpoint: str) -> tuple[list[Recorded], str]:
     """The requests one library acquire+release sends to ``endpoint``, as botocore's
-    (operation, parameters), and the lock's name. A cycle first, so the table is described and
-    the client warm, then the one recorded."""
+    (operation, parameters, refused: whether its condition refused it), and the lock's name. A
+    cycle first, so the table is described and the client warm, then the one recorded. The
+    first grant ever of a name is two requests, the first refused (its pin on the fence
+    record): the replay sends it too, and expects the refusal."""
     from awsflock.lock.lease import LockTable
 
     client = local_client(endpoint)
@@ -41,18 +49,26 @@ def recorded_cycle(endpoint: str) -> tuple[list[tuple[str, dict[str, Any]]], str
     def record(params: dict[str, Any], model: Any, **_: Any) -> None:
         sent.append((model.name, json.loads(json.dumps(params))))
 
+    def answered(parsed: dict[str, Any], **_: Any) -> None:
+        code = parsed.get("Error", {}).get("Code", "")
+        if code in REFUSED and sent:
+            refused.add(len(sent) - 1)
+
+    refused: set[int] = set()
     client.meta.events.register("before-parameter-build.dynamodb", record)
+    client.meta.events.register("after-call.dynamodb", answered)
     name = bench.lock()
     table.acquire(name, wait=0).release()
     client.close()
-    return sent, name
+    return [(op, params, n in refused) for n, (op, params) in enumerate(sent)], name
 
 
-def replay_maker(client: Any, sent: list[tuple[str, dict[str, Any]]], name: str) -> Maker:
+def replay_maker(client: Any, sent: list[Recorded], name: str) -> Maker:
     """The recorded requests sent again raw, each cycle under a fresh lock name and with fresh
     UUIDs (lease ids, versions: each recorded one replaced by the same new one throughout), so
     every condition holds as it did for the library. Times are sent as recorded."""
     from botocore import xform_name
+    from botocore.exceptions import ClientError
 
     text = json.dumps(sent)
     found = set(UUID.findall(text))
@@ -61,11 +77,18 @@ def replay_maker(client: Any, sent: list[tuple[str, dict[str, Any]]], name: str)
         fresh = text.replace(name, bench.lock())
         for old in found:
             fresh = fresh.replace(old, str(uuid.uuid4()))
-        calls = [(getattr(client, xform_name(op)), params) for op, params in json.loads(fresh)]
+        calls = [
+            (getattr(client, xform_name(op)), params, refused)
+            for op, params, refused in json.loads(fresh)
+        ]
 
         def cycle() -> None:
-            for call, params in calls:
-                call(**params)
+            for call, params, refused in calls:
+                try:
+                    call(**params)
+                except ClientError as exc:
+                    if not refused or exc.response.get("Error", {}).get("Code") not in REFUSED:
+                        raise
 
         return cycle
 
@@ -100,7 +123,7 @@ def put_delete_maker(client: Any) -> Maker:
     return make
 
 
-def makers(endpoint: str, sent: list[tuple[str, dict[str, Any]]], name: str) -> dict[str, Maker]:
+def makers(endpoint: str, sent: list[Recorded], name: str) -> dict[str, Maker]:
     from awsflock.lock.lease import LockTable
 
     raw = local_client(endpoint)
@@ -137,5 +160,5 @@ def floor(repeats: int, warmup: int) -> dict[str, Any]:
     return {
         "samples": samples,
         "sent": counts,
-        "library requests": [op for op, _ in sent],
+        "library requests": [op for op, _, _ in sent],
     }
