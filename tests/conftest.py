@@ -55,10 +55,36 @@ def moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
         import botocore.session
 
         client = botocore.session.get_session().create_client("dynamodb", region_name="us-east-1")
+        client.meta.events.register("before-parameter-build.dynamodb", expressions_within_4_kb)
         from awsflock.stores.dynamodb import DynamoDBStore as Store
 
         Store("awsflock", client).create()  # type: ignore[arg-type]  # botocore is untyped
         yield client
+
+
+#: The expressions of a request, which DynamoDB takes up to 4 KB each (moto takes any).
+EXPRESSIONS = (
+    "ConditionExpression",
+    "UpdateExpression",
+    "ProjectionExpression",
+    "KeyConditionExpression",
+    "FilterExpression",
+)
+
+
+def expressions_within_4_kb(params: dict[str, Any], model: Any, **_: Any) -> None:
+    """Refuse a request with an expression over 4 KB, as DynamoDB does and moto does not (a
+    pool-resize of 100 slots to 2 sent 10 KB, refused by DynamoDB Local only)."""
+    from botocore.exceptions import ClientError
+
+    found = [params, *(next(iter(each.values())) for each in params.get("TransactItems", []))]
+    for request in found:
+        for name in EXPRESSIONS:
+            size = len(request.get(name, "").encode())
+            if size > 4096:
+                message = f"Invalid {name}: Expression size has exceeded the maximum allowed size"
+                error: Any = {"Error": {"Code": "ValidationException", "Message": message}}
+                raise ClientError(error, model.name)
 
 
 @pytest.fixture

@@ -338,11 +338,17 @@ def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None,
     if slots == pool.size:
         return pool.size, slots
     old = pool.size
+    now = table.clock.time()
+    if old is not None and any(
+        i in pool.slots and not pool.slots[i].is_free(now, table.skew) for i in range(slots, old)
+    ):
+        # Refused before any write: a shrink in steps (DynamoDB) would stop part-way.
+        raise _not_resized(lock_id, old, slots, None)
     done = table.store.resize_pool(
         lock_id,
         old,
         slots,
-        now_ms=round(table.clock.time() * 1000),
+        now_ms=round(now * 1000),
         skew_ms=round(table.skew * 1000),
     )
     if not done:
@@ -350,12 +356,8 @@ def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None,
         # longer ``old``): if the pool has the size asked for, it is done.
         after = table.store.read(lock_id).pool
         done = after is not None and after.size == slots
-    if not done:
-        raise errors.LockBusy(
-            f"cannot shrink pool {lock_id!r} to {slots}: a slot that would go away is held "
-            "(or the pool changed meanwhile)",
-            hint="wait until those slots are free, or force-release them",
-        )
+        if not done:
+            raise _not_resized(lock_id, old, slots, None if after is None else after.size)
     log.info(
         "resized pool %r from %s to %d slots",
         lock_id,
@@ -364,3 +366,14 @@ def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None,
         extra={"event": "pool_resized", "lock_id": lock_id},
     )
     return old, slots
+
+
+def _not_resized(lock_id: str, old: int | None, slots: int, now: int | None) -> errors.LockBusy:
+    """A shrink refused; ``now``: the pool's size after it (a shrink in steps, refused
+    part-way, leaves the size its last step set)."""
+    where = f"; it now has {now} slots (was {old})" if now not in (old, None) else ""
+    return errors.LockBusy(
+        f"cannot shrink pool {lock_id!r} to {slots}: a slot that would go away is held "
+        f"(or the pool changed meanwhile){where}",
+        hint="wait until those slots are free, or force-release them, then resize again",
+    )

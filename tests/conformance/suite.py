@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from awsflock.names import MAX_SLOTS
 from awsflock.protocol import (
     AUDIT_APPLIED,
     AUDIT_PREFIX,
@@ -67,6 +68,11 @@ class Lab:
 
     def name(self, text: str = "lock") -> str:
         return self.prefix + text
+
+    def pool_size(self, name: str) -> int | None:
+        pool = self.store.read(name).pool
+        assert pool is not None, f"{name} is not a pool"
+        return pool.size
 
     def take(
         self,
@@ -507,6 +513,25 @@ class StoreConformance:
         assert pool is not None and pool.size == 2
         _, old_size = lab.take(name, slot=1, slots=3, at=70)
         assert not old_size.applied
+
+    def test_a_pool_of_the_most_slots_shrinks_to_the_fewest(self, lab: Lab):
+        # DynamoDB takes about 39 slots' conditions in one request: more go in steps.
+        name, top = lab.name("pool"), MAX_SLOTS
+        last, _ = lab.take(name, slot=top - 1, slots=top)
+        assert lab.release(name, last, slot=top - 1, at=10).applied
+        assert lab.store.resize_pool(name, top, 2, now_ms=lab.now + 20, skew_ms=SKEW)
+        assert lab.pool_size(name) == 2
+        assert lab.take(name, slot=1, slots=2, at=30)[1].applied
+
+    def test_a_shrink_past_a_held_slot_is_refused_and_keeps_it(self, lab: Lab):
+        name, top = lab.name("pool"), MAX_SLOTS
+        held, _ = lab.take(name, slot=40, slots=top)
+        assert not lab.store.resize_pool(name, top, 2, now_ms=lab.now + 10, skew_ms=SKEW)
+        pool = lab.store.read(name).pool
+        # Refused whole, or part-way (DynamoDB shrinks in steps from the top): never past it.
+        assert pool is not None and pool.size is not None and 40 < pool.size <= top
+        assert pool.slots[40].lease_id == held
+        assert lab.renew(name, held, slot=40, at=20).applied
 
     def test_a_slot_removed_by_a_resize_cannot_be_renewed(self, lab: Lab):
         name = lab.name("pool")
