@@ -209,7 +209,8 @@ class Steps(StateWrites):
             "zero": 0,
             "released_mark": ENDED_RELEASED,
         }
-        for n, (top, low) in enumerate(resize_steps(old, new)):
+        steps = resize_steps(old, new)
+        for top, low in steps:
             values.update(old=top, new=low)
             condition = expressions.resize_condition(top, low)
             outcome = self._conditional_update(
@@ -217,9 +218,10 @@ class Steps(StateWrites):
             )
             if outcome.applied:
                 continue
-            # A later step refused as applied already: a try of it whose answer was lost
-            # landed (the first step's caller reads the pool, as for a single step).
-            if n == 0 or outcome.pool is None or outcome.pool.size != low:
+            # Refused as applied already: a try of this step whose answer was lost landed, and
+            # the pool has the in-between size it set. (A single step is left to the caller,
+            # which reads the pool: its size is one an operator may have asked for.)
+            if len(steps) == 1 or outcome.pool is None or outcome.pool.size != low:
                 return False
         return True
 
