@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.faultproxy import FaultProxy
 from tests.integration.conftest import Cli
 
@@ -131,3 +133,19 @@ def test_a_take_landing_after_its_acquire_gave_up_takes_nothing(
     assert "may have been granted" not in waiter.stderr, waiter.stderr
     assert status["state"] != "held", status
     assert awsflock("acquire", lock_name, "--no-wait").returncode == 0
+
+
+@pytest.mark.parametrize("lost", [1, 2, 3])
+def test_a_shrink_in_steps_whose_answer_was_dropped_is_done(
+    proxy: FaultProxy, awsflock: Cli, lock_name, lost: int
+):
+    # 100 slots to 2 is three UpdateItems (DynamoDB takes 4 KB of condition); one of them lands
+    # and its answer is dropped: its retry is refused, as landed already, and the shrink goes on.
+    lease = awsflock("acquire", lock_name, "--slots", "100").stdout.strip()
+    assert awsflock("release", lock_name, lease).returncode == 0
+    proxy.plan = lambda target, n: "drop" if target == UPDATE and n == lost else "pass"
+    resized = Cli(proxy.url, awsflock.table)("pool-resize", lock_name, "--slots", "2")
+    assert resized.returncode == 0, resized.stderr
+    assert "now has 2 slots (was 100)" in resized.stderr
+    assert proxy.faults["drop"] == 1 and proxy.counts[UPDATE] == 4
+    assert "pool of 2 slots" in awsflock("status", lock_name).stdout
