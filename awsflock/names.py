@@ -76,3 +76,14 @@ def check_lock_id(lock_id: str) -> str:
             f"LOCK_ID may not start with {RESERVED_PREFIX!r}", hint="awsflock keeps it for itself"
         )
     return lock_id
+
+
+def check_owner(owner: str) -> str:
+    """An ``--owner`` that can be stored: text (a byte that is not UTF-8 cannot be). Control
+    characters are kept, and shown escaped wherever the owner is shown (``text.printable``),
+    as awsflock 0.2.0 and other clients may write them too."""
+    try:
+        owner.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise errors.UsageError("--owner is not valid text", hint="use plain UTF-8") from exc
+    return owner

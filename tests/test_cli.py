@@ -363,6 +363,64 @@ def test_an_endpoint_url_without_a_scheme_from_the_environment_names_the_variabl
     )
 
 
+@pytest.mark.parametrize(
+    "url,why",
+    [
+        ("http://127.0.0.1:notaport", "Port could not be cast to integer value as 'notaport'"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("ftp://127.0.0.1:8000", "its scheme is 'ftp'"),
+        ("http:///x", "it names no host"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command", [["status", "x"], ["acquire", "x", "--no-wait"], ["run", "x", "--", "true"]]
+)
+def test_an_endpoint_url_that_cannot_be_sent_to_is_a_usage_error(url, why, command):
+    # Found by the SPEC audit (2026-11-30): a bad port or IPv6 address crashed as an "internal
+    # error" when the first request was signed, and ftp:// was retried as a network fault,
+    # acquire warning that a lease "may have been granted".
+    result = CliRunner().invoke(cli, [*command[:2], "--endpoint-url", url, *command[2:]])
+    assert (result.exit_code, result.stdout) == (125 if command[0] == "run" else 2, "")
+    assert one_line(result.stderr) == (
+        f"awsflock: usage error: the endpoint URL {url!r} is not one DynamoDB can be reached at "
+        f"({why}): give an http:// or https:// URL, e.g. http://127.0.0.1:8000"
+    )
+
+
+def test_an_owner_that_is_not_text_is_a_usage_error(run):
+    # SPEC audit: on moto it came back as "throttling" after 3 s; DynamoDB Local stored it.
+    result = run("acquire", "x", "--owner", "a\udcffb")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert (
+        one_line(result.stderr)
+        == "awsflock: usage error: --owner is not valid text: use plain UTF-8"
+    )
+    assert run("status", "x").exit_code == 3  # nothing was taken
+
+
+@pytest.mark.parametrize("name", ["bad name!", "a/b", "x" * 256])
+def test_a_table_name_dynamodb_refuses_is_a_usage_error(run, name):
+    # SPEC audit: moto took 'bad name!' and awsflock said the table did not exist.
+    result = run("status", "x", "--tablename", name)
+    assert result.exit_code == 2
+    assert one_line(result.stderr) == (
+        f"awsflock: usage error: {name!r} cannot name a DynamoDB table: "
+        "use 3 to 255 letters, digits, '_', '-' or '.'"
+    )
+
+
+@pytest.mark.parametrize("store", ["postgresql://app@db/ops", "redis://cache:6379/0"])
+def test_iam_policy_refuses_a_postgresql_or_redis_store_naming_grants(store):
+    # SPEC audit: it printed DynamoDB's policy, exit 0, for a store it does not apply to.
+    for given, env in (([], {"AWSFLOCK_STORE": store}), (["--store", store], {})):
+        result = CliRunner().invoke(cli, ["iam-policy", *given], env=env)
+        assert (result.exit_code, result.stdout) == (2, "")
+        assert "iam-policy is for the DynamoDB store" in one_line(result.stderr)
+        assert "run `awsflock grants`" in result.stderr
+    named = CliRunner().invoke(cli, ["iam-policy", "--store", "dynamodb://ops-locks"])
+    assert named.exit_code == 0 and "table/ops-locks" in named.stdout
+
+
 def test_the_library_refuses_an_endpoint_url_without_a_scheme():
     from awsflock import LockTable, errors
 

@@ -76,8 +76,15 @@ def wait_of(
 def owner_option(func: F) -> F:
     return click.option(
         "--owner",
+        callback=_checked_owner,
         help="Who holds the lock, shown to waiters (default: this host's name).",
     )(func)
+
+
+def _checked_owner(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from awsflock.names import check_owner
+
+    return None if value is None else check_owner(value)
 
 
 def json_option(func: F) -> F:

@@ -121,13 +121,33 @@ cli.add_command(_create_table_alias, "create-table")
     callback=lambda _ctx, _param, value: _account_id(value),
     help="Account id in the table ARN (12 digits).",
 )
-def iam_policy_command(tablename: str, read_only: bool, region: str, account: str) -> None:
+@click.option(
+    "--store",
+    envvar="AWSFLOCK_STORE",
+    metavar="URL",
+    help="The DynamoDB store (dynamodb://TABLE names the table); a PostgreSQL or Redis one is "
+    "refused, naming `awsflock grants` [env AWSFLOCK_STORE].",
+)
+def iam_policy_command(
+    tablename: str, read_only: bool, region: str, account: str, store: str | None
+) -> None:
     """Print the least-privilege IAM policy for the lock table.
 
     The "AwsflockTableSetup" statement is only for whoever runs table-create.
     """
-    policy = kinds.with_command("iam-policy").command("iam-policy")
-    click.echo(policy(tablename, read_only=read_only, region=region, account=account))
+    named = kinds.parse(store) if store else kinds.default()
+    kind = kinds.get(named.kind)
+    if "iam-policy" not in kind.commands:
+        # The rules of a PostgreSQL or Redis store are not IAM's: printing DynamoDB's would
+        # send the operator to grant the wrong thing.
+        raise errors.UsageError(
+            f"iam-policy is for the DynamoDB store, and the store is a {kind.title}",
+            hint="for PostgreSQL or Redis, run `awsflock grants`",
+        )
+    policy = kind.command("iam-policy")
+    click.echo(
+        policy(named.table or tablename, read_only=read_only, region=region, account=account)
+    )
 
 
 def _account_id(value: str) -> str:

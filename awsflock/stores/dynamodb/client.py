@@ -30,11 +30,31 @@ def is_loopback(endpoint_url: str | None) -> bool:
 
 def check_endpoint_url(endpoint_url: str | None) -> None:
     """Refuse an endpoint URL without a scheme (``127.0.0.1:8000``): botocore would take it
-    for no endpoint, and the failure would name the region instead."""
-    if not endpoint_url or "://" in endpoint_url:
+    for no endpoint, and the failure would name the region instead. Refuse one that botocore
+    cannot send to (another scheme, no host, a port that is not a number, a broken IPv6
+    address): it would fail only when signing the first request, or be retried as a fault of
+    the network."""
+    if not endpoint_url:
         return
-    scheme = "http" if is_loopback(f"http://{endpoint_url}") else "https"
-    raise errors.UsageError(f"the endpoint URL needs a scheme: {scheme}://{endpoint_url}")
+    if "://" not in endpoint_url:
+        scheme = "http" if is_loopback(f"http://{endpoint_url}") else "https"
+        raise errors.UsageError(f"the endpoint URL needs a scheme: {scheme}://{endpoint_url}")
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(endpoint_url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError as exc:
+        why = str(exc)
+    else:
+        why = "" if parts.hostname else "it names no host"
+        if parts.scheme not in ("http", "https"):
+            why = f"its scheme is {parts.scheme!r}"
+    if why:
+        raise errors.UsageError(
+            f"the endpoint URL {endpoint_url!r} is not one DynamoDB can be reached at ({why})",
+            hint="give an http:// or https:// URL, e.g. http://127.0.0.1:8000",
+        )
 
 
 def _skip_instance_metadata(session: Session) -> None:
