@@ -207,3 +207,22 @@ def test_the_grant_says_how_long_the_hand_off_took_at_most(world):
     # Polls about a second apart: the release came between the last refusal and the grant.
     assert granted["event"] == "acquired" and 0 < granted["handoff_s"] <= 1.5, granted
     assert granted["waited_s"] > 12
+
+
+@pytest.mark.parametrize("wait", ["30s", "1m", "2m"])
+def test_a_wait_never_says_less_than_nothing_left(world, monkeypatch, wait):
+    # Found by the SPEC audit: "still waiting after 1m (-0.0s left)": a try that went out just
+    # before the end of the wait, and was answered just after it.
+    take = world.store.take
+
+    def slow_take(*args: Any, **kwargs: Any) -> Any:
+        world.clock.sleep(0.9)  # on the wire
+        return take(*args, **kwargs)
+
+    monkeypatch.setattr(world.store, "take", slow_take)
+    world.hold(ALICE, until=600)
+    result = world.run("acquire", "deploy", "--wait-time", wait)
+    assert result.exit_code == 3
+    assert not re.search(r"\(-", result.stderr), result.stderr
+    *_, gave_up = lines(result.stderr)
+    assert "still waiting" not in gave_up, gave_up

@@ -206,6 +206,8 @@ class Progress:
             self.due = min(self.due * 2, self.due + PROGRESS_MAX)
         if not self.said or not (due or changed) or mono - self.at < PROGRESS_GAP:
             return
+        if self.wait_s is not None and waited >= self.wait_s:
+            return  # answered after the wait's end (a slow try): the line ending it says so
         self._note()
         left = "" if self.wait_s is None else f" ({format_seconds(self.wait_s - waited)} left)"
         verb = " by" if run.size else " is now held by" if changed else " is held by"
