@@ -35,12 +35,16 @@ def _aio(server: Server, table: str, owner: str) -> aio.LockTable:
 
 
 def _sync(server: Server, table: str, owner: str) -> LockTable:
+    """A synchronous table, for a test's set-up and checks: its tries get 30 s (a first try on
+    DynamoDB makes botocore's client, which took over 4 s under CI's load, 2026-11-30)."""
     import awsflock
 
     if server.store_url is not None:
-        made = awsflock.connect(server.store_url, table=table)
+        made = awsflock.connect(server.store_url, table=table, request_timeout=30)
     else:
-        made = awsflock.connect(f"dynamodb://{table}", endpoint_url=server.url, region="us-east-1")
+        made = awsflock.connect(
+            f"dynamodb://{table}", endpoint_url=server.url, region="us-east-1", request_timeout=30
+        )
     made.identity = Identity(owner=owner, host=owner, pid=1)
     return made
 
