@@ -339,9 +339,7 @@ def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None,
         return pool.size, slots
     old = pool.size
     now = table.clock.time()
-    if old is not None and any(
-        i in pool.slots and not pool.slots[i].is_free(now, table.skew) for i in range(slots, old)
-    ):
+    if old is not None and not set(range(slots, old)) <= set(pool.free_slots(old, now, table.skew)):
         # Refused before any write: a shrink in steps (DynamoDB) would stop part-way.
         raise _not_resized(lock_id, old, slots, None)
     done = table.store.resize_pool(
