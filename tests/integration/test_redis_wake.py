@@ -157,29 +157,42 @@ def test_a_killed_subscription_still_lets_the_waiter_take_the_lock_by_polling(ta
     granted = threading.Event()
     killer = threading.Thread(target=_keep_killing_subscriptions, args=(redis_server, granted))
     killer.start()
-    channel = layout.wake_channel("awsflock", name).encode()
-    deadline = time.monotonic() + 10
-    while dict(client.pubsub_numsub(channel)).get(channel, 0) and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert dict(client.pubsub_numsub(channel)).get(channel, 0) == 0
-    held.release()
-    released = time.monotonic()
     try:
+        # Read once per turn: the subscription comes back between kills, so a second read
+        # after the loop could find it up again.
+        assert _until_unsubscribed(client, layout.wake_channel("awsflock", name).encode())
+        held.release()
+        released = time.monotonic()
         lease = waiter.join()
     finally:
+        # Whatever failed above, the killer stops here: left running, it would kill the
+        # subscriptions of every test after this one on the same server.
         granted.set()
         killer.join(10)
-    # The message went nowhere: the usual poll, about a second, found the lock free.
+    # Whether the message got through a kill or not, the usual poll (about a second) finds
+    # the lock free in time.
     assert waiter.granted - released < 1.25 + 0.5
     assert lease.fencing_token > held.fencing_token
     lease.release()
     client.close()
 
 
+def _until_unsubscribed(client: Any, channel: bytes) -> bool:
+    """Whether the channel had no subscriber at some moment within 10 s (bounded)."""
+    deadline = time.monotonic() + 10
+    while dict(client.pubsub_numsub(channel)).get(channel, 0):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
 def _keep_killing_subscriptions(redis_server: RedisServer, stop: threading.Event) -> None:
+    """Kills every pub/sub connection every 2 ms until ``stop``, or for 60 s at most."""
     client = redis_server.client()
+    deadline = time.monotonic() + 60
     try:
-        while not stop.wait(0.002):
+        while not stop.wait(0.002) and time.monotonic() < deadline:
             client.client_kill_filter(_type="pubsub")
     finally:
         client.close()
