@@ -342,10 +342,22 @@ class LockStore(Protocol):
         ...
 
     def resize_pool(
-        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+        self,
+        lock_id: str,
+        old: int | None,
+        new: int,
+        *,
+        now_ms: int,
+        skew_ms: int,
+        seen: Pool | None = None,
+        resize_id: str = "",
     ) -> bool:
         """Set the pool's size to ``new`` if it is still ``old`` (None: no size recorded) and
-        every slot that goes away is free. True if done."""
+        every slot that goes away is free. True if done. ``seen``: the pool as the caller read
+        it; where a request can land late, after a later one (DynamoDB), the resize is refused
+        if another resize changed the pool since that read (``Pool.resized_by``, which this
+        resize sets to ``resize_id``); PostgreSQL and Redis resize in one step and keep no
+        mark."""
         ...
 
     def put_audit(self, key: str, entry: dict[str, Any]) -> None:

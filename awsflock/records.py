@@ -367,12 +367,16 @@ class LockRecord:
 @dataclass(frozen=True)
 class Pool:
     """A pool's state: its size (None if unknown: written before sizes were kept) and each
-    used slot's record."""
+    used slot's record. ``resizing_to``: the size a shrink in steps (DynamoDB's, see
+    ``stores.dynamodb.resizes``) is going to, from its first step to its last: no slot is
+    taken meanwhile. ``resized_by``: the id of the resize that last set the size, if kept."""
 
     lock_id: str
     size: int | None
     slots: dict[int, LockRecord]
     line: Line = field(default=NO_LINE, compare=False, repr=False)
+    resizing_to: int | None = None
+    resized_by: str | None = field(default=None, compare=False)
 
     def free_slots(self, size: int, now: float, skew: float) -> list[int]:
         """Slots an acquire could take now."""

@@ -4,17 +4,22 @@ one refused part-way says what size it left."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from awsflock import errors
 from awsflock.lock.admin import resize_pool
 from awsflock.names import MAX_SLOTS
-from awsflock.stores.dynamodb import DynamoDBStore, expressions
-from awsflock.stores.dynamodb.steps import MAX_EXPRESSION, resize_steps
+from awsflock.stores.dynamodb import DynamoDBStore
+from awsflock.stores.dynamodb.resizes import (
+    MAX_EXPRESSION,
+    STILL_OURS,
+    resize_condition,
+    resize_steps,
+)
 from tests.conformance.suite import SKEW, Lab
-from tests.helpers import LosingClient
+from tests.helpers import CountingClient, LosingClient
 
 
 @pytest.mark.parametrize("old", [None, *range(2, MAX_SLOTS + 1)])
@@ -24,7 +29,7 @@ def test_every_step_of_every_resize_fits_and_ends_at_the_size_asked(old: int | N
         assert steps[0][0] == old and steps[-1][1] == new
         assert all(low == top for (_, low), (top, _) in zip(steps, steps[1:]))
         for top, low in steps:
-            assert len(expressions.resize_condition(top, low).encode()) <= MAX_EXPRESSION
+            assert len(resize_condition(top, low, STILL_OURS).encode()) <= MAX_EXPRESSION
         assert len(steps) == 1 or all(top is not None and low < top for top, low in steps)
 
 
@@ -52,7 +57,7 @@ def test_a_shrink_past_a_slot_held_already_writes_nothing(
     assert table.state("pool").size == MAX_SLOTS
 
 
-def test_a_shrink_refused_part_way_says_the_size_it_left(
+def test_a_shrink_refused_part_way_goes_back_to_the_old_size(
     make_table: Any, monkeypatch: pytest.MonkeyPatch
 ):
     table = make_table()
@@ -66,10 +71,118 @@ def test_a_shrink_refused_part_way_says_the_size_it_left(
     monkeypatch.setattr(table.store, "read", lambda name: next(reads, None) or real_read(name))
     with pytest.raises(errors.LockBusy) as refused:
         resize_pool(table, "pool", 2)
-    # 100 -> 61 went through; 61 -> 22 met slot 40 held.
-    assert "it now has 61 slots (was 100)" in refused.value.one_line()
+    # 100 -> 61 went through; 61 -> 22 met slot 40 held, and the pool went back to 100: a
+    # shrink is done whole or not at all.
+    assert "taken as the shrink began): it has 100 slots again" in refused.value.one_line()
+    pool = real_read("pool").pool
+    assert pool is not None and (pool.size, pool.resizing_to) == (MAX_SLOTS, None)
+    assert lab.take("pool", slot=41, slots=MAX_SLOTS, at=20)[1].applied  # holders of 100 go on
     assert lab.release("pool", held, slot=40, at=20).applied
-    assert resize_pool(table, "pool", 2) == (61, 2)
+
+
+class Hooked(CountingClient):
+    """Runs ``hook(operation, number, request)`` before each request is sent."""
+
+    def __init__(self, client: Any, hook: Callable[[str, int, dict[str, Any]], None]) -> None:
+        super().__init__(client)
+        self.hook = hook
+
+    def __getattr__(self, name: str) -> Any:
+        inner = super().__getattr__(name)
+        if not callable(inner) or name in ("exceptions", "meta"):
+            return inner
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.hook(name, self.calls[name] + 1, kwargs)
+            return inner(*args, **kwargs)
+
+        return call
+
+
+def _stop_at(number: int) -> Callable[[str, int, dict[str, Any]], None]:
+    """A hook that kills pool-resize (as a SIGKILL would) before its UpdateItem ``number``."""
+
+    def hook(op: str, n: int, request: dict[str, Any]) -> None:
+        if op == "update_item" and n == number:
+            raise KeyboardInterrupt
+
+    return hook
+
+
+def _part_way(make_table: Any, moto: Any) -> tuple[Any, Lab]:
+    """A pool of 100 slots whose shrink to 2 stopped after its first step (at 61 slots)."""
+    table = make_table(client=Hooked(moto, _stop_at(2)))  # before the second step
+    lab = Lab(make_table().store)
+    lab.now = round(table.clock.time() * 1000)
+    lab.take("pool", slot=0, slots=MAX_SLOTS, lease=1)
+    table.clock.advance(5)
+    lab.now = round(table.clock.time() * 1000)
+    with pytest.raises(KeyboardInterrupt):
+        resize_pool(table, "pool", 2)
+    pool = lab.store.read("pool").pool
+    assert pool is not None and (pool.size, pool.resizing_to) == (61, 2)
+    return table, lab
+
+
+def test_no_slot_is_taken_while_a_shrink_in_steps_is_under_way(make_table: Any, moto: Any):
+    # Not by a holder of the in-between size either (review 46: it was granted slot 31 while
+    # a step was late, and the pool stayed at 61 slots that nobody had asked for).
+    _, lab = _part_way(make_table, moto)
+    for size in (61, MAX_SLOTS, 2):
+        assert not lab.take("pool", slot=1, slots=size)[1].applied
+    waiter = make_table("waiter")
+    with pytest.raises(errors.LockBusy) as busy:
+        waiter.acquire("pool", slots=61, wait=0)
+    assert "is being resized to 2 slots" in busy.value.one_line()
+    assert "run it again" in busy.value.one_line()
+    # Run again (to the size it stopped at, even), pool-resize ends the shrink.
+    assert resize_pool(make_table(), "pool", 61) == (61, 61)
+    assert waiter.acquire("pool", slots=61, wait=0).slot is not None
+
+
+def test_a_resize_during_a_shrink_in_steps_ends_it_and_its_next_step_is_refused(
+    make_table: Any, moto: Any
+):
+    other = make_table("other")
+
+    def hook(op: str, n: int, request: dict[str, Any]) -> None:
+        if op == "update_item" and n == 2:  # before the second step: another operator
+            assert resize_pool(other, "pool", MAX_SLOTS) == (61, MAX_SLOTS)
+
+    table = make_table(client=Hooked(moto, hook))
+    lab = Lab(other.store)
+    lab.now = round(table.clock.time() * 1000)
+    lab.take("pool", slot=0, slots=MAX_SLOTS, lease=1)
+    table.clock.advance(5)
+    with pytest.raises(errors.LockBusy) as refused:
+        resize_pool(table, "pool", 2)
+    # Back at its old size, the refusal names another resize (review 46: it could not).
+    assert "another pool-resize changed it meanwhile" in refused.value.one_line()
+    pool = lab.store.read("pool").pool
+    assert pool is not None and (pool.size, pool.resizing_to) == (MAX_SLOTS, None)
+
+
+def test_a_step_that_lands_late_after_its_shrink_ended_changes_nothing(make_table: Any, moto: Any):
+    sent: list[dict[str, Any]] = []
+
+    def hook(op: str, n: int, request: dict[str, Any]) -> None:
+        if op == "update_item":
+            sent.append(request)
+
+    table = make_table(client=Hooked(moto, hook))
+    lab = Lab(make_table().store)
+    lab.now = round(table.clock.time() * 1000)
+    lab.take("pool", slot=0, slots=MAX_SLOTS, lease=1)
+    table.clock.advance(5)
+    assert resize_pool(table, "pool", 2) == (MAX_SLOTS, 2)
+    first, second = sent[0], sent[1]
+    # Someone sets the size each step started from: a copy of that step, landing now, is
+    # refused (it would set a size nobody asked for).
+    for late, size in ((second, 61), (first, MAX_SLOTS)):
+        assert resize_pool(make_table(), "pool", size)[1] == size
+        with pytest.raises(moto.exceptions.ConditionalCheckFailedException):
+            moto.update_item(**late)
+        assert lab.pool_size("pool") == size
 
 
 @pytest.mark.parametrize("lost", [2, 3, 4])

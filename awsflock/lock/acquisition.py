@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from awsflock import errors, shares
 from awsflock.clock import Clock
+from awsflock.lock import verdict
 from awsflock.lock.grants import Grant, new_lease_id
 from awsflock.lock.terms import NO_TERMS, Terms
 from awsflock.protocol import MIN_TRY, Attempt, Drops, LockStore, Outcome
@@ -74,6 +75,8 @@ class Acquisition:
         self.slot = rng.randrange(size) if size else None
         #: How many slots of the pool the last answer showed free.
         self.free_slots = size or 0
+        #: The size a shrink in steps of the pool was going to in the last answer.
+        self.resizing: int | None = None
         #: Pool probes in a row without sleeping (another free slot is tried at once).
         self.quick = 0
         #: The lock's line of fair waiters, as the last answer showed it.
@@ -215,29 +218,23 @@ class Acquisition:
 
     def _look_pool(self, outcome: Outcome) -> Grant | None:
         assert self.size is not None
+        problem = verdict.pool_disagrees(outcome, self.lock_id, self.size, self.clock.time())
+        if problem is not None:
+            raise problem
         pool = outcome.pool
         self.free_slots = self.size if pool is None else 0
+        self.resizing = None if pool is None else pool.resizing_to
         if pool is None:
-            if outcome.lock is not None:
-                raise errors.ConfigurationError(
-                    f"{self.lock_id!r} is a plain lock (held by "
-                    f"{outcome.lock.describe(self.clock.time())}), but this holder asked "
-                    f"for a pool of {self.size} slots",
-                    hint="use the same --slots (slots=) as every other holder of it",
-                )
             self.holder = None
             return None
-        if pool.size is not None and pool.size != self.size:
-            raise errors.ConfigurationError(
-                f"pool {self.lock_id!r} has {pool.size} slots, but this holder asked for "
-                f"{self.size}",
-                hint=f"use --slots {pool.size}, or resize the pool (awsflock pool-resize)",
-            )
         for number, record in sorted(pool.slots.items()):
             if record.lease_id in self.sent and not record.released:
                 lease = self._keep_or_give_up(record, record.lease_id, number, outcome.to_mono)
                 if lease is not None:
                     return lease
+        if self.resizing is not None:  # no slot is taken until the shrink ends
+            self.holder = None
+            return None
         held = [r for r in pool.slots.values() if not r.released]
         self.holder = min(held, key=lambda r: r.expires_at) if held else None
         free = pool.free_slots(self.size, self.clock.time(), self.skew)

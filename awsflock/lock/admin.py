@@ -10,7 +10,7 @@ from awsflock import errors, metrics, shares
 from awsflock.lock.audit_log import audit_view
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
 from awsflock.protocol import AUDIT_APPLIED, Outcome, audit_key
-from awsflock.records import ENDED_FORCED, KEEPALIVE_FORCE, LockRecord, kept_audit
+from awsflock.records import ENDED_FORCED, KEEPALIVE_FORCE, LockRecord, Pool, kept_audit
 
 #: The longest ``--reason`` and ``--actor``: they are kept with the lock (a DynamoDB item holds
 #: at most 400 KB, and every forced lease it remembers carries its reason) and in the audit.
@@ -335,27 +335,30 @@ def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None,
     pool = table.store.read(lock_id).pool
     if pool is None:
         raise errors.NotHeld(f"there is no pool {lock_id!r}", hint="check the name")
-    if slots == pool.size:
+    if slots == pool.size and pool.resizing_to is None:
         return pool.size, slots
     old = pool.size
     now = table.clock.time()
     if old is not None and not set(range(slots, old)) <= set(pool.free_slots(old, now, table.skew)):
         # Refused before any write: a shrink in steps (DynamoDB) would stop part-way.
-        raise _not_resized(lock_id, old, slots, None)
+        raise _not_resized(lock_id, slots, pool, pool, "")
+    resize_id = uuid.uuid4().hex
     done = table.store.resize_pool(
         lock_id,
         old,
         slots,
         now_ms=round(now * 1000),
         skew_ms=round(table.skew * 1000),
+        seen=pool,
+        resize_id=resize_id,
     )
     if not done:
         # A retry of a resize whose first try landed unanswered is refused (the size is no
         # longer ``old``): if the pool has the size asked for, it is done.
         after = table.store.read(lock_id).pool
-        done = after is not None and after.size == slots
+        done = after is not None and after.size == slots and after.resizing_to is None
         if not done:
-            raise _not_resized(lock_id, old, slots, None if after is None else after.size)
+            raise _not_resized(lock_id, slots, pool, after, resize_id)
     log.info(
         "resized pool %r from %s to %d slots",
         lock_id,
@@ -366,12 +369,22 @@ def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None,
     return old, slots
 
 
-def _not_resized(lock_id: str, old: int | None, slots: int, now: int | None) -> errors.LockBusy:
-    """A shrink refused; ``now``: the pool's size after it (a shrink in steps, refused
-    part-way, leaves the size its last step set)."""
-    where = f"; it now has {now} slots (was {old})" if now not in (old, None) else ""
-    return errors.LockBusy(
-        f"cannot shrink pool {lock_id!r} to {slots}: a slot that would go away is held "
-        f"(or the pool changed meanwhile){where}",
-        hint="wait until those slots are free, or force-release them, then resize again",
-    )
+def _not_resized(
+    lock_id: str, slots: int, before: Pool, after: Pool | None, resize_id: str
+) -> errors.LockBusy:
+    """A resize refused: why, told from the pool before it and after it."""
+    was, now = before.size, None if after is None else after.size
+    hint = "wait until those slots are free, or force-release them, then resize again"
+    why = "a slot that would go away is held"
+    if after is None:
+        why = "the pool is gone"
+    elif after.resizing_to is not None and after.resized_by != resize_id:
+        why = f"another pool-resize, to {after.resizing_to} slots, is under way or stopped"
+        hint = "wait for it to end; if it stopped part-way, run pool-resize again"
+    elif after.resized_by == resize_id:
+        why += f" (taken as the shrink began): it has {was} slots again"
+    elif after.resized_by != before.resized_by or now != was:
+        why = "another pool-resize changed it meanwhile"
+        hint = "check its size (awsflock status), then resize again if still needed"
+    where = f"; it has {now} slots (was {was})" if now not in (was, None) else ""
+    return errors.LockBusy(f"cannot resize pool {lock_id!r} to {slots}: {why}{where}", hint=hint)

@@ -63,7 +63,13 @@ def busy_error(run: Acquisition, clock: Clock) -> errors.LockBusy:
 
 
 def _held(run: Acquisition, now: float, verb: str) -> str:
-    """What keeps the lock from this acquire: its holder, or fair waiters in line before it."""
+    """What keeps the lock from this acquire: its holder, fair waiters in line before it, or
+    a shrink of the pool in steps."""
+    if run.resizing is not None:
+        return (
+            f"pool {run.lock_id!r} is being resized to {run.resizing} slots (a pool-resize under "
+            "way; if none is, one stopped part-way: run it again)"
+        )
     count = _live_waiters(run, now)
     waiting = f"{count} {'waiter is' if count == 1 else 'waiters are'} in line for it (--fair)"
     if run.own_ticket is None and count and run.free():

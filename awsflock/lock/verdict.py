@@ -134,3 +134,26 @@ def ended_how(record: LockRecord, lease_id: str) -> str | None:
     if record.lease_id == lease_id:
         return record.ended
     return next((end for lease, end in record.history if lease == lease_id), None)
+
+
+def pool_disagrees(
+    outcome: Outcome, lock_id: str, size: int, now: float
+) -> errors.ConfigurationError | None:
+    """Why an acquire of a pool of ``size`` slots can never be granted: the name is a plain
+    lock, or a pool of another size (unless a shrink in steps is under way: the size is one in
+    between, and the wait goes on until it ends). None if it can."""
+    pool = outcome.pool
+    if pool is None:
+        if outcome.lock is None:
+            return None
+        return errors.ConfigurationError(
+            f"{lock_id!r} is a plain lock (held by {outcome.lock.describe(now)}), but this "
+            f"holder asked for a pool of {size} slots",
+            hint="use the same --slots (slots=) as every other holder of it",
+        )
+    if pool.size is None or pool.size == size or pool.resizing_to is not None:
+        return None
+    return errors.ConfigurationError(
+        f"pool {lock_id!r} has {pool.size} slots, but this holder asked for {size}",
+        hint=f"use --slots {pool.size}, or resize the pool (awsflock pool-resize)",
+    )

@@ -61,7 +61,7 @@ from awsflock.stores.memory_records import (
 )
 from awsflock.stores.memory_sets import MemorySets
 from awsflock.stores.memory_shares import MemoryShares, grant_share, may_share, raise_group
-from awsflock.stores.memory_takes import grant, may_resize, may_take
+from awsflock.stores.memory_takes import grant, may_take, resize
 
 
 class MemoryStore(ForSimulations, MemorySets, MemoryShares):
@@ -374,18 +374,18 @@ class MemoryStore(ForSimulations, MemorySets, MemoryShares):
                 yield outcome.lock
 
     def resize_pool(
-        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+        self,
+        lock_id: str,
+        old: int | None,
+        new: int,
+        *,
+        now_ms: int,
+        skew_ms: int,
+        seen: Pool | None = None,
+        resize_id: str = "",
     ) -> bool:
-        with self._mutex:
-            record = self._records.get(lock_id)
-            if not may_resize(record, old, new, now_ms - skew_ms):
-                return False
-            if record is None:
-                record = self._records[lock_id] = _Record()
-            record.slots = new
-            record.top.expires_s = None  # a pool never expires, and gives 0.2.0 nothing
-            record.top.version = ""
-            return True
+        with self._mutex:  # in one step under the mutex: nothing to mark (``seen``)
+            return resize(self._records, lock_id, old, new, now_ms - skew_ms)
 
     # -- audit -------------------------------------------------------------------------------
 

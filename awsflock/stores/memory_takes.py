@@ -173,3 +173,18 @@ def may_resize(record: _Record | None, old: int | None, new: int, cutoff_ms: int
         if lease is not None and not lease.free(cutoff_ms, legacy_too=False):
             return False
     return True
+
+
+def resize(
+    records: dict[str, _Record], lock_id: str, old: int | None, new: int, cutoff_ms: int
+) -> bool:
+    """pool-resize: the record made a pool of ``new`` slots, if ``may_resize``."""
+    record = records.get(lock_id)
+    if not may_resize(record, old, new, cutoff_ms):
+        return False
+    if record is None:
+        record = records[lock_id] = _Record()
+    record.slots = new
+    record.top.expires_s = None  # a pool never expires, and gives 0.2.0 nothing
+    record.top.version = ""
+    return True

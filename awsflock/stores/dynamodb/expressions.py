@@ -140,10 +140,11 @@ PLAIN_BELOW = "(attribute_not_exists(#fence) OR #fence < :token)"
 PLAIN_NOT_POOL = "attribute_not_exists(#slots)"
 #: Nobody holds a group of shares' own lease: only a force-release ends it.
 NOT_GROUP = "attribute_not_exists(#shared)"
+#: The item is this pool already (the one-request take of a slot), and no shrink in steps is
+#: under way (``resizes``).
+IS_POOL = "(#slots = :slots AND attribute_not_exists(#resizing_to))"
 #: A pool acquire needs the pool's size to agree, or turns a free plain lock into the pool.
-POOL_SIZE_AGREES = f"(#slots = :slots OR (attribute_not_exists(#slots) AND {FREE_PLAIN}))"
-#: The item is this pool already (the one-request take of a slot).
-IS_POOL = "#slots = :slots"
+POOL_SIZE_AGREES = f"({IS_POOL} OR (attribute_not_exists(#slots) AND {FREE_PLAIN}))"
 #: A slot that a pool-resize removed cannot be renewed.
 SLOT_IN_POOL = "#slots > :slot"
 
@@ -318,22 +319,6 @@ def delay_from_the_force(p: str) -> str:
 
 def delay_from_the_force_update(p: str) -> str:
     return f"SET #{p}free_after_ms = :answered_free_after_ms, {ttl(p, delayed=True)}"
-
-
-def resize_condition(old: int | None, new: int) -> str:
-    """A pool may be resized while its size is still ``old`` and the slots that go away are
-    free. Sizing a record that is not a pool (``old`` None) needs its plain lock free, as a pool
-    acquire does, its lock-delay included. (A slot cut off inside its delay keeps its lease's
-    attributes, which a take of it after a grow still checks.)"""
-    plain = f"attribute_not_exists(#slots) AND {FREE_PLAIN} AND {not_delayed()}"
-    parts = [plain if old is None else "#slots = :old"]
-    parts += [free_slot(f"s{slot}_") for slot in range(new, old or 0)]
-    return " AND ".join(parts)
-
-
-#: A pool's item never expires by TTL and gives awsflock 0.2.0 nothing to take (as a pool
-#: acquire leaves it).
-RESIZE_UPDATE = "SET #slots = :new REMOVE #expiration_time, #lease_id"
 
 
 #: An acquire that takes no place in line: nobody waits in line, or nobody polled lately.

@@ -64,6 +64,8 @@ A_USER = "user"
 A_CI_URL = "ci_url"
 A_COMMAND = "command"
 A_SLOTS = "slots"
+#: A pool's resize marks (``resizes``): the last resize's id, a shrink in steps' target.
+A_RESIZED_BY, A_RESIZING_TO = "resized_by", "resizing_to"
 A_FORCED_BY = "forced_by"
 A_FORCED_REASON = "forced_reason"
 A_FORCED_MS = "forced_ms"
@@ -323,7 +325,9 @@ def pool_from_item(lock_id: str, item: dict[str, Any], line: Line | None = None)
         if match and match.group(2) == A_LEASE:
             used.add(int(match.group(1)))
     slots = {i: record_from_item(slot_item(item, i, lock_id)) for i in sorted(used)}
-    return Pool(lock_id, int(size) if size is not None else None, slots, line or Line())
+    size = int(size) if size is not None else None
+    by, to = (from_attr(item[a]) if a in item else None for a in (A_RESIZED_BY, A_RESIZING_TO))
+    return Pool(lock_id, size, slots, line or Line(), to and int(to), by and str(by))
 
 
 def is_pool_item(item: dict[str, Any]) -> bool:

@@ -17,7 +17,6 @@ from awsflock.protocol import (
     audit_key,
 )
 from awsflock.records import (
-    ENDED_RELEASED,
     RESERVED_PREFIX,
     LockRecord,
     Pool,
@@ -48,15 +47,16 @@ from awsflock.stores.dynamodb.items import (
     pool_from_item,
     slot_prefix,
 )
+from awsflock.stores.dynamodb.resizes import Resizes
 from awsflock.stores.dynamodb.share_items import lock_record
 from awsflock.stores.dynamodb.state_writes import StateWrites
 from awsflock.stores.dynamodb.tables import TABLE_HINT
 from awsflock.stores.dynamodb.writes import _request
 
 
-class Steps(StateWrites):
-    """Every step but the take and the ends: the line, renew, pool-resize, the audit records,
-    the list of locks."""
+class Steps(StateWrites, Resizes):
+    """Every step but the take and the ends: the line, renew, pool-resize (``resizes``), the
+    audit records, the list of locks."""
 
     def join(self, lock_id: str, waiter: Waiter) -> Outcome:
         """Take a place in the lock's line under the next number (see ``LockStore.join``)."""
@@ -193,38 +193,6 @@ class Steps(StateWrites):
             outcome = send()
         return outcome
 
-    def resize_pool(
-        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
-    ) -> bool:
-        """Set a pool's size, only if it is still ``old`` and every slot that goes away is free.
-
-        A condition names each slot that goes away, and DynamoDB takes at most 4 KB of it: a
-        shrink by more slots than that goes in steps from the top (``resize_steps``), each
-        conditional on the size the one before set. In between, the pool's size agrees with
-        no holder's (neither ``old`` nor ``new``), so no slot is taken; a step refused part-way
-        (a slot held meanwhile) leaves the pool at the size the last step set."""
-        values = {
-            "cutoff_ms": now_ms - skew_ms,
-            "cutoff_s": (now_ms - skew_ms) // 1000,
-            "zero": 0,
-            "released_mark": ENDED_RELEASED,
-        }
-        steps = resize_steps(old, new)
-        for top, low in steps:
-            values.update(old=top, new=low)
-            condition = expressions.resize_condition(top, low)
-            outcome = self._conditional_update(
-                "resize", lock_id, expressions.RESIZE_UPDATE, condition, values, None
-            )
-            if outcome.applied:
-                continue
-            # Refused as applied already: a try of this step whose answer was lost landed, and
-            # the pool has the in-between size it set. (A single step is left to the caller,
-            # which reads the pool: its size is one an operator may have asked for.)
-            if len(steps) == 1 or outcome.pool is None or outcome.pool.size != low:
-                return False
-        return True
-
     def audit_entries(self, page_size: int = 500) -> Iterator[dict[str, Any]]:
         """Every audit record's fields, page by page: the audit items, and the records that
         locks' items keep (a force's, without transactions, not yet moved to its own item);
@@ -356,21 +324,3 @@ def _cap(outcome: Outcome, lease_id: str, now_ms: int, expires_ms: int) -> int |
 def _seen(outcome: Outcome, ticket: str) -> int | None:
     waiter = outcome.line.find(ticket)
     return None if waiter is None else waiter.seen_ms
-
-
-#: The longest condition expression DynamoDB takes (bytes).
-MAX_EXPRESSION = 4096
-
-
-def resize_steps(old: int | None, new: int) -> list[tuple[int | None, int]]:
-    """The (from, to) sizes of a resize's steps: one, unless its condition would be longer
-    than DynamoDB takes; then shrinks from the top, each as large as fits."""
-    steps: list[tuple[int | None, int]] = []
-    top = old
-    while not steps or (top is not None and top > new):
-        low = new
-        while top is not None and len(expressions.resize_condition(top, low)) > MAX_EXPRESSION:
-            low += 1
-        steps.append((top, low))
-        top = low
-    return steps

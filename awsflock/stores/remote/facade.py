@@ -336,7 +336,15 @@ class StepStore(Connected[C], Generic[C]):
         return from_wire(self.program.answer(self._send("get", call), lock_id).state)
 
     def resize_pool(
-        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+        self,
+        lock_id: str,
+        old: int | None,
+        new: int,
+        *,
+        now_ms: int,
+        skew_ms: int,
+        seen: Pool | None = None,
+        resize_id: str = "",
     ) -> bool:
         params = {**self._clock(now_ms, skew_ms), "old": old, "new": new}
         return (self._call("resize", "resize", lock_id, params)).applied

@@ -337,7 +337,15 @@ class StepStore(AsyncConnected[C], Generic[C]):
         return from_wire(self.program.answer(await self._send("get", call), lock_id).state)
 
     async def resize_pool(
-        self, lock_id: str, old: int | None, new: int, *, now_ms: int, skew_ms: int
+        self,
+        lock_id: str,
+        old: int | None,
+        new: int,
+        *,
+        now_ms: int,
+        skew_ms: int,
+        seen: Pool | None = None,
+        resize_id: str = "",
     ) -> bool:
         params = {**self._clock(now_ms, skew_ms), "old": old, "new": new}
         return (await self._call("resize", "resize", lock_id, params)).applied
