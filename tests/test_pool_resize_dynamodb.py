@@ -9,8 +9,10 @@ from typing import Any, Callable
 import pytest
 
 from awsflock import errors
+from awsflock.cli.status import pool_view, render_list_row, render_pool
 from awsflock.lock.admin import resize_pool
 from awsflock.names import MAX_SLOTS
+from awsflock.records import Pool
 from awsflock.stores.dynamodb import DynamoDBStore
 from awsflock.stores.dynamodb.resizes import (
     MAX_EXPRESSION,
@@ -196,3 +198,95 @@ def test_a_step_whose_answer_was_lost_and_was_retried_counts_as_done(moto: Any, 
     assert lab.store.resize_pool(name, MAX_SLOTS, 2, now_ms=lab.now + 10, skew_ms=SKEW)
     assert lab.pool_size(name) == 2
     assert client.calls["update_item"] == 5  # the take, three steps, one of them twice
+
+
+class _InFlight(CountingClient):
+    """Keeps the first try of each first step of a resize on its way (not sent, its answer
+    lost), to be delivered late with ``land``; ``all_tries``: every try of it."""
+
+    def __init__(self, client: Any, all_tries: bool = False) -> None:
+        super().__init__(client)
+        self.held: list[dict[str, Any]] = []
+        self.all_tries = all_tries
+
+    def update_item(self, **request: Any) -> Any:
+        from botocore.exceptions import ReadTimeoutError
+
+        if "#resized_by = :rid" in request["UpdateExpression"] and (
+            self.all_tries or not self.held
+        ):
+            self.held.append(request)
+            raise ReadTimeoutError(endpoint_url="http://in-flight")
+        return self._client.update_item(**request)
+
+    def land(self) -> None:
+        self._client.update_item(**self.held[0])
+
+
+@pytest.mark.parametrize("all_tries", [False, True])
+@pytest.mark.parametrize("new", [70, 2])
+def test_a_first_step_still_on_its_way_when_pool_resize_ends_never_lands(
+    make_table: Any, moto: Any, all_tries: bool, new: int
+):
+    # Review 47: refused (a slot held) or unanswered, pool-resize ended; 10 s later the
+    # first step's first try landed and set the size (70), or marked the pool for a shrink
+    # in steps (to 2) that nobody was left to end.
+    client = _InFlight(moto, all_tries)
+    table = make_table(client=client)
+    lab = Lab(make_table().store)
+    lab.now = round(table.clock.time() * 1000)
+    lab.take("pool", slot=0, slots=MAX_SLOTS)
+    seen = lab.store.read("pool").pool
+    held, _ = lab.take("pool", slot=80, slots=MAX_SLOTS, at=10)
+    resize = lambda: table.store.resize_pool(  # noqa: E731
+        "pool", MAX_SLOTS, new, now_ms=lab.now + 20, skew_ms=SKEW, seen=seen
+    )
+    if all_tries:
+        with pytest.raises(errors.EndpointUnreachable) as failed:
+            resize()
+        assert not failed.value.maybe_applied  # barred: it changes nothing, now or later
+    else:
+        assert not resize()
+    assert lab.release("pool", held, slot=80, at=30).applied
+    with pytest.raises(moto.exceptions.ConditionalCheckFailedException):
+        client.land()
+    pool = lab.store.read("pool").pool
+    assert pool is not None and (pool.size, pool.resizing_to) == (MAX_SLOTS, None)
+
+
+def test_resizing_a_stopped_shrink_again_past_a_held_slot_says_the_slot_is_held(
+    make_table: Any, moto: Any, monkeypatch: pytest.MonkeyPatch
+):
+    # Review 47: it said "another pool-resize ... is under way", and to run it again.
+    def hook(op: str, n: int, request: dict[str, Any]) -> None:
+        if request.get("ConditionExpression") == STILL_OURS:  # the step back: killed
+            raise KeyboardInterrupt
+
+    table = make_table(client=Hooked(moto, hook))
+    lab = Lab(make_table().store)
+    lab.now = round(table.clock.time() * 1000)
+    lab.take("pool", slot=0, slots=MAX_SLOTS)
+    before = table.store.read("pool")
+    lab.take("pool", slot=30, slots=MAX_SLOTS, at=10)
+    lab.take("pool", slot=40, slots=MAX_SLOTS, at=10)  # stops the second step
+    reads = iter([before])
+    real_read = table.store.read
+    monkeypatch.setattr(table.store, "read", lambda name: next(reads, None) or real_read(name))
+    with pytest.raises(KeyboardInterrupt):
+        resize_pool(table, "pool", 2)
+    pool = real_read("pool").pool
+    assert pool is not None and (pool.size, pool.resizing_to) == (61, 2)
+    with pytest.raises(errors.LockBusy) as refused:
+        resize_pool(make_table(), "pool", 2)
+    assert "a slot that would go away is held:" in refused.value.one_line()
+    assert resize_pool(make_table(), "pool", MAX_SLOTS) == (61, MAX_SLOTS)  # ends the mark
+    pool = real_read("pool").pool
+    assert pool is not None and pool.resizing_to is None
+
+
+def test_status_shows_a_pool_being_resized():
+    pool = Pool("gpus", 61, {}, resizing_to=2)
+    data = pool_view(pool, now=0.0, skew=0.0)
+    assert data["resizing_to"] == 2
+    assert "being resized to 2 slots" in render_pool(data)
+    assert "resizing to 2" in render_list_row(data)

@@ -315,15 +315,21 @@ def pool_view(state: Pool, now: float, skew: float, show_lease_id: bool = False)
         "held_slots": held,
         "slot_states": slots,
     }
+    if state.resizing_to is not None:
+        data["resizing_to"] = state.resizing_to
     if state.line.waiters:
         data["line"] = line_view(state.line, now, skew)
     return data
 
 
 def render_pool(data: dict[str, Any]) -> str:
-    lines = [
-        f"{printable(data['lock_id'])}: pool of {data['slots']} slots, {data['held_slots']} held"
-    ]
+    head = f"{printable(data['lock_id'])}: pool of {data['slots']} slots, {data['held_slots']} held"
+    if "resizing_to" in data:
+        head += (
+            f"; being resized to {data['resizing_to']} slots, no slot is taken until that ends "
+            "(if no pool-resize is running, one stopped part-way: run it again)"
+        )
+    lines = [head]
     for entry in data["slot_states"]:
         text = render_status({"lock_id": str(entry["slot"]), **entry}, label="slot")
         lines.append("  " + text.replace("\n", "\n  "))
@@ -340,6 +346,7 @@ def render_list_row(data: dict[str, Any]) -> str:
         soonest = min((e["expires_in_s"] for e in busy), default=None)
         until = "-" if soonest is None else f"in {format_seconds(soonest)}"
         summary = f"pool {len(busy)}/{data['slots']} held"
+        summary += f", resizing to {data['resizing_to']}" if "resizing_to" in data else ""
         waiting = _waiting(data)
         return f"{data['state']:<8} {until:<14} {'-':<9} {summary:<24} {waiting:<7} " + printable(
             data["lock_id"]

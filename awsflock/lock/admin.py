@@ -341,17 +341,25 @@ def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None,
     now = table.clock.time()
     if old is not None and not set(range(slots, old)) <= set(pool.free_slots(old, now, table.skew)):
         # Refused before any write: a shrink in steps (DynamoDB) would stop part-way.
-        raise _not_resized(lock_id, slots, pool, pool, "")
+        raise _not_resized(lock_id, slots, pool, None, "")
     resize_id = uuid.uuid4().hex
-    done = table.store.resize_pool(
-        lock_id,
-        old,
-        slots,
-        now_ms=round(now * 1000),
-        skew_ms=round(table.skew * 1000),
-        seen=pool,
-        resize_id=resize_id,
-    )
+    try:
+        done = table.store.resize_pool(
+            lock_id,
+            old,
+            slots,
+            now_ms=round(now * 1000),
+            skew_ms=round(table.skew * 1000),
+            seen=pool,
+            resize_id=resize_id,
+        )
+    except errors.StoreError as err:
+        if err.maybe_applied:
+            err.hint = (
+                f"the pool may have been resized, or left part-way: see `awsflock status "
+                f"{lock_id}`, and run pool-resize again"
+            )
+        raise
     if not done:
         # A retry of a resize whose first try landed unanswered is refused (the size is no
         # longer ``old``): if the pool has the size asked for, it is done.
@@ -372,12 +380,13 @@ def resize_pool(table: LockTable, lock_id: str, slots: int) -> tuple[int | None,
 def _not_resized(
     lock_id: str, slots: int, before: Pool, after: Pool | None, resize_id: str
 ) -> errors.LockBusy:
-    """A resize refused: why, told from the pool before it and after it."""
+    """A resize refused: why, told from the pool before it and after it (None: refused by
+    the check before any write)."""
     was, now = before.size, None if after is None else after.size
     hint = "wait until those slots are free, or force-release them, then resize again"
     why = "a slot that would go away is held"
-    if after is None:
-        why = "the pool is gone"
+    if after is None:  # refused by the check before any write
+        pass
     elif after.resizing_to is not None and after.resized_by != resize_id:
         why = f"another pool-resize, to {after.resizing_to} slots, is under way or stopped"
         hint = "wait for it to end; if it stopped part-way, run pool-resize again"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from awsflock import errors
 from awsflock.protocol import Outcome
 from awsflock.records import ENDED_RELEASED, Pool
 from awsflock.stores.dynamodb.expressions import FREE_PLAIN, free_slot, not_delayed
@@ -45,6 +46,8 @@ ONLY = f"SET #slots = :new, #resized_by = :rid REMOVE {_CLEAR}, #resizing_to"
 FIRST = f"SET #slots = :new, #resized_by = :rid, #resizing_to = :to REMOVE {_CLEAR}"
 MIDDLE = "SET #slots = :new"
 LAST = "SET #slots = :new REMOVE #resizing_to"
+#: A first step that may still land is barred: its mark no longer holds.
+BAR = "SET #resized_by = :void"
 
 
 def resize_condition(old: int | None, new: int, mark: str = "") -> str:
@@ -100,19 +103,60 @@ class Resizes(Writes):
         steps = resize_steps(old, new)
         for n, (top, low) in enumerate(steps):
             values.update(old=top, new=low)
-            mark = STILL_OURS if n else "" if seen is None else first_mark(seen)
             last = n == len(steps) - 1
-            update = (ONLY if last else FIRST) if n == 0 else (LAST if last else MIDDLE)
-            condition = resize_condition(top, low, mark)
+            if n == 0:
+                update = ONLY if last else FIRST
+                mark = "" if seen is None else first_mark(seen)
+                condition = resize_condition(top, low, mark)
+                if not self._first_step(lock_id, update, condition, values, seen, last):
+                    return False
+                continue
+            condition = resize_condition(top, low, STILL_OURS)
+            update = LAST if last else MIDDLE
             outcome = self._conditional_update("resize", lock_id, update, condition, values, None)
             # Refused as applied already: a try of this step whose answer was lost landed.
-            if outcome.applied or _ours(outcome, values["rid"], low, last):
-                continue
-            if n:  # refused for a slot taken before the first step: back to the old size
+            if not outcome.applied and not _ours(outcome, values["rid"], low, last):
+                # Refused for a slot taken before the first step: back to the old size.
                 values.update(new=old)
                 self._conditional_update("resize", lock_id, LAST, STILL_OURS, values, None)
-            return False
+                return False
         return True
+
+    def _first_step(
+        self,
+        lock_id: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        seen: Pool | None,
+        last: bool,
+    ) -> bool:
+        """The first (or only) step: whether it is done. Given ``seen``, one that failed while
+        a try of it may still land (unanswered, or refused only on a retry) is barred first:
+        ``resized_by`` is changed from what was read, if it still is that, so no copy of the
+        step lands later (review 47: one landed 10 s after pool-resize had given up, and
+        marked the pool with nobody left to end the shrink)."""
+        try:
+            outcome = self._conditional_update("resize", lock_id, update, condition, values, None)
+        except errors.StoreError as err:
+            if seen is None or not err.maybe_applied:
+                raise
+            if self._barred(lock_id, values, seen, last):
+                return True  # it had landed
+            err.maybe_applied = False  # barred: it changes nothing, now or later
+            raise
+        if outcome.applied or _ours(outcome, values["rid"], values["new"], last):
+            return True
+        if seen is None or not outcome.in_doubt:
+            return False
+        return self._barred(lock_id, values, seen, last)
+
+    def _barred(self, lock_id: str, values: dict[str, Any], seen: Pool, last: bool) -> bool:
+        """Bars the first step (see ``_first_step``); True if it was not barred because the
+        step had landed, False if barred (or the pool changed otherwise)."""
+        bar = {**values, "void": uuid.uuid4().hex}
+        outcome = self._conditional_update("resize", lock_id, BAR, first_mark(seen), bar, None)
+        return not outcome.applied and _ours(outcome, values["rid"], values["new"], last)
 
 
 def first_mark(seen: Pool) -> str:
