@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -84,7 +86,21 @@ class Common:
         from awsflock.lock.connect import open_table
 
         found = resolve.Where(self.named, self.tablename, self.location())
-        return open_table(found, request_timeout=self.request_timeout, skew=self.skew, owner=owner)
+        table = open_table(found, request_timeout=self.request_timeout, skew=self.skew, owner=owner)
+        table.started = process_started()  # a wait's bound counts from the command's start
+        return table
+
+
+def process_started() -> float | None:
+    """This process's start on the monotonic clock (Linux: from ``/proc``), so that a bound
+    such as ``--no-wait``'s counts its start-up too; None where it cannot be told."""
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.monotonic() - age if 0 <= age < 60 else None
 
 
 #: Set by the --debug option so the top-level error handler knows whether to show tracebacks.

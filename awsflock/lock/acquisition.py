@@ -52,6 +52,8 @@ class Acquisition:
         terms: Terms = NO_TERMS,
     ) -> None:
         self.store, self.clock, self.rng, self.skew = store, clock, rng, skew
+        #: The store's grace for a try beyond its time (``RetryingStore.try_grace``).
+        self.grace: float = getattr(store, "try_grace", 0.0)
         self.lock_id = lock_id
         self.lease_s = lease_s
         self.terms = terms  # its lock-delay and max-hold, recorded with the lease
@@ -97,7 +99,7 @@ class Acquisition:
         lease_id = self._new_attempt(slot)
         store = self.store
         try:
-            with store.budget(self._attempt_end()):
+            with store.budget(self.attempt_end()):
                 mono, now_ms = self.clock.monotonic(), self._now_ms()
                 self.to_mono[lease_id] = mono - now_ms / 1000
                 attempt = Attempt(
@@ -177,12 +179,12 @@ class Acquisition:
             return f"all {self.size} slots of pool {self.lock_id!r} are held; the next to free up"
         return f"lock {self.lock_id!r}"
 
-    def _attempt_end(self) -> float:
+    def attempt_end(self) -> float:
         """When an attempt's requests must be over: one request timeout from now, and early
         enough before the hard end to release an attempt that may have landed unanswered."""
         end = self.clock.monotonic() + self.store.request_timeout
         if self.hard_end is not None:
-            end = min(end, self.hard_end - min(1.0, self.store.request_timeout / 4))
+            end = min(end, self.hard_end - min(1.0, self.store.request_timeout / 4) - self.grace)
         return end
 
     def _now_ms(self) -> int:
@@ -256,7 +258,7 @@ class Acquisition:
         if self.size is not None or holder is None or claim_ms <= 0:
             return
         try:
-            with self.store.budget(self._attempt_end()):  # within the wait's bound, as a poll
+            with self.store.budget(self.attempt_end()):  # within the wait's bound, as a poll
                 now_ms, steps = self._now_ms(), cast(Any, self.store)
                 steps.claim(holder.lock_id, now_ms=now_ms, until_ms=now_ms + claim_ms)
         except errors.AwsflockError as err:
@@ -331,7 +333,7 @@ class Acquisition:
         end = now + self.store.request_timeout
         if self.hard_end is not None:
             end = min(end, self.hard_end)
-        return end if end - now >= MIN_TRY else None
+        return end if end - now >= MIN_TRY + self.grace else None
 
     # -- clean-up ------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from awsflock.lock.acquisition import Acquisition
 from awsflock.lock.grants import Grant
 from awsflock.lock.telling import NOTICE
 from awsflock.lock.waiting import Policy
-from awsflock.protocol import LINE_LAPSE_MS, MAX_DROPS, Drops, Outcome
+from awsflock.protocol import LINE_LAPSE_MS, MAX_DROPS, MIN_TRY, Drops, Outcome
 from awsflock.records import Line, LockRecord, Waiter
 from awsflock.text import format_seconds, iso_utc
 
@@ -296,11 +296,8 @@ def _send(
 ) -> Outcome | None:
     """One line request within the acquire's bounds; a transient error is left in
     ``run.error`` (and a join that may have landed leaves the place "maybe")."""
-    end = run.clock.monotonic() + run.store.request_timeout
-    if run.hard_end is not None:
-        end = min(end, run.hard_end - min(1.0, run.store.request_timeout / 4))
     try:
-        with run.store.budget(end):
+        with run.store.budget(run.attempt_end()):
             outcome: Outcome = call()
     except (errors.Throttled, errors.EndpointUnreachable) as err:
         run.error = err
@@ -318,7 +315,7 @@ def _leave(run: Acquisition, place: Place) -> None:
     end = run.clock.monotonic() + run.store.request_timeout
     if run.hard_end is not None:
         end = min(end, run.hard_end)
-    if end - run.clock.monotonic() <= 0:
+    if end - run.clock.monotonic() < MIN_TRY + run.grace:
         return
     try:
         with run.store.budget(end):

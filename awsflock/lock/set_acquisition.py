@@ -75,7 +75,7 @@ class SetAcquisition(Acquisition):
     def step(self) -> Grant | None:
         set_id = self._new_attempt(None)
         try:
-            with self.store.budget(self._attempt_end()):
+            with self.store.budget(self.attempt_end()):
                 mono, now_ms = self.clock.monotonic(), self._now_ms()
                 self.to_mono[set_id] = mono - now_ms / 1000
                 takes = [

@@ -157,6 +157,7 @@ class SetTable:
     rng: Any
     skew: float
     identity: Identity
+    started: float | None
 
     def _set_store(self) -> SetSteps:
         if not kinds.sets(self.store):
@@ -185,6 +186,7 @@ class SetTable:
         who = identity or self.identity
         opts = {"clock": self.clock, "rng": self.rng, "skew": self.skew}
         run = SetAcquisition(self.store, names, lease_s, who, terms=terms, **opts)
+        run.start = min(run.start, self.started or run.start)  # the CLI's process start
         try:
             grant = waiting.wait(run, wait_s=wait_s, cancel=cancel, **opts)
         except BaseException as exc:

@@ -79,6 +79,9 @@ class LockTable(SetTable, Elections):
         self.skew = 0.0 if store.skew_free else skew_seconds(skew)
         self.identity = identity or Identity.of_this_process(owner)
         self._renewer: AsyncRenewer | None = None
+        #: The monotonic time an acquire's wait and bounds count from, if before its call (the
+        #: CLI's process start: ``--no-wait`` returns within one request timeout of it).
+        self.started: float | None = None
 
     def renewer(self) -> AsyncRenewer:
         """What renews this table's holds: one for all of them, made on first use."""
@@ -198,29 +201,16 @@ class LockTable(SetTable, Elections):
         wait_s = None if wait is None else wait_limit(wait)
         if size is None and wait_s != 0:
             owners.refuse_reentry(self.store, lock_id)
-        run = (ShareAcquisition if shared else Acquisition)(
-            self.store,
-            lock_id,
-            lease_s,
-            identity or self.identity,
-            size,
-            clock=self.clock,
-            rng=self.rng,
-            skew=self.skew,
-            terms=terms,
+        opts: dict[str, Any] = {"clock": self.clock, "rng": self.rng, "skew": self.skew}
+        kind = ShareAcquisition if shared else Acquisition
+        run = kind(
+            self.store, lock_id, lease_s, identity or self.identity, size, terms=terms, **opts
         )
+        run.start = min(run.start, self.started or run.start)
         # A fair acquire that does not wait takes no place: it is one plain try.
         policy = Fair(run, new_ticket(self.rng)) if fair and wait_s != 0 else waiting_async.PLAIN
         try:
-            grant = await waiting_async.wait(
-                run,
-                policy,
-                wait_s=wait_s,
-                clock=self.clock,
-                rng=self.rng,
-                skew=self.skew,
-                cancel=cancel,
-            )
+            grant = await waiting_async.wait(run, policy, wait_s=wait_s, cancel=cancel, **opts)
         except BaseException as exc:
             failed = telling.outcome(exc, wait_s)
             metrics.record("awsflock.acquisitions", 1, lock_id, self.store, outcome=failed)

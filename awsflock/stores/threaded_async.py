@@ -43,6 +43,7 @@ class AsyncThreadedStore:
         self.kind = store.kind
         self.table_name = store.table_name
         self.request_timeout = store.request_timeout
+        self.try_grace: float = getattr(store, "try_grace", 0.0)
         clock: Any = store.clock
         self.clock: AsyncClock = clock
         self._pool: ThreadPoolExecutor | None = None

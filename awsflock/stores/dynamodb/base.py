@@ -48,7 +48,7 @@ from awsflock.stores.dynamodb.tables import (
 )
 from awsflock.stores.dynamodb.translate import may_have_applied, translate_errors
 from awsflock.stores.remote.requests import RetryingStore
-from awsflock.stores.remote.worker import TryGivenUp, Workers, at_send
+from awsflock.stores.remote.worker import TRY_GRACE, TryGivenUp, Workers, at_send
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -94,6 +94,8 @@ def _seconds_number(ms: int) -> int | float:
 class TableBase(RetryingStore):
     """A lock table in DynamoDB: what every step needs. Builds its botocore client on first
     use."""
+
+    try_grace = TRY_GRACE
 
     def __init__(
         self,

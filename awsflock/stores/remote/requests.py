@@ -54,6 +54,9 @@ class RetryingStore(ABC):
     clock: Clock
     request_timeout: float
     _local: threading.local
+    #: Real time a try is given beyond its timeout before it counts as unanswered (the request
+    #: layer's): kept inside the call's budget, so a call is over by its end.
+    try_grace: float = 0.0
     #: Where backoff pauses draw their jitter (a simulation gives its seeded source).
     _retry_rng: random.Random = _RNG
 
@@ -132,6 +135,7 @@ class RetryingStore(ABC):
         end = getattr(self._local, "end", None)
         if end is None:
             end = start + self.request_timeout
+        end -= self.try_grace  # a try's grace ends by the budget's end
         tries = 0
         self._local.earlier_try_may_have_applied = False
         self._local.call_end = end
