@@ -260,9 +260,9 @@ def _wait_group(watch: Watch, status: int) -> int:
         extra={"event": "group_exited", "lock_id": watch.hold.lock_id},
     )
     stopped_by = watch.stop_signal()
-    if stopped_by is not None and status < 128:
-        return 128 + stopped_by  # its work was cut short: not the command's success
-    return status
+    if stopped_by is not None and status == 0:
+        return 128 + stopped_by  # the work it left was cut short: not the command's success
+    return status  # its own failure (or signal) says more than ours
 
 
 def _interrupted(status: int, watch: Watch) -> bool:

@@ -262,6 +262,22 @@ def test_a_signal_to_run_stops_what_the_command_left_behind(
     assert _state(awsflock, lock_name) == "free"
 
 
+def test_a_signal_to_run_keeps_the_command_s_own_failure_status(
+    awsflock: Cli, lock_name, tmp_path, pids
+):
+    # SPEC audit: the command had exited 9 and left a child; TERM to awsflock stopped the
+    # child, and run exited 143, hiding the command's own failure.
+    worker = _worker(tmp_path, trap='trap "" INT;')
+    run = Running(awsflock.popen("run", lock_name, "-c", f"sh -c '{worker}' & echo up; exit 9"))
+    child = _started(tmp_path, pids)
+    run.said("in its process group: holding")
+    run.proc.send_signal(signal.SIGTERM)
+    code, _, err = run.finish()
+    assert code == 9, err
+    assert not _alive(child)
+    assert _state(awsflock, lock_name) == "free"
+
+
 def test_ctrl_c_at_a_terminal_stops_the_background_child_and_releases(
     awsflock: Cli, lock_name, tmp_path, pids
 ):
