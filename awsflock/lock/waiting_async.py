@@ -81,7 +81,8 @@ class Policy:
 
 #: Plain waiting.
 PLAIN = Policy()
-#: Left at the end of an acquire's bound (s), for its caller to report and exit within it.
+#: Left at the end of an acquire's bound (s), for its caller to report and exit within it (the
+#: CLI's bound is its process's).
 EXIT_ROOM = 0.1
 
 
@@ -103,8 +104,7 @@ async def wait(
     policy has tidied up.
     """
     deadline = None if wait_s is None else run.start + wait_s
-    # The whole acquire, clean-up included, ends within the wait plus one request timeout,
-    # less a moment for the caller to report and exit (the CLI's bound is its process's).
+    # The whole acquire, clean-up included, ends within the wait plus one request timeout.
     run.hard_end = None if deadline is None else deadline + run.store.request_timeout - EXIT_ROOM
     progress = Progress(run, wait_s, policy)
     waker: AsyncWaker | None = None
