@@ -218,6 +218,12 @@ class Outcome:
         return replace(self, pool=replace(self.pool, slots={**self.pool.slots, self.slot: kept}))
 
 
+def barred_resize(resize_id: str) -> str:
+    """A pool's ``resized_by`` once a store barred resize ``resize_id``'s request that may
+    still land (DynamoDB's ``resizes``): still that resize's, and nobody else's."""
+    return f"{resize_id}.barred"
+
+
 class LockStore(Protocol):
     """Where the lock records live. Each lock method is one atomic conditional step."""
 

@@ -4,6 +4,7 @@ one refused part-way says what size it left."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import pytest
@@ -13,7 +14,7 @@ from awsflock.cli.status import pool_view, render_list_row, render_pool
 from awsflock.lock.admin import resize_pool
 from awsflock.names import MAX_SLOTS
 from awsflock.records import Pool
-from awsflock.stores.dynamodb import DynamoDBStore
+from awsflock.stores.dynamodb import DynamoDBStore, resizes
 from awsflock.stores.dynamodb.resizes import (
     MAX_EXPRESSION,
     STILL_OURS,
@@ -290,3 +291,137 @@ def test_status_shows_a_pool_being_resized():
     assert data["resizing_to"] == 2
     assert "being resized to 2 slots" in render_pool(data)
     assert "resizing to 2" in render_list_row(data)
+
+
+class _Scripted(CountingClient):
+    """Runs a resize's requests as ``script`` says, by kind (``kind_of``): "hold" keeps one on
+    its way (unsent, its answer lost: ``land`` delivers it; "hold once": the first only),
+    "lose" sends it and loses its answer (a refusal too), "refuse" fails it unsent (a refused
+    connection); a callable runs first."""
+
+    def __init__(self, client: Any, script: dict[str, Any]) -> None:
+        super().__init__(client)
+        self.script = script
+        self.held: list[dict[str, Any]] = []
+
+    def update_item(self, **request: Any) -> Any:
+        from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+        action = self.script.get(kind_of(request))
+        if callable(action):
+            action()
+        elif action == "hold" or (action == "hold once" and not self.held):
+            self.held.append(request)
+            raise ReadTimeoutError(endpoint_url="http://in-flight")
+        elif action == "refuse":
+            raise EndpointConnectionError(endpoint_url="http://refused")
+        if action != "lose":
+            return self._client.update_item(**request)
+        with contextlib.suppress(self._client.exceptions.ConditionalCheckFailedException):
+            self._client.update_item(**request)
+        raise ReadTimeoutError(endpoint_url="http://lost")
+
+    def land(self) -> None:
+        self._client.update_item(**self.held[0])
+
+
+def kind_of(request: dict[str, Any]) -> str:
+    """Which request of a resize this is (other requests: "")."""
+    update, condition = request["UpdateExpression"], request.get("ConditionExpression", "")
+    if update == resizes.BAR:
+        return "bar"
+    if update == resizes.LAST and condition == STILL_OURS:
+        return "back"
+    names = {resizes.ONLY: "only", resizes.FIRST: "first", resizes.MIDDLE: "middle"}
+    return names.get(update, "last" if update == resizes.LAST else "")
+
+
+def _shrink(make_table: Any, moto: Any, script: dict[str, Any], new: int = 2) -> Any:
+    """pool-resize of a pool of 100 slots (slot 0 ran out) to ``new``, its requests run as
+    ``script`` says: the error it raised, or None."""
+    table = make_table(client=_Scripted(moto, script))
+    lab = Lab(make_table().store)
+    lab.now = round(table.clock.time() * 1000)
+    lab.take("pool", slot=0, slots=MAX_SLOTS, lease=1)
+    table.clock.advance(5)
+    try:
+        resize_pool(table, "pool", new)
+    except errors.AwsflockError as err:
+        return err
+    return None
+
+
+def _pool(make_table: Any) -> tuple[int | None, int | None]:
+    pool = make_table().store.read("pool").pool
+    assert pool is not None
+    return pool.size, pool.resizing_to
+
+
+@pytest.mark.parametrize("new", [70, 2])
+def test_a_bar_that_fails_keeps_the_doubt_and_says_what_to_do(make_table: Any, moto: Any, new):
+    # Review 48: the bar's refused connection said nothing was applied; the first step, held
+    # in the network, then marked the pool (to 2) or set a size refused earlier (to 70).
+    err = _shrink(make_table, moto, {"only": "hold", "first": "hold", "bar": "refuse"}, new)
+    assert isinstance(err, errors.EndpointUnreachable) and err.maybe_applied
+    assert "may have been resized, or left part-way" in err.one_line()
+
+
+@pytest.mark.parametrize("fault", ["refuse", "hold"])
+def test_a_later_step_that_fails_goes_back_to_the_old_size(make_table: Any, moto: Any, fault):
+    # Review 48: an error in the second step left the pool marked at 61 slots, and said
+    # nothing of it; one held in the network landed later.
+    err = _shrink(make_table, moto, {"middle": fault})
+    assert isinstance(err, errors.EndpointUnreachable) and not err.maybe_applied
+    assert _pool(make_table) == (MAX_SLOTS, None)
+
+
+def test_a_later_step_and_its_step_back_failing_say_the_pool_is_left_part_way(
+    make_table: Any, moto: Any
+):
+    err = _shrink(make_table, moto, {"middle": "refuse", "back": "refuse"})
+    assert isinstance(err, errors.EndpointUnreachable) and err.maybe_applied
+    assert "may have been resized, or left part-way" in err.one_line()
+    assert _pool(make_table) == (61, 2)
+
+
+def test_a_step_held_in_the_network_lands_after_the_step_back_and_changes_nothing(
+    make_table: Any, moto: Any
+):
+    client = _Scripted(moto, {"middle": "hold"})
+    table = make_table(client=client)
+    lab = Lab(make_table().store)
+    lab.now = round(table.clock.time() * 1000)
+    lab.take("pool", slot=0, slots=MAX_SLOTS, lease=1)
+    table.clock.advance(5)
+    with pytest.raises(errors.EndpointUnreachable):
+        resize_pool(table, "pool", 2)
+    with pytest.raises(moto.exceptions.ConditionalCheckFailedException):
+        client.land()
+    assert _pool(make_table) == (MAX_SLOTS, None)
+
+
+def test_a_first_step_that_landed_then_another_resize_keeps_the_doubt(make_table: Any, moto: Any):
+    # Review 48: the first step landed unanswered; another operator resized; the bar was
+    # refused, and pool-resize said only "did not answer in time".
+    other = make_table("other")
+    script = {"first": "lose", "bar": lambda: resize_pool(other, "pool", 61)}
+    err = _shrink(make_table, moto, script)
+    assert isinstance(err, errors.EndpointUnreachable) and err.maybe_applied
+
+
+def test_a_refusal_after_our_own_bar_names_the_held_slot(
+    make_table: Any, moto: Any, monkeypatch: pytest.MonkeyPatch
+):
+    # Review 48: refused on a retry, barred, then told "another pool-resize changed it".
+    table = make_table(client=_Scripted(moto, {"only": "hold once"}))
+    lab = Lab(make_table().store)
+    lab.now = round(table.clock.time() * 1000)
+    lab.take("pool", slot=0, slots=MAX_SLOTS)
+    before = table.store.read("pool")
+    lab.take("pool", slot=80, slots=MAX_SLOTS, at=10)  # after pool-resize's read
+    reads = iter([before])
+    real_read = table.store.read
+    monkeypatch.setattr(table.store, "read", lambda name: next(reads, None) or real_read(name))
+    with pytest.raises(errors.LockBusy) as refused:
+        resize_pool(table, "pool", 70)
+    assert "a slot that would go away is held" in refused.value.one_line()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 from awsflock import errors, metrics, shares
 from awsflock.lock.audit_log import audit_view
 from awsflock.names import check_lease_id, check_lock_id, check_slots, slot_of
-from awsflock.protocol import AUDIT_APPLIED, Outcome, audit_key
+from awsflock.protocol import AUDIT_APPLIED, Outcome, audit_key, barred_resize
 from awsflock.records import ENDED_FORCED, KEEPALIVE_FORCE, LockRecord, Pool, kept_audit
 
 #: The longest ``--reason`` and ``--actor``: they are kept with the lock (a DynamoDB item holds
@@ -392,7 +392,7 @@ def _not_resized(
         hint = "wait for it to end; if it stopped part-way, run pool-resize again"
     elif after.resized_by == resize_id:
         why += f" (taken as the shrink began): it has {was} slots again"
-    elif after.resized_by != before.resized_by or now != was:
+    elif after.resized_by not in (before.resized_by, barred_resize(resize_id)) or now != was:
         why = "another pool-resize changed it meanwhile"
         hint = "check its size (awsflock status), then resize again if still needed"
     where = f"; it has {now} slots (was {was})" if now not in (was, None) else ""

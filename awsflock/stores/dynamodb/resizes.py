@@ -17,6 +17,11 @@ before set. Two attributes of the pool's item keep a resize whole:
   and the first step) sets the old size back, so a shrink is done whole or not at all. Every
   other resize removes the mark: one stopped part-way (its operator killed) ends by resizing
   again.
+
+A request left unanswered may land after pool-resize has ended. So a first step that failed
+in doubt is barred (``resized_by`` changed from what was read, if it still is that), and a
+later step that failed sets the old size back; where even that fails, the error keeps its
+doubt (``maybe_applied``), and pool-resize says the pool may be left part-way.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import uuid
 from typing import Any
 
 from awsflock import errors
-from awsflock.protocol import Outcome
+from awsflock.protocol import Outcome, barred_resize
 from awsflock.records import ENDED_RELEASED, Pool
 from awsflock.stores.dynamodb.expressions import FREE_PLAIN, free_slot, not_delayed
 from awsflock.stores.dynamodb.writes import Writes
@@ -101,25 +106,45 @@ class Resizes(Writes):
             "seen": None if seen is None else seen.resized_by,
         }
         steps = resize_steps(old, new)
-        for n, (top, low) in enumerate(steps):
-            values.update(old=top, new=low)
-            last = n == len(steps) - 1
-            if n == 0:
-                update = ONLY if last else FIRST
-                mark = "" if seen is None else first_mark(seen)
-                condition = resize_condition(top, low, mark)
-                if not self._first_step(lock_id, update, condition, values, seen, last):
+        (top, low), last = steps[0], len(steps) == 1
+        values.update(old=top, new=low)
+        mark = "" if seen is None else first_mark(seen)
+        condition = resize_condition(top, low, mark)
+        if not self._first_step(lock_id, ONLY if last else FIRST, condition, values, seen, last):
+            return False
+        try:
+            for n, (top, low) in enumerate(steps[1:], 1):
+                values.update(old=top, new=low)
+                last = n == len(steps) - 1
+                condition = resize_condition(top, low, STILL_OURS)
+                update = LAST if last else MIDDLE
+                outcome = self._conditional_update(
+                    "resize", lock_id, update, condition, values, None
+                )
+                # Refused as applied already: a try of this step whose answer was lost landed.
+                if not outcome.applied and not _ours(outcome, values["rid"], low, last):
+                    # Refused for a slot taken before the first step: back to the old size.
+                    self._step_back(lock_id, values, old)
                     return False
-                continue
-            condition = resize_condition(top, low, STILL_OURS)
-            update = LAST if last else MIDDLE
-            outcome = self._conditional_update("resize", lock_id, update, condition, values, None)
-            # Refused as applied already: a try of this step whose answer was lost landed.
-            if not outcome.applied and not _ours(outcome, values["rid"], low, last):
-                # Refused for a slot taken before the first step: back to the old size.
-                values.update(new=old)
-                self._conditional_update("resize", lock_id, LAST, STILL_OURS, values, None)
-                return False
+        except errors.StoreError as err:
+            # The first step is in, a later one failed (it may yet land): back to the old size,
+            # which also bars every step on its way. Only if that fails is the pool left
+            # part-way, as the error then says (review 48).
+            err.maybe_applied = not self._stepped_back(lock_id, values, old)
+            raise
+        return True
+
+    def _step_back(self, lock_id: str, values: dict[str, Any], old: int | None) -> None:
+        """A shrink in steps stopped part-way goes back to its old size, if still ours."""
+        back = {**values, "new": old}
+        self._conditional_update("resize", lock_id, LAST, STILL_OURS, back, None)
+
+    def _stepped_back(self, lock_id: str, values: dict[str, Any], old: int | None) -> bool:
+        """``_step_back`` after an error: whether it was answered."""
+        try:
+            self._step_back(lock_id, values, old)
+        except errors.StoreError:
+            return False
         return True
 
     def _first_step(
@@ -135,28 +160,39 @@ class Resizes(Writes):
         a try of it may still land (unanswered, or refused only on a retry) is barred first:
         ``resized_by`` is changed from what was read, if it still is that, so no copy of the
         step lands later (review 47: one landed 10 s after pool-resize had given up, and
-        marked the pool with nobody left to end the shrink)."""
+        marked the pool with nobody left to end the shrink). Where the bar fails, or another
+        resize came first, the error keeps its doubt (review 48)."""
         try:
             outcome = self._conditional_update("resize", lock_id, update, condition, values, None)
         except errors.StoreError as err:
             if seen is None or not err.maybe_applied:
                 raise
-            if self._barred(lock_id, values, seen, last):
+            fate = self._bar_step(lock_id, values, seen, last)
+            if fate is True:
                 return True  # it had landed
-            err.maybe_applied = False  # barred: it changes nothing, now or later
+            err.maybe_applied = fate is False  # None: barred, it changes nothing now or later
             raise
         if outcome.applied or _ours(outcome, values["rid"], values["new"], last):
             return True
         if seen is None or not outcome.in_doubt:
             return False
-        return self._barred(lock_id, values, seen, last)
+        return self._bar_step(lock_id, values, seen, last) is True
 
-    def _barred(self, lock_id: str, values: dict[str, Any], seen: Pool, last: bool) -> bool:
-        """Bars the first step (see ``_first_step``); True if it was not barred because the
-        step had landed, False if barred (or the pool changed otherwise)."""
-        bar = {**values, "void": uuid.uuid4().hex}
-        outcome = self._conditional_update("resize", lock_id, BAR, first_mark(seen), bar, None)
-        return not outcome.applied and _ours(outcome, values["rid"], values["new"], last)
+    def _bar_step(
+        self, lock_id: str, values: dict[str, Any], seen: Pool, last: bool
+    ) -> bool | None:
+        """Bars the first step (see ``_first_step``): None if barred; True if the step had
+        landed; False if another resize changed the pool (the step may have landed before
+        it). A bar that fails raises, its doubt kept: the step may still land."""
+        bar = {**values, "void": barred_resize(values["rid"])}
+        try:
+            outcome = self._conditional_update("resize", lock_id, BAR, first_mark(seen), bar, None)
+        except errors.StoreError as err:
+            err.maybe_applied = True
+            raise
+        if outcome.applied:
+            return None
+        return _ours(outcome, values["rid"], values["new"], last)
 
 
 def first_mark(seen: Pool) -> str:
