@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -128,14 +129,51 @@ def test_options_before_the_command_count_as_the_command_line_against_a_store_ur
     )
 
 
-def test_shared_options_before_a_command_that_takes_none_are_refused(seen):
-    result = awsflock("--tablename", "t", "iam-policy")
+def test_shared_options_before_a_command_that_takes_none_are_refused(seen, monkeypatch):
+    # Every command takes them (SPEC 3): a command made without them, as a future one may be.
+    @click.command("bare")
+    def bare() -> None:
+        click.echo("ran")
+
+    monkeypatch.setitem(cli.commands, "bare", bare)
+    result = awsflock("--tablename", "t", "bare")
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr.startswith(
-        "awsflock: usage error: --tablename before 'iam-policy', which takes none of the "
-        "shared options: give iam-policy's own options after it"
+        "awsflock: usage error: --tablename before 'bare', which takes none of the shared "
+        "options: give bare's own options after it"
     )
-    assert awsflock("iam-policy", "--tablename", "t").exit_code == 0
+    assert awsflock("bare").stdout == "ran\n"
+
+
+@pytest.mark.parametrize(
+    "command, where",
+    [
+        (["iam-policy"], ["--profile", "p", "--endpoint-url", "http://127.0.0.1:1"]),
+        (["grants", "--store", "redis://h/"], []),  # --profile there: refused, as anywhere
+    ],
+)
+def test_the_setup_commands_take_the_shared_options_before_and_after(
+    command: list[str], where: list[str]
+):
+    # The SPEC audit: a wrapper passing -q --log-format json to every command failed on
+    # iam-policy, which refused them (exit 2), as it refused --profile and --endpoint-url.
+    for args in (
+        ["-q", "--log-format", "json", *command],
+        [*command, "-v", *where, "--log-format", "json", "--debug"],
+        [*command, "--tablename", "locks"],
+    ):
+        result = awsflock(*args)
+        assert result.exit_code == 0, (args, result.stderr)
+        assert "locks" in result.stdout or "locks" not in args
+
+
+def test_iam_policy_names_the_region_it_is_given_or_any(monkeypatch):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    assert "arn:aws:dynamodb:*:*:table/awsflock" in awsflock("iam-policy").stdout
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    assert "arn:aws:dynamodb:eu-west-1:*:table/awsflock" in awsflock("iam-policy").stdout
+    given = awsflock("iam-policy", "--region", "us-east-2", "--store", "dynamodb://ops")
+    assert "arn:aws:dynamodb:us-east-2:*:table/ops" in given.stdout
 
 
 def test_log_format_before_the_command_makes_parse_errors_json(seen):

@@ -105,15 +105,8 @@ cli.add_command(_create_table_alias, "create-table")
 
 
 @cli.command("iam-policy", context_settings=CONTEXT)
-@click.option(
-    "--tablename",
-    envvar="AWSFLOCK_TABLE",
-    default="awsflock",
-    show_default=True,
-    help="The lock table the policy is for [env AWSFLOCK_TABLE].",
-)
+@common_options
 @click.option("--read-only", is_flag=True, help="Only what status, list and audit need.")
-@click.option("--region", default="*", show_default=True, help="Region in the table ARN.")
 @click.option(
     "--account",
     default="*",
@@ -121,22 +114,13 @@ cli.add_command(_create_table_alias, "create-table")
     callback=lambda _ctx, _param, value: _account_id(value),
     help="Account id in the table ARN (12 digits).",
 )
-@click.option(
-    "--store",
-    envvar="AWSFLOCK_STORE",
-    metavar="URL",
-    help="The DynamoDB store (dynamodb://TABLE names the table); a PostgreSQL or Redis one is "
-    "refused, naming `awsflock grants` [env AWSFLOCK_STORE].",
-)
-def iam_policy_command(
-    tablename: str, read_only: bool, region: str, account: str, store: str | None
-) -> None:
+def iam_policy_command(common: Common, read_only: bool, account: str) -> None:
     """Print the least-privilege IAM policy for the lock table.
 
-    The "AwsflockTableSetup" statement is only for whoever runs table-create.
+    The table ARN has the region --region (or AWS_REGION) names, else *. The
+    "AwsflockTableSetup" statement is only for whoever runs table-create.
     """
-    named = kinds.parse(store) if store else kinds.default()
-    kind = kinds.get(named.kind)
+    kind = common.kind
     if "iam-policy" not in kind.commands:
         # The rules of a PostgreSQL or Redis store are not IAM's: printing DynamoDB's would
         # send the operator to grant the wrong thing.
@@ -145,9 +129,8 @@ def iam_policy_command(
             hint="for PostgreSQL or Redis, run `awsflock grants`",
         )
     policy = kind.command("iam-policy")
-    click.echo(
-        policy(named.table or tablename, read_only=read_only, region=region, account=account)
-    )
+    region = common.region or "*"
+    click.echo(policy(common.tablename, read_only=read_only, region=region, account=account))
 
 
 def _account_id(value: str) -> str:
@@ -161,21 +144,7 @@ def _account_id(value: str) -> str:
 
 
 @cli.command("grants", context_settings=CONTEXT)
-@click.option(
-    "--tablename",
-    envvar="AWSFLOCK_TABLE",
-    default="awsflock",
-    show_default=True,
-    help="The lock table (on Redis: the key prefix), unless --store names one "
-    "[env AWSFLOCK_TABLE].",
-)
-@click.option(
-    "--store",
-    envvar="AWSFLOCK_STORE",
-    metavar="URL",
-    help="The PostgreSQL or Redis store: its kind says which rules to print, its ?table= or "
-    "?prefix= names the table [env AWSFLOCK_STORE].",
-)
+@common_options
 @click.option(
     "--role",
     default="awsflock",
@@ -183,7 +152,7 @@ def _account_id(value: str) -> str:
     help="The PostgreSQL role, or Redis user, to grant to.",
 )
 @click.option("--read-only", is_flag=True, help="Only what status, list and audit need.")
-def grants_command(tablename: str, store: str | None, role: str, read_only: bool) -> None:
+def grants_command(common: Common, role: str, read_only: bool) -> None:
     """Print what a database role needs for the lock table: GRANT statements for PostgreSQL,
     ACL SETUSER rules for Redis.
 
@@ -191,13 +160,12 @@ def grants_command(tablename: str, store: str | None, role: str, read_only: bool
     table-create, e.g. `awsflock grants --role app | psql "$URL"`) or an admin user (Redis,
     with redis-cli).
     """
-    named = kinds.parse(store) if store else kinds.default()
-    kind = kinds.get(named.kind)
+    kind = common.kind
     if "grants" not in kind.commands:
         # As every command: no --store is the default store, DynamoDB, whose rules are IAM's.
         said = (
             f"--store names a {kind.title}"
-            if store
+            if common.named != kinds.default()
             else f"no --store names one (the store is {kind.title.split()[0]})"
         )
         raise errors.UsageError(
@@ -205,11 +173,11 @@ def grants_command(tablename: str, store: str | None, role: str, read_only: bool
             hint="for DynamoDB, run `awsflock iam-policy`; for PostgreSQL or Redis, name the "
             "store with --store URL or AWSFLOCK_STORE",
         )
-    tablename = named.table or tablename
-    click.echo(kind.command("grants")(tablename, role, read_only=read_only))
+    click.echo(kind.command("grants")(common.tablename, role, read_only=read_only))
 
 
 @cli.command("dev-server", context_settings=CONTEXT)
+@common_options
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
@@ -217,14 +185,15 @@ def grants_command(tablename: str, store: str | None, role: str, read_only: bool
     show_default=True,
     help="Port on 127.0.0.1 (0 picks a free one).",
 )
-@click.option("-q", "--quiet", is_flag=True, help="Print only the export line.")
-def dev_server(port: int, quiet: bool) -> None:
+def dev_server(common: Common, port: int) -> None:
     """Run a local DynamoDB-compatible endpoint (in memory) until Ctrl-C.
 
     Prints the line to export so that awsflock in other shells uses it; commands
     pointed at a loopback endpoint need no AWS credentials or region. Needs the
-    'local' extra: pip install 'awsflock[local]'.
+    'local' extra: pip install 'awsflock[local]'. -q prints only the export line;
+    the options that name a store or an endpoint to use do not apply to it.
     """
+    quiet = common.quiet
     serve = kinds.with_command("dev-server").command("dev-server")
 
     def ready(url: str) -> None:
