@@ -425,3 +425,46 @@ def test_a_refusal_after_our_own_bar_names_the_held_slot(
     with pytest.raises(errors.LockBusy) as refused:
         resize_pool(table, "pool", 70)
     assert "a slot that would go away is held" in refused.value.one_line()
+
+
+def test_a_last_step_that_landed_unanswered_is_a_shrink_done(make_table: Any, moto: Any):
+    # Review 49: the step back after it was refused (the mark gone), and pool-resize said
+    # nothing had changed though the pool had its new size.
+    assert _shrink(make_table, moto, {"last": "lose"}) is None
+    assert _pool(make_table) == (2, None)
+
+
+def test_a_step_back_refused_for_another_resize_keeps_the_doubt(make_table: Any, moto: Any):
+    # Review 49: another operator resized the marked pool before the step back, which was
+    # refused; pool-resize said only "did not answer in time", though it had cut the pool.
+    other = make_table("other")
+    script = {"middle": "refuse", "back": lambda: resize_pool(other, "pool", 61)}
+    err = _shrink(make_table, moto, script)
+    assert isinstance(err, errors.EndpointUnreachable) and err.maybe_applied
+    assert "may have been resized, or left part-way" in err.one_line()
+    assert _pool(make_table) == (61, None)
+
+
+def test_a_signal_waits_until_pool_resize_s_requests_are_settled(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # Review 49: Ctrl-C between two steps left the pool marked, and a step on its way landed
+    # after the exit; TERM killed it with no word.
+    import os
+    import signal
+
+    from click.testing import CliRunner
+
+    from awsflock.cli import cli
+
+    def resize(table: Any, lock_id: str, slots: int) -> tuple[int, int]:
+        os.kill(os.getpid(), signal.SIGINT)  # between two steps
+        os.kill(os.getpid(), signal.SIGTERM)
+        return 100, slots
+
+    monkeypatch.setattr("awsflock.lock.admin.resize_pool", resize)
+    monkeypatch.delenv("AWSFLOCK_STORE", raising=False)  # DynamoDB: no request is made
+    result = CliRunner().invoke(cli, ["pool-resize", "gpus", "--slots", "2"])
+    assert result.exit_code == 0, result.stderr
+    assert "now has 2 slots (was 100)" in result.stderr
+    assert "signal 2 came while pool-resize ran: it finished first" in result.stderr

@@ -145,7 +145,7 @@ def _take(
     # From the wait until the LEASE_ID is printed, TERM, INT and HUP are recorded: a signal
     # ends the wait cleanly, and one that comes with the grant gives the lease back (or, once
     # the LEASE_ID is out, names it), never leaving a lease held that nobody was told of.
-    with _stopped_by_signals(signal.SIGINT) as (cancel, received):
+    with stopped_by_signals(signal.SIGINT) as (cancel, received):
         try:
             lease = table.acquire(asked, **options, shared=shared, cancel=cancel)
         except errors.Cancelled:
@@ -263,7 +263,7 @@ def _interrupted(received: list[int], lock_id: str, what: str) -> NoReturn:
 
 
 @contextlib.contextmanager
-def _stopped_by_signals(*more: int) -> Iterator[tuple[threading.Event, list[int]]]:
+def stopped_by_signals(*more: int) -> Iterator[tuple[threading.Event, list[int]]]:
     """While inside, TERM and HUP (and ``more``) are recorded and set ``cancel`` rather than
     kill us: a waiting acquire ends through it and cleans up (its attempts are released and its
     place in line given up; INT does so by KeyboardInterrupt), and a renewer that is starting

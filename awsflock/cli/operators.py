@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from awsflock import errors
 from awsflock.cli import logs
 from awsflock.cli.app import CONTEXT, cli, emit
 from awsflock.cli.lock_options import json_option
+from awsflock.cli.locks import stopped_by_signals
 from awsflock.cli.options import Common, common_options
 
 if TYPE_CHECKING:
@@ -107,10 +109,22 @@ def pool_resize(common: Common, lock_id: str, slots: int) -> None:
     """
     from awsflock.lock.admin import resize_pool
 
-    old, new = resize_pool(common.table(), lock_id, slots)
+    # A signal (INT, TERM, HUP) waits until the resize's requests are settled, each within the
+    # request timeout: stopped between two of them, a shrink in steps would leave the pool
+    # marked, and a request on its way could land after the exit (review 49).
+    with stopped_by_signals(signal.SIGINT) as (_, received):
+        old, new = resize_pool(common.table(), lock_id, slots)
     if not common.quiet:
         logs.say(
             f"pool {lock_id!r} now has {new} slots (was {old})",
             event="pool_resize_done",
+            lock_id=lock_id,
+        )
+    if received:
+        logs.say(
+            f"signal {received[0]} came while pool-resize ran: it finished first",
+            level="warning",
+            label="warning",
+            event="interrupted",
             lock_id=lock_id,
         )

@@ -128,24 +128,33 @@ class Resizes(Writes):
                     return False
         except errors.StoreError as err:
             # The first step is in, a later one failed (it may yet land): back to the old size,
-            # which also bars every step on its way. Only if that fails is the pool left
-            # part-way, as the error then says (review 48).
-            err.maybe_applied = not self._stepped_back(lock_id, values, old)
+            # which also bars every step on its way (review 48).
+            fate = self._stepped_back(lock_id, values, old, new)
+            if fate is True:
+                return True  # refused: the last step had landed, the shrink is done
+            err.maybe_applied = fate is None  # unknown: the pool may be left part-way
             raise
         return True
 
-    def _step_back(self, lock_id: str, values: dict[str, Any], old: int | None) -> None:
+    def _step_back(self, lock_id: str, values: dict[str, Any], old: int | None) -> Outcome:
         """A shrink in steps stopped part-way goes back to its old size, if still ours."""
         back = {**values, "new": old}
-        self._conditional_update("resize", lock_id, LAST, STILL_OURS, back, None)
+        return self._conditional_update("resize", lock_id, LAST, STILL_OURS, back, None)
 
-    def _stepped_back(self, lock_id: str, values: dict[str, Any], old: int | None) -> bool:
-        """``_step_back`` after an error: whether it was answered."""
+    def _stepped_back(
+        self, lock_id: str, values: dict[str, Any], old: int | None, new: int
+    ) -> bool | None:
+        """``_step_back`` after an error: False if it went back (nothing of the shrink can
+        land now); True if it was refused because the shrink had ended (its last step landed
+        unanswered); None if the step back failed, or another resize came (review 49: a
+        refused step back was taken for one that went back)."""
         try:
-            self._step_back(lock_id, values, old)
+            outcome = self._step_back(lock_id, values, old)
         except errors.StoreError:
+            return None
+        if outcome.applied:
             return False
-        return True
+        return True if _ours(outcome, values["rid"], new, True) else None
 
     def _first_step(
         self,
