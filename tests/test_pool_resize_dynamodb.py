@@ -458,8 +458,8 @@ def test_a_signal_waits_until_pool_resize_s_requests_are_settled(
     from awsflock.cli import cli
 
     def resize(table: Any, lock_id: str, slots: int) -> tuple[int, int]:
-        os.kill(os.getpid(), signal.SIGINT)  # between two steps
-        os.kill(os.getpid(), signal.SIGTERM)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGUSR1):
+            os.kill(os.getpid(), signum)  # between two steps
         return 100, slots
 
     monkeypatch.setattr("awsflock.lock.admin.resize_pool", resize)

@@ -109,10 +109,12 @@ def pool_resize(common: Common, lock_id: str, slots: int) -> None:
     """
     from awsflock.lock.admin import resize_pool
 
-    # A signal (INT, TERM, HUP) waits until the resize's requests are settled, each within the
-    # request timeout: stopped between two of them, a shrink in steps would leave the pool
-    # marked, and a request on its way could land after the exit (review 49).
-    with stopped_by_signals(signal.SIGINT) as (_, received):
+    # A signal that would end the process (INT, TERM, HUP, QUIT, USR1, USR2, ALRM) waits until
+    # the resize's requests are settled, each within the request timeout: stopped between two
+    # of them, a shrink in steps would leave the pool marked, and a request on its way could
+    # land after the exit (reviews 49 and 50).
+    more = (signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
+    with stopped_by_signals(*more) as (_, received):
         old, new = resize_pool(common.table(), lock_id, slots)
     if not common.quiet:
         logs.say(
