@@ -66,6 +66,7 @@ class Acquisition:
         self.unsettled: dict[str, int | None] = {}
         self.attempts = 0
         self.start = clock.monotonic()
+        self.origin: float | None = None  # where the acquire's bound counts from, if earlier
         #: Monotonic time by which everything, clean-up included, is over (None: no limit).
         self.hard_end: float | None = None
         #: The caller has been told the lock is contended / an attempt failed.

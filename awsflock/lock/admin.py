@@ -396,4 +396,5 @@ def _not_resized(
         why = "another pool-resize changed it meanwhile"
         hint = "check its size (awsflock status), then resize again if still needed"
     where = f"; it has {now} slots (was {was})" if now not in (was, None) else ""
-    return errors.LockBusy(f"cannot resize pool {lock_id!r} to {slots}: {why}{where}", hint=hint)
+    verb = "shrink" if was is not None and slots < was else "resize"
+    return errors.LockBusy(f"cannot {verb} pool {lock_id!r} to {slots}: {why}{where}", hint=hint)

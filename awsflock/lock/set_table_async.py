@@ -185,7 +185,7 @@ class SetTable:
         who = identity or self.identity
         opts = {"clock": self.clock, "rng": self.rng, "skew": self.skew}
         run = SetAcquisition(self.store, names, lease_s, who, terms=terms, **opts)
-        run.start = min(run.start, self.started or run.start)  # the CLI's process start
+        run.origin = self.started  # the CLI's process start: its bound counts from it
         try:
             grant = await waiting_async.wait(run, wait_s=wait_s, cancel=cancel, **opts)
         except BaseException as exc:

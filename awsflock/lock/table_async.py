@@ -79,8 +79,8 @@ class LockTable(SetTable, Elections):
         self.skew = 0.0 if store.skew_free else skew_seconds(skew)
         self.identity = identity or Identity.of_this_process(owner)
         self._renewer: AsyncRenewer | None = None
-        #: The monotonic time an acquire's wait and bounds count from, if before its call (the
-        #: CLI's process start: ``--no-wait`` returns within one request timeout of it).
+        #: The monotonic time an acquire's bound counts from, if before its call (the CLI's
+        #: process start: ``--no-wait`` returns within one request timeout of it).
         self.started: float | None = None
 
     def renewer(self) -> AsyncRenewer:
@@ -206,7 +206,7 @@ class LockTable(SetTable, Elections):
         run = kind(
             self.store, lock_id, lease_s, identity or self.identity, size, terms=terms, **opts
         )
-        run.start = min(run.start, self.started or run.start)
+        run.origin = self.started
         # A fair acquire that does not wait takes no place: it is one plain try.
         policy = Fair(run, new_ticket(self.rng)) if fair and wait_s != 0 else waiting_async.PLAIN
         try:

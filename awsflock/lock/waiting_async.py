@@ -86,6 +86,16 @@ PLAIN = Policy()
 EXIT_ROOM = 0.1
 
 
+def _hard_end(run: Acquisition, wait_s: float | None) -> float | None:
+    """When the whole acquire, clean-up included, is over: the wait plus one request timeout,
+    counted from ``run.origin`` (the CLI's process start) where it is given, less
+    ``EXIT_ROOM``. The wait itself counts from the acquire's start."""
+    if wait_s is None:
+        return None
+    origin = run.start if run.origin is None else min(run.origin, run.start)
+    return origin + wait_s + run.store.request_timeout - EXIT_ROOM
+
+
 async def wait(
     run: Acquisition,
     policy: Policy = PLAIN,
@@ -104,8 +114,7 @@ async def wait(
     policy has tidied up.
     """
     deadline = None if wait_s is None else run.start + wait_s
-    # The whole acquire, clean-up included, ends within the wait plus one request timeout.
-    run.hard_end = None if deadline is None else deadline + run.store.request_timeout - EXIT_ROOM
+    run.hard_end = _hard_end(run, wait_s)
     progress = Progress(run, wait_s, policy)
     waker: AsyncWaker | None = None
     refused: float | None = None  # when the last answer that did not grant came

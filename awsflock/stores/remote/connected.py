@@ -89,7 +89,6 @@ class Connected(RetryingStore, Generic[C]):
     link: Link[C]
     #: The time tries are bounded in (a simulation gives its virtual time).
     try_time: TryTime = REAL_TIME
-    try_grace = TRY_GRACE
 
     def _connected_init(self) -> None:
         self._slots = [_Slot() for _ in range(CONNECTIONS)]

@@ -96,7 +96,6 @@ class AsyncConnected(Generic[C]):
     link: AsyncLink[C]
     clock: AsyncClock
     request_timeout: float
-    try_grace = TRY_GRACE
     #: Where backoff pauses draw their jitter.
     _retry_rng: random.Random = random.Random()
 
@@ -188,7 +187,6 @@ class AsyncConnected(Generic[C]):
         end = _END.get()
         if end is None:
             end = start + self.request_timeout
-        end -= TRY_GRACE  # a try's grace ends by the budget's end
         _DOUBT.set(False)
         tries = 0
         while True:
