@@ -295,7 +295,8 @@ def test_status_shows_a_pool_being_resized():
 
 class _Scripted(CountingClient):
     """Runs a resize's requests as ``script`` says, by kind (``kind_of``): "hold" keeps one on
-    its way (unsent, its answer lost: ``land`` delivers it; "hold once": the first only),
+    its way (unsent, its answer lost: ``land`` delivers it; "hold once": the first only;
+    "lose once": the first is sent, its answer lost),
     "lose" sends it and loses its answer (a refusal too), "refuse" fails it unsent (a refused
     connection); a callable runs first."""
 
@@ -303,6 +304,7 @@ class _Scripted(CountingClient):
         super().__init__(client)
         self.script = script
         self.held: list[dict[str, Any]] = []
+        self.lost = False
 
     def update_item(self, **request: Any) -> Any:
         from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
@@ -310,6 +312,10 @@ class _Scripted(CountingClient):
         action = self.script.get(kind_of(request))
         if callable(action):
             action()
+        elif action == "lose once" and not self.lost:
+            self.lost = True
+            self._client.update_item(**request)
+            raise ReadTimeoutError(endpoint_url="http://lost")
         elif action == "hold" or (action == "hold once" and not self.held):
             self.held.append(request)
             raise ReadTimeoutError(endpoint_url="http://in-flight")
@@ -468,3 +474,13 @@ def test_a_signal_waits_until_pool_resize_s_requests_are_settled(
     assert result.exit_code == 0, result.stderr
     assert "now has 2 slots (was 100)" in result.stderr
     assert "signal 2 came while pool-resize ran: it finished first" in result.stderr
+
+
+def test_a_bar_whose_answer_was_lost_and_retried_says_nothing_was_applied(
+    make_table: Any, moto: Any
+):
+    # Final walk-through: the bar landed, its answer was lost, and its retry was refused by
+    # the bar itself; that was read as another resize, and the error kept a doubt it had not.
+    err = _shrink(make_table, moto, {"first": "hold", "bar": "lose once"})
+    assert isinstance(err, errors.EndpointUnreachable) and not err.maybe_applied
+    assert _pool(make_table) == (MAX_SLOTS, None)

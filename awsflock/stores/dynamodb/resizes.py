@@ -199,8 +199,9 @@ class Resizes(Writes):
         except errors.StoreError as err:
             err.maybe_applied = True
             raise
-        if outcome.applied:
-            return None
+        pool = outcome.pool
+        if outcome.applied or (pool is not None and pool.resized_by == bar["void"]):
+            return None  # barred (a retry whose first try landed unanswered is refused so)
         return _ours(outcome, values["rid"], values["new"], last)
 
 
